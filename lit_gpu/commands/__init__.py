@@ -1,0 +1,7 @@
+"""Tool commands of ``lit-gpu`` besides LightningCLI's fit/validate/test/predict.
+
+Each entry maps a sub-command to ``"module:function"``; the function takes the remaining argv
+and returns an exit code.
+"""
+
+TOOL_COMMANDS: dict[str, str] = {}

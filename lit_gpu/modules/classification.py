@@ -1,0 +1,58 @@
+"""Classification with cross-entropy and torchmetrics accuracy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torchmetrics
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from torch import nn
+from torch.nn import functional as F
+
+from lit_gpu.modules.base import LitModule
+
+
+class ClassificationModule(LitModule):
+    """Multi-class classifier: cross-entropy loss, ``val/acc`` and ``test/acc``.
+
+    Subclass and override ``compute_loss`` (e.g. label smoothing, focal loss) or
+    ``update_metrics`` (more torchmetrics). The net returns logits of shape ``(B, num_classes)``.
+
+    Args:
+        net: Logit-producing network.
+        num_classes: Number of classes (for the accuracy metrics).
+        label_smoothing: Passed to ``F.cross_entropy``.
+        **kwargs: ``optimizer``, ``scheduler``, ... as in :class:`LitModule`.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        num_classes: int = 10,
+        label_smoothing: float = 0.0,
+        optimizer: OptimizerCallable = torch.optim.Adam,
+        scheduler: LRSchedulerCallable | None = None,
+        scheduler_interval: str = "epoch",
+        scale_lr_by_world_size: bool = False,
+    ) -> None:
+        super().__init__(net, optimizer, scheduler, scheduler_interval, scale_lr_by_world_size)
+        self.num_classes = num_classes
+        self.label_smoothing = label_smoothing
+        acc = torchmetrics.Accuracy(task="multiclass", num_classes=num_classes)
+        self.train_acc = acc.clone()
+        self.val_acc = acc.clone()
+        self.test_acc = acc.clone()
+
+    def compute_loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(outputs.float(), targets, label_smoothing=self.label_smoothing)
+
+    def update_metrics(self, outputs: torch.Tensor, targets: torch.Tensor, stage: str) -> None:
+        metric = {"train": self.train_acc, "val": self.val_acc, "test": self.test_acc}[stage]
+        metric(outputs, targets)
+        self.log(f"{stage}/acc", metric, on_step=False, on_epoch=True, prog_bar=stage == "val")
+
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
+        """Class probabilities ``(B, num_classes)``."""
+        inputs = batch[0] if isinstance(batch, list | tuple) else batch
+        return torch.softmax(self(inputs).float(), dim=-1)

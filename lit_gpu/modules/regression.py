@@ -1,0 +1,18 @@
+"""Regression with mean squared error."""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+from lit_gpu.modules.base import LitModule
+
+
+class RegressionModule(LitModule):
+    """MSE regression on ``(inputs, targets)`` batches.
+
+    Override ``compute_loss`` for another loss (e.g. ``F.l1_loss``). Logs ``{stage}/loss``.
+    """
+
+    def compute_loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(outputs.float(), targets.float())
