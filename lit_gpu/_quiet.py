@@ -23,3 +23,5 @@ def install() -> None:
         logging.getLogger(name).addFilter(_DropTips())
     # Lightning's own use of a torch-internal API; not actionable for users.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+    # Misfires in notebooks and when lit_gpu.cli.main(argv) is called from Python.
+    warnings.filterwarnings("ignore", message=r".*LightningCLI's args parameter is intended to run.*")

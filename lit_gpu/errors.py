@@ -14,7 +14,10 @@ class LitGpuError(RuntimeError):
 
 # "module:function" translators: each takes an exception and returns a one-line message
 # (or None when it does not recognise it). Feature modules append theirs here.
-TRANSLATORS: list[str] = []
+TRANSLATORS: list[str] = [
+    "lit_gpu.failures:translate",  # OOM, bad checkpoints, dead DataLoader workers
+    "lit_gpu.diagnostics:explain_device_error",  # GPU asked for but absent, too few GPUs
+]
 
 
 def explain(err: BaseException) -> str | None:

@@ -4,4 +4,8 @@ Each entry maps a sub-command to ``"module:function"``; the function takes the r
 and returns an exit code.
 """
 
-TOOL_COMMANDS: dict[str, str] = {}
+TOOL_COMMANDS: dict[str, str] = {
+    "bench": "lit_gpu.bench:main",
+    "export": "lit_gpu.export:main",
+    "env": "lit_gpu.env:main",
+}

@@ -9,6 +9,8 @@ import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
 
+from lit_gpu.checkpoints import NET_SPEC_KEY, net_spec
+
 
 class LitModule(pl.LightningModule):
     """Base module: wraps ``net`` and runs the same ``_step(batch, stage)`` for train/val/test.
@@ -37,6 +39,8 @@ class LitModule(pl.LightningModule):
         super().__init__()
         self.save_hyperparameters(ignore=["net", "optimizer", "scheduler"])
         self.net = net
+        # class path + init args of the net, stored in checkpoints for `lit-gpu export`
+        self.net_spec = net_spec(net)
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.scheduler_interval = scheduler_interval
@@ -64,7 +68,7 @@ class LitModule(pl.LightningModule):
             prog_bar=stage != "test",
             on_step=stage == "train",
             on_epoch=True,
-            sync_dist=stage != "train",
+            sync_dist=True,
             batch_size=len(inputs),
         )
         self.update_metrics(outputs.detach(), targets, stage)
@@ -82,6 +86,9 @@ class LitModule(pl.LightningModule):
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         inputs = batch[0] if isinstance(batch, list | tuple) else batch
         return self(inputs)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[NET_SPEC_KEY] = self.net_spec
 
     def configure_optimizers(self) -> Any:
         optimizer = self.optimizer_factory(self.parameters())
@@ -105,4 +112,4 @@ class LitModule(pl.LightningModule):
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         if batch_idx == 0 and self.trainer is not None and self.trainer.optimizers:
             lr = self.trainer.optimizers[0].param_groups[0]["lr"]
-            self.log("train/lr", lr, on_step=False, on_epoch=True, rank_zero_only=True)
+            self.log("train/lr", lr, on_step=True, on_epoch=False, rank_zero_only=True)

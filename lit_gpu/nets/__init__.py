@@ -1,7 +1,8 @@
 """Plain ``nn.Module`` networks. No Lightning imports here: use them in any PyTorch code."""
 
+from lit_gpu.nets.fast_mnist import FastMnistNet
 from lit_gpu.nets.foonet import FooNet
 from lit_gpu.nets.mnist_cnn import MnistCNN
 from lit_gpu.nets.simple import SimpleModel
 
-__all__ = ["FooNet", "MnistCNN", "SimpleModel"]
+__all__ = ["FastMnistNet", "FooNet", "MnistCNN", "SimpleModel"]

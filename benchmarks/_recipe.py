@@ -1,0 +1,86 @@
+"""Shared helpers of the benchmark scripts: run a lit_gpu config, time it, describe the machine."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / "shared" / "data"
+
+
+def machine() -> str:
+    """CPU model, cores, GPU (if any), torch version and date: the header of every result."""
+    cpu = platform.processor() or "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {gpu}; torch {torch.__version__}, {torch.get_num_threads()} "
+        f"intra-op threads; load avg {load:.1f}; {datetime.date.today().isoformat()}"
+    )
+
+
+@contextlib.contextmanager
+def in_tempdir() -> Iterator[Path]:
+    """Run inside a fresh temporary folder (the CLI writes runs/ to the working directory)."""
+    old = Path.cwd()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chdir(tmp)
+        try:
+            yield Path(tmp)
+        finally:
+            os.chdir(old)
+
+
+def sync(device: str) -> None:
+    """Wait for queued CUDA work so that wall-clock timers are honest."""
+    if device == "cuda" and torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def run_recipe(
+    config: str | Path,
+    data_dir: str | Path,
+    device: str = "cpu",
+    seed: int = 42,
+    extra: list[str] | None = None,
+) -> dict[str, float]:
+    """Fit then test a lit_gpu config; returns ``fit_s``, ``test_s``, ``total_s`` and ``test_acc``.
+
+    Timed from the start of ``trainer.fit`` (data setup included) to the end of ``trainer.test``;
+    building the CLI objects is not counted (the classic loop's setup is not either).
+    """
+    from lit_gpu.cli import LitGpuCLI
+
+    args = ["--config", str(Path(config).resolve()), "--data.data_dir", str(Path(data_dir).resolve())]
+    args += ["--data.download", "false", "--seed_everything", str(seed)]
+    args += ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+    if device == "cuda":
+        args += ["--trainer.accelerator", "gpu", "--trainer.devices", "1", "--data.storage", "gpu"]
+    else:
+        args += ["--trainer.accelerator", "cpu", "--trainer.devices", "1"]
+    args += extra or []
+    with in_tempdir():
+        cli = LitGpuCLI(args=args, run=False)
+        sync(device)
+        t0 = time.perf_counter()
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+        sync(device)
+        t1 = time.perf_counter()
+        results = cli.trainer.test(cli.model, datamodule=cli.datamodule, verbose=False)
+        sync(device)
+        t2 = time.perf_counter()
+    return {"fit_s": t1 - t0, "test_s": t2 - t1, "total_s": t2 - t0, "test_acc": float(results[0]["test/acc"])}

@@ -1,0 +1,126 @@
+"""Time to 99.0 % MNIST test accuracy: lit_gpu's fast recipe against the classic PyTorch recipe.
+
+    python benchmarks/mnist_time_to_acc.py [--data-dir ../shared/data] [--device cpu|cuda] [--threads 1]
+
+Both run in this one process, one after the other, on the same machine state:
+
+* classic: torchvision MNIST with per-sample ToTensor/Normalize, DataLoader(batch 128, shuffle,
+  2 workers), a small CNN (conv32-pool-conv64-pool-fc128-fc10), Adam 1e-3; test accuracy after
+  every epoch; stops at the first epoch >= 99.0 %. Time = training + evaluation wall time.
+* lit_gpu: ``configs/mnist_fast.yaml`` (tensor storage, FastMnistNet, OneCycle, 2 epochs) through
+  the CLI classes; time = ``trainer.fit`` (data setup included) + ``trainer.test``.
+
+Prints both times and the ratio lit_gpu / classic (issue #5 target on CPU: <= 0.15).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader
+from torchvision import transforms
+from torchvision.datasets import MNIST
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _recipe import DEFAULT_DATA, REPO, machine, run_recipe, sync  # noqa: E402
+
+TARGET = 0.99
+
+
+class ClassicCNN(nn.Module):
+    """The textbook small MNIST CNN (Keras example shape)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3)
+        self.conv2 = nn.Conv2d(32, 64, 3)
+        self.fc1 = nn.Linear(64 * 5 * 5, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)  # (B, 1, 28, 28) -> (B, 32, 13, 13)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)  # -> (B, 64, 5, 5)
+        x = F.relu(self.fc1(x.flatten(1)))  # -> (B, 128)
+        return self.fc2(x)  # -> (B, 10)
+
+
+def classic(data_dir: str, device: str, max_epochs: int, seed: int) -> dict[str, float]:
+    """The classic loop; returns seconds to the first epoch at >= 99.0 % test accuracy."""
+    torch.manual_seed(seed)
+    tf = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.1307,), (0.3081,))])
+    train = MNIST(data_dir, train=True, download=False, transform=tf)
+    test = MNIST(data_dir, train=False, download=False, transform=tf)
+    pin = device == "cuda"
+    train_loader = DataLoader(train, batch_size=128, shuffle=True, num_workers=2, pin_memory=pin)
+    test_loader = DataLoader(test, batch_size=1000, num_workers=2, pin_memory=pin)
+    model = ClassicCNN().to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    sync(device)
+    start = time.perf_counter()
+    acc, epoch = 0.0, 0
+    for epoch in range(1, max_epochs + 1):  # noqa: B007
+        model.train()
+        for x, y in train_loader:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        model.eval()
+        correct = 0
+        with torch.no_grad():
+            for x, y in test_loader:
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                correct += (model(x).argmax(1) == y).sum().item()
+        acc = correct / len(test)
+        print(f"  classic epoch {epoch}: test acc {100 * acc:.2f} % at {time.perf_counter() - start:.1f} s",
+              flush=True)
+        if acc >= TARGET:
+            break
+    sync(device)
+    return {"seconds": time.perf_counter() - start, "acc": acc, "epochs": epoch, "reached": acc >= TARGET}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default=str(DEFAULT_DATA))
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--max-epochs", type=int, default=10, help="cap of the classic loop")
+    parser.add_argument("--config", default=str(REPO / "configs" / "mnist_fast.yaml"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: PyTorch's)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"# {machine()}")
+    print("lit_gpu fast recipe ...", flush=True)
+    fast = run_recipe(args.config, args.data_dir, args.device, args.seed)
+    fast_ok = fast["test_acc"] >= TARGET
+    print(f"  lit_gpu: test acc {100 * fast['test_acc']:.2f} % in {fast['total_s']:.1f} s "
+          f"(fit {fast['fit_s']:.1f} s + test {fast['test_s']:.1f} s)", flush=True)
+    print("classic recipe ...", flush=True)
+    base = classic(args.data_dir, args.device, args.max_epochs, args.seed)
+
+    print("\n| recipe | test acc (%) | time to 99.0 % (s) |")
+    print("|---|---:|---:|")
+    fast_cell = f"{fast['total_s']:.1f}" if fast_ok else f"not reached ({fast['total_s']:.1f} s run)"
+    base_cell = f"{base['seconds']:.1f} ({base['epochs']} epochs)" if base["reached"] else (
+        f"not reached in {base['epochs']} epochs ({base['seconds']:.1f} s)"
+    )
+    print(f"| classic PyTorch loop | {100 * base['acc']:.2f} | {base_cell} |")
+    print(f"| lit_gpu mnist_fast.yaml | {100 * fast['test_acc']:.2f} | {fast_cell} |")
+    if fast_ok and base["reached"]:
+        ratio = fast["total_s"] / base["seconds"]
+        verdict = "meets" if ratio <= 0.15 else "misses"
+        print(f"\nratio lit_gpu / classic = {ratio:.3f}x ({base['seconds'] / fast['total_s']:.1f}x faster; "
+              f"target <= 0.15x: {verdict})")
+
+
+if __name__ == "__main__":
+    main()

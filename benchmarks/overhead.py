@@ -1,0 +1,145 @@
+"""lit_gpu's overhead over a raw PyTorch loop: same net, same tensors, same batches, same steps.
+
+    python benchmarks/overhead.py [--steps 400] [--repeats 5] [--threads 1]
+
+Three variants, interleaved per repeat (raw, lit default, lit bare, ...) so that machine load hits
+all of them alike; the medians are compared:
+
+* raw: ``for x, y in loader: loss = F.cross_entropy(net(x), y); zero_grad; backward; step``;
+* lit_gpu default: ``ClassificationModule`` + ``Trainer`` with progress bar, CSVLogger (lit_gpu's
+  default logger), model summary and checkpointing, as ``lit-gpu fit`` runs it;
+* lit_gpu bare: progress bar, logger, model summary and checkpointing off.
+
+Both loops iterate the same :class:`~lit_gpu.data.tensor_loader.TensorLoader`. The module's extra
+work (train accuracy metric, loss logging) counts as lit_gpu overhead. Wall time covers the whole
+``trainer.fit`` call (trainer start-up included); "steady" leaves out the first ``--warmup`` steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from torch.nn import functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _recipe import machine  # noqa: E402
+
+from lit_gpu.data.tensor_loader import TensorLoader  # noqa: E402
+from lit_gpu.modules import ClassificationModule  # noqa: E402
+from lit_gpu.nets import FastMnistNet  # noqa: E402
+
+
+def make_data(steps: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fixed random MNIST-shaped tensors, exactly ``steps`` batches."""
+    g = torch.Generator().manual_seed(0)
+    n = steps * batch_size
+    return torch.randn(n, 1, 28, 28, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+
+def loader(x: torch.Tensor, y: torch.Tensor, batch_size: int) -> TensorLoader:
+    return TensorLoader(x, y, batch_size=batch_size, shuffle=True, drop_last=True, seed=0)
+
+
+def make_net() -> FastMnistNet:
+    torch.manual_seed(0)
+    return FastMnistNet(16, 32, kernel_size=5)
+
+
+def sgd(params) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=0.05, momentum=0.9, nesterov=True)
+
+
+def run_raw(x: torch.Tensor, y: torch.Tensor, batch_size: int, warmup: int) -> tuple[float, float]:
+    net = make_net()
+    opt = sgd(net.parameters())
+    net.train()
+    t0 = time.perf_counter()
+    t_warm = t0
+    for i, (xb, yb) in enumerate(loader(x, y, batch_size)):
+        if i == warmup:
+            t_warm = time.perf_counter()
+        loss = F.cross_entropy(net(xb), yb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    t1 = time.perf_counter()
+    return t1 - t0, t1 - t_warm
+
+
+class _StepClock(pl.Callback):
+    """Time stamp at the start of batch ``warmup`` (for the steady-state figure only)."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup, self.t_warm = warmup, 0.0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if batch_idx == self.warmup:
+            self.t_warm = time.perf_counter()
+
+
+def run_lit(x: torch.Tensor, y: torch.Tensor, batch_size: int, warmup: int, bare: bool) -> tuple[float, float]:
+    from lightning.pytorch.loggers import CSVLogger
+
+    steps = len(x) // batch_size
+    module = ClassificationModule(make_net(), optimizer=sgd)
+    clock = _StepClock(warmup)
+    with tempfile.TemporaryDirectory() as tmp:
+        if bare:
+            flags = dict(enable_progress_bar=False, logger=False, enable_model_summary=False, enable_checkpointing=False)
+        else:
+            flags = dict(logger=CSVLogger(tmp, name="lit_gpu"), default_root_dir=tmp)
+        trainer = pl.Trainer(
+            accelerator="cpu",
+            devices=1,
+            max_steps=steps,
+            max_epochs=1,
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+            callbacks=[clock],
+            **flags,
+        )
+        t0 = time.perf_counter()
+        trainer.fit(module, train_dataloaders=loader(x, y, batch_size))
+        t1 = time.perf_counter()
+    return t1 - t0, t1 - clock.t_warm
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: PyTorch's)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"# {machine()}")
+    print(f"# FastMnistNet(16, 32, k=5), SGD, batch {args.batch_size}, {args.steps} steps, {args.repeats} repeats")
+    x, y = make_data(args.steps, args.batch_size)
+    runs: dict[str, list[tuple[float, float]]] = {"raw": [], "lit_gpu default": [], "lit_gpu bare": []}
+    for r in range(args.repeats):
+        runs["raw"].append(run_raw(x, y, args.batch_size, args.warmup))
+        runs["lit_gpu default"].append(run_lit(x, y, args.batch_size, args.warmup, bare=False))
+        runs["lit_gpu bare"].append(run_lit(x, y, args.batch_size, args.warmup, bare=True))
+        print(f"  repeat {r}: " + ", ".join(f"{k} {v[-1][0]:.2f} s" for k, v in runs.items()), flush=True)
+    raw_wall = statistics.median(t for t, _ in runs["raw"])
+    raw_steady = statistics.median(s for _, s in runs["raw"])
+    print("\n| loop | median wall s | ratio vs raw | median steady s | steady ratio |")
+    print("|---|---:|---:|---:|---:|")
+    for name, values in runs.items():
+        wall = statistics.median(t for t, _ in values)
+        steady = statistics.median(s for _, s in values)
+        print(f"| {name} | {wall:.2f} | {wall / raw_wall:.3f}x | {steady:.2f} | {steady / raw_steady:.3f}x |")
+    print("\ntarget: lit_gpu <= 1.05x the raw loop")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,311 @@
+"""``lit-gpu bench``: the same job for N steps under several device/precision/strategy modes.
+
+    lit-gpu bench --config configs/mnist_fast.yaml --modes cpu,gpu,amp,bf16,dp,ddp --steps 100
+
+Each mode runs in a fresh subprocess (clean peak memory, global settings and compile caches; a
+crash in one mode does not end the table), which builds model and data from the configs through
+:class:`~lit_gpu.cli.LitGpuCLI` and fits ``--steps`` steps with no validation, logger or
+checkpoints. Throughput comes from Lightning's ``ThroughputMonitor`` (``Throughput`` rates over
+the steps after ``--warmup``). Modes that cannot run here are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MODES = ("cpu", "gpu", "amp", "bf16", "dp", "ddp")
+
+
+@dataclass
+class ModePlan:
+    """How one mode runs (trainer settings), or why it cannot run here."""
+
+    mode: str
+    accelerator: str = "cpu"
+    devices: int = 1
+    strategy: str = "auto"
+    precision: str = "32-true"
+    skip: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.accelerator}x{self.devices} {self.strategy} {self.precision}"
+
+
+@dataclass
+class BenchResult:
+    """One table row."""
+
+    mode: str
+    setup: str = ""
+    samples_per_sec: float | None = None
+    sec_per_epoch: float | None = None
+    peak_mem_mib: float | None = None
+    mem_kind: str = ""
+    speedup: float | None = None
+    status: str = "ok"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def plan_mode(mode: str) -> ModePlan:
+    """Trainer settings of ``mode`` on this machine, with ``skip`` set when it cannot run."""
+    import torch
+
+    n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    no_cuda = "no CUDA device (torch.cuda.is_available() is False)"
+    if mode == "cpu":
+        return ModePlan(mode)
+    if mode == "gpu":
+        return ModePlan(mode, "gpu", 1, skip=None if n_gpu else no_cuda)
+    if mode == "amp":
+        return ModePlan(mode, "gpu", 1, precision="16-mixed", skip=None if n_gpu else no_cuda)
+    if mode == "bf16":
+        if n_gpu:
+            ok = torch.cuda.is_bf16_supported()
+            return ModePlan(mode, "gpu", 1, precision="bf16-mixed", skip=None if ok else "GPU lacks bf16")
+        return ModePlan(mode, "cpu", 1, precision="bf16-mixed")
+    if mode == "dp":
+        import lit_gpu  # noqa: F401  (registers the "dp" strategy when available)
+        from lightning.pytorch.strategies import StrategyRegistry
+
+        if "dp" not in StrategyRegistry:
+            return ModePlan(mode, skip="strategy 'dp' is not registered in this lit_gpu")
+        if n_gpu < 2:
+            why = no_cuda if not n_gpu else "DataParallel needs >= 2 CUDA devices (found 1)"
+            return ModePlan(mode, "gpu", max(n_gpu, 1), "dp", skip=why)
+        return ModePlan(mode, "gpu", n_gpu, "dp")
+    if mode == "ddp":
+        if n_gpu >= 2:
+            return ModePlan(mode, "gpu", n_gpu, "ddp")
+        if n_gpu == 1:
+            return ModePlan(mode, "gpu", 1, "ddp", skip="DDP needs >= 2 CUDA devices (found 1)")
+        return ModePlan(mode, "cpu", 2, "ddp")  # no GPU: 2 CPU processes over gloo
+    raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+
+
+# ---- worker: one mode, in its own process ------------------------------------------------
+def _batch_size(batch: Any) -> int:
+    first = batch[0] if isinstance(batch, list | tuple) else batch
+    return len(first)
+
+
+def _make_monitor(result_path: str, warmup: int, steps: int):
+    """A ``ThroughputMonitor`` that keeps its rates (no logger needed) and writes them at the end."""
+    from lightning.pytorch.callbacks import ThroughputMonitor
+    from lightning.pytorch.trainer.states import RunningStage
+
+    class _BenchMonitor(ThroughputMonitor):
+        def __init__(self) -> None:
+            # rates over the last `steps - warmup` batches = steady state after warm-up
+            super().__init__(batch_size_fn=_batch_size, window_size=max(2, steps - warmup))
+            self.metrics: dict[str, float] = {}
+            self.epoch_batches = 0
+
+        def on_train_start(self, trainer, pl_module) -> None:
+            import torch
+
+            super().on_train_start(trainer)
+            self.epoch_batches = int(trainer.num_training_batches)
+            if trainer.strategy.root_device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(trainer.strategy.root_device)
+
+        def _compute(self, trainer, iter_num: int | None = None) -> None:
+            if trainer.state.stage == RunningStage.TRAINING:
+                self.metrics = {k: float(v) for k, v in self._throughputs[trainer.state.stage].compute().items()}
+
+        def on_train_end(self, trainer, pl_module) -> None:
+            import torch
+
+            if trainer.global_rank != 0:
+                return
+            device = trainer.strategy.root_device
+            if device.type == "cuda":
+                peak, kind = torch.cuda.max_memory_allocated(device) / 2**20, "CUDA alloc"
+            else:
+                peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "RSS"
+            batch = self._samples.get(RunningStage.TRAINING, 0) / max(1, self._batches.get(RunningStage.TRAINING, 1))
+            out = {
+                "metrics": self.metrics,
+                "world_size": trainer.world_size,
+                "batch_size": batch,
+                "epoch_batches": self.epoch_batches,
+                "steps": int(trainer.global_step),
+                "peak_mem_mib": peak,
+                "mem_kind": kind,
+            }
+            Path(result_path).write_text(json.dumps(out))
+
+    return _BenchMonitor()
+
+
+def run_worker(argv: list[str]) -> int:
+    """Fit one mode for ``--steps`` steps and write its throughput to ``--result`` (JSON)."""
+    parser = argparse.ArgumentParser(prog="lit_gpu.bench --worker")
+    parser.add_argument("--worker", action="store_true")
+    parser.add_argument("--mode", required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--warmup", type=int, required=True)
+    parser.add_argument("--result", required=True)
+    args, cli_args = parser.parse_known_args(argv)
+
+    import lightning.pytorch as pl
+
+    from lit_gpu.callbacks.speed import SpeedLevers
+    from lit_gpu.cli import LitGpuCLI
+
+    plan = plan_mode(args.mode)
+    # A throwaway CLI trainer on CPU: we only want the model, datamodule and speed levers.
+    quiet = ["--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.strategy", "auto"]
+    quiet += ["--trainer.logger", "false", "--trainer.precision", "32-true"]
+    cli = LitGpuCLI(args=[*cli_args, *quiet], run=False)
+    callbacks: list[pl.Callback] = [_make_monitor(args.result, args.warmup, args.steps)]
+    callbacks += [cb for cb in cli.trainer.callbacks if isinstance(cb, SpeedLevers)]
+    trainer = pl.Trainer(
+        accelerator=plan.accelerator,
+        devices=plan.devices,
+        strategy=plan.strategy,
+        precision=plan.precision,
+        max_steps=args.steps,
+        max_epochs=-1,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+    )
+    trainer.fit(cli.model, datamodule=cli.datamodule)
+    return 0
+
+
+# ---- driver --------------------------------------------------------------------------------
+def _run_mode(plan: ModePlan, cli_args: list[str], steps: int, warmup: int, timeout: float) -> BenchResult:
+    if plan.skip:
+        return BenchResult(plan.mode, status=f"skipped: {plan.skip}")
+    with tempfile.TemporaryDirectory() as tmp:
+        result_path = Path(tmp) / "result.json"
+        cmd = [sys.executable, "-m", "lit_gpu.bench", "--worker", "--mode", plan.mode]
+        cmd += ["--steps", str(steps), "--warmup", str(warmup), "--result", str(result_path), *cli_args]
+        env = dict(os.environ)
+        env.setdefault("PYTHONWARNINGS", "ignore")
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            return BenchResult(plan.mode, plan.label, status=f"failed: timed out after {timeout:.0f} s")
+        if proc.returncode != 0 or not result_path.is_file():
+            lines = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
+            return BenchResult(plan.mode, plan.label, status=f"failed: {lines[-1] if lines else proc.returncode}")
+        data = json.loads(result_path.read_text())
+    metrics = data["metrics"]  # Throughput adds the global "samples_per_sec" only when world_size > 1
+    device_rate = metrics.get("device/samples_per_sec")
+    rate = metrics.get("samples_per_sec", device_rate * data["world_size"] if device_rate else None)
+    epoch_samples = data["epoch_batches"] * data["batch_size"] * data["world_size"]
+    return BenchResult(
+        plan.mode,
+        plan.label,
+        samples_per_sec=rate,
+        sec_per_epoch=epoch_samples / rate if rate else None,
+        peak_mem_mib=data["peak_mem_mib"],
+        mem_kind=data["mem_kind"],
+        extra={"steps": data["steps"], "world_size": data["world_size"], "batch_size": data["batch_size"]},
+    )
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def table_rows(results: list[BenchResult]) -> list[list[str]]:
+    """Header + one row of strings per result."""
+    rows = [["mode", "setup", "samples/s", "s/epoch", "peak mem (MiB)", "speedup", "status"]]
+    for r in results:
+        mem = "-" if r.peak_mem_mib is None else f"{r.peak_mem_mib:.0f} ({r.mem_kind})"
+        speed = "-" if r.speedup is None else f"{r.speedup:.2f}x"
+        rows.append(
+            [r.mode, r.setup, _fmt(r.samples_per_sec, ".0f"), _fmt(r.sec_per_epoch, ".2f"), mem, speed, r.status]
+        )
+    return rows
+
+
+def to_markdown(results: list[BenchResult]) -> str:
+    """The table as GitHub markdown."""
+    rows = table_rows(results)
+    lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
+    return "\n".join(lines) + "\n"
+
+
+def _print_table(results: list[BenchResult], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = table_rows(results)
+    table = Table(title=title)
+    for i, name in enumerate(rows[0]):
+        table.add_column(name, justify="right" if 2 <= i <= 5 else "left", overflow="fold")
+    for row in rows[1:]:
+        table.add_row(*row)
+    Console(width=max(120, Console().width)).print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``lit-gpu bench``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--worker" in argv:
+        return run_worker(argv)
+    parser = argparse.ArgumentParser(
+        prog="lit-gpu bench",
+        description="Run the same job for N steps under several modes and compare throughput.",
+        epilog="Other arguments (e.g. --data.batch_size 256, --speed.channels_last true) go to the job.",
+    )
+    parser.add_argument("--config", action="append", required=True, help="job config (repeatable)")
+    parser.add_argument("--modes", default="cpu,gpu", help=f"comma list of {','.join(MODES)} (default cpu,gpu)")
+    parser.add_argument("--steps", type=int, default=100, help="optimizer steps per mode (default 100)")
+    parser.add_argument("--warmup", type=int, default=10, help="first steps left out of the rates (default 10)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per mode before giving up")
+    parser.add_argument("--csv", help="also write the table as CSV to this path")
+    parser.add_argument("--markdown", help="also write the table as markdown to this path")
+    args, job_args = parser.parse_known_args(argv)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        parser.error(f"unknown mode(s) {', '.join(unknown)}; choose from {', '.join(MODES)}")
+    if args.steps <= args.warmup + 1:
+        parser.error(f"--steps ({args.steps}) must exceed --warmup ({args.warmup}) by at least 2")
+    cli_args = [a for c in args.config for a in ("--config", c)] + job_args
+
+    results: list[BenchResult] = []
+    for mode in modes:
+        plan = plan_mode(mode)
+        result = _run_mode(plan, cli_args, args.steps, args.warmup, args.timeout)
+        print(f"{mode}: {result.status}" + (f" ({result.samples_per_sec:.0f} samples/s)" if result.samples_per_sec else ""),
+              flush=True)
+        results.append(result)
+    base = next((r.samples_per_sec for r in results if r.samples_per_sec), None)
+    for r in results:
+        if r.samples_per_sec and base:
+            r.speedup = r.samples_per_sec / base
+    _print_table(results, f"lit-gpu bench: {', '.join(args.config)}, {args.steps} steps ({args.warmup} warm-up)")
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerows(table_rows(results))
+    if args.markdown:
+        Path(args.markdown).write_text(to_markdown(results))
+    return 0 if any(r.status == "ok" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

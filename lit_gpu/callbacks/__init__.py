@@ -1,0 +1,14 @@
+"""Callbacks the ``lit-gpu`` CLI turns on by default; usable with any Lightning Trainer."""
+
+from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
+from lit_gpu.callbacks.nan_guard import NaNGuard, NonFiniteLossError
+from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
+from lit_gpu.callbacks.rng_state import RNGStateCallback
+
+__all__ = [
+    "CSVPredictionWriter",
+    "CheckpointOnInterrupt",
+    "NaNGuard",
+    "NonFiniteLossError",
+    "RNGStateCallback",
+]

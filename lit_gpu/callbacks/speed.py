@@ -1,0 +1,89 @@
+"""Speed levers as one callback: ``--speed.channels_last``, ``--speed.compile``, ``--speed.matmul_precision``..."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info
+from torch import nn
+
+MATMUL_PRECISIONS = ("highest", "high", "medium")
+
+
+def _to_channels_last(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    x = args[0]
+    if isinstance(x, torch.Tensor) and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return (x, *args[1:])
+
+
+class SpeedLevers(Callback):
+    """Opt-in speed settings applied when fitting/evaluating starts; all off by default.
+
+    Measured on MNIST in ``docs/benchmarks.md`` (``## Speed levers``).
+
+    Args:
+        channels_last: Store conv weights and feed 4-D inputs as NHWC (``torch.channels_last``):
+            oneDNN (CPU) and cuDNN (tensor cores) pick faster kernels for it.
+        compile: ``torch.compile`` the module's ``net`` in place (state-dict keys unchanged).
+            The first steps pay the compile time.
+        compile_mode: ``mode`` passed to ``torch.compile`` (``default``, ``reduce-overhead``,
+            ``max-autotune``).
+        matmul_precision: ``torch.set_float32_matmul_precision``: ``"high"`` lets Ampere+ GPUs
+            use TF32 for float32 matmuls/convs; ``None`` keeps PyTorch's setting.
+        num_threads: ``torch.set_num_threads`` for CPU ops (``None`` keeps PyTorch's default,
+            one per core). On a busy shared CPU, fewer threads than cores can be faster.
+    """
+
+    def __init__(
+        self,
+        channels_last: bool = False,
+        compile: bool = False,
+        compile_mode: str | None = None,
+        matmul_precision: str | None = None,
+        num_threads: int | None = None,
+    ) -> None:
+        super().__init__()
+        if matmul_precision is not None and matmul_precision not in MATMUL_PRECISIONS:
+            raise ValueError(f"matmul_precision must be one of {MATMUL_PRECISIONS}, got {matmul_precision!r}")
+        if num_threads is not None and num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+        self.channels_last = channels_last
+        self.compile = compile
+        self.compile_mode = compile_mode
+        self.matmul_precision = matmul_precision
+        self.num_threads = num_threads
+        self._applied: set[int] = set()
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self.matmul_precision is not None:
+            torch.set_float32_matmul_precision(self.matmul_precision)
+        if self.num_threads is not None:
+            torch.set_num_threads(self.num_threads)
+        net = getattr(pl_module, "net", pl_module)
+        if id(net) in self._applied:
+            return
+        self._applied.add(id(net))
+        if self.channels_last:
+            net.to(memory_format=torch.channels_last)
+            net.register_forward_pre_hook(_to_channels_last)
+        if self.compile:
+            net.compile(mode=self.compile_mode)
+        if self.channels_last or self.compile or self.matmul_precision or self.num_threads:
+            rank_zero_info(f"Speed levers: {self.describe()}")
+
+    def describe(self) -> str:
+        """The levers that are on, as one line (``"none"`` when all are off)."""
+        on = []
+        if self.channels_last:
+            on.append("channels_last")
+        if self.compile:
+            on.append(f"compile({self.compile_mode or 'default'})")
+        if self.matmul_precision:
+            on.append(f"matmul_precision={self.matmul_precision}")
+        if self.num_threads:
+            on.append(f"num_threads={self.num_threads}")
+        return ", ".join(on) or "none"

@@ -1,0 +1,301 @@
+"""GPU facts without a CUDA context: pick GPUs by free memory (``devices: "free:N"``), ``precision: auto``.
+
+Everything here asks NVML (nvidia-ml-py), never ``torch.cuda``, so the parent process keeps CUDA
+uninitialised and ``strategy: ddp_notebook``/``ddp_fork`` still work afterwards.
+
+NVML numbers GPUs by PCI bus; CUDA numbers the GPUs that ``CUDA_VISIBLE_DEVICES`` leaves visible,
+in the order it lists them. :func:`visible_gpus` maps one onto the other (indices and ``GPU-`` UUIDs).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from lit_gpu.errors import LitGpuError
+
+FREE_PATTERN = re.compile(r"^\s*free\s*:\s*(\d+)\s*$", re.IGNORECASE)
+CPU_HINT = "run on CPU with --config configs/trainer/cpu.yaml (or --trainer.accelerator cpu)"
+
+# Measured in docs/benchmarks.md ("precision: auto on CPU"): see auto_precision().
+CPU_BF16_IS_FASTER = True
+
+
+class NvmlUnavailable(LitGpuError):
+    """NVML (the NVIDIA driver's management library) cannot be loaded or initialised."""
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One physical GPU as NVML reports it.
+
+    Attributes:
+        index: NVML (PCI-bus) index, the numbering ``nvidia-smi`` shows.
+        uuid: ``GPU-...`` UUID.
+        name: Product name.
+        total_bytes: Total memory.
+        free_bytes: Free memory now.
+        capability: CUDA compute capability ``(major, minor)``, ``None`` if unknown.
+    """
+
+    index: int
+    uuid: str
+    name: str
+    total_bytes: int
+    free_bytes: int
+    capability: tuple[int, int] | None = None
+
+    @property
+    def bf16(self) -> bool:
+        """bfloat16 tensor-core support (compute capability 8.0, Ampere, or newer)."""
+        return self.capability is not None and self.capability >= (8, 0)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["capability"] = None if self.capability is None else f"{self.capability[0]}.{self.capability[1]}"
+        data["bf16"] = self.bf16
+        return data
+
+
+def _load_nvml() -> ModuleType:
+    import pynvml
+
+    return pynvml
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@contextmanager
+def nvml_session() -> Iterator[ModuleType]:
+    """``nvmlInit``/``nvmlShutdown`` around a block; raises :class:`NvmlUnavailable` on failure."""
+    try:
+        nvml = _load_nvml()
+        nvml.nvmlInit()
+    except Exception as err:  # ImportError, NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded...
+        raise NvmlUnavailable(f"NVML is not available ({type(err).__name__}: {err})") from err
+    try:
+        yield nvml
+    finally:
+        with suppress(Exception):  # a failed shutdown changes nothing for the caller
+            nvml.nvmlShutdown()
+
+
+def query_gpus() -> list[GpuInfo]:
+    """All physical GPUs in NVML order. Raises :class:`NvmlUnavailable` without a working driver."""
+    gpus = []
+    with nvml_session() as nvml:
+        for i in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+            try:
+                capability = tuple(int(v) for v in nvml.nvmlDeviceGetCudaComputeCapability(handle))
+            except Exception:
+                capability = None
+            gpus.append(
+                GpuInfo(
+                    index=i,
+                    uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+                    name=_text(nvml.nvmlDeviceGetName(handle)),
+                    total_bytes=int(mem.total),
+                    free_bytes=int(mem.free),
+                    capability=capability,  # type: ignore[arg-type]
+                )
+            )
+    return gpus
+
+
+def parse_visible_devices(value: str | None, gpus: Sequence[GpuInfo]) -> list[int]:
+    """NVML indices of the GPUs CUDA sees, in CUDA's order, for a ``CUDA_VISIBLE_DEVICES`` value.
+
+    Follows CUDA: ``None`` (unset) shows every GPU; entries are indices or ``GPU-`` UUIDs (a unique
+    prefix is enough); the list stops at the first invalid, unknown or repeated entry, so ``""`` and
+    ``"-1"`` hide all GPUs.
+
+    Raises:
+        LitGpuError: for ``MIG-`` entries (NVML reports the parent GPU's memory, not the slice's).
+    """
+    if value is None:
+        return [g.index for g in gpus]
+    by_index = {g.index: g for g in gpus}
+    picked: list[int] = []
+    for raw in value.split(","):
+        entry = raw.strip()
+        if entry.upper().startswith("MIG-"):
+            raise LitGpuError(
+                f"CUDA_VISIBLE_DEVICES lists a MIG instance ({entry}); 'free:N' cannot rank MIG slices: "
+                "give trainer.devices explicitly"
+            )
+        if re.fullmatch(r"\d+", entry):
+            idx = int(entry)
+            if idx not in by_index:
+                break
+        elif entry.upper().startswith("GPU-"):
+            matches = [g.index for g in gpus if g.uuid.upper().startswith(entry.upper())]
+            if len(matches) != 1:
+                break
+            idx = matches[0]
+        else:
+            break
+        if idx in picked:
+            break
+        picked.append(idx)
+    return picked
+
+
+def visible_gpus(env: dict[str, str] | None = None) -> list[GpuInfo]:
+    """GPUs visible to CUDA in this process; position in the list = CUDA ordinal (``cuda:i``)."""
+    env = os.environ if env is None else env
+    gpus = query_gpus()
+    order = parse_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), gpus)
+    by_index = {g.index: g for g in gpus}
+    visible = [by_index[i] for i in order]
+    if len({g.name for g in visible}) > 1 and env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+        warnings.warn(
+            "GPUs of different models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA may number them "
+            "differently from NVML/nvidia-smi; export CUDA_DEVICE_ORDER=PCI_BUS_ID",
+            stacklevel=2,
+        )
+    return visible
+
+
+def _describe_visibility(env: dict[str, str] | os._Environ[str]) -> str:
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    return "" if value is None else f" (CUDA_VISIBLE_DEVICES={value!r})"
+
+
+def pick_free_gpus(n: int, env: dict[str, str] | None = None) -> list[int]:
+    """CUDA ordinals of the ``n`` visible GPUs with the most free memory, most free first.
+
+    Usable from Python: ``Trainer(devices=pick_free_gpus(2))``. Ties keep CUDA order.
+
+    Raises:
+        LitGpuError: ``n < 1``, NVML unavailable, or fewer than ``n`` GPUs visible.
+    """
+    env = os.environ if env is None else env
+    request = f"devices 'free:{n}'"
+    if n < 1:
+        raise LitGpuError(f"{request}: ask for at least one GPU, e.g. 'free:1'")
+    try:
+        gpus = visible_gpus(env)  # type: ignore[arg-type]
+    except NvmlUnavailable as err:
+        raise LitGpuError(
+            f"{request} needs NVIDIA's driver to read free memory, but {err}; {CPU_HINT}"
+        ) from err
+    if len(gpus) < n:
+        have = f"only {len(gpus)} {'is' if len(gpus) == 1 else 'are'} visible" if gpus else "none is visible"
+        raise LitGpuError(
+            f"{request} asks for {n} GPU{'s' if n > 1 else ''} but {have}{_describe_visibility(env)}; "
+            f"ask for fewer{' or ' + CPU_HINT if not gpus else ''}"
+        )
+    ranked = sorted(range(len(gpus)), key=lambda ordinal: (-gpus[ordinal].free_bytes, ordinal))
+    return ranked[:n]
+
+
+def parse_free_request(devices: Any) -> int | None:
+    """``N`` for ``"free:N"``, else ``None``."""
+    if isinstance(devices, str):
+        match = FREE_PATTERN.match(devices)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def resolve_devices(devices: Any) -> Any:
+    """``"free:N"`` -> :func:`pick_free_gpus` list; any other ``Trainer(devices=...)`` value unchanged."""
+    n = parse_free_request(devices)
+    return devices if n is None else pick_free_gpus(n)
+
+
+# ---- precision: auto ---------------------------------------------------------------------------
+def cpu_has_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
+    """Whether the CPU has native bf16 instructions (``avx512_bf16`` or ``amx_bf16``)."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return False
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def _cuda_available() -> bool:
+    # Lightning sets PYTORCH_NVML_BASED_CUDA_CHECK=1: this query creates no CUDA context.
+    from lightning.fabric.accelerators.cuda import CUDAAccelerator
+
+    return CUDAAccelerator.is_available()
+
+
+def _selected_ordinals(devices: Any, count: int) -> list[int]:
+    if devices is None or devices in ("auto", -1, "-1"):
+        return list(range(count))
+    if isinstance(devices, int):
+        return list(range(min(devices, count)))
+    if isinstance(devices, str):
+        parts = [p.strip() for p in devices.split(",") if p.strip()]
+        if len(parts) == 1 and parts[0].isdigit() and "," not in devices:
+            return list(range(min(int(parts[0]), count)))
+        return [int(p) for p in parts if p.isdigit() and int(p) < count]
+    return [int(d) for d in devices if int(d) < count]
+
+
+def cpu_precision() -> str:
+    """``bf16-mixed`` on CPUs with native bf16 (measured faster, same accuracy), else ``32-true``."""
+    return "bf16-mixed" if CPU_BF16_IS_FASTER and cpu_has_bf16() else "32-true"
+
+
+def auto_precision(accelerator: Any = "auto", devices: Any = "auto") -> str:
+    """What ``precision: auto`` means for this machine and these Trainer settings.
+
+    ``bf16-mixed`` when every selected GPU supports bf16 (compute capability >= 8.0), ``16-mixed``
+    (float16 + GradScaler) on older GPUs, and on CPU :func:`cpu_precision`. Other accelerators
+    (MPS, TPU...) get ``32-true``. Reads NVML only: no CUDA context is created.
+    """
+    acc = accelerator.lower() if isinstance(accelerator, str) else "auto"
+    if acc == "cpu":
+        return cpu_precision()
+    if acc not in ("auto", "gpu", "cuda"):
+        return "32-true"
+    if not _cuda_available():
+        if acc == "auto":
+            from lightning.fabric.utilities.device_parser import _select_auto_accelerator
+
+            return cpu_precision() if _select_auto_accelerator() == "cpu" else "32-true"
+        return cpu_precision()  # the Trainer will refuse the GPU request with its own error
+    try:
+        gpus = visible_gpus()
+    except NvmlUnavailable:
+        return "16-mixed"  # works on every CUDA GPU
+    selected = [gpus[i] for i in _selected_ordinals(devices, len(gpus))] or gpus
+    return "bf16-mixed" if selected and all(g.bf16 for g in selected) else "16-mixed"
+
+
+# ---- LightningCLI glue -------------------------------------------------------------------------
+def allow_auto_precision(parser: Any) -> None:
+    """Let ``--trainer.precision`` accept ``auto`` (the Trainer itself does not; the CLI resolves it)."""
+    from typing import Literal
+
+    for action in getattr(parser, "_actions", []):
+        typehint = getattr(action, "_typehint", None)
+        if getattr(action, "dest", None) == "trainer.precision" and typehint is not None:
+            action._typehint = typehint | Literal["auto"] | None
+
+
+def resolve_trainer_config(trainer: Any) -> None:
+    """Rewrite ``devices: "free:N"`` and ``precision: auto`` in a parsed ``trainer`` config, in place."""
+    devices = trainer.get("devices", "auto")
+    if parse_free_request(devices) is not None:
+        trainer["devices"] = devices = resolve_devices(devices)
+    precision = trainer.get("precision")
+    if isinstance(precision, str) and precision.strip().lower() == "auto":
+        trainer["precision"] = auto_precision(trainer.get("accelerator", "auto"), devices)

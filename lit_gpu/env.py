@@ -1,0 +1,227 @@
+"""``lit-gpu env``: one screen on what this machine can train with, plus advice; ``--json`` for bug reports.
+
+GPU facts come from NVML (no CUDA context is created); torch facts from its build metadata.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from typing import Any
+
+from lit_gpu import devices
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _nvcc_version() -> str | None:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return None
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"release ([\d.]+)", out)
+    return match.group(1) if match else None
+
+
+def _torch_info() -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {
+        "version": torch.__version__,
+        "cuda_build": torch.version.cuda,
+        "cpu_only_build": torch.version.cuda is None and getattr(torch.version, "hip", None) is None,
+        "cudnn": None,
+        "nccl": None,
+    }
+    try:
+        info["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    except Exception:
+        info["cudnn"] = None
+    try:
+        info["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version()) if torch.version.cuda else None
+    except Exception:
+        info["nccl"] = None
+    return info
+
+
+def _driver_info() -> dict[str, Any]:
+    info: dict[str, Any] = {"driver": None, "driver_cuda": None, "nvml_error": None}
+    try:
+        with devices.nvml_session() as nvml:
+            info["driver"] = devices._text(nvml.nvmlSystemGetDriverVersion())
+            cuda = int(nvml.nvmlSystemGetCudaDriverVersion())
+            info["driver_cuda"] = f"{cuda // 1000}.{(cuda % 1000) // 10}"
+    except devices.NvmlUnavailable as err:
+        info["nvml_error"] = str(err)
+    return info
+
+
+def _gpus(env: dict[str, str]) -> tuple[list[dict[str, Any]], str | None]:
+    """All physical GPUs (with their CUDA ordinal, or None when hidden) and an NVML error, if any."""
+    try:
+        gpus = devices.query_gpus()
+    except devices.NvmlUnavailable as err:
+        return [], str(err)
+    try:
+        order = devices.parse_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), gpus)
+    except Exception:
+        order = []
+    rows = []
+    for gpu in gpus:
+        row = gpu.as_dict()
+        row["cuda_ordinal"] = order.index(gpu.index) if gpu.index in order else None
+        rows.append(row)
+    return rows, None
+
+
+def _cpu_info() -> dict[str, Any]:
+    return {
+        "machine": platform.machine(),
+        "cores": os.cpu_count(),
+        "bf16": devices.cpu_has_bf16(),
+    }
+
+
+def _major_minor(version: str | None) -> tuple[int, int] | None:
+    if not version:
+        return None
+    parts = re.findall(r"\d+", version)
+    return (int(parts[0]), int(parts[1])) if len(parts) >= 2 else None
+
+
+def advice(report: dict[str, Any]) -> list[str]:
+    """Actionable lines derived from a :func:`collect` report."""
+    lines: list[str] = []
+    torch_info, gpus = report["torch"], report["gpus"]
+    visible = [g for g in gpus if g["cuda_ordinal"] is not None]
+    cvd = report["cuda_visible_devices"]
+    if gpus and torch_info["cpu_only_build"]:
+        cuda = report["driver"]["driver_cuda"]
+        tag = f"cu{cuda.replace('.', '')}" if cuda else "cuXYZ"
+        lines.append(
+            "GPU present but CPU-only torch: install the wheel for your CUDA version, e.g. "
+            f"pip install torch --index-url https://download.pytorch.org/whl/{tag} "
+            f"(driver supports CUDA {cuda})"
+        )
+    if not gpus:
+        lines.append(
+            "no GPU: training runs on CPU (configs/trainer/cpu.yaml; precision auto = "
+            f"{devices.cpu_precision()})"
+        )
+    elif not visible:
+        lines.append(f"CUDA_VISIBLE_DEVICES={cvd!r} hides all GPUs: unset it or list GPU indices")
+    build, driver = _major_minor(torch_info["cuda_build"]), _major_minor(report["driver"]["driver_cuda"])
+    if gpus and build and driver and build[0] > driver[0]:
+        lines.append(
+            f"torch is built for CUDA {torch_info['cuda_build']} but the driver supports only "
+            f"{report['driver']['driver_cuda']}: update the driver or install a wheel for CUDA {driver[0]}"
+        )
+    old = [g for g in visible if not g["bf16"]]
+    if old:
+        names = ", ".join(f"cuda:{g['cuda_ordinal']} {g['name']}" for g in old)
+        lines.append(f"no bf16 on {names}: precision auto uses 16-mixed (fp16 + GradScaler)")
+    if len(visible) > 1:
+        lines.append(
+            f"{len(visible)} GPUs: prefer configs/trainer/ddp.yaml over dp (faster, see docs/gpu_modes.md); "
+            "devices 'free:N' picks the N with most free memory"
+        )
+    if visible and not lines:
+        lines.append(f"ready: {len(visible)} GPU, precision auto = {devices.auto_precision('gpu')}")
+    return lines
+
+
+def collect(env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Everything ``lit-gpu env`` shows, as plain JSON-able data."""
+    env = dict(os.environ) if env is None else env
+    gpus, nvml_error = _gpus(env)
+    report: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": _torch_info(),
+        "driver": _driver_info(),
+        "nvcc": _nvcc_version(),
+        "gpus": gpus,
+        "nvml_error": nvml_error,
+        "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+        "cpu": _cpu_info(),
+        "packages": {name: _version(name) for name in ("lightning", "torchvision", "torchmetrics")},
+    }
+    report["advice"] = advice(report)
+    return report
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def render(report: dict[str, Any]) -> None:
+    """Print the report on one screen with rich."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t, d = report["torch"], report["driver"]
+    build = "CPU-only build" if t["cpu_only_build"] else f"CUDA {t['cuda_build']}"
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold cyan")
+    facts.add_column()
+    facts.add_row("Python", report["python"])
+    facts.add_row("torch", f"{t['version']} ({build})")
+    facts.add_row("cuDNN / NCCL", f"{t['cudnn'] or '-'} / {t['nccl'] or '-'}")
+    driver = f"{d['driver']} (CUDA {d['driver_cuda']})" if d["driver"] else "not found"
+    facts.add_row("NVIDIA driver", driver)
+    facts.add_row("nvcc", report["nvcc"] or "not found")
+    cvd = report["cuda_visible_devices"]
+    facts.add_row("CUDA_VISIBLE_DEVICES", "(unset)" if cvd is None else repr(cvd))
+    cpu = report["cpu"]
+    facts.add_row("CPU", f"{cpu['machine']}, {cpu['cores']} cores, bf16 {'yes' if cpu['bf16'] else 'no'}")
+    facts.add_row("packages", ", ".join(f"{k} {v or '-'}" for k, v in report["packages"].items()))
+    console.print(facts)
+    if report["gpus"]:
+        table = Table(title="GPUs", title_justify="left")
+        for col in ("cuda", "nvml", "name", "total", "free", "capability", "bf16"):
+            table.add_column(col)
+        for g in report["gpus"]:
+            ordinal = "hidden" if g["cuda_ordinal"] is None else f"cuda:{g['cuda_ordinal']}"
+            table.add_row(
+                ordinal,
+                str(g["index"]),
+                g["name"],
+                _gib(g["total_bytes"]),
+                _gib(g["free_bytes"]),
+                g["capability"] or "?",
+                "yes" if g["bf16"] else "no",
+            )
+        console.print(table)
+    else:
+        console.print(f"GPUs: none ({report['nvml_error'] or 'NVML reports 0'})")
+    for line in report["advice"]:
+        console.print(f"[bold yellow]>[/] {line}", highlight=False)
+
+
+def main(argv: list[str]) -> int:
+    """``lit-gpu env [--json]``."""
+    parser = argparse.ArgumentParser(prog="lit-gpu env", description="Report Python/torch/CUDA/GPU facts.")
+    parser.add_argument("--json", action="store_true", help="print JSON (attach it to bug reports)")
+    args = parser.parse_args(argv)
+    report = collect()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        render(report)
+    return 0

@@ -1,0 +1,261 @@
+"""``strategy: dp``: the seeds' ``torch.nn.DataParallel`` as a Lightning 2.x strategy.
+
+One process; each batch is split across ``devices`` CUDA GPUs and the outputs are gathered on the
+first. Only the LightningModule's *net* (``module.net``; see ``net_attr``) is wrapped, so
+``training_step``, ``self.log`` and torchmetrics run on the main thread exactly as on one device,
+and checkpoints keep the single-device keys (no ``module.`` prefix).
+
+Behaviour by device count:
+    * one device (CPU, or a single GPU): equivalent to single-device training; no warning;
+    * several CUDA GPUs: DataParallel over the net;
+    * several CPU (or other non-CUDA) devices: refused with a pointer to ``strategy: ddp``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.fabric.plugins import CheckpointIO
+from lightning.fabric.strategies import _StrategyRegistry
+from lightning.fabric.utilities.distributed import ReduceOp
+from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.strategies import ParallelStrategy, StrategyRegistry
+from lightning.pytorch.strategies.strategy import TBroadcast
+from torch import Tensor, nn
+
+from lit_gpu.errors import LitGpuError
+
+__all__ = ["DataParallelStrategy", "register", "unwrap_net", "wrap_net"]
+
+
+class AutocastReplica(nn.Module):
+    """Runs ``net`` under the autocast state captured on the main thread.
+
+    torch's ``parallel_apply`` re-enters autocast in every replica thread with ``enabled=`` only, so
+    the dtype falls back to the device default (float16 on CUDA): ``bf16-mixed`` would silently
+    train in fp16. Autocast state is thread-local, so the main thread records it here
+    (:meth:`capture_autocast`) before replication and each replica re-enters it explicitly.
+
+    Args:
+        net: The module to run.
+        device_type: Autocast device type (``"cuda"`` for DataParallel; ``"cpu"`` in tests).
+    """
+
+    def __init__(self, net: nn.Module, device_type: str = "cuda") -> None:
+        super().__init__()
+        self.net = net
+        self.device_type = device_type
+        self.autocast_enabled = False
+        self.autocast_dtype: torch.dtype = torch.get_autocast_dtype(device_type)
+
+    def capture_autocast(self) -> None:
+        """Record the calling thread's autocast state; replicas copy these attributes."""
+        self.autocast_enabled = torch.is_autocast_enabled(self.device_type)
+        self.autocast_dtype = torch.get_autocast_dtype(self.device_type)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(self.device_type, dtype=self.autocast_dtype, enabled=self.autocast_enabled):
+            return self.net(*args, **kwargs)
+
+
+class NetDataParallel(nn.DataParallel):
+    """``nn.DataParallel`` over an :class:`AutocastReplica`; unknown attributes fall through to the net.
+
+    ``self.net.some_layer`` inside a LightningModule keeps working while the net is wrapped.
+    """
+
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        self.module.capture_autocast()
+        return super().forward(*inputs, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "module" or "module" not in self.__dict__.get("_modules", {}):
+                raise
+            return getattr(self._modules["module"].net, name)
+
+
+def wrap_net(
+    module: nn.Module,
+    attr: str = "net",
+    device_ids: list[int] | None = None,
+    device_type: str = "cuda",
+) -> NetDataParallel:
+    """Make ``module.<attr>`` run through DataParallel without changing the module's state_dict.
+
+    The raw net stays registered in ``module._modules[attr]`` (parameters, ``state_dict``, ``.to()``
+    are unchanged: no ``module.`` keys); an instance ``__dict__`` entry of the same name shadows it,
+    so ``module.<attr>(x)`` calls the DataParallel wrapper. :func:`unwrap_net` removes the shadow.
+
+    Raises:
+        LitGpuError: if ``module.<attr>`` is not an ``nn.Module``.
+    """
+    net = module._modules.get(attr)
+    if not isinstance(net, nn.Module):
+        raise LitGpuError(
+            f"strategy 'dp' wraps the model's sub-module {attr!r}, but {type(module).__name__} has no "
+            f"nn.Module attribute {attr!r}; pass DataParallelStrategy(net_attr=...) naming the network"
+        )
+    output_device = device_ids[0] if device_ids else None
+    wrapper = NetDataParallel(
+        AutocastReplica(net, device_type), device_ids=device_ids, output_device=output_device
+    )
+    module.__dict__[attr] = wrapper
+    return wrapper
+
+
+def unwrap_net(module: nn.Module, attr: str = "net") -> None:
+    """Remove the shadow installed by :func:`wrap_net` (no-op when there is none)."""
+    if isinstance(module.__dict__.get(attr), NetDataParallel):
+        del module.__dict__[attr]
+
+
+def _reduce_per_replica(tensor: Tensor, reduce_op: Any) -> Tensor:
+    op = reduce_op.lower() if isinstance(reduce_op, str) else reduce_op
+    if op in ("mean", "avg", None) or op == ReduceOp.AVG:
+        return tensor.float().mean().to(tensor.dtype)
+    if op == "sum" or op == ReduceOp.SUM:
+        return tensor.sum()
+    if op == "max" or op == ReduceOp.MAX:
+        return tensor.max()
+    if op == "min" or op == ReduceOp.MIN:
+        return tensor.min()
+    raise ValueError(f"strategy 'dp' cannot reduce with reduce_op={reduce_op!r}")
+
+
+class DataParallelStrategy(ParallelStrategy):
+    """DataParallel over ``lightning_module.<net_attr>`` in one process; root device = first GPU.
+
+    The step methods, logging, metrics, loss and optimizer run on the main thread on the first GPU
+    with the gathered outputs, so the loss equals single-device training on the same batch and
+    ``bf16-mixed``/``16-mixed`` (GradScaler) behave as on one device. Rank 0 of a world of 1:
+    ``scale_lr_by_world_size`` does not scale (the global batch is ``batch_size`` as on one GPU).
+
+    Args:
+        accelerator: Set by the Trainer.
+        parallel_devices: Set by the Trainer from ``devices``.
+        checkpoint_io: Checkpoint plugin.
+        precision_plugin: Set by the Trainer from ``precision``.
+        net_attr: Name of the LightningModule attribute holding the network to parallelise.
+    """
+
+    strategy_name = "dp"
+
+    def __init__(
+        self,
+        accelerator: pl.accelerators.Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision_plugin: Precision | None = None,
+        net_attr: str = "net",
+    ) -> None:
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=None,
+            checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin,
+        )
+        self.net_attr = net_attr
+
+    # ---- one process: rank 0 of 1 ---------------------------------------------------------
+    @property
+    def root_device(self) -> torch.device:
+        if not self.parallel_devices:
+            return torch.device("cpu")
+        return self.parallel_devices[0]
+
+    @property
+    def global_rank(self) -> int:
+        return 0
+
+    @property
+    def local_rank(self) -> int:
+        return 0
+
+    @property
+    def node_rank(self) -> int:
+        return 0
+
+    @property
+    def world_size(self) -> int:
+        return 1
+
+    @property
+    def is_distributed(self) -> bool:
+        """Not distributed: one process, so no DistributedSampler and no ``sync_dist`` collectives."""
+        return False
+
+    @property
+    def distributed_sampler_kwargs(self) -> None:
+        return None
+
+    @property
+    def uses_data_parallel(self) -> bool:
+        """Whether the net is wrapped in DataParallel (CUDA devices); else it is plain single-device."""
+        return self.root_device.type == "cuda"
+
+    def _configure_launcher(self) -> None:
+        # called once the Trainer has set accelerator and devices: refuse what dp cannot do, early
+        devices = self.parallel_devices or []
+        if len(devices) > 1 and any(d.type != "cuda" for d in devices):
+            kind = devices[0].type
+            raise LitGpuError(
+                f"strategy 'dp' splits each batch across CUDA GPUs, but got {len(devices)} {kind} devices; "
+                f"on {kind} use devices: 1 (same as single-device), or strategy: ddp for {len(devices)} "
+                f"processes (--trainer.strategy ddp --trainer.devices {len(devices)})"
+            )
+        self._launcher = None
+
+    # ---- model ------------------------------------------------------------------------------
+    def model_to_device(self) -> None:
+        assert self.model is not None
+        self.model.to(self.root_device)
+
+    def _setup_model(self, model: nn.Module) -> nn.Module:
+        module = self.lightning_module
+        if self.uses_data_parallel and module is not None:
+            wrap_net(module, self.net_attr, device_ids=[d.index or 0 for d in self.parallel_devices or []])
+        return model
+
+    def teardown(self) -> None:
+        if self.lightning_module is not None:
+            unwrap_net(self.lightning_module, self.net_attr)
+        super().teardown()
+
+    # ---- collectives: one process ---------------------------------------------------------
+    def reduce(self, tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -> Any:
+        """Return scalars unchanged (the step already saw the whole batch); reduce vectors.
+
+        A net that returns a scalar per replica (e.g. its own loss) comes back from DataParallel's
+        gather as a vector with one entry per GPU; ``reduce`` combines it with ``reduce_op``.
+        """
+        if isinstance(tensor, Tensor) and tensor.dim() > 0:
+            return _reduce_per_replica(tensor, reduce_op)
+        return tensor
+
+    def all_gather(self, tensor: Tensor, group: Any | None = None, sync_grads: bool = False) -> Tensor:
+        return tensor
+
+    def barrier(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def broadcast(self, obj: TBroadcast, src: int = 0) -> TBroadcast:
+        return obj
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        return decision
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
+        if cls.strategy_name not in strategy_registry:
+            strategy_registry.register(cls.strategy_name, cls, description=cls.__doc__.splitlines()[0])
+
+
+def register() -> None:
+    """Register ``"dp"`` in Lightning's StrategyRegistry (idempotent)."""
+    DataParallelStrategy.register_strategies(StrategyRegistry)

@@ -1,0 +1,85 @@
+"""Test-only modules and callbacks for the resume / failure tests (importable by CLI subprocesses)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from lit_gpu.data import SyntheticRegressionDataModule
+from lit_gpu.modules import RegressionModule
+
+
+class SlowSteps(pl.Callback):
+    """Sleeps after every training step and writes the global step to ``progress_file`` (atomically)."""
+
+    def __init__(self, seconds: float = 0.1, progress_file: str = "progress.txt") -> None:
+        self.seconds = seconds
+        self.progress_file = Path(progress_file)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        tmp = self.progress_file.with_suffix(".tmp")
+        tmp.write_text(str(trainer.global_step))
+        os.replace(tmp, self.progress_file)
+        time.sleep(self.seconds)
+
+
+class NaNAtStepModule(RegressionModule):
+    """A regression module whose training loss becomes NaN (or inf) at global step ``bad_step``."""
+
+    def __init__(self, *args, bad_step: int = 5, bad_value: str = "nan", **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.bad_step = bad_step
+        self.bad_value = float(bad_value)
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        if self.trainer.global_step == self.bad_step:
+            loss = loss * self.bad_value
+        return loss
+
+
+class OOMModule(RegressionModule):
+    """Raises a CUDA-style out-of-memory error from ``training_step`` (a fake for CPU-only tests)."""
+
+    def training_step(self, batch, batch_idx):
+        raise torch.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total capacity)"
+        )
+
+
+class _KillingDataset(Dataset):
+    def __init__(self, base: Dataset, kill_after: int) -> None:
+        self.base = base
+        self.kill_after = kill_after
+        self.calls = 0
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, index: int):
+        self.calls += 1
+        if self.calls > self.kill_after and torch.utils.data.get_worker_info() is not None:
+            os.kill(os.getpid(), signal.SIGKILL)  # the worker process dies like an OOM-killed one
+        return self.base[index]
+
+
+class CrashingWorkerDataModule(SyntheticRegressionDataModule):
+    """Synthetic data whose single DataLoader worker is SIGKILLed after ``kill_after`` samples."""
+
+    def __init__(self, *args, kill_after: int = 96, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.kill_after = kill_after
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(
+            _KillingDataset(self.train_set, self.kill_after),
+            batch_size=self.batch_size,
+            num_workers=1,
+            prefetch_factor=1,
+        )

@@ -1,0 +1,120 @@
+"""GPU modes through the real CLI on a CPU machine: dp config, free:N / precision auto, one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from lit_gpu import devices
+from lit_gpu.cli import LitGpuCLI, main
+from tests.conftest import CONFIGS, REPO_ROOT
+from tests.unit.fake_nvml import FakeGpu, install
+
+LIT_GPU = str(Path(sys.executable).with_name("lit-gpu"))
+SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU behaviour")
+
+
+def _one_error_line(stderr: str) -> str:
+    errors = [line for line in stderr.splitlines() if line.startswith("lit-gpu: error:")]
+    assert len(errors) == 1, stderr
+    assert "Traceback" not in stderr
+    return errors[0]
+
+
+def test_foonet_dp_fit_runs_as_single_device_on_cpu(tmp_path, cli_env):
+    args = [
+        LIT_GPU, "fit",
+        "--config", str(CONFIGS / "foonet.yaml"), "--config", str(CONFIGS / "trainer/dp.yaml"),
+        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "8", "--trainer.limit_val_batches", "2",
+        "--trainer.enable_progress_bar", "false",
+    ]  # fmt: skip
+    proc = subprocess.run(args, cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "DataParallel" not in proc.stderr and "strategy 'dp'" not in proc.stderr  # no per-run warning
+    run = sorted((tmp_path / "runs" / "lit_gpu").glob("version_*"))[-1]
+    assert yaml.safe_load((run / "config.yaml").read_text())["trainer"]["strategy"] == "dp"
+    state = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+    assert state and all(k.startswith("net.linears.") for k in state)
+
+
+@no_cuda
+def test_gpu_yaml_without_gpu_is_one_line_subprocess(tmp_path, cli_env):
+    args = [LIT_GPU, "fit", *SIMPLE, "--config", str(CONFIGS / "trainer/gpu.yaml")]
+    proc = subprocess.run(args, cwd=REPO_ROOT, env=cli_env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    line = _one_error_line(proc.stderr)
+    assert "configs/trainer/gpu.yaml (trainer.accelerator: gpu)" in line
+    assert "--config configs/trainer/cpu.yaml" in line and "--trainer.accelerator cpu" in line
+
+
+@no_cuda
+def test_accelerator_flag_without_gpu_names_the_flag(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["fit", *SIMPLE, "--trainer.accelerator", "gpu"])
+    assert info.value.code == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "--trainer.accelerator gpu asks for a GPU" in line and "cpu.yaml" in line
+
+
+def test_devices_above_present_is_one_line(monkeypatch, capsys):
+    # pretend CUDA has one GPU (Lightning's own device parser does the checking)
+    import lightning.fabric.accelerators.cuda as fabric_cuda
+
+    monkeypatch.setattr(fabric_cuda, "num_cuda_devices", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(SystemExit) as info:
+        main(["fit", *SIMPLE, "--trainer.accelerator", "cuda", "--trainer.devices", "4"])
+    assert info.value.code == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "--trainer.devices 4 asks for GPUs [0, 1, 2, 3], but only 1 is visible [0]" in line
+    assert "--trainer.devices 1" in line and "cpu.yaml" in line
+
+
+def test_dp_on_several_cpus_is_one_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["fit", *SIMPLE, "--trainer.strategy", "dp", "--trainer.devices", "2"])
+    assert info.value.code == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "strategy 'dp'" in line and "strategy: ddp" in line
+
+
+def test_free_n_without_driver_is_one_line(monkeypatch, capsys):
+    install(monkeypatch, [], fail_init=True)
+    with pytest.raises(SystemExit) as info:
+        main(["fit", *SIMPLE, "--trainer.accelerator", "gpu", "--trainer.devices", "free:2"])
+    assert info.value.code == 2
+    assert "devices 'free:2' needs NVIDIA's driver" in _one_error_line(capsys.readouterr().err)
+
+
+def _parsed_trainer(monkeypatch, extra: list[str]):
+    """Run the CLI up to (not including) instantiation; return the resolved trainer config."""
+    monkeypatch.setattr("sys.argv", ["lit-gpu"])
+    monkeypatch.setattr(LitGpuCLI, "instantiate_classes", lambda self: None)
+    cli = LitGpuCLI(args=[*SIMPLE, *extra], run=False)
+    return cli.config.trainer
+
+
+def test_cli_resolves_free_n_and_precision_auto_on_faked_gpus(monkeypatch):
+    install(monkeypatch, [FakeGpu(free_gib=2, capability=(7, 5)), FakeGpu(free_gib=9, capability=(9, 0))])
+    monkeypatch.setattr(devices, "_cuda_available", lambda: True)
+    trainer = _parsed_trainer(
+        monkeypatch,
+        ["--trainer.accelerator", "gpu", "--trainer.devices", "free:1", "--trainer.precision", "auto"],
+    )
+    assert trainer.devices == [1]
+    assert trainer.precision == "bf16-mixed"
+
+
+def test_cli_precision_auto_on_cpu_fits(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["lit-gpu"])
+    cli = LitGpuCLI(args=["fit", *SIMPLE, "--trainer.precision", "auto", "--trainer.max_epochs", "1"])
+    assert cli.trainer.precision == devices.cpu_precision()
+    assert "train/loss_epoch" in cli.trainer.callback_metrics

@@ -1,0 +1,92 @@
+"""Kill -9 a fit mid-epoch, resume with --ckpt_path last: the final weights equal an uninterrupted run."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from tests.conftest import CONFIGS
+
+# 4 steps per epoch, 4 epochs, shuffled data, SGD with momentum, deterministic algorithms.
+BASE = [
+    "fit",
+    "--config", str(CONFIGS / "simple.yaml"),
+    "--config", str(CONFIGS / "debug.yaml"),
+    "--trainer.max_epochs", "4",
+    "--trainer.deterministic", "true",
+]  # fmt: skip
+SLOW = ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0.3"]
+
+
+def _fit(cwd: Path, env: dict, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "lit_gpu", *BASE, *extra],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def _ckpt(run: Path) -> dict:
+    return torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+
+
+def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, cli_env):
+    killed, reference = tmp_path / "killed", tmp_path / "reference"
+    killed.mkdir()
+    reference.mkdir()
+
+    # the uninterrupted reference run goes alongside
+    ref = subprocess.Popen(
+        [sys.executable, "-m", "lit_gpu", *BASE], cwd=reference, env=cli_env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lit_gpu", *BASE, *SLOW],
+        cwd=killed,
+        env=cli_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    last = killed / "runs" / "lit_gpu" / "version_0" / "checkpoints" / "last.ckpt"
+    progress = killed / "progress.txt"
+    deadline = time.monotonic() + 180
+    step = 0
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            step = int(progress.read_text()) if progress.exists() else 0
+            if last.exists() and 4 < step < 8:  # epoch 1 is under way, epoch 0 was checkpointed
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
+    assert step % 4 != 0, "the kill must land mid-epoch"
+    # the kill left a complete, loadable last.ckpt (atomic writes), from the end of epoch 0
+    assert _ckpt(last.parent.parent)["global_step"] == 4
+
+    resumed = _fit(killed, cli_env, "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from runs/lit_gpu/version_0/checkpoints/last.ckpt" in resumed.stderr
+
+    _, ref_err = ref.communicate(timeout=240)
+    assert ref.returncode == 0, ref_err[-3000:]
+
+    got = _ckpt(killed / "runs" / "lit_gpu" / "version_1")
+    want = _ckpt(reference / "runs" / "lit_gpu" / "version_0")
+    assert got["global_step"] == want["global_step"] == 16
+    assert got["state_dict"].keys() == want["state_dict"].keys()
+    for key in want["state_dict"]:
+        assert torch.equal(got["state_dict"][key], want["state_dict"][key]), key
+    momentum = [s["momentum_buffer"] for s in want["optimizer_states"][0]["state"].values()]
+    got_momentum = [s["momentum_buffer"] for s in got["optimizer_states"][0]["state"].values()]
+    assert all(torch.equal(a, b) for a, b in zip(got_momentum, momentum, strict=True))

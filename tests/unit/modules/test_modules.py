@@ -1,0 +1,94 @@
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch.nn import functional as F
+
+from lit_gpu.data import SyntheticRegressionDataModule
+from lit_gpu.modules import ClassificationModule, RegressionModule
+from lit_gpu.nets import FooNet, SimpleModel
+
+
+def _trainer(tmp_path, **kw):
+    defaults = dict(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    defaults.update(kw)
+    return pl.Trainer(**defaults)
+
+
+def test_regression_loss_is_mse():
+    module = RegressionModule(SimpleModel(4, 2))
+    out, y = torch.randn(3, 2), torch.randn(3, 2)
+    torch.testing.assert_close(module.compute_loss(out, y), F.mse_loss(out, y))
+
+
+def test_regression_loss_falls_on_synthetic_data(tmp_path):
+    pl.seed_everything(0)
+    dm = SyntheticRegressionDataModule(in_features=10, out_features=10, num_samples=512, batch_size=32)
+    module = RegressionModule(
+        SimpleModel(10, 10), optimizer=lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)
+    )
+    trainer = _trainer(tmp_path)
+    before = trainer.validate(module, datamodule=dm, verbose=False)[0]["val/loss"]
+    trainer = _trainer(tmp_path, max_epochs=5)
+    trainer.fit(module, datamodule=dm)
+    after = trainer.callback_metrics["val/loss"].item()
+    assert after < 0.1 * before
+    assert set(trainer.callback_metrics) >= {"train/loss", "val/loss"}
+
+
+def test_classification_logs_loss_and_acc(tmp_path):
+    x = torch.randn(64, 8)
+    y = (x[:, 0] > 0).long()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
+    module = ClassificationModule(torch.nn.Linear(8, 2), num_classes=2)
+    trainer = _trainer(tmp_path, max_epochs=3)
+    trainer.fit(module, loader, loader)
+    assert {"val/loss", "val/acc", "train/loss"} <= set(trainer.callback_metrics)
+    metrics = trainer.test(module, loader, verbose=False)[0]
+    assert set(metrics) == {"test/loss", "test/acc"}
+    assert 0.0 <= metrics["test/acc"] <= 1.0
+
+
+def test_classification_predict_returns_probabilities():
+    module = ClassificationModule(torch.nn.Linear(8, 3), num_classes=3)
+    probs = module.predict_step((torch.randn(5, 8), torch.zeros(5)), 0)
+    assert probs.shape == (5, 3)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(5))
+
+
+def test_subclass_overrides_loss(tmp_path):
+    calls = []
+
+    class L1Regression(RegressionModule):
+        def compute_loss(self, outputs, targets):
+            calls.append(1)
+            return F.l1_loss(outputs, targets)
+
+    dm = SyntheticRegressionDataModule(in_features=4, out_features=4, num_samples=64, batch_size=16)
+    _trainer(tmp_path, max_epochs=1).fit(L1Regression(FooNet(4, 2)), datamodule=dm)
+    assert len(calls) >= 4
+
+
+def test_injected_optimizer_and_scheduler():
+    module = RegressionModule(
+        SimpleModel(),
+        optimizer=lambda p: torch.optim.SGD(p, lr=0.3),
+        scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=1),
+        scheduler_interval="step",
+    )
+    conf = module.configure_optimizers()
+    assert isinstance(conf["optimizer"], torch.optim.SGD)
+    assert conf["optimizer"].param_groups[0]["lr"] == pytest.approx(0.3)
+    assert conf["lr_scheduler"]["interval"] == "step"
+
+
+def test_default_optimizer_is_adam():
+    assert isinstance(RegressionModule(SimpleModel()).configure_optimizers(), torch.optim.Adam)
