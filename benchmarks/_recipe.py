@@ -83,4 +83,9 @@ def run_recipe(
         results = cli.trainer.test(cli.model, datamodule=cli.datamodule, verbose=False)
         sync(device)
         t2 = time.perf_counter()
-    return {"fit_s": t1 - t0, "test_s": t2 - t1, "total_s": t2 - t0, "test_acc": float(results[0]["test/acc"])}
+    return {
+        "fit_s": t1 - t0,
+        "test_s": t2 - t1,
+        "total_s": t2 - t0,
+        "test_acc": float(results[0]["test/acc"]),
+    }

@@ -19,11 +19,15 @@ from _recipe import DEFAULT_DATA, REPO, machine, run_recipe  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--config", default=str(REPO / "configs" / "mnist_fast.yaml"))
     parser.add_argument("--data-dir", default=str(DEFAULT_DATA))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu"
+    )
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: PyTorch's)")
     parser.add_argument("extra", nargs="*", help="more CLI overrides, e.g. --speed.compile=true")
     args = parser.parse_args()

@@ -79,8 +79,10 @@ def classic(data_dir: str, device: str, max_epochs: int, seed: int) -> dict[str,
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
                 correct += (model(x).argmax(1) == y).sum().item()
         acc = correct / len(test)
-        print(f"  classic epoch {epoch}: test acc {100 * acc:.2f} % at {time.perf_counter() - start:.1f} s",
-              flush=True)
+        print(
+            f"  classic epoch {epoch}: test acc {100 * acc:.2f} % at {time.perf_counter() - start:.1f} s",
+            flush=True,
+        )
         if acc >= TARGET:
             break
     sync(device)
@@ -88,9 +90,13 @@ def classic(data_dir: str, device: str, max_epochs: int, seed: int) -> dict[str,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data-dir", default=str(DEFAULT_DATA))
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu"
+    )
     parser.add_argument("--max-epochs", type=int, default=10, help="cap of the classic loop")
     parser.add_argument("--config", default=str(REPO / "configs" / "mnist_fast.yaml"))
     parser.add_argument("--seed", type=int, default=0)
@@ -102,24 +108,31 @@ def main() -> None:
     print("lit_gpu fast recipe ...", flush=True)
     fast = run_recipe(args.config, args.data_dir, args.device, args.seed)
     fast_ok = fast["test_acc"] >= TARGET
-    print(f"  lit_gpu: test acc {100 * fast['test_acc']:.2f} % in {fast['total_s']:.1f} s "
-          f"(fit {fast['fit_s']:.1f} s + test {fast['test_s']:.1f} s)", flush=True)
+    print(
+        f"  lit_gpu: test acc {100 * fast['test_acc']:.2f} % in {fast['total_s']:.1f} s "
+        f"(fit {fast['fit_s']:.1f} s + test {fast['test_s']:.1f} s)",
+        flush=True,
+    )
     print("classic recipe ...", flush=True)
     base = classic(args.data_dir, args.device, args.max_epochs, args.seed)
 
     print("\n| recipe | test acc (%) | time to 99.0 % (s) |")
     print("|---|---:|---:|")
     fast_cell = f"{fast['total_s']:.1f}" if fast_ok else f"not reached ({fast['total_s']:.1f} s run)"
-    base_cell = f"{base['seconds']:.1f} ({base['epochs']} epochs)" if base["reached"] else (
-        f"not reached in {base['epochs']} epochs ({base['seconds']:.1f} s)"
+    base_cell = (
+        f"{base['seconds']:.1f} ({base['epochs']} epochs)"
+        if base["reached"]
+        else (f"not reached in {base['epochs']} epochs ({base['seconds']:.1f} s)")
     )
     print(f"| classic PyTorch loop | {100 * base['acc']:.2f} | {base_cell} |")
     print(f"| lit_gpu mnist_fast.yaml | {100 * fast['test_acc']:.2f} | {fast_cell} |")
     if fast_ok and base["reached"]:
         ratio = fast["total_s"] / base["seconds"]
         verdict = "meets" if ratio <= 0.15 else "misses"
-        print(f"\nratio lit_gpu / classic = {ratio:.3f}x ({base['seconds'] / fast['total_s']:.1f}x faster; "
-              f"target <= 0.15x: {verdict})")
+        print(
+            f"\nratio lit_gpu / classic = {ratio:.3f}x ({base['seconds'] / fast['total_s']:.1f}x faster; "
+            f"target <= 0.15x: {verdict})"
+        )
 
 
 if __name__ == "__main__":

@@ -84,7 +84,9 @@ class _StepClock(pl.Callback):
             self.t_warm = time.perf_counter()
 
 
-def run_lit(x: torch.Tensor, y: torch.Tensor, batch_size: int, warmup: int, bare: bool) -> tuple[float, float]:
+def run_lit(
+    x: torch.Tensor, y: torch.Tensor, batch_size: int, warmup: int, bare: bool
+) -> tuple[float, float]:
     from lightning.pytorch.loggers import CSVLogger
 
     steps = len(x) // batch_size
@@ -92,7 +94,12 @@ def run_lit(x: torch.Tensor, y: torch.Tensor, batch_size: int, warmup: int, bare
     clock = _StepClock(warmup)
     with tempfile.TemporaryDirectory() as tmp:
         if bare:
-            flags = dict(enable_progress_bar=False, logger=False, enable_model_summary=False, enable_checkpointing=False)
+            flags = dict(
+                enable_progress_bar=False,
+                logger=False,
+                enable_model_summary=False,
+                enable_checkpointing=False,
+            )
         else:
             flags = dict(logger=CSVLogger(tmp, name="lit_gpu"), default_root_dir=tmp)
         trainer = pl.Trainer(
@@ -112,7 +119,9 @@ def run_lit(x: torch.Tensor, y: torch.Tensor, batch_size: int, warmup: int, bare
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=20)
@@ -122,7 +131,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"# {machine()}")
-    print(f"# FastMnistNet(16, 32, k=5), SGD, batch {args.batch_size}, {args.steps} steps, {args.repeats} repeats")
+    print(f"# FastMnistNet(16, 32, k=5), SGD, batch {args.batch_size}, {args.steps} steps, x{args.repeats}")
     x, y = make_data(args.steps, args.batch_size)
     runs: dict[str, list[tuple[float, float]]] = {"raw": [], "lit_gpu default": [], "lit_gpu bare": []}
     for r in range(args.repeats):

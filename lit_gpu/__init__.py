@@ -5,7 +5,12 @@ from lit_gpu.errors import LitGpuError
 
 _quiet.install()
 
-from lit_gpu import strategies  # noqa: E402,F401  (registers Trainer(strategy="dp"))
+try:  # registers Trainer(strategy="dp"); skipped where only torch is installed, so that
+    # `lit_gpu.nets` (plain nn.Modules) still imports for exported models.
+    from lit_gpu import strategies  # noqa: E402,F401
+except ModuleNotFoundError as err:  # pragma: no cover - exercised in a subprocess test
+    if err.name is None or not err.name.startswith(("lightning", "torchmetrics", "jsonargparse")):
+        raise
 
 __version__ = "0.1.0"
 

@@ -19,6 +19,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ class BenchResult:
     sec_per_epoch: float | None = None
     peak_mem_mib: float | None = None
     mem_kind: str = ""
+    warmup_s: float | None = None
     speedup: float | None = None
     status: str = "ok"
     extra: dict[str, Any] = field(default_factory=dict)
@@ -75,8 +77,9 @@ def plan_mode(mode: str) -> ModePlan:
             return ModePlan(mode, "gpu", 1, precision="bf16-mixed", skip=None if ok else "GPU lacks bf16")
         return ModePlan(mode, "cpu", 1, precision="bf16-mixed")
     if mode == "dp":
-        import lit_gpu  # noqa: F401  (registers the "dp" strategy when available)
         from lightning.pytorch.strategies import StrategyRegistry
+
+        import lit_gpu  # noqa: F401  (registers the "dp" strategy when available)
 
         if "dp" not in StrategyRegistry:
             return ModePlan(mode, skip="strategy 'dp' is not registered in this lit_gpu")
@@ -110,18 +113,27 @@ def _make_monitor(result_path: str, warmup: int, steps: int):
             super().__init__(batch_size_fn=_batch_size, window_size=max(2, steps - warmup))
             self.metrics: dict[str, float] = {}
             self.epoch_batches = 0
+            self.t_start = self.warmup_s = 0.0
 
         def on_train_start(self, trainer, pl_module) -> None:
             import torch
 
             super().on_train_start(trainer)
+            self.t_start = time.perf_counter()
             self.epoch_batches = int(trainer.num_training_batches)
             if trainer.strategy.root_device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(trainer.strategy.root_device)
 
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+            if trainer.global_step == warmup:  # warm-up time: first steps, torch.compile included
+                self.warmup_s = time.perf_counter() - self.t_start
+
         def _compute(self, trainer, iter_num: int | None = None) -> None:
             if trainer.state.stage == RunningStage.TRAINING:
-                self.metrics = {k: float(v) for k, v in self._throughputs[trainer.state.stage].compute().items()}
+                self.metrics = {
+                    k: float(v) for k, v in self._throughputs[trainer.state.stage].compute().items()
+                }
 
         def on_train_end(self, trainer, pl_module) -> None:
             import torch
@@ -133,13 +145,16 @@ def _make_monitor(result_path: str, warmup: int, steps: int):
                 peak, kind = torch.cuda.max_memory_allocated(device) / 2**20, "CUDA alloc"
             else:
                 peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "RSS"
-            batch = self._samples.get(RunningStage.TRAINING, 0) / max(1, self._batches.get(RunningStage.TRAINING, 1))
+            batch = self._samples.get(RunningStage.TRAINING, 0) / max(
+                1, self._batches.get(RunningStage.TRAINING, 1)
+            )
             out = {
                 "metrics": self.metrics,
                 "world_size": trainer.world_size,
                 "batch_size": batch,
                 "epoch_batches": self.epoch_batches,
                 "steps": int(trainer.global_step),
+                "warmup_s": self.warmup_s,
                 "peak_mem_mib": peak,
                 "mem_kind": kind,
             }
@@ -205,7 +220,9 @@ def _run_mode(plan: ModePlan, cli_args: list[str], steps: int, warmup: int, time
             return BenchResult(plan.mode, plan.label, status=f"failed: timed out after {timeout:.0f} s")
         if proc.returncode != 0 or not result_path.is_file():
             lines = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
-            return BenchResult(plan.mode, plan.label, status=f"failed: {lines[-1] if lines else proc.returncode}")
+            return BenchResult(
+                plan.mode, plan.label, status=f"failed: {lines[-1] if lines else proc.returncode}"
+            )
         data = json.loads(result_path.read_text())
     metrics = data["metrics"]  # Throughput adds the global "samples_per_sec" only when world_size > 1
     device_rate = metrics.get("device/samples_per_sec")
@@ -218,6 +235,7 @@ def _run_mode(plan: ModePlan, cli_args: list[str], steps: int, warmup: int, time
         sec_per_epoch=epoch_samples / rate if rate else None,
         peak_mem_mib=data["peak_mem_mib"],
         mem_kind=data["mem_kind"],
+        warmup_s=data["warmup_s"],
         extra={"steps": data["steps"], "world_size": data["world_size"], "batch_size": data["batch_size"]},
     )
 
@@ -228,12 +246,21 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def table_rows(results: list[BenchResult]) -> list[list[str]]:
     """Header + one row of strings per result."""
-    rows = [["mode", "setup", "samples/s", "s/epoch", "peak mem (MiB)", "speedup", "status"]]
+    rows = [["mode", "setup", "samples/s", "s/epoch", "warm-up s", "peak mem (MiB)", "speedup", "status"]]
     for r in results:
         mem = "-" if r.peak_mem_mib is None else f"{r.peak_mem_mib:.0f} ({r.mem_kind})"
         speed = "-" if r.speedup is None else f"{r.speedup:.2f}x"
         rows.append(
-            [r.mode, r.setup, _fmt(r.samples_per_sec, ".0f"), _fmt(r.sec_per_epoch, ".2f"), mem, speed, r.status]
+            [
+                r.mode,
+                r.setup,
+                _fmt(r.samples_per_sec, ".0f"),
+                _fmt(r.sec_per_epoch, ".2f"),
+                _fmt(r.warmup_s, ".2f"),
+                mem,
+                speed,
+                r.status,
+            ]
         )
     return rows
 
@@ -253,7 +280,7 @@ def _print_table(results: list[BenchResult], title: str) -> None:
     rows = table_rows(results)
     table = Table(title=title)
     for i, name in enumerate(rows[0]):
-        table.add_column(name, justify="right" if 2 <= i <= 5 else "left", overflow="fold")
+        table.add_column(name, justify="right" if 2 <= i <= 6 else "left", overflow="fold")
     for row in rows[1:]:
         table.add_row(*row)
     Console(width=max(120, Console().width)).print(table)
@@ -270,9 +297,13 @@ def main(argv: list[str] | None = None) -> int:
         epilog="Other arguments (e.g. --data.batch_size 256, --speed.channels_last true) go to the job.",
     )
     parser.add_argument("--config", action="append", required=True, help="job config (repeatable)")
-    parser.add_argument("--modes", default="cpu,gpu", help=f"comma list of {','.join(MODES)} (default cpu,gpu)")
+    parser.add_argument(
+        "--modes", default="cpu,gpu", help=f"comma list of {','.join(MODES)} (default cpu,gpu)"
+    )
     parser.add_argument("--steps", type=int, default=100, help="optimizer steps per mode (default 100)")
-    parser.add_argument("--warmup", type=int, default=10, help="first steps left out of the rates (default 10)")
+    parser.add_argument(
+        "--warmup", type=int, default=10, help="first steps left out of the rates (default 10)"
+    )
     parser.add_argument("--timeout", type=float, default=600, help="seconds per mode before giving up")
     parser.add_argument("--csv", help="also write the table as CSV to this path")
     parser.add_argument("--markdown", help="also write the table as markdown to this path")
@@ -289,14 +320,19 @@ def main(argv: list[str] | None = None) -> int:
     for mode in modes:
         plan = plan_mode(mode)
         result = _run_mode(plan, cli_args, args.steps, args.warmup, args.timeout)
-        print(f"{mode}: {result.status}" + (f" ({result.samples_per_sec:.0f} samples/s)" if result.samples_per_sec else ""),
-              flush=True)
+        print(
+            f"{mode}: {result.status}"
+            + (f" ({result.samples_per_sec:.0f} samples/s)" if result.samples_per_sec else ""),
+            flush=True,
+        )
         results.append(result)
     base = next((r.samples_per_sec for r in results if r.samples_per_sec), None)
     for r in results:
         if r.samples_per_sec and base:
             r.speedup = r.samples_per_sec / base
-    _print_table(results, f"lit-gpu bench: {', '.join(args.config)}, {args.steps} steps ({args.warmup} warm-up)")
+    _print_table(
+        results, f"lit-gpu bench: {', '.join(args.config)}, {args.steps} steps ({args.warmup} warm-up)"
+    )
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             writer = csv.writer(f)
@@ -308,4 +344,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

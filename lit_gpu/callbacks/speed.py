@@ -1,4 +1,4 @@
-"""Speed levers as one callback: ``--speed.channels_last``, ``--speed.compile``, ``--speed.matmul_precision``..."""
+"""Speed levers as one callback: ``--speed.channels_last``, ``--speed.compile``, ``--speed.num_threads``..."""
 
 from __future__ import annotations
 

@@ -8,4 +8,5 @@ TOOL_COMMANDS: dict[str, str] = {
     "bench": "lit_gpu.bench:main",
     "export": "lit_gpu.export:main",
     "env": "lit_gpu.env:main",
+    "plot": "lit_gpu.plot:main",
 }

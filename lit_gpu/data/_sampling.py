@@ -8,7 +8,9 @@ import lightning.pytorch as pl
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
 
-def distributed_train_sampler(datamodule: pl.LightningDataModule, dataset: Dataset, shuffle: bool) -> Sampler | None:
+def distributed_train_sampler(
+    datamodule: pl.LightningDataModule, dataset: Dataset, shuffle: bool
+) -> Sampler | None:
     """A ``DistributedSampler`` honouring ``shuffle`` when training on several processes, else ``None``.
 
     Lightning injects its own ``DistributedSampler`` into training loaders with ``shuffle=True``

@@ -16,7 +16,9 @@ class MnistCNN(nn.Module):
         dropout: Dropout before each classifier layer (0 disables it).
     """
 
-    def __init__(self, channels: int = 32, num_classes: int = 10, hidden: int = 128, dropout: float = 0.25) -> None:
+    def __init__(
+        self, channels: int = 32, num_classes: int = 10, hidden: int = 128, dropout: float = 0.25
+    ) -> None:
         super().__init__()
         c1, c2 = channels, channels * 2
         self.features = nn.Sequential(

@@ -47,12 +47,29 @@ def test_foonet_fit_checkpoint_test(tmp_path, monkeypatch):
 
 def test_mnist_tiny_fit_checkpoint_test(tmp_path, monkeypatch, fake_mnist_dir):
     args = [
-        "--config", str(CONFIGS / "mnist.yaml"), *DEBUG,
-        "--data.data_dir", str(fake_mnist_dir), "--data.download", "false",
-        "--data.val_size", "100", "--data.num_workers", "0", "--data.batch_size", "50",
-        "--model.net.init_args.channels", "8",
-        "--trainer.max_epochs", "3", "--trainer.limit_train_batches", "10",
-        "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "4",
+        "--config",
+        str(CONFIGS / "mnist.yaml"),
+        *DEBUG,
+        "--data.data_dir",
+        str(fake_mnist_dir),
+        "--data.download",
+        "false",
+        "--data.val_size",
+        "100",
+        "--data.num_workers",
+        "0",
+        "--data.batch_size",
+        "50",
+        "--model.net.init_args.channels",
+        "8",
+        "--trainer.max_epochs",
+        "3",
+        "--trainer.limit_train_batches",
+        "10",
+        "--trainer.limit_val_batches",
+        "2",
+        "--trainer.limit_test_batches",
+        "4",
     ]
     metrics = _fit_then_test(args, tmp_path, monkeypatch)
     assert metrics["test/acc"] > 0.5  # fake digits are easy; chance is 0.1
@@ -60,11 +77,18 @@ def test_mnist_tiny_fit_checkpoint_test(tmp_path, monkeypatch, fake_mnist_dir):
 
 @pytest.mark.parametrize("launcher", ["console-script", "python-m"])
 def test_installed_entry_points(launcher, tmp_path, cli_env):
-    exe = [str(Path(sys.executable).parent / "lit-gpu")] if launcher == "console-script" else [
-        sys.executable, "-m", "lit_gpu"]
+    exe = (
+        [str(Path(sys.executable).parent / "lit-gpu")]
+        if launcher == "console-script"
+        else [sys.executable, "-m", "lit_gpu"]
+    )
     proc = subprocess.run(
         [*exe, "fit", "--config", str(CONFIGS / "simple.yaml"), *DEBUG],
-        cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (_run_dir(tmp_path) / "checkpoints" / "last.ckpt").is_file()
@@ -73,9 +97,24 @@ def test_installed_entry_points(launcher, tmp_path, cli_env):
 
 def test_missing_mnist_is_one_line_and_exit_2(tmp_path, cli_env):
     proc = subprocess.run(
-        [sys.executable, "-m", "lit_gpu", "fit", "--config", str(CONFIGS / "mnist.yaml"), *DEBUG,
-         "--data.data_dir", str(tmp_path / "nowhere"), "--data.download", "false"],
-        cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "lit_gpu",
+            "fit",
+            "--config",
+            str(CONFIGS / "mnist.yaml"),
+            *DEBUG,
+            "--data.data_dir",
+            str(tmp_path / "nowhere"),
+            "--data.download",
+            "false",
+        ],
+        cwd=tmp_path,
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr

@@ -18,12 +18,18 @@ from tests.conftest import CONFIGS, free_port
 B = 8
 COMMON = [
     "fit",
-    "--config", str(CONFIGS / "simple.yaml"),
-    "--config", str(CONFIGS / "debug.yaml"),
-    "--data.shuffle", "false",
-    "--trainer.accelerator", "cpu",
-    "--trainer.max_epochs", "2",
-    "--trainer.limit_train_batches", "4",
+    "--config",
+    str(CONFIGS / "simple.yaml"),
+    "--config",
+    str(CONFIGS / "debug.yaml"),
+    "--data.shuffle",
+    "false",
+    "--trainer.accelerator",
+    "cpu",
+    "--trainer.max_epochs",
+    "2",
+    "--trainer.limit_train_batches",
+    "4",
 ]
 
 
@@ -58,8 +64,9 @@ def reference(tmp_path_factory) -> tuple[dict[str, torch.Tensor], list[torch.Ten
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        LitGpuCLI(args=[*COMMON, "--trainer.devices", "1", "--data.batch_size", str(2 * B),
-                        *_recorder_config(root)])
+        LitGpuCLI(
+            args=[*COMMON, "--trainer.devices", "1", "--data.batch_size", str(2 * B), *_recorder_config(root)]
+        )
     finally:
         os.chdir(cwd)
     batches = torch.load(root / "batches" / "rank0.pt")["inputs"]
@@ -86,16 +93,42 @@ def _check_equivalent_and_sharded(root: Path, reference) -> None:
 
 def test_lightning_launcher_two_processes(tmp_path, cli_env, reference):
     exe = str(Path(sys.executable).parent / "lit-gpu")
-    _run([exe, *COMMON, "--trainer.devices", "2", "--trainer.strategy", "ddp",
-          "--data.batch_size", str(B), *_recorder_config(tmp_path)], tmp_path, cli_env)
+    _run(
+        [
+            exe,
+            *COMMON,
+            "--trainer.devices",
+            "2",
+            "--trainer.strategy",
+            "ddp",
+            "--data.batch_size",
+            str(B),
+            *_recorder_config(tmp_path),
+        ],
+        tmp_path,
+        cli_env,
+    )
     _check_equivalent_and_sharded(tmp_path, reference)
 
 
 def test_torchrun_two_processes(tmp_path, cli_env, reference):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-           f"--master_port={free_port()}", "-m", "lit_gpu",
-           *COMMON, "--trainer.devices", "2", "--trainer.strategy", "ddp",
-           "--data.batch_size", str(B), *_recorder_config(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--master_port={free_port()}",
+        "-m",
+        "lit_gpu",
+        *COMMON,
+        "--trainer.devices",
+        "2",
+        "--trainer.strategy",
+        "ddp",
+        "--data.batch_size",
+        str(B),
+        *_recorder_config(tmp_path),
+    ]
     _run(cmd, tmp_path, cli_env)
     _check_equivalent_and_sharded(tmp_path, reference)
 
@@ -106,12 +139,33 @@ def test_torchrun_two_nodes_on_localhost(tmp_path, cli_env, reference):
     for node_rank in (0, 1):
         node_dir = tmp_path / f"node{node_rank}"
         node_dir.mkdir()
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node_rank}",
-               "--nproc_per_node=1", "--master_addr=127.0.0.1", f"--master_port={port}",
-               "-m", "lit_gpu", *COMMON, "--trainer.num_nodes", "2", "--trainer.devices", "1",
-               "--trainer.strategy", "ddp", "--data.batch_size", str(B), *_recorder_config(tmp_path)]
-        procs.append(subprocess.Popen(cmd, cwd=node_dir, env=cli_env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=2",
+            f"--node_rank={node_rank}",
+            "--nproc_per_node=1",
+            "--master_addr=127.0.0.1",
+            f"--master_port={port}",
+            "-m",
+            "lit_gpu",
+            *COMMON,
+            "--trainer.num_nodes",
+            "2",
+            "--trainer.devices",
+            "1",
+            "--trainer.strategy",
+            "ddp",
+            "--data.batch_size",
+            str(B),
+            *_recorder_config(tmp_path),
+        ]
+        procs.append(
+            subprocess.Popen(
+                cmd, cwd=node_dir, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
     for proc in procs:
         out, err = proc.communicate(timeout=400)
         assert proc.returncode == 0, out[-2000:] + err[-4000:]

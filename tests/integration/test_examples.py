@@ -7,7 +7,11 @@ from tests.conftest import REPO_ROOT
 def test_custom_loss_example_trains(tmp_path, cli_env):
     proc = subprocess.run(
         [sys.executable, str(REPO_ROOT / "examples" / "custom_loss.py"), "--epochs", "2"],
-        cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     acc = float(proc.stdout.strip().splitlines()[-1].split(":")[1])

@@ -1,5 +1,3 @@
-from urllib.error import URLError
-
 import lightning.pytorch as pl
 import pytest
 import torch
@@ -18,7 +16,7 @@ def test_reads_idx_files_with_torchvision_parser(fake_mnist_dir):
     assert (len(dm.train_set), len(dm.val_set), len(dm.test_set)) == (500, 100, 200)
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == (32, 1, 28, 28) and x.dtype == torch.float32
-    assert y.dtype == torch.int64 and 0 <= y.min() and y.max() <= 9
+    assert y.dtype == torch.int64 and y.min() >= 0 and y.max() <= 9
     raw = MNIST(str(fake_mnist_dir), train=False, download=False)
     x0, _ = dm.test_set[0]
     expected = (raw.data[0].float() / 255 - MNIST_MEAN) / MNIST_STD

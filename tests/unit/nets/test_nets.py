@@ -43,3 +43,29 @@ def test_nets_have_no_lightning_imports():
     for path in files:
         text = path.read_text()
         assert "import lightning" not in text and "from lightning" not in text, path.name
+
+
+def test_nets_import_with_torch_alone(tmp_path):
+    """An exported net rebuilds where only torch is installed (Lightning imports are blocked)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    code = (
+        "import sys, importlib.abc\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('lightning', 'torchmetrics', 'jsonargparse', 'pytorch_lightning'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import torch\n"
+        "from lit_gpu.nets import FooNet, MnistCNN, SimpleModel\n"
+        "print(MnistCNN()(torch.zeros(2, 1, 28, 28)).shape[-1], 'lightning' in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["10", "False"]

@@ -1,0 +1,218 @@
+"""Plots of a run: ``lit-gpu plot RUN_DIR`` turns ``metrics.csv`` into a PNG of its curves.
+
+Also :func:`confusion_matrix` and :func:`plot_confusion_matrix` for notebooks. Figures are drawn
+with matplotlib's object API on an Agg canvas (the global pyplot backend is never touched, so
+notebooks keep their inline backend) at a fixed size and dpi: a curves PNG is always
+:data:`CURVES_SIZE_PX` pixels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import torch
+
+from lit_gpu.errors import LitGpuError
+
+DPI = 100
+CURVES_FIGSIZE = (12.0, 4.5)  # inches
+CURVES_SIZE_PX = (1200, 450)  # (width, height) of plot_run's PNG
+CONFUSION_FIGSIZE = (6.0, 5.5)
+CONFUSION_SIZE_PX = (600, 550)
+
+Series = dict[str, list[tuple[float, float]]]
+
+
+def find_metrics(run_dir: str | os.PathLike) -> Path:
+    """The ``metrics.csv`` of a run.
+
+    Args:
+        run_dir: A run folder (``runs/lit_gpu/version_0``), the CSV itself, or a logger folder
+            (``runs/lit_gpu``), in which case the newest ``version_*`` holding a CSV is used.
+
+    Raises:
+        LitGpuError: No ``metrics.csv`` found.
+    """
+    path = Path(run_dir)
+    if path.is_file():
+        return path
+    if (path / "metrics.csv").is_file():
+        return path / "metrics.csv"
+    found = [p for p in path.glob("version_*/metrics.csv") if p.is_file()]
+    if found:
+        return max(found, key=lambda p: p.stat().st_mtime)
+    raise LitGpuError(
+        f"no metrics.csv in {path}; pass a run folder such as runs/lit_gpu/version_0 "
+        "(written by lit-gpu fit with its default CSV logger)"
+    )
+
+
+def read_metrics(run_dir: str | os.PathLike) -> Series:
+    """Every numeric column of a run's ``metrics.csv`` as ``{name: [(step, value), ...]}``.
+
+    Empty cells are skipped (Lightning writes step and epoch metrics on separate rows). The x value
+    is the ``step`` column, or the row number when there is none.
+    """
+    series: Series = {}
+    with open(find_metrics(run_dir), newline="") as f:
+        for row_number, row in enumerate(csv.DictReader(f)):
+            step = _number(row.get("step"))
+            x = float(row_number) if step is None else step
+            for name, cell in row.items():
+                value = _number(cell)
+                if name in ("step", "epoch") or name is None or value is None:
+                    continue
+                series.setdefault(name, []).append((x, value))
+    return series
+
+
+def _number(cell: str | None) -> float | None:
+    if cell is None or cell.strip() == "":
+        return None
+    try:
+        value = float(cell)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _label(name: str) -> str:
+    for suffix in ("_step", "_epoch"):
+        if name.endswith(suffix):
+            return f"{name.removesuffix(suffix)} ({suffix[1:]})"
+    return name
+
+
+def _panel(ax, series: Series, names: Iterable[str], title: str) -> None:
+    for name in names:
+        points = series[name]
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        many = len(points) > 20
+        style = {"linewidth": 0.8, "alpha": 0.6} if name.endswith("_step") else {"linewidth": 1.6}
+        ax.plot(xs, ys, marker=None if many else "o", markersize=3, label=_label(name), **style)
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+
+
+def plot_run(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
+    """Draw a run's loss curves (train per step and per epoch, val, test) and accuracy, if logged.
+
+    Args:
+        run_dir: See :func:`find_metrics`.
+        out: PNG to write; default ``curves.png`` beside ``metrics.csv``.
+
+    Returns:
+        The PNG path. Its size is always :data:`CURVES_SIZE_PX`.
+
+    Raises:
+        LitGpuError: No ``metrics.csv``, or no loss/accuracy column in it.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    csv_path = find_metrics(run_dir)
+    series = read_metrics(csv_path)
+    loss = sorted(n for n in series if n.split("/")[-1].startswith("loss"))
+    acc = sorted(n for n in series if n.split("/")[-1].startswith("acc"))
+    panels = [(names, title) for names, title in ((loss, "loss"), (acc, "accuracy")) if names]
+    if not panels:
+        raise LitGpuError(f"{csv_path} has no loss or accuracy column (columns: {', '.join(series) or 'none'})")
+    fig = Figure(figsize=CURVES_FIGSIZE, dpi=DPI)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (names, title) in zip(axes, panels, strict=True):
+        _panel(ax, series, names, title)
+    fig.suptitle(str(csv_path.parent))
+    fig.tight_layout()
+    out_path = Path(out) if out is not None else csv_path.parent / "curves.png"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_path, dpi=DPI)  # no bbox_inches="tight": the pixel size stays fixed
+    return out_path
+
+
+@torch.no_grad()
+def confusion_matrix(
+    model: torch.nn.Module,
+    dataloader: Iterable,
+    num_classes: int,
+    device: str | torch.device = "cpu",
+) -> torch.Tensor:
+    """Confusion matrix ``(num_classes, num_classes)`` of ``model`` on ``dataloader`` (rows: true class).
+
+    Args:
+        model: A net or LightningModule returning logits or probabilities ``(B, num_classes)``.
+        dataloader: Yields ``(inputs, targets)`` batches.
+        num_classes: Number of classes.
+        device: Where to run the model.
+    """
+    from torchmetrics.classification import MulticlassConfusionMatrix
+
+    metric = MulticlassConfusionMatrix(num_classes=num_classes).to(device)
+    was_training = model.training
+    model.eval()
+    model.to(device)
+    try:
+        for batch in dataloader:
+            inputs, targets = batch[0].to(device), batch[1].to(device)
+            metric.update(model(inputs).argmax(dim=-1), targets)
+    finally:
+        model.train(was_training)
+    return metric.compute().cpu()
+
+
+def plot_confusion_matrix(
+    matrix: torch.Tensor,
+    out: str | os.PathLike,
+    class_names: Sequence[str] | None = None,
+    title: str = "confusion matrix",
+) -> Path:
+    """Write a confusion matrix (rows: true class, columns: predicted) as a :data:`CONFUSION_SIZE_PX` PNG."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    counts = torch.as_tensor(matrix).cpu().long()
+    n = counts.shape[0]
+    names = list(class_names) if class_names is not None else [str(i) for i in range(n)]
+    fig = Figure(figsize=CONFUSION_FIGSIZE, dpi=DPI)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    image = ax.imshow(counts.numpy(), cmap="Blues")
+    fig.colorbar(image, ax=ax)
+    ax.set_xticks(range(n), names)
+    ax.set_yticks(range(n), names)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    accuracy = counts.diag().sum().item() / max(counts.sum().item(), 1)
+    ax.set_title(f"{title} (accuracy {accuracy:.1%})")
+    threshold = counts.max().item() / 2
+    if n <= 20:
+        for i in range(n):
+            for j in range(n):
+                value = counts[i, j].item()
+                color = "white" if value > threshold else "black"
+                ax.text(j, i, str(value), ha="center", va="center", fontsize="x-small", color=color)
+    fig.tight_layout()
+    out_path = Path(out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_path, dpi=DPI)
+    return out_path
+
+
+def main(argv: Sequence[str]) -> int:
+    """``lit-gpu plot RUN_DIR [--out PNG]``."""
+    parser = argparse.ArgumentParser(
+        prog="lit-gpu plot", description="Plot a run's loss and accuracy curves from its metrics.csv."
+    )
+    parser.add_argument("run_dir", help="run folder (runs/lit_gpu/version_0), its metrics.csv, or runs/lit_gpu")
+    parser.add_argument("--out", default=None, help="PNG to write (default: curves.png beside metrics.csv)")
+    args = parser.parse_args(list(argv))
+    path = plot_run(args.run_dir, args.out)
+    print(f"lit-gpu: wrote {path} ({CURVES_SIZE_PX[0]}x{CURVES_SIZE_PX[1]} px)")
+    return 0
