@@ -10,13 +10,13 @@ import sys
 from collections.abc import Sequence
 
 from jsonargparse import lazy_instance
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger
 
 from lit_gpu import devices as _devices
 from lit_gpu import diagnostics
 from lit_gpu.callbacks import cli_support
+from lit_gpu.callbacks.checkpoint import ModelCheckpoint
 from lit_gpu.callbacks.interrupt import INTERRUPT_EXIT_CODE, was_interrupted
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.commands import TOOL_COMMANDS

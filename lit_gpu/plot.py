@@ -123,7 +123,9 @@ def plot_run(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -
     acc = sorted(n for n in series if n.split("/")[-1].startswith("acc"))
     panels = [(names, title) for names, title in ((loss, "loss"), (acc, "accuracy")) if names]
     if not panels:
-        raise LitGpuError(f"{csv_path} has no loss or accuracy column (columns: {', '.join(series) or 'none'})")
+        raise LitGpuError(
+            f"{csv_path} has no loss or accuracy column (columns: {', '.join(series) or 'none'})"
+        )
     fig = Figure(figsize=CURVES_FIGSIZE, dpi=DPI)
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
@@ -210,7 +212,9 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="lit-gpu plot", description="Plot a run's loss and accuracy curves from its metrics.csv."
     )
-    parser.add_argument("run_dir", help="run folder (runs/lit_gpu/version_0), its metrics.csv, or runs/lit_gpu")
+    parser.add_argument(
+        "run_dir", help="run folder (runs/lit_gpu/version_0), its metrics.csv, or runs/lit_gpu"
+    )
     parser.add_argument("--out", default=None, help="PNG to write (default: curves.png beside metrics.csv)")
     args = parser.parse_args(list(argv))
     path = plot_run(args.run_dir, args.out)

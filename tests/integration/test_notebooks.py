@@ -1,0 +1,45 @@
+"""The notebooks run top to bottom on CPU (fake MNIST, tiny settings), as a user would run them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
+CELL_TIMEOUT_S = 300
+NOTEBOOK_BUDGET_S = 240  # each takes ~10-40 s on a 2-core CPU
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
+    monkeypatch.setenv("LIT_GPU_REPO", str(REPO_ROOT))
+    monkeypatch.setenv("LIT_GPU_FAKE_MNIST", "1")  # CI has no MNIST; the notebook writes a fake one
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebook's work dir (runs/, PNGs) lands here
+    notebook = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(
+        notebook,
+        timeout=CELL_TIMEOUT_S,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    start = time.monotonic()
+    client.execute()  # raises CellExecutionError with the failing cell and its traceback
+    elapsed = time.monotonic() - start
+
+    errors = [o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
+    images = [o for c in notebook.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert images or path.stem == "02_gpu_modes", "the curves / confusion matrix were not displayed"
+    assert list(tmp_path.glob("lit_gpu_nb_*")), "the notebook did not use a temp work dir"
+    assert elapsed < NOTEBOOK_BUDGET_S, f"{path.name} took {elapsed:.0f} s"
+
+
+def test_all_three_notebooks_are_collected():
+    assert [p.name for p in NOTEBOOKS] == ["01_quickstart.ipynb", "02_gpu_modes.ipynb", "03_research.ipynb"]
