@@ -10,8 +10,6 @@ start=$(date +%s)
 lit-gpu fit --config "$REPO/configs/mnist.yaml" --data.data_dir "$DATA_DIR" --data.download false \
   --trainer.enable_progress_bar false
 fit_end=$(date +%s)
-best=$(ls runs/lit_gpu/version_0/checkpoints/best-*.ckpt)
 lit-gpu test --config "$REPO/configs/mnist.yaml" --data.data_dir "$DATA_DIR" --data.download false \
-  --ckpt_path "$best" --trainer.logger false --trainer.enable_progress_bar false
-echo "best checkpoint: $best"
+  --ckpt_path best --trainer.logger false --trainer.enable_progress_bar false
 echo "fit wall time: $((fit_end - start)) s; run dir: $WORK/runs/lit_gpu/version_0"

@@ -49,9 +49,13 @@ def loader(x: torch.Tensor, y: torch.Tensor, batch_size: int) -> TensorLoader:
     return TensorLoader(x, y, batch_size=batch_size, shuffle=True, drop_last=True, seed=0)
 
 
+CHANNELS_LAST = False
+
+
 def make_net() -> FastMnistNet:
     torch.manual_seed(0)
-    return FastMnistNet(12, 24, kernel_size=5)
+    net = FastMnistNet(12, 24, kernel_size=5)
+    return net.to(memory_format=torch.channels_last) if CHANNELS_LAST else net
 
 
 def sgd(params) -> torch.optim.Optimizer:
@@ -129,12 +133,20 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: PyTorch's)")
+    parser.add_argument("--channels-last", action="store_true", help="NHWC net and inputs in both loops")
     args = parser.parse_args()
+    global CHANNELS_LAST
+    CHANNELS_LAST = args.channels_last
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"# {machine()}")
-    print(f"# FastMnistNet(12, 24, k=5), SGD, batch {args.batch_size}, {args.steps} steps, x{args.repeats}")
+    print(
+        f"# FastMnistNet(12, 24, k=5), channels_last={CHANNELS_LAST}, SGD, batch {args.batch_size}, "
+        f"{args.steps} steps, x{args.repeats}"
+    )
     x, y = make_data(args.steps, args.batch_size)
+    if CHANNELS_LAST:
+        x = x.contiguous(memory_format=torch.channels_last)
     runs: dict[str, list[tuple[float, float, float]]] = {"raw": [], "lit_gpu default": [], "lit_gpu bare": []}
     for r in range(args.repeats):
         runs["raw"].append(run_raw(x, y, args.batch_size, args.warmup))

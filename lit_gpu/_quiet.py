@@ -23,5 +23,7 @@ def install() -> None:
         logging.getLogger(name).addFilter(_DropTips())
     # Lightning's own use of a torch-internal API; not actionable for users.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+    # Every resume/test into a new run folder triggers it; best/last paths are resolved by the CLI.
+    warnings.filterwarnings("ignore", message=r".*The dirpath has changed from.*")
     # Misfires in notebooks and when lit_gpu.cli.main(argv) is called from Python.
     warnings.filterwarnings("ignore", message=r".*LightningCLI's args parameter is intended to run.*")

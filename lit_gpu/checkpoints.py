@@ -318,12 +318,12 @@ def load_into(
 
 
 # ---- finding checkpoints and describing nets ------------------------------------------------------
-def find_last_checkpoint(patterns: Iterable[str | os.PathLike]) -> Path | None:
-    """Newest (by modification time) ``last*.ckpt`` in folders matching any glob pattern."""
+def find_last_checkpoint(patterns: Iterable[str | os.PathLike], prefix: str = "last") -> Path | None:
+    """Newest (by modification time) ``{prefix}*.ckpt`` in folders matching any glob pattern."""
     found: list[Path] = []
     for pattern in patterns:
         for folder in glob.glob(str(pattern)):
-            found.extend(p for p in Path(folder).glob("last*.ckpt") if p.is_file() and p.stat().st_size > 0)
+            found.extend(p for p in Path(folder).glob(f"{prefix}*.ckpt") if p.is_file() and p.stat().st_size > 0)
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 

@@ -93,7 +93,7 @@ def _checkpoint_dirs(config: Namespace) -> list[str]:
     if init is not None:
         save_dir, name = _get(init, "save_dir", "runs"), _get(init, "name", "lit_gpu")
         patterns.append(str(Path(save_dir) / (name or "") / "version_*" / "checkpoints"))
-    elif logger is not False:
+    else:  # the CLI's default logger (also when this run itself logs nothing, e.g. `test`)
         patterns.append(str(Path("runs") / "lit_gpu" / "version_*" / "checkpoints"))
     root = _get(config, "trainer.default_root_dir") or "."
     patterns.append(str(Path(root) / "checkpoints"))
@@ -112,8 +112,17 @@ def resolve_ckpt_path(config: Namespace) -> None:
     if ckpt_path == "last":
         last = find_last_checkpoint(_checkpoint_dirs(config[subcommand]))
         if last is not None:
-            print(f"lit-gpu: resuming from {last}", file=sys.stderr, flush=True)
+            verb = "resuming from" if subcommand == "fit" else "using"
+            print(f"lit-gpu: {verb} {last}", file=sys.stderr, flush=True)
             config[key] = str(last)
+        return
+    if ckpt_path == "best" and subcommand != "fit":
+        # Lightning knows "best" only right after fit in the same process; a later
+        # `lit-gpu test --ckpt_path best` means the newest run's best-*.ckpt on disk.
+        best = find_last_checkpoint(_checkpoint_dirs(config[subcommand]), prefix="best")
+        if best is not None:
+            print(f"lit-gpu: using {best}", file=sys.stderr, flush=True)
+            config[key] = str(best)
         return
     if ckpt_path not in _SPECIAL_CKPT and "://" not in str(ckpt_path):
         check_checkpoint_file(ckpt_path)

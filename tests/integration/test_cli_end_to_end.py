@@ -30,7 +30,9 @@ def _fit_then_test(args: list[str], tmp_path: Path, monkeypatch) -> dict:
     assert Path(fit.trainer.checkpoint_callback.best_model_path).resolve() == best[0].resolve()
     state = torch.load(best[0], map_location="cpu", weights_only=True)["state_dict"]
     assert all(k.startswith("net.") for k in state if not k.startswith(("train_acc", "val_acc", "test_acc")))
-    test = LitGpuCLI(args=["test", *args, "--ckpt_path", str(best[0]), "--trainer.logger", "false"])
+    # "best" = the newest run's best-*.ckpt on disk (Lightning alone knows it only inside fit)
+    test = LitGpuCLI(args=["test", *args, "--ckpt_path", "best", "--trainer.logger", "false"])
+    assert Path(test.config["test"]["ckpt_path"]).resolve() == best[0].resolve()
     metrics = {k: v.item() for k, v in test.trainer.callback_metrics.items()}
     assert "test/loss" in metrics
     return metrics

@@ -10,9 +10,15 @@ from lit_gpu.nets import SimpleModel
 def _fit(tmp_path, callback, epochs=4):
     pl.seed_everything(0)
     trainer = pl.Trainer(
-        accelerator="cpu", max_epochs=epochs, limit_train_batches=3, limit_val_batches=1,
-        logger=False, enable_progress_bar=False, enable_model_summary=False,
-        default_root_dir=tmp_path, callbacks=[callback],
+        accelerator="cpu",
+        max_epochs=epochs,
+        limit_train_batches=3,
+        limit_val_batches=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        callbacks=[callback],
     )
     trainer.fit(RegressionModule(SimpleModel(4, 4)), datamodule=SyntheticRegressionDataModule(4, 4, 64, 16))
     return trainer
