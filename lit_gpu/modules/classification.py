@@ -23,6 +23,9 @@ class ClassificationModule(LitModule):
         net: Logit-producing network.
         num_classes: Number of classes (for the accuracy metrics).
         label_smoothing: Passed to ``F.cross_entropy``.
+        train_acc: Also track ``train/acc``. Off by default: it costs a metric update and a
+            ``self.log`` call on every training step (about 7 % of a small MNIST step on CPU,
+            see docs/benchmarks.md, "lit_gpu overhead").
         **kwargs: ``optimizer``, ``scheduler``, ... as in :class:`LitModule`.
     """
 
@@ -31,6 +34,7 @@ class ClassificationModule(LitModule):
         net: nn.Module,
         num_classes: int = 10,
         label_smoothing: float = 0.0,
+        train_acc: bool = False,
         optimizer: OptimizerCallable = torch.optim.Adam,
         scheduler: LRSchedulerCallable | None = None,
         scheduler_interval: str = "epoch",
@@ -40,7 +44,7 @@ class ClassificationModule(LitModule):
         self.num_classes = num_classes
         self.label_smoothing = label_smoothing
         acc = torchmetrics.Accuracy(task="multiclass", num_classes=num_classes)
-        self.train_acc = acc.clone()
+        self.train_acc = acc.clone() if train_acc else None
         self.val_acc = acc.clone()
         self.test_acc = acc.clone()
 
@@ -49,6 +53,8 @@ class ClassificationModule(LitModule):
 
     def update_metrics(self, outputs: torch.Tensor, targets: torch.Tensor, stage: str) -> None:
         metric = {"train": self.train_acc, "val": self.val_acc, "test": self.test_acc}[stage]
+        if metric is None:
+            return
         metric(outputs, targets)
         self.log(f"{stage}/acc", metric, on_step=False, on_epoch=True, prog_bar=stage == "val")
 

@@ -92,3 +92,15 @@ def test_injected_optimizer_and_scheduler():
 
 def test_default_optimizer_is_adam():
     assert isinstance(RegressionModule(SimpleModel()).configure_optimizers(), torch.optim.Adam)
+
+
+@pytest.mark.parametrize("train_acc", [False, True])
+def test_train_accuracy_is_opt_in(tmp_path, train_acc):
+    x = torch.randn(32, 8)
+    y = (x[:, 0] > 0).long()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
+    module = ClassificationModule(torch.nn.Linear(8, 2), num_classes=2, train_acc=train_acc)
+    trainer = _trainer(tmp_path)
+    trainer.fit(module, loader)
+    assert ("train/acc" in trainer.callback_metrics) is train_acc
+    assert "train/loss" in trainer.callback_metrics
