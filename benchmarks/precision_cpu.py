@@ -62,14 +62,17 @@ def main() -> None:
     data = load(args.data_dir, train=True)
     tx, ty = load(args.data_dir, train=False)
     test = (tx[: args.test_images], ty[: args.test_images])
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, auto precision here: {auto_precision()}")
+    threads = torch.get_num_threads()
+    print(f"torch {torch.__version__}, threads {threads}, precision auto here: {auto_precision('cpu')}")
     print("| seed | fp32 ms/step | bf16-mixed ms/step | speedup | fp32 test acc | bf16 test acc |")
     print("| --- | --- | --- | --- | --- | --- |")
     for i, seed in enumerate(args.seeds):
         order = (False, True) if i % 2 == 0 else (True, False)
         res = {bf16: run(bf16, seed, args.steps, args.batch, data, test) for bf16 in order}
         (t32, a32), (t16, a16) = res[False], res[True]
-        print(f"| {seed} | {t32:.1f} | {t16:.1f} | {t32 / t16:.2f}x | {100 * a32:.2f} % | {100 * a16:.2f} % |")
+        print(
+            f"| {seed} | {t32:.1f} | {t16:.1f} | {t32 / t16:.2f}x | {100 * a32:.2f} % | {100 * a16:.2f} % |"
+        )
 
 
 if __name__ == "__main__":

@@ -5,19 +5,17 @@ from lit_gpu.callbacks.checkpoint import ModelCheckpoint
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
+from tests.helpers.trainers import quiet_trainer
 
 
 def _fit(tmp_path, callback, epochs=4):
     pl.seed_everything(0)
-    trainer = pl.Trainer(
-        accelerator="cpu",
+    trainer = quiet_trainer(
+        tmp_path,
         max_epochs=epochs,
         limit_train_batches=3,
         limit_val_batches=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
+        enable_checkpointing=True,
         callbacks=[callback],
     )
     trainer.fit(RegressionModule(SimpleModel(4, 4)), datamodule=SyntheticRegressionDataModule(4, 4, 64, 16))

@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from lit_gpu.data import MNISTDataModule
 from lit_gpu.data.tensor_loader import TensorLoader
 from lit_gpu.errors import LitGpuError
+from tests.helpers.trainers import quiet_trainer
 
 
 def _loader(n: int = 100, **kwargs) -> TensorLoader:
@@ -111,17 +112,7 @@ def test_trainer_sets_the_epoch(fake_mnist_dir):
 
     dm = MNISTDataModule(str(fake_mnist_dir), batch_size=64, val_size=100, storage="tensor", download=False)
     recorder = _EpochRecorder()
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_epochs=2,
-        limit_train_batches=2,
-        limit_val_batches=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[recorder],
-    )
+    trainer = quiet_trainer(max_epochs=2, limit_train_batches=2, limit_val_batches=1, callbacks=[recorder])
     trainer.fit(ClassificationModule(FastMnistNet(4, 8)), datamodule=dm)
     assert len(recorder.orders) == 2 and recorder.orders[0] != recorder.orders[1]
     assert sorted(recorder.orders[0]) == list(range(500))

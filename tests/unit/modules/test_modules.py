@@ -6,21 +6,11 @@ from torch.nn import functional as F
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import ClassificationModule, RegressionModule
 from lit_gpu.nets import FooNet, SimpleModel
+from tests.helpers.trainers import quiet_trainer
 
 
 def _trainer(tmp_path, **kw):
-    defaults = dict(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-    )
-    defaults.update(kw)
-    return pl.Trainer(**defaults)
+    return quiet_trainer(tmp_path, **kw)
 
 
 def test_regression_loss_is_mse():

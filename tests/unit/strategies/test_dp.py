@@ -23,6 +23,7 @@ from lit_gpu.nets import FooNet
 from lit_gpu.strategies import DataParallelStrategy
 from lit_gpu.strategies.dp import AutocastReplica, NetDataParallel, register, unwrap_net, wrap_net
 from tests.conftest import CONFIGS
+from tests.helpers.trainers import quiet_trainer
 
 cpu_only = pytest.mark.skipif(
     torch.cuda.is_available(), reason="CPU behaviour; GPU variant in test_dp_gpu.py"
@@ -30,19 +31,8 @@ cpu_only = pytest.mark.skipif(
 
 
 def _trainer(tmp_path, **kw) -> pl.Trainer:
-    defaults = dict(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=2,
-        limit_train_batches=6,
-        limit_val_batches=2,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-    )
-    defaults.update(kw)
-    return pl.Trainer(**defaults)
+    defaults = dict(max_epochs=2, limit_train_batches=6, limit_val_batches=2, enable_checkpointing=True)
+    return quiet_trainer(tmp_path, **{**defaults, **kw})
 
 
 def _module() -> RegressionModule:
