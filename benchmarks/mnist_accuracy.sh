@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Issue #2 evidence: configs/mnist.yaml on the real MNIST, then `lit-gpu test` on the best checkpoint.
-# Usage: bash benchmarks/mnist_accuracy.sh [DATA_DIR]   (default ../shared/data), run from the repo root.
+# Usage: bash benchmarks/mnist_accuracy.sh [DATA_DIR [extra fit args, e.g. --seed_everything 1]]
+#   (DATA_DIR defaults to ../shared/data; run from the repo root.)
 set -euo pipefail
-DATA_DIR=${1:-../shared/data}
+DATA_DIR=$(realpath "${1:-../shared/data}")
+shift || true
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d)
 cd "$WORK"
 start=$(date +%s)
 lit-gpu fit --config "$REPO/configs/mnist.yaml" --data.data_dir "$DATA_DIR" --data.download false \
-  --trainer.enable_progress_bar false
+  --trainer.enable_progress_bar false "$@"
 fit_end=$(date +%s)
 lit-gpu test --config "$REPO/configs/mnist.yaml" --data.data_dir "$DATA_DIR" --data.download false \
   --ckpt_path best --trainer.logger false --trainer.enable_progress_bar false
