@@ -323,7 +323,8 @@ def find_last_checkpoint(patterns: Iterable[str | os.PathLike], prefix: str = "l
     found: list[Path] = []
     for pattern in patterns:
         for folder in glob.glob(str(pattern)):
-            found.extend(p for p in Path(folder).glob(f"{prefix}*.ckpt") if p.is_file() and p.stat().st_size > 0)
+            matches = Path(folder).glob(f"{prefix}*.ckpt")
+            found.extend(p for p in matches if p.is_file() and p.stat().st_size > 0)
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 

@@ -6,6 +6,7 @@ Thin by design: it builds objects from configs and runs them; no training logic 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -92,6 +93,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args and args[0] in TOOL_COMMANDS:
             sys.exit(_run_tool(args[0], args[1:]))
         LitGpuCLI(args=None if argv is None else args)
+    except BrokenPipeError:  # `lit-gpu env --json | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
     except SystemExit:
         if was_interrupted():  # Ctrl+C / SIGINT during fit: last.ckpt saved, documented exit 130
             sys.exit(INTERRUPT_EXIT_CODE)

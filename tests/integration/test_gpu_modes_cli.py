@@ -118,3 +118,27 @@ def test_cli_precision_auto_on_cpu_fits(monkeypatch, tmp_path):
     cli = LitGpuCLI(args=["fit", *SIMPLE, "--trainer.precision", "auto", "--trainer.max_epochs", "1"])
     assert cli.trainer.precision == devices.cpu_precision()
     assert "train/loss_epoch" in cli.trainer.callback_metrics
+
+
+def test_env_json_into_a_closed_pipe_has_no_traceback(tmp_path, cli_env):
+    """`lit-gpu env --json | head -c1`: the reader is gone before lit-gpu writes; no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write now fails with EPIPE
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "lit_gpu", "env", "--json"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            cwd=tmp_path,
+            env=cli_env,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
