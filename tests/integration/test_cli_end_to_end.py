@@ -122,3 +122,32 @@ def test_missing_mnist_is_one_line_and_exit_2(tmp_path, cli_env):
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("lit-gpu: error:")]
     assert len(errors) == 1 and "MNIST/raw/" in errors[0] and "--data.download" in errors[0]
+
+
+def test_model_and_data_fragments_compose(tmp_path, monkeypatch, fake_mnist_dir):
+    """configs/model/*.yaml + configs/data/*.yaml + a trainer fragment make a full run."""
+    monkeypatch.chdir(tmp_path)
+    cli = LitGpuCLI(
+        args=[
+            "fit",
+            "--config", str(CONFIGS / "model" / "mnist_cnn.yaml"),
+            "--config", str(CONFIGS / "data" / "mnist.yaml"),
+            "--config", str(CONFIGS / "trainer" / "cpu.yaml"),
+            *DEBUG,
+            "--data.data_dir", str(fake_mnist_dir), "--data.download", "false",
+            "--data.val_size", "100", "--data.num_workers", "0", "--model.net.init_args.channels", "8",
+        ]
+    )  # fmt: skip
+    assert type(cli.model.net).__name__ == "MnistCNN"
+    assert cli.trainer.checkpoint_callback.monitor == "val/acc"
+    assert {"val/acc", "val/loss", "train/loss"} <= set(cli.trainer.callback_metrics)
+    monkeypatch.chdir(tmp_path / "runs")  # a second, regression run from model + data fragments
+    cli = LitGpuCLI(
+        args=[
+            "fit",
+            "--config", str(CONFIGS / "model" / "simple.yaml"),
+            "--config", str(CONFIGS / "data" / "synthetic.yaml"),
+            *DEBUG,
+        ]
+    )  # fmt: skip
+    assert cli.trainer.callback_metrics["val/loss"] < 10
