@@ -85,15 +85,18 @@ class MNISTDataModule(pl.LightningDataModule):
     def _layout_hint(self) -> str:
         return f"{Path(self.data_dir) / 'MNIST' / 'raw'}/{{train,t10k}}-{{images-idx3,labels-idx1}}-ubyte"
 
+    def _not_found(self, missing: list[str]) -> LitGpuError:
+        return LitGpuError(
+            f"MNIST not found: expected {self._layout_hint()} (missing {', '.join(missing)}); "
+            "point --data.data_dir at the folder that holds MNIST/, or set --data.download true"
+        )
+
     def prepare_data(self) -> None:
         missing = missing_raw_files(self.data_dir)
         if not missing:
             return
         if not self.download:
-            raise LitGpuError(
-                f"MNIST not found: expected {self._layout_hint()} (missing {', '.join(missing)}); "
-                "point --data.data_dir at the folder that holds MNIST/, or set --data.download true"
-            )
+            raise self._not_found(missing)
         try:
             MNIST(self.data_dir, train=True, download=True)
             MNIST(self.data_dir, train=False, download=True)
@@ -108,10 +111,7 @@ class MNISTDataModule(pl.LightningDataModule):
     def _dataset(self, train: bool) -> Dataset:
         missing = missing_raw_files(self.data_dir)
         if missing:
-            raise LitGpuError(
-                f"MNIST not found: expected {self._layout_hint()} (missing {', '.join(missing)}); "
-                "point --data.data_dir at the folder that holds MNIST/, or set --data.download true"
-            )
+            raise self._not_found(missing)
         return MNIST(self.data_dir, train=train, download=False, transform=self.transform)
 
     def setup(self, stage: str | None = None) -> None:
@@ -145,25 +145,22 @@ class MNISTDataModule(pl.LightningDataModule):
             persistent_workers=self.num_workers > 0,
         )
 
-    def train_dataloader(self) -> DataLoader | TensorLoader:
+    def _split_loader(self, split: str, shuffle: bool) -> DataLoader | TensorLoader:
         if self.storage != "dataset":
-            return self._tensor_loader("train", shuffle=True)
-        return self._loader(self.train_set, shuffle=True)
+            return self._tensor_loader(split, shuffle=shuffle)
+        return self._loader(getattr(self, f"{split}_set"), shuffle=shuffle)
+
+    def train_dataloader(self) -> DataLoader | TensorLoader:
+        return self._split_loader("train", shuffle=True)
 
     def val_dataloader(self) -> DataLoader | TensorLoader:
-        if self.storage != "dataset":
-            return self._tensor_loader("val", shuffle=False)
-        return self._loader(self.val_set, shuffle=False)
+        return self._split_loader("val", shuffle=False)
 
     def test_dataloader(self) -> DataLoader | TensorLoader:
-        if self.storage != "dataset":
-            return self._tensor_loader("test", shuffle=False)
-        return self._loader(self.test_set, shuffle=False)
+        return self._split_loader("test", shuffle=False)
 
     def predict_dataloader(self) -> DataLoader | TensorLoader:
-        if self.storage != "dataset":
-            return self._tensor_loader("test", shuffle=False)
-        return self._loader(self.test_set, shuffle=False)
+        return self._split_loader("test", shuffle=False)
 
     # ---- tensor storage (storage: tensor | gpu) -----------------------------------------
     def _storage_device(self) -> torch.device:
