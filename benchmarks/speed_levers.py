@@ -2,7 +2,7 @@
 
     python benchmarks/speed_levers.py [--steps 150] [--repeats 2] [--data-dir ../shared/data]
 
-Every variant runs in its own subprocess via :mod:`lit_gpu.bench` (Lightning ``ThroughputMonitor``
+Every variant runs in its own subprocess via :mod:`lit_gpu.commands.bench` (Lightning ``ThroughputMonitor``
 rates after ``--warmup`` steps; warm-up time, where ``torch.compile`` pays, is reported apart).
 Variants are interleaved per repeat; the table shows medians and the ratio to the baseline.
 """
@@ -19,7 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _recipe import DEFAULT_DATA, REPO, machine  # noqa: E402
 
-from lit_gpu.bench import _run_mode, plan_mode  # noqa: E402
+from lit_gpu.commands.bench import plan_mode, run_mode  # noqa: E402
 
 BASE = ["--speed.num_threads", "1"]
 VARIANTS: dict[str, tuple[str, list[str]]] = {
@@ -54,7 +54,7 @@ def main() -> None:
     for r in range(args.repeats):
         for name in names:
             mode, extra = VARIANTS[name]
-            result = _run_mode(plan_mode(mode), job + extra, args.steps, args.warmup, timeout=900)
+            result = run_mode(plan_mode(mode), job + extra, args.steps, args.warmup, timeout=900)
             if result.samples_per_sec:
                 rates[name].append(result.samples_per_sec)
                 warm[name].append(result.warmup_s or 0.0)

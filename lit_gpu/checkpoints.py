@@ -27,7 +27,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
+from lit_gpu.messages import first_line
 
 __all__ = [
     "CheckpointError",
@@ -57,10 +59,8 @@ class CheckpointMismatchError(LitGpuError):
 
 # ---- reading ------------------------------------------------------------------------------------
 def _corrupt(path: Any, err: BaseException) -> CheckpointError:
-    reason = str(err).splitlines()[0] if str(err) else type(err).__name__
     return CheckpointError(
-        f"checkpoint {path} is corrupt or truncated ({reason}); use another checkpoint "
-        "(e.g. an earlier last.ckpt / best-*.ckpt) or re-download the file"
+        messages.CORRUPT_CHECKPOINT.format(what=f"checkpoint {path}", reason=first_line(err))
     )
 
 
@@ -136,10 +136,7 @@ def read_checkpoint(
         raise _corrupt(path, err) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as err:
         if "on a CUDA device" in str(err):  # a custom map_location that kept CUDA storages
-            raise CheckpointError(
-                f"checkpoint {path} was saved on a GPU and this machine has none; load it with "
-                "map_location='cpu'"
-            ) from None
+            raise CheckpointError(messages.SAVED_ON_GPU.format(what=f"checkpoint {path}")) from None
         raise _corrupt(path, err) from None
 
 

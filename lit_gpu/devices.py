@@ -1,5 +1,7 @@
 """GPU facts without a CUDA context: pick GPUs by free memory (``devices: "free:N"``), ``precision: auto``.
 
+Device facts only: the CLI applies them to a parsed config in :mod:`lit_gpu.cli.trainer`.
+
 Everything here asks NVML (nvidia-ml-py), never ``torch.cuda``, so the parent process keeps CUDA
 uninitialised and ``strategy: ddp_notebook``/``ddp_fork`` still work afterwards.
 
@@ -20,9 +22,9 @@ from types import ModuleType
 from typing import Any
 
 from lit_gpu.errors import LitGpuError
+from lit_gpu.messages import CPU_FIX
 
 FREE_PATTERN = re.compile(r"^\s*free\s*:\s*(\d+)\s*$", re.IGNORECASE)
-CPU_HINT = "run on CPU with --config configs/trainer/cpu.yaml (or --trainer.accelerator cpu)"
 
 # Measured in docs/benchmarks.md ("precision: auto on CPU"): see auto_precision().
 CPU_BF16_IS_FASTER = True
@@ -70,7 +72,8 @@ def _load_nvml() -> ModuleType:
     return pynvml
 
 
-def _text(value: Any) -> str:
+def nvml_text(value: Any) -> str:
+    """An NVML string (``bytes`` in older nvidia-ml-py releases) as ``str``."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -103,8 +106,8 @@ def query_gpus() -> list[GpuInfo]:
             gpus.append(
                 GpuInfo(
                     index=i,
-                    uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
-                    name=_text(nvml.nvmlDeviceGetName(handle)),
+                    uuid=nvml_text(nvml.nvmlDeviceGetUUID(handle)),
+                    name=nvml_text(nvml.nvmlDeviceGetName(handle)),
                     total_bytes=int(mem.total),
                     free_bytes=int(mem.free),
                     capability=capability,  # type: ignore[arg-type]
@@ -188,13 +191,13 @@ def pick_free_gpus(n: int, env: dict[str, str] | None = None) -> list[int]:
         gpus = visible_gpus(env)  # type: ignore[arg-type]
     except NvmlUnavailable as err:
         raise LitGpuError(
-            f"{request} needs NVIDIA's driver to read free memory, but {err}; {CPU_HINT}"
+            f"{request} needs NVIDIA's driver to read free memory, but {err}; {CPU_FIX}"
         ) from err
     if len(gpus) < n:
         have = f"only {len(gpus)} {'is' if len(gpus) == 1 else 'are'} visible" if gpus else "none is visible"
         raise LitGpuError(
             f"{request} asks for {n} GPU{'s' if n > 1 else ''} but {have}{_describe_visibility(env)}; "
-            f"ask for fewer{' or ' + CPU_HINT if not gpus else ''}"
+            f"ask for fewer{', or ' + CPU_FIX if not gpus else ''}"
         )
     ranked = sorted(range(len(gpus)), key=lambda ordinal: (-gpus[ordinal].free_bytes, ordinal))
     return ranked[:n]
@@ -268,9 +271,11 @@ def auto_precision(accelerator: Any = "auto", devices: Any = "auto") -> str:
         return "32-true"
     if not _cuda_available():
         if acc == "auto":
-            from lightning.fabric.utilities.device_parser import _select_auto_accelerator
+            from lightning.fabric.accelerators import MPSAccelerator, XLAAccelerator
 
-            return cpu_precision() if _select_auto_accelerator() == "cpu" else "32-true"
+            # what Trainer(accelerator="auto") picks when CUDA is absent: TPU, then MPS, then CPU
+            other = XLAAccelerator.is_available() or MPSAccelerator.is_available()
+            return "32-true" if other else cpu_precision()
         return cpu_precision()  # the Trainer will refuse the GPU request with its own error
     try:
         gpus = visible_gpus()
@@ -280,22 +285,6 @@ def auto_precision(accelerator: Any = "auto", devices: Any = "auto") -> str:
     return "bf16-mixed" if selected and all(g.bf16 for g in selected) else "16-mixed"
 
 
-# ---- LightningCLI glue -------------------------------------------------------------------------
-def allow_auto_precision(parser: Any) -> None:
-    """Let ``--trainer.precision`` accept ``auto`` (the Trainer itself does not; the CLI resolves it)."""
-    from typing import Literal
-
-    for action in getattr(parser, "_actions", []):
-        typehint = getattr(action, "_typehint", None)
-        if getattr(action, "dest", None) == "trainer.precision" and typehint is not None:
-            action._typehint = typehint | Literal["auto"] | None
-
-
-def resolve_trainer_config(trainer: Any) -> None:
-    """Rewrite ``devices: "free:N"`` and ``precision: auto`` in a parsed ``trainer`` config, in place."""
-    devices = trainer.get("devices", "auto")
-    if parse_free_request(devices) is not None:
-        trainer["devices"] = devices = resolve_devices(devices)
-    precision = trainer.get("precision")
-    if isinstance(precision, str) and precision.strip().lower() == "auto":
-        trainer["precision"] = auto_precision(trainer.get("accelerator", "auto"), devices)
+def on_cuda(trainer: Any) -> bool:
+    """Whether ``trainer`` (a ``Trainer`` or ``None``) runs this process on a CUDA device."""
+    return trainer is not None and trainer.strategy.root_device.type == "cuda"

@@ -5,16 +5,23 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import lightning.pytorch as pl
 import torch
+from fsspec.utils import get_protocol
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
+from typing_extensions import override
 
-__all__ = ["AtomicCheckpointIO", "atomic_torch_save", "atomic_write", "install_atomic_checkpoint_io"]
+__all__ = [
+    "AtomicCheckpointIO",
+    "atomic_file",
+    "atomic_torch_save",
+    "atomic_write",
+    "install_atomic_checkpoint_io",
+]
 
 
 def _umask() -> int:
@@ -36,26 +43,24 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> Path:
-    """Write ``path`` through ``write(file)`` into a temp file in the same folder, fsync, then rename.
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "wb", **open_kwargs: Any) -> Iterator[IO[Any]]:
+    """Open a temp file beside ``path`` for writing; on a clean exit fsync it and rename it to ``path``.
 
     A crash, kill or exception at any point leaves the previous ``path`` (if any) untouched and no
     temp file behind (except after SIGKILL, which leaves a hidden ``.<name>.*.tmp`` that is harmless).
 
     Args:
         path: Destination file.
-        write: Callable writing the full content to the binary file object it is given.
-
-    Returns:
-        The destination path.
+        mode: ``"wb"`` or ``"w"`` (text; ``open_kwargs`` such as ``newline=""`` go to ``open``).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp_name, _FILE_MODE)  # mkstemp makes 0600; give the usual umask-based mode
-        with os.fdopen(fd, "wb") as f:
-            write(f)
+        with os.fdopen(fd, mode, **open_kwargs) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_name, path)
@@ -64,7 +69,21 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> 
             os.unlink(tmp_name)
         raise
     _fsync_dir(path.parent)
-    return path
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> Path:
+    """Write ``path`` through ``write(file)`` atomically (see :func:`atomic_file`).
+
+    Args:
+        path: Destination file.
+        write: Callable writing the full content to the binary file object it is given.
+
+    Returns:
+        The destination path.
+    """
+    with atomic_file(path) as f:
+        write(f)
+    return Path(path)
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
@@ -80,10 +99,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     use Lightning's own transactional save.
     """
 
+    @override
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
     ) -> None:
-        if storage_options is not None or not _is_local_file_protocol(path):
+        if storage_options is not None or get_protocol(str(path)) != "file":
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         atomic_torch_save(checkpoint, path)

@@ -1,6 +1,6 @@
 """Callbacks the ``lit-gpu`` CLI turns on by default; usable with any Lightning Trainer."""
 
-from lit_gpu.callbacks.checkpoint import ModelCheckpoint
+from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
 from lit_gpu.callbacks.nan_guard import NaNGuard, NonFiniteLossError
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
@@ -9,7 +9,7 @@ from lit_gpu.callbacks.rng_state import RNGStateCallback
 __all__ = [
     "CSVPredictionWriter",
     "CheckpointOnInterrupt",
-    "ModelCheckpoint",
+    "FreshLastCheckpoint",
     "NaNGuard",
     "NonFiniteLossError",
     "RNGStateCallback",

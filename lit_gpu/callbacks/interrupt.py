@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from typing_extensions import override
+
+from lit_gpu import messages
 
 # Exit status of ``lit-gpu fit`` after an interrupt: 128 + SIGINT, the shell convention.
 INTERRUPT_EXIT_CODE = 130
@@ -29,6 +31,7 @@ class CheckpointOnInterrupt(Callback):
     130. Resume with ``--ckpt_path last``.
     """
 
+    @override
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
@@ -50,10 +53,4 @@ class CheckpointOnInterrupt(Callback):
             if isinstance(cb, ModelCheckpoint):
                 cb.last_model_path = path
         _interrupted.append(path)
-        if trainer.is_global_zero:
-            print(
-                f"lit-gpu: interrupted at global step {trainer.global_step}; saved {path}; "
-                "resume with --ckpt_path last",
-                file=sys.stderr,
-                flush=True,
-            )
+        messages.tell(messages.INTERRUPTED.format(step=trainer.global_step, path=path))

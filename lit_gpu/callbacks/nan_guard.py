@@ -5,6 +5,7 @@ from __future__ import annotations
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from typing_extensions import override
 
 from lit_gpu.errors import LitGpuError
 
@@ -30,6 +31,7 @@ class NaNGuard(Callback):
         self.enabled = enabled
         self.check_every_n_steps = max(1, int(check_every_n_steps))
 
+    @override
     def on_before_backward(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor
     ) -> None:

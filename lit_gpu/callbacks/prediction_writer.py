@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import csv
 import os
+import sys
+from contextlib import ExitStack
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
+from typing_extensions import override
+
+from lit_gpu import messages
+from lit_gpu.io import atomic_file
 
 
 class CSVPredictionWriter(BasePredictionWriter):
@@ -33,9 +39,8 @@ class CSVPredictionWriter(BasePredictionWriter):
         self.output_path = Path(output_path)
         self.kind = kind
         self.rows = 0
-        self._file: IO[str] | None = None
+        self._open: ExitStack | None = None  # the atomic temp file while predicting
         self._writer: Any = None
-        self._tmp: Path | None = None
 
     def _is_probabilities(self, out: torch.Tensor) -> bool:
         if self.kind != "auto":
@@ -47,15 +52,15 @@ class CSVPredictionWriter(BasePredictionWriter):
             ((out >= 0) & (out <= 1)).all() and torch.allclose(sums, torch.ones_like(sums), atol=1e-3)
         )
 
+    @override
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.is_global_zero:
             return
-        self.output_path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.output_path.with_name(f".{self.output_path.name}.{os.getpid()}.tmp")
-        self._file = open(self._tmp, "w", newline="")  # noqa: SIM115 - closed in on_predict_end
-        self._writer = csv.writer(self._file)
+        self._open = ExitStack()
+        self._writer = csv.writer(self._open.enter_context(atomic_file(self.output_path, "w", newline="")))
         self.rows = 0
 
+    @override
     def write_on_batch_end(
         self,
         trainer: pl.Trainer,
@@ -90,20 +95,20 @@ class CSVPredictionWriter(BasePredictionWriter):
                 self._writer.writerow([i, *(f"{v:.6g}" for v in row)])
         self.rows += len(out)
 
+    @override
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._file is None or self._tmp is None:
+        if self._open is None:
             return
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        self._file = self._writer = None
-        os.replace(self._tmp, self.output_path)
-        print(f"lit-gpu: wrote {self.rows} predictions to {self.output_path}", flush=True)
+        self._open.close()  # fsync + rename into place
+        self._open = self._writer = None
+        messages.tell(
+            messages.WROTE_PREDICTIONS.format(rows=self.rows, path=self.output_path), stream=sys.stdout
+        )
 
+    @override
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
-        if self._file is not None and self._tmp is not None:
-            self._file.close()
-            self._tmp.unlink(missing_ok=True)
-            self._file = self._writer = None
+        if self._open is not None:  # the temp file goes, an earlier output_path stays
+            self._open.__exit__(type(exception), exception, exception.__traceback__)
+            self._open = self._writer = None

@@ -9,6 +9,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
 
 
 def _capture() -> dict[str, Any]:
@@ -47,14 +48,17 @@ class RNGStateCallback(Callback):
         super().__init__()
         self._sanity_state: dict[str, Any] | None = None
 
+    @override
     def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._sanity_state = _capture()
 
+    @override
     def on_sanity_check_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._sanity_state is not None:
             _restore(self._sanity_state)
             self._sanity_state = None
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         state = _capture()
         # plain containers only, so the checkpoint still loads with weights_only=True
@@ -66,6 +70,7 @@ class RNGStateCallback(Callback):
         state["python"] = [state["python"][0], list(state["python"][1]), state["python"][2]]
         return state
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         state = dict(state_dict)
         kind, keys, *rest = state["numpy"]

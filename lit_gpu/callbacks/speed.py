@@ -9,6 +9,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
+from typing_extensions import override
 
 MATMUL_PRECISIONS = ("highest", "high", "medium")
 
@@ -58,6 +59,7 @@ class SpeedLevers(Callback):
         self.num_threads = num_threads
         self._applied: set[int] = set()
 
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.matmul_precision is not None:
             torch.set_float32_matmul_precision(self.matmul_precision)

@@ -9,9 +9,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Subset, random_split
 from torchvision import transforms
 from torchvision.datasets import MNIST
+from typing_extensions import override
 
 from lit_gpu.data.tensor_loader import TensorLoader
+from lit_gpu.devices import on_cuda
 from lit_gpu.errors import LitGpuError
+from lit_gpu.messages import first_line
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 RAW_FILES = (
@@ -91,6 +94,7 @@ class MNISTDataModule(pl.LightningDataModule):
             "point --data.data_dir at the folder that holds MNIST/, or set --data.download true"
         )
 
+    @override
     def prepare_data(self) -> None:
         missing = missing_raw_files(self.data_dir)
         if not missing:
@@ -101,9 +105,8 @@ class MNISTDataModule(pl.LightningDataModule):
             MNIST(self.data_dir, train=True, download=True)
             MNIST(self.data_dir, train=False, download=True)
         except Exception as err:  # URLError, HTTPError, checksum errors...
-            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise LitGpuError(
-                f"MNIST download failed ({reason}); offline? put the files at {self._layout_hint()} "
+                f"MNIST download failed ({first_line(err)}); offline? put the files at {self._layout_hint()} "
                 "and point --data.data_dir at the folder that holds MNIST/ (--data.download false)"
             ) from None
 
@@ -114,6 +117,7 @@ class MNISTDataModule(pl.LightningDataModule):
             raise self._not_found(missing)
         return MNIST(self.data_dir, train=train, download=False, transform=self.transform)
 
+    @override
     def setup(self, stage: str | None = None) -> None:
         if stage in (None, "fit", "validate") and not hasattr(self, "train_set"):
             full = self._dataset(train=True)
@@ -130,10 +134,7 @@ class MNISTDataModule(pl.LightningDataModule):
     def _use_pin_memory(self) -> bool:
         if self.pin_memory is not None:
             return self.pin_memory
-        trainer = self.trainer
-        if trainer is None:
-            return False
-        return trainer.accelerator.__class__.__name__ == "CUDAAccelerator"
+        return on_cuda(self.trainer)
 
     def _loader(self, dataset: Dataset, shuffle: bool) -> DataLoader:
         return DataLoader(
@@ -150,23 +151,26 @@ class MNISTDataModule(pl.LightningDataModule):
             return self._tensor_loader(split, shuffle=shuffle)
         return self._loader(getattr(self, f"{split}_set"), shuffle=shuffle)
 
+    @override
     def train_dataloader(self) -> DataLoader | TensorLoader:
         return self._split_loader("train", shuffle=True)
 
+    @override
     def val_dataloader(self) -> DataLoader | TensorLoader:
         return self._split_loader("val", shuffle=False)
 
+    @override
     def test_dataloader(self) -> DataLoader | TensorLoader:
         return self._split_loader("test", shuffle=False)
 
+    @override
     def predict_dataloader(self) -> DataLoader | TensorLoader:
         return self._split_loader("test", shuffle=False)
 
     # ---- tensor storage (storage: tensor | gpu) -----------------------------------------
     def _storage_device(self) -> torch.device:
-        trainer = self.trainer
-        if self.storage == "gpu" and trainer is not None and trainer.strategy.root_device.type == "cuda":
-            return trainer.strategy.root_device
+        if self.storage == "gpu" and on_cuda(self.trainer):
+            return self.trainer.strategy.root_device
         return torch.device("cpu")
 
     def split_tensors(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:

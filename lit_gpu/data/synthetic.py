@@ -5,6 +5,7 @@ from __future__ import annotations
 import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
+from typing_extensions import override
 
 from lit_gpu.data._sampling import distributed_train_sampler
 
@@ -61,6 +62,7 @@ class SyntheticRegressionDataModule(pl.LightningDataModule):
         y = y + self.noise * torch.randn(n, self.out_features, generator=generator)
         return TensorDataset(x, y)
 
+    @override
     def setup(self, stage: str | None = None) -> None:
         g = torch.Generator().manual_seed(self.seed)
         weight = torch.randn(self.in_features, self.out_features, generator=g) / self.in_features**0.5
@@ -80,14 +82,18 @@ class SyntheticRegressionDataModule(pl.LightningDataModule):
             persistent_workers=self.num_workers > 0,
         )
 
+    @override
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, shuffle=self.shuffle, train=True)
 
+    @override
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_set, shuffle=False)
 
+    @override
     def test_dataloader(self) -> DataLoader:
         return self._loader(self.test_set, shuffle=False)
 
+    @override
     def predict_dataloader(self) -> DataLoader:
         return self._loader(self.test_set, shuffle=False)

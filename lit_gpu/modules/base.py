@@ -8,6 +8,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
+from typing_extensions import override
 
 from lit_gpu.checkpoints import NET_SPEC_KEY, net_spec
 
@@ -57,6 +58,7 @@ class LitModule(pl.LightningModule):
         """Update and log stage metrics (called after the loss). Default: nothing."""
 
     # ---- shared plumbing ---------------------------------------------------------------
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
@@ -96,6 +98,7 @@ class LitModule(pl.LightningModule):
             self.log("train/loss_step", loss, on_step=True, on_epoch=False, prog_bar=True)
             self.log("train/loss", loss, on_step=True, on_epoch=False, logger=False)
 
+    @override
     def on_train_epoch_end(self) -> None:
         """Log the epoch mean of ``train/loss`` (subclasses overriding this call ``super()``)."""
         if self._train_loss_count:
@@ -104,22 +107,28 @@ class LitModule(pl.LightningModule):
             self.log("train/loss", mean, on_epoch=True, sync_dist=True, logger=False)
         self._train_loss_sum, self._train_loss_count = None, 0
 
+    @override
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         return self._step(batch, "train")
 
+    @override
     def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         return self._step(batch, "val")
 
+    @override
     def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         return self._step(batch, "test")
 
+    @override
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         inputs = batch[0] if isinstance(batch, list | tuple) else batch
         return self(inputs)
 
+    @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[NET_SPEC_KEY] = self.net_spec
 
+    @override
     def configure_optimizers(self) -> Any:
         optimizer = self.optimizer_factory(self.parameters())
         if self.scale_lr_by_world_size:
@@ -139,6 +148,7 @@ class LitModule(pl.LightningModule):
             config["monitor"] = "val/loss"
         return {"optimizer": optimizer, "lr_scheduler": config}
 
+    @override
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         if batch_idx == 0 and self.trainer is not None and self.trainer.optimizers:
             lr = self.trainer.optimizers[0].param_groups[0]["lr"]

@@ -9,6 +9,7 @@ import torchmetrics
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
 from torch.nn import functional as F
+from typing_extensions import override
 
 from lit_gpu.modules.base import LitModule
 
@@ -48,9 +49,11 @@ class ClassificationModule(LitModule):
         self.val_acc = acc.clone()
         self.test_acc = acc.clone()
 
+    @override
     def compute_loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(outputs.float(), targets, label_smoothing=self.label_smoothing)
 
+    @override
     def update_metrics(self, outputs: torch.Tensor, targets: torch.Tensor, stage: str) -> None:
         metric = {"train": self.train_acc, "val": self.val_acc, "test": self.test_acc}[stage]
         if metric is None:
@@ -58,6 +61,7 @@ class ClassificationModule(LitModule):
         metric(outputs, targets)
         self.log(f"{stage}/acc", metric, on_step=False, on_epoch=True, prog_bar=stage == "val")
 
+    @override
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         """Class probabilities ``(B, num_classes)``."""
         inputs = batch[0] if isinstance(batch, list | tuple) else batch

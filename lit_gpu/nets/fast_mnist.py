@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from typing_extensions import override
 
 
 class FastMnistNet(nn.Module):
@@ -34,6 +35,7 @@ class FastMnistNet(nn.Module):
         )
         self.head = nn.Linear(c2 * side * side, num_classes)
 
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.features(x)  # (B, 1, 28, 28) -> (B, c2, 5, 5) for k=3
         return self.head(x.flatten(1))  # (B, c2 * 5 * 5) -> (B, num_classes)

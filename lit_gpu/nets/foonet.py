@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from typing_extensions import override
 
 
 class FooNet(nn.Module):
@@ -18,6 +19,7 @@ class FooNet(nn.Module):
         super().__init__()
         self.linears = nn.ModuleList([nn.Linear(neural_num, neural_num, bias=False) for _ in range(layers)])
 
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for linear in self.linears:  # (B, N) -> (B, N)
             x = torch.relu(linear(x))

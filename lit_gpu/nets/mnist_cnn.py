@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from typing_extensions import override
 
 
 class MnistCNN(nn.Module):
@@ -40,6 +41,7 @@ class MnistCNN(nn.Module):
             nn.Linear(hidden, num_classes),
         )
 
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.features(x)  # (B, 1, 28, 28) -> (B, 2C, 7, 7)
         return self.head(x)  # (B, 2C, 7, 7) -> (B, num_classes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from typing_extensions import override
 
 
 class SimpleModel(nn.Module):
@@ -18,5 +19,6 @@ class SimpleModel(nn.Module):
         super().__init__()
         self.fc = nn.Linear(in_features, out_features)
 
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(x)  # (B, in) -> (B, out)

@@ -24,6 +24,7 @@ from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import ParallelStrategy, StrategyRegistry
 from lightning.pytorch.strategies.strategy import TBroadcast
 from torch import Tensor, nn
+from typing_extensions import override
 
 from lit_gpu.errors import LitGpuError
 
@@ -55,6 +56,7 @@ class AutocastReplica(nn.Module):
         self.autocast_enabled = torch.is_autocast_enabled(self.device_type)
         self.autocast_dtype = torch.get_autocast_dtype(self.device_type)
 
+    @override
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         with torch.autocast(self.device_type, dtype=self.autocast_dtype, enabled=self.autocast_enabled):
             return self.net(*args, **kwargs)
@@ -66,10 +68,12 @@ class NetDataParallel(nn.DataParallel):
     ``self.net.some_layer`` inside a LightningModule keeps working while the net is wrapped.
     """
 
+    @override
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         self.module.capture_autocast()
         return super().forward(*inputs, **kwargs)
 
+    @override
     def __getattr__(self, name: str) -> Any:
         try:
             return super().__getattr__(name)
@@ -164,24 +168,29 @@ class DataParallelStrategy(ParallelStrategy):
 
     # ---- one process: rank 0 of 1 ---------------------------------------------------------
     @property
+    @override
     def root_device(self) -> torch.device:
         if not self.parallel_devices:
             return torch.device("cpu")
         return self.parallel_devices[0]
 
     @property
+    @override
     def global_rank(self) -> int:
         return 0
 
     @property
+    @override
     def local_rank(self) -> int:
         return 0
 
     @property
+    @override
     def node_rank(self) -> int:
         return 0
 
     @property
+    @override
     def world_size(self) -> int:
         return 1
 
@@ -191,6 +200,7 @@ class DataParallelStrategy(ParallelStrategy):
         return False
 
     @property
+    @override
     def distributed_sampler_kwargs(self) -> None:
         return None
 
@@ -199,6 +209,7 @@ class DataParallelStrategy(ParallelStrategy):
         """Whether the net is wrapped in DataParallel (CUDA devices); else it is plain single-device."""
         return self.root_device.type == "cuda"
 
+    @override
     def _configure_launcher(self) -> None:
         # called once the Trainer has set accelerator and devices: refuse what dp cannot do, early
         devices = self.parallel_devices or []
@@ -212,22 +223,26 @@ class DataParallelStrategy(ParallelStrategy):
         self._launcher = None
 
     # ---- model ------------------------------------------------------------------------------
+    @override
     def model_to_device(self) -> None:
         assert self.model is not None
         self.model.to(self.root_device)
 
+    @override
     def _setup_model(self, model: nn.Module) -> nn.Module:
         module = self.lightning_module
         if self.uses_data_parallel and module is not None:
             wrap_net(module, self.net_attr, device_ids=[d.index or 0 for d in self.parallel_devices or []])
         return model
 
+    @override
     def teardown(self) -> None:
         if self.lightning_module is not None:
             unwrap_net(self.lightning_module, self.net_attr)
         super().teardown()
 
     # ---- collectives: one process ---------------------------------------------------------
+    @override
     def reduce(self, tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -> Any:
         """Return scalars unchanged (the step already saw the whole batch); reduce vectors.
 
@@ -238,19 +253,24 @@ class DataParallelStrategy(ParallelStrategy):
             return _reduce_per_replica(tensor, reduce_op)
         return tensor
 
+    @override
     def all_gather(self, tensor: Tensor, group: Any | None = None, sync_grads: bool = False) -> Tensor:
         return tensor
 
+    @override
     def barrier(self, *args: Any, **kwargs: Any) -> None:
         pass
 
+    @override
     def broadcast(self, obj: TBroadcast, src: int = 0) -> TBroadcast:
         return obj
 
+    @override
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         return decision
 
     @classmethod
+    @override
     def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
         if cls.strategy_name not in strategy_registry:
             strategy_registry.register(cls.strategy_name, cls, description=cls.__doc__.splitlines()[0])

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lit_gpu.cli import LitGpuCLI
-from tests.conftest import CONFIGS
+from tests.helpers.paths import CONFIGS
 
 DEBUG = ["--config", str(CONFIGS / "debug.yaml")]
 

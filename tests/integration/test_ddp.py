@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import CONFIGS, free_port
+from tests.helpers.paths import CONFIGS
+from tests.helpers.ports import free_port
 
 B = 8
 COMMON = [

@@ -1,7 +1,7 @@
 import subprocess
 import sys
 
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 
 def test_custom_loss_example_trains(tmp_path, cli_env):

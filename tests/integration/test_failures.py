@@ -15,7 +15,7 @@ import torch
 from lit_gpu.checkpoints import load_into
 from lit_gpu.cli import main
 from lit_gpu.nets import SimpleModel
-from tests.conftest import CONFIGS
+from tests.helpers.paths import CONFIGS
 
 SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
 RUN = Path("runs") / "lit_gpu"

@@ -12,12 +12,13 @@ import yaml
 
 from lit_gpu import devices
 from lit_gpu.cli import LitGpuCLI, main
-from tests.conftest import CONFIGS, REPO_ROOT
-from tests.unit.fake_nvml import FakeGpu, install
+from tests.helpers.fake_nvml import FakeGpu, install
+from tests.helpers.paths import CONFIGS, REPO_ROOT
+from tests.helpers.run_if import RunIf
 
 LIT_GPU = str(Path(sys.executable).with_name("lit-gpu"))
 SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
-no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU behaviour")
+no_cuda = RunIf(max_cuda_gpus=0)  # checks the no-GPU behaviour
 
 
 def _one_error_line(stderr: str) -> str:

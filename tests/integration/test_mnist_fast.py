@@ -12,7 +12,7 @@ from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.cli import LitGpuCLI
 from lit_gpu.data.tensor_loader import TensorLoader
 from lit_gpu.nets import FastMnistNet
-from tests.conftest import CONFIGS
+from tests.helpers.paths import CONFIGS
 
 
 def test_mnist_fast_config_trains_and_tests(fake_mnist_dir: Path, tmp_path: Path, monkeypatch):

@@ -10,7 +10,7 @@ import pytest
 
 from lit_gpu.cli import LitGpuCLI
 from lit_gpu.data.mnist import missing_raw_files
-from tests.conftest import CONFIGS, REPO_ROOT
+from tests.helpers.paths import CONFIGS, REPO_ROOT
 
 DATA_DIR = Path(os.environ.get("LIT_GPU_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
 

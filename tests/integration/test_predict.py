@@ -12,7 +12,7 @@ from lit_gpu.checkpoints import load_into
 from lit_gpu.cli import main
 from lit_gpu.data import MNISTDataModule
 from lit_gpu.nets import MnistCNN
-from tests.conftest import CONFIGS
+from tests.helpers.paths import CONFIGS
 
 
 @pytest.fixture(autouse=True)

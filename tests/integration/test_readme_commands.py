@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from lit_gpu.cli import LitGpuCLI, main
-from lit_gpu.commands import TOOL_COMMANDS
-from tests.conftest import REPO_ROOT
+from lit_gpu.commands import COMMANDS
+from tests.helpers.paths import REPO_ROOT
 
 README = REPO_ROOT / "README.md"
 CLI_SUBCOMMANDS = ("fit", "validate", "test", "predict")
@@ -135,7 +135,7 @@ def test_every_readme_command_parses(readme_text, scratch):
             code, out = _call(LitGpuCLI, args)
             if redirect:  # e.g. `--print_config > my_run.yaml`, used by a later command
                 Path(redirect).write_text(out)
-        elif name in TOOL_COMMANDS:
+        elif name in COMMANDS:
             code, out = _call(main, [name, "--help"])
             flags = [a.split("=")[0] for a in argv if a.startswith("--")]
             if name == "bench":  # its own flags, then job flags (--config, --data.*) that go to `fit`

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from tests.conftest import CONFIGS
+from tests.helpers.paths import CONFIGS
 
 # 4 steps per epoch, 4 epochs, shuffled data, SGD with momentum, deterministic algorithms.
 BASE = [

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from jsonargparse import Namespace
 
 from lit_gpu import devices
 from lit_gpu.errors import LitGpuError
-from tests.unit.fake_nvml import FakeGpu, install
+from tests.helpers.fake_nvml import FakeGpu, install
 
 
 def _gpus(*free_gib: float, **kw) -> list[FakeGpu]:
@@ -199,15 +198,3 @@ def test_auto_precision_on_gpus(monkeypatch, caps, devices_flag, expected):
 
 def test_auto_precision_other_accelerators_are_full_precision(monkeypatch):
     assert devices.auto_precision("mps") == "32-true"
-
-
-def test_resolve_trainer_config_rewrites_free_and_auto(monkeypatch):
-    install(monkeypatch, [FakeGpu(free_gib=3, capability=(7, 5)), FakeGpu(free_gib=9, capability=(8, 0))])
-    monkeypatch.setattr(devices, "_cuda_available", lambda: True)
-    trainer = Namespace(accelerator="gpu", devices="free:1", precision="auto")
-    devices.resolve_trainer_config(trainer)
-    assert trainer.devices == [1]
-    assert trainer.precision == "bf16-mixed"  # the picked GPU (cuda:1) has bf16
-    untouched = Namespace(accelerator="cpu", devices=1, precision="16-mixed")
-    devices.resolve_trainer_config(untouched)
-    assert untouched == Namespace(accelerator="cpu", devices=1, precision="16-mixed")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 nbformat = pytest.importorskip("nbformat")
 

@@ -36,7 +36,7 @@ def test_mnist_cnn_shapes(batch):
 
 
 def test_nets_have_no_lightning_imports():
-    from tests.conftest import REPO_ROOT
+    from tests.helpers.paths import REPO_ROOT
 
     files = sorted((REPO_ROOT / "lit_gpu" / "nets").glob("*.py"))
     assert files
@@ -50,7 +50,7 @@ def test_nets_import_with_torch_alone(tmp_path):
     import subprocess
     import sys
 
-    from tests.conftest import REPO_ROOT
+    from tests.helpers.paths import REPO_ROOT
 
     code = (
         "import sys, importlib.abc\n"

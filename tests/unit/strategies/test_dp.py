@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import threading
-from functools import partial
 
 import lightning.pytorch as pl
 import pytest
@@ -16,31 +15,22 @@ from torch.nn import functional as F
 
 import lit_gpu  # noqa: F401  (registers "dp")
 from lit_gpu.cli import LitGpuCLI
-from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.errors import LitGpuError
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import FooNet
 from lit_gpu.strategies import DataParallelStrategy
 from lit_gpu.strategies.dp import AutocastReplica, NetDataParallel, register, unwrap_net, wrap_net
-from tests.conftest import CONFIGS
+from tests.helpers.dp import dp_data, dp_module
+from tests.helpers.paths import CONFIGS
+from tests.helpers.run_if import RunIf
 from tests.helpers.trainers import quiet_trainer
 
-cpu_only = pytest.mark.skipif(
-    torch.cuda.is_available(), reason="CPU behaviour; GPU variant in test_dp_gpu.py"
-)
+cpu_only = RunIf(max_cuda_gpus=0)  # the CPU behaviour; GPU variants in test_dp_gpu.py
 
 
 def _trainer(tmp_path, **kw) -> pl.Trainer:
     defaults = dict(max_epochs=2, limit_train_batches=6, limit_val_batches=2, enable_checkpointing=True)
     return quiet_trainer(tmp_path, **{**defaults, **kw})
-
-
-def _module() -> RegressionModule:
-    return RegressionModule(FooNet(neural_num=8, layers=2), optimizer=partial(torch.optim.SGD, lr=0.05))
-
-
-def _data() -> SyntheticRegressionDataModule:
-    return SyntheticRegressionDataModule(in_features=8, out_features=8, num_samples=256, batch_size=16)
 
 
 # ---- registration and parsing -------------------------------------------------------------------
@@ -98,10 +88,10 @@ def test_several_cpu_devices_are_refused_with_a_pointer_to_ddp(tmp_path):
 
 def _fit(tmp_path, strategy: str):
     pl.seed_everything(7)
-    module = _module()
+    module = dp_module()
     checkpoint = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / strategy, save_last=True)
     trainer = _trainer(tmp_path, strategy=strategy, callbacks=[checkpoint])
-    trainer.fit(module, _data())
+    trainer.fit(module, dp_data())
     return module, trainer, torch.load(tmp_path / strategy / "last.ckpt", weights_only=False)
 
 
@@ -123,7 +113,7 @@ def test_one_cpu_device_is_equivalent_to_single_device(tmp_path, recwarn):
 # ---- wrapping the net ----------------------------------------------------------------------------
 @cpu_only
 def test_wrap_net_keeps_state_dict_and_parameters():
-    module = _module()
+    module = dp_module()
     keys, params = list(module.state_dict()), list(module.parameters())
     raw = module.net
     wrapper = wrap_net(module, "net", device_ids=None, device_type="cpu")
@@ -143,12 +133,12 @@ def test_wrap_net_keeps_state_dict_and_parameters():
 
 def test_wrap_net_names_a_missing_attribute():
     with pytest.raises(LitGpuError, match=r"no nn.Module attribute 'backbone'.*net_attr"):
-        wrap_net(_module(), "backbone", device_type="cpu")
+        wrap_net(dp_module(), "backbone", device_type="cpu")
 
 
 @cpu_only
 def test_reassigning_the_net_drops_the_shadow():
-    module = _module()
+    module = dp_module()
     wrap_net(module, "net", device_type="cpu")
     new = FooNet(8, 1)
     module.net = new

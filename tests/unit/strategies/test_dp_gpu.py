@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from functools import partial
 
 import lightning.pytorch as pl
 import pytest
@@ -13,16 +12,15 @@ from torch import nn
 from torch.nn import functional as F
 
 import lit_gpu  # noqa: F401
-from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import FooNet
 from lit_gpu.strategies import DataParallelStrategy
 from lit_gpu.strategies.dp import NetDataParallel, unwrap_net, wrap_net
+from tests.helpers.dp import dp_data, dp_module
+from tests.helpers.run_if import RunIf, cuda_gpu_count
 
-pytestmark = pytest.mark.gpu
-
-N_GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
-two_gpus = pytest.mark.skipif(N_GPUS < 2, reason="needs >= 2 CUDA GPUs")
+pytestmark = [pytest.mark.gpu, RunIf(min_cuda_gpus=1)]
+N_GPUS = cuda_gpu_count()
 
 
 class _Probe(nn.Module):
@@ -49,16 +47,12 @@ def _trainer(tmp_path, **kw) -> pl.Trainer:
     return pl.Trainer(**defaults)
 
 
-def _data() -> SyntheticRegressionDataModule:
-    return SyntheticRegressionDataModule(in_features=8, out_features=8, num_samples=256, batch_size=16)
-
-
 def _fit(tmp_path, strategy, devices, net=None, **kw):
     pl.seed_everything(3)
-    module = RegressionModule(net or FooNet(8, 2), optimizer=partial(torch.optim.SGD, lr=0.05))
+    module = dp_module(net)
     ckpt = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / f"{strategy}{devices}", save_last=True)
     trainer = _trainer(tmp_path, strategy=strategy, devices=devices, callbacks=[ckpt], **kw)
-    trainer.fit(module, _data())
+    trainer.fit(module, dp_data())
     state = torch.load(tmp_path / f"{strategy}{devices}" / "last.ckpt", weights_only=False)["state_dict"]
     return module, trainer, state
 
@@ -88,7 +82,7 @@ def test_mixed_precision_holds_inside_replicas(tmp_path, precision, dtype):
     assert (trainer.scaler is not None) == (precision == "16-mixed")  # GradScaler for fp16
 
 
-@two_gpus
+@RunIf(min_cuda_gpus=2)
 def test_batch_is_split_and_gathered_on_the_first_gpu(tmp_path):
     probe = _Probe()
     _, trainer, state = _fit(tmp_path, "dp", 2, net=probe)
@@ -99,7 +93,7 @@ def test_batch_is_split_and_gathered_on_the_first_gpu(tmp_path):
     assert list(state) == ["net.lin.weight", "net.lin.bias"]
 
 
-@two_gpus
+@RunIf(min_cuda_gpus=2)
 def test_loss_equals_single_device_for_the_same_batch():
     torch.manual_seed(0)
     module = RegressionModule(FooNet(8, 3)).cuda()

@@ -12,11 +12,13 @@ import argparse
 import csv
 import math
 import os
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
 
+from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 
 DPI = 100
@@ -218,5 +220,8 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--out", default=None, help="PNG to write (default: curves.png beside metrics.csv)")
     args = parser.parse_args(list(argv))
     path = plot_run(args.run_dir, args.out)
-    print(f"lit-gpu: wrote {path} ({CURVES_SIZE_PX[0]}x{CURVES_SIZE_PX[1]} px)")
+    messages.tell(
+        messages.WROTE_PLOT.format(path=path, width=CURVES_SIZE_PX[0], height=CURVES_SIZE_PX[1]),
+        stream=sys.stdout,
+    )
     return 0

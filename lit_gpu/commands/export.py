@@ -16,6 +16,7 @@ import argparse
 import importlib
 import json
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 import torch
 import yaml
 
+from lit_gpu import messages
 from lit_gpu.checkpoints import NET_SPEC_KEY, CheckpointMismatchError, clean_keys, load_into, read_checkpoint
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import atomic_torch_save, atomic_write
@@ -117,5 +119,5 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--trust", action="store_true", help="allow pickled objects (trusted files only)")
     args = parser.parse_args(list(argv))
     weights, sidecar = export_checkpoint(args.checkpoint, args.out, trust=args.trust)
-    print(f"lit-gpu: exported {weights} (metadata: {sidecar})")
+    messages.tell(messages.EXPORTED.format(weights=weights, sidecar=sidecar), stream=sys.stdout)
     return 0

@@ -13,11 +13,11 @@ import yaml
 from safetensors import safe_open
 
 from lit_gpu.cli import main
+from lit_gpu.commands.export import export_checkpoint
 from lit_gpu.errors import LitGpuError
-from lit_gpu.export import export_checkpoint
 from lit_gpu.modules import ClassificationModule
 from lit_gpu.nets import MnistCNN
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 SPEC = {"class_path": "lit_gpu.nets.MnistCNN", "init_args": {"channels": 4, "dropout": 0.0}}
 
@@ -51,7 +51,7 @@ TORCH_ONLY = textwrap.dedent(
         net.eval()
         with torch.no_grad():
             torch.save(net(torch.load(x_path)), weights + ".out")
-    used = [m for m in ("lit_gpu.cli", "lit_gpu.modules", "lit_gpu.checkpoints", "lit_gpu.export")
+    used = [m for m in ("lit_gpu.cli", "lit_gpu.modules", "lit_gpu.checkpoints", "lit_gpu.commands.export")
             if m in sys.modules]
     assert not used, f"lit_gpu training code was imported: {used}"
     """

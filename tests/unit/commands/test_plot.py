@@ -1,4 +1,4 @@
-"""``lit_gpu.plot``: run curves and confusion matrices as fixed-size PNGs; ``lit-gpu plot``."""
+"""``lit_gpu.commands.plot``: run curves and confusion matrices as fixed-size PNGs; ``lit-gpu plot``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from lit_gpu.cli import main
-from lit_gpu.errors import LitGpuError
-from lit_gpu.plot import (
+from lit_gpu.commands.plot import (
     CONFUSION_SIZE_PX,
     CURVES_SIZE_PX,
     confusion_matrix,
@@ -18,6 +17,7 @@ from lit_gpu.plot import (
     plot_run,
     read_metrics,
 )
+from lit_gpu.errors import LitGpuError
 
 # The layout Lightning's CSVLogger writes: step metrics and epoch metrics on separate rows.
 CSV = """epoch,step,train/acc,train/loss_epoch,train/loss_step,train/lr,val/acc,val/loss

@@ -8,9 +8,9 @@ import stat
 import pytest
 import torch
 
-from lit_gpu import env
 from lit_gpu.cli import main
-from tests.unit.fake_nvml import FakeGpu, install
+from lit_gpu.commands import env
+from tests.helpers.fake_nvml import FakeGpu, install
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 import lightning.pytorch as pl
 import torch
 
-from lit_gpu.callbacks.checkpoint import ModelCheckpoint
+from lit_gpu.callbacks import FreshLastCheckpoint
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
@@ -24,7 +24,9 @@ def _fit(tmp_path, callback, epochs=4):
 
 def test_last_follows_training_when_monitor_stops_improving(tmp_path):
     # mode="max" on a falling loss: only the first epoch is "best"
-    cb = ModelCheckpoint(dirpath=tmp_path, monitor="val/loss", mode="max", save_last=True, filename="best")
+    cb = FreshLastCheckpoint(
+        dirpath=tmp_path, monitor="val/loss", mode="max", save_last=True, filename="best"
+    )
     trainer = _fit(tmp_path, cb)
     last = torch.load(tmp_path / "last.ckpt", weights_only=True)
     best = torch.load(tmp_path / "best.ckpt", weights_only=True)

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_gpu import bench
-from lit_gpu.commands import TOOL_COMMANDS
+from lit_gpu.commands import COMMANDS, bench
 
 
 def _no_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,7 +67,7 @@ def test_bench_cpu_run_and_gpu_skip(fake_mnist_dir: Path, tmp_path: Path, monkey
         "    download: false\n"
     )
     out_md, out_csv = tmp_path / "bench.md", tmp_path / "bench.csv"
-    assert "bench" in TOOL_COMMANDS
+    assert "bench" in COMMANDS
     code = bench.main(
         [
             "--config",

@@ -24,6 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import override
+
+from lit_gpu.devices import on_cuda
+
 MODES = ("cpu", "gpu", "amp", "bf16", "dp", "ddp")
 
 
@@ -115,26 +119,30 @@ def _make_monitor(result_path: str, warmup: int, steps: int):
             self.epoch_batches = 0
             self.t_start = self.warmup_s = 0.0
 
+        @override
         def on_train_start(self, trainer, pl_module) -> None:
             import torch
 
             super().on_train_start(trainer)
             self.t_start = time.perf_counter()
             self.epoch_batches = int(trainer.num_training_batches)
-            if trainer.strategy.root_device.type == "cuda":
+            if on_cuda(trainer):
                 torch.cuda.reset_peak_memory_stats(trainer.strategy.root_device)
 
+        @override
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
             if trainer.global_step == warmup:  # warm-up time: first steps, torch.compile included
                 self.warmup_s = time.perf_counter() - self.t_start
 
+        @override
         def _compute(self, trainer, iter_num: int | None = None) -> None:
             if trainer.state.stage == RunningStage.TRAINING:
                 self.metrics = {
                     k: float(v) for k, v in self._throughputs[trainer.state.stage].compute().items()
                 }
 
+        @override
         def on_train_end(self, trainer, pl_module) -> None:
             import torch
 
@@ -165,7 +173,7 @@ def _make_monitor(result_path: str, warmup: int, steps: int):
 
 def run_worker(argv: list[str]) -> int:
     """Fit one mode for ``--steps`` steps and write its throughput to ``--result`` (JSON)."""
-    parser = argparse.ArgumentParser(prog="lit_gpu.bench --worker")
+    parser = argparse.ArgumentParser(prog="lit_gpu.commands.bench --worker")
     parser.add_argument("--worker", action="store_true")
     parser.add_argument("--mode", required=True)
     parser.add_argument("--steps", type=int, required=True)
@@ -205,12 +213,21 @@ def run_worker(argv: list[str]) -> int:
 
 
 # ---- driver --------------------------------------------------------------------------------
-def _run_mode(plan: ModePlan, cli_args: list[str], steps: int, warmup: int, timeout: float) -> BenchResult:
+def run_mode(plan: ModePlan, cli_args: list[str], steps: int, warmup: int, timeout: float) -> BenchResult:
+    """Fit ``plan`` for ``steps`` steps in a fresh subprocess and measure it (a skip plan is not run).
+
+    Args:
+        plan: The mode, from :func:`plan_mode`.
+        cli_args: ``lit-gpu`` arguments of the job (``--config ...`` and flags).
+        steps: Optimizer steps to run.
+        warmup: First steps left out of the rates.
+        timeout: Seconds before the run counts as failed.
+    """
     if plan.skip:
         return BenchResult(plan.mode, status=f"skipped: {plan.skip}")
     with tempfile.TemporaryDirectory() as tmp:
         result_path = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "lit_gpu.bench", "--worker", "--mode", plan.mode]
+        cmd = [sys.executable, "-m", "lit_gpu.commands.bench", "--worker", "--mode", plan.mode]
         cmd += ["--steps", str(steps), "--warmup", str(warmup), "--result", str(result_path), *cli_args]
         env = dict(os.environ)
         env.setdefault("PYTHONWARNINGS", "ignore")
@@ -319,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[BenchResult] = []
     for mode in modes:
         plan = plan_mode(mode)
-        result = _run_mode(plan, cli_args, args.steps, args.warmup, args.timeout)
+        result = run_mode(plan, cli_args, args.steps, args.warmup, args.timeout)
         print(
             f"{mode}: {result.status}"
             + (f" ({result.samples_per_sec:.0f} samples/s)" if result.samples_per_sec else ""),

@@ -63,7 +63,7 @@ def _driver_info() -> dict[str, Any]:
     info: dict[str, Any] = {"driver": None, "driver_cuda": None, "nvml_error": None}
     try:
         with devices.nvml_session() as nvml:
-            info["driver"] = devices._text(nvml.nvmlSystemGetDriverVersion())
+            info["driver"] = devices.nvml_text(nvml.nvmlSystemGetDriverVersion())
             cuda = int(nvml.nvmlSystemGetCudaDriverVersion())
             info["driver_cuda"] = f"{cuda // 1000}.{(cuda % 1000) // 10}"
     except devices.NvmlUnavailable as err:

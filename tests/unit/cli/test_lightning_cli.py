@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from lit_gpu.cli import LitGpuCLI, main
-from tests.conftest import CONFIGS
+from tests.helpers.paths import CONFIGS
 
 FULL_CONFIGS = sorted(p for p in CONFIGS.glob("*.yaml") if "model" in yaml.safe_load(p.read_text()))
 PARTIAL_CONFIGS = sorted(set(CONFIGS.rglob("*.yaml")) - set(FULL_CONFIGS))

@@ -1,0 +1,135 @@
+"""The ``trainer`` part of a parsed config: ``free:N`` / ``precision: auto`` resolution, device errors.
+
+Lightning raises ``MisconfigurationException`` for a GPU request the machine cannot meet, naming neither
+the config line that asked for it nor how to run on CPU. :func:`explain_device_error` rewrites it with
+the source found in the command line the CLI was given (:func:`setting_source`):
+``--trainer.accelerator gpu`` or ``configs/trainer/gpu.yaml (trainer.accelerator: gpu)``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from lit_gpu import messages
+from lit_gpu.devices import auto_precision, parse_free_request, resolve_devices
+
+
+# ---- resolution before the Trainer is built ------------------------------------------------------
+def allow_auto_precision(parser: Any) -> None:
+    """Let ``--trainer.precision`` accept ``auto`` (the Trainer itself does not; the CLI resolves it).
+
+    jsonargparse offers no public way to widen the type of an argument added from a signature, so
+    this edits the action's ``_typehint`` (pinned in ``tests/unit/test_upstream_pins.py``).
+    """
+    for action in getattr(parser, "_actions", []):
+        typehint = getattr(action, "_typehint", None)
+        if getattr(action, "dest", None) == "trainer.precision" and typehint is not None:
+            action._typehint = typehint | Literal["auto"] | None
+
+
+def resolve_trainer_config(trainer: Any) -> None:
+    """Rewrite ``devices: "free:N"`` and ``precision: auto`` in a parsed ``trainer`` config, in place."""
+    devices = trainer.get("devices", "auto")
+    if parse_free_request(devices) is not None:
+        trainer["devices"] = devices = resolve_devices(devices)
+    precision = trainer.get("precision")
+    if isinstance(precision, str) and precision.strip().lower() == "auto":
+        trainer["precision"] = auto_precision(trainer.get("accelerator", "auto"), devices)
+
+
+# ---- device errors ------------------------------------------------------------------------------
+def as_argv(args: Any) -> list[str]:
+    """The command-line list the CLI was given (``[]`` for a dict or Namespace of settings)."""
+    return [str(a) for a in args] if isinstance(args, list | tuple) else []
+
+
+def _yaml_lookup(path: str, dotted: str) -> Any:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    for part in dotted.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
+
+
+def setting_source(key: str, argv: Sequence[str]) -> str | None:
+    """Which argument set ``key`` (e.g. ``"trainer.accelerator"``) last, as the user would write it.
+
+    Returns ``"--trainer.accelerator gpu"``, ``"configs/trainer/gpu.yaml (trainer.accelerator: gpu)"``
+    or ``None`` when no argument mentions it.
+    """
+    args = list(argv)
+    flag = f"--{key}"
+    found = None
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        value: str | None = None
+        if arg == flag or arg in ("--config", "-c"):
+            value = args[i + 1] if i + 1 < len(args) else None
+            i += 1
+        elif arg.startswith(flag + "=") or arg.startswith("--config="):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            if arg.startswith(flag):
+                found = f"{flag} {value}"
+            else:
+                setting = _yaml_lookup(value, key)
+                if setting is not None:
+                    found = f"{value} ({key}: {setting})"
+        i += 1
+    return found
+
+
+def _why_no_gpu() -> str:
+    import torch
+
+    if torch.version.cuda is None:
+        return " (this torch is a CPU-only build)"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return f" (CUDA_VISIBLE_DEVICES={visible!r} hides all GPUs)"
+    return ""
+
+
+_NO_GPU = (
+    "No supported gpu backend found",
+    "`CUDAAccelerator` can not run on your system",
+    "GPUs requested but none are available",
+)
+_TOO_FEW = re.compile(r"You requested gpu: (\[.*?\])\s*But your machine only has: (\[.*?\])", re.S)
+
+
+def explain_device_error(err: BaseException, argv: Sequence[str]) -> str | None:
+    """One line for Lightning's no-GPU / too-few-GPUs errors, naming the setting in ``argv``, or None."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    if not isinstance(err, MisconfigurationException):
+        return None
+    message = str(err)
+    if any(pattern in message for pattern in _NO_GPU):
+        source = setting_source("trainer.accelerator", argv)
+        if "GPUs requested" in message:
+            source = setting_source("trainer.devices", argv) or source
+        return messages.NO_GPU.format(source=source or "the trainer settings", why=_why_no_gpu())
+    match = _TOO_FEW.search(message)
+    if match:
+        requested, available = match.groups()
+        count = len([x for x in available.strip("[]").split(",") if x.strip()])
+        return messages.TOO_FEW_GPUS.format(
+            source=setting_source("trainer.devices", argv) or "trainer.devices",
+            requested=requested,
+            count=count,
+            verb="is" if count == 1 else "are",
+            available=available,
+        )
+    return None

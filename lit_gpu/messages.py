@@ -1,0 +1,86 @@
+"""What lit-gpu says to the user: one constant per message, and the one way to print it.
+
+Error answers (``lit-gpu: error: ...``) are built from these by :mod:`lit_gpu.errors` and by the code
+that raises :class:`~lit_gpu.errors.LitGpuError`; progress lines (``lit-gpu: resuming from ...``) go
+through :func:`tell`, which prints once per job (global rank zero).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+PREFIX = "lit-gpu: "
+
+# ---- fixes that several answers share -----------------------------------------------------------
+CPU_FIX = "to run on CPU use --config configs/trainer/cpu.yaml or --trainer.accelerator cpu"
+
+# ---- error answers ------------------------------------------------------------------------------
+CORRUPT_CHECKPOINT = (
+    "{what} is corrupt or truncated ({reason}); use another checkpoint "
+    "(e.g. an earlier last.ckpt or best-*.ckpt) or re-download the file"
+)
+SAVED_ON_GPU = (
+    "{what} was saved on a GPU and this machine has none; load it with map_location='cpu' "
+    "(lit_gpu.checkpoints.load_into does this by default)"
+)
+STATE_DICT_MISMATCH = (
+    "the checkpoint does not fit {target}: {summary}; it is a checkpoint of another model or config: "
+    "pass the matching --config, or another --ckpt_path"
+)
+OUT_OF_MEMORY = (
+    "out of memory during {what}{detail}. Next steps: (1) a smaller batch, e.g. --data.batch_size {half}; "
+    "(2) keep the effective batch with --trainer.accumulate_grad_batches 2 (or more); "
+    "(3) mixed precision: --config configs/trainer/amp.yaml (or bf16.yaml); "
+    "(4) a model too big for one GPU: --config configs/trainer/fsdp.yaml; "
+    "(5) let Lightning find the largest batch that fits: lit-gpu fit ... --tune_batch_size true"
+)
+DATALOADER_WORKER_DIED = (
+    "a DataLoader worker process died ({reason}); usual causes: out of host or shared memory "
+    "(/dev/shm; in Docker use --shm-size 8g or --ipc host) or a crash in native dataset code; "
+    "retry with fewer workers, or --data.num_workers 0 to see the real error"
+)
+DATASET_RAISED_IN_WORKER = (
+    "the dataset raised {kind} in a DataLoader worker ({reason}); "
+    "rerun with --data.num_workers 0 to get the full traceback"
+)
+NO_GPU = "{source} asks for a GPU, but none is available{why}; " + CPU_FIX + " (details: lit-gpu env)"
+TOO_FEW_GPUS = (
+    "{source} asks for GPUs {requested}, but only {count} {verb} visible {available}; "
+    "use --trainer.devices {count} (or 'free:N'), or " + CPU_FIX
+)
+TUNE_NEEDS_BATCH_SIZE = "--tune_batch_size needs a data module with a batch_size argument"
+
+# ---- progress lines (printed with tell) ---------------------------------------------------------
+RESUMING_FROM = "resuming from {path}"
+USING_CHECKPOINT = "using {path}"
+BATCH_SIZE_FOUND = "batch-size finder chose data.batch_size={size}; set it in your config to skip tuning"
+INTERRUPTED = "interrupted at global step {step}; saved {path}; resume with --ckpt_path last"
+WROTE_PREDICTIONS = "wrote {rows} predictions to {path}"
+EXPORTED = "exported {weights} (metadata: {sidecar})"
+WROTE_PLOT = "wrote {path} ({width}x{height} px)"
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message, or its type name when the message is empty."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _global_rank() -> int:
+    try:
+        from lightning.fabric.utilities.rank_zero import rank_zero_only
+    except ModuleNotFoundError:  # plain-torch installs (exported nets): one process
+        return 0
+    return int(getattr(rank_zero_only, "rank", 0) or 0)
+
+
+def tell(text: str, *, stream: TextIO | None = None) -> None:
+    """Print ``lit-gpu: <text>`` (flushed, to stderr unless ``stream``) on global rank zero only."""
+    if _global_rank() == 0:
+        print(PREFIX + text, file=sys.stderr if stream is None else stream, flush=True)
+
+
+def tell_error(text: str) -> None:
+    """Print ``lit-gpu: error: <text>`` to stderr, on every rank (each rank exits on its own)."""
+    print(f"{PREFIX}error: {text}", file=sys.stderr, flush=True)

@@ -1,0 +1,62 @@
+"""``lit_gpu.cli.trainer``: ``free:N`` / ``precision: auto`` in a parsed config; device errors as one line."""
+
+from __future__ import annotations
+
+from jsonargparse import Namespace
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+from lit_gpu import devices, messages
+from lit_gpu.cli.trainer import explain_device_error, resolve_trainer_config, setting_source
+from tests.helpers.fake_nvml import FakeGpu, install
+from tests.helpers.paths import CONFIGS
+
+
+def test_resolve_trainer_config_rewrites_free_and_auto(monkeypatch):
+    install(monkeypatch, [FakeGpu(free_gib=3, capability=(7, 5)), FakeGpu(free_gib=9, capability=(8, 0))])
+    monkeypatch.setattr(devices, "_cuda_available", lambda: True)
+    trainer = Namespace(accelerator="gpu", devices="free:1", precision="auto")
+    resolve_trainer_config(trainer)
+    assert trainer.devices == [1]
+    assert trainer.precision == "bf16-mixed"  # the picked GPU (cuda:1) has bf16
+    untouched = Namespace(accelerator="cpu", devices=1, precision="16-mixed")
+    resolve_trainer_config(untouched)
+    assert untouched == Namespace(accelerator="cpu", devices=1, precision="16-mixed")
+
+
+def test_setting_source_names_the_last_flag_or_config_file():
+    gpu_yaml = str(CONFIGS / "trainer" / "gpu.yaml")
+    assert setting_source("trainer.accelerator", ["--config", gpu_yaml]) == (
+        f"{gpu_yaml} (trainer.accelerator: gpu)"
+    )
+    argv = ["--config", gpu_yaml, "--trainer.accelerator=cuda"]
+    assert setting_source("trainer.accelerator", argv) == "--trainer.accelerator cuda"
+    assert setting_source("trainer.devices", ["--config", gpu_yaml, "--trainer.devices", "4"]) == (
+        "--trainer.devices 4"
+    )
+    assert setting_source("trainer.accelerator", ["fit"]) is None
+
+
+def test_no_gpu_answer_names_the_setting_and_the_cpu_fix():
+    err = MisconfigurationException(
+        "`CUDAAccelerator` can not run on your system since the accelerator is not available."
+    )
+    line = explain_device_error(err, ["--trainer.accelerator", "gpu"])
+    assert line is not None and line.startswith(
+        "--trainer.accelerator gpu asks for a GPU, but none is available"
+    )
+    assert messages.CPU_FIX in line and "\n" not in line
+
+
+def test_too_few_gpus_answer_counts_the_visible_ones():
+    err = MisconfigurationException("You requested gpu: [0, 1, 2, 3]\n But your machine only has: [0]")
+    line = explain_device_error(err, ["--trainer.devices", "4"])
+    assert line == messages.TOO_FEW_GPUS.format(
+        source="--trainer.devices 4", requested="[0, 1, 2, 3]", count=1, verb="is", available="[0]"
+    )
+
+
+def test_other_errors_are_left_alone():
+    assert explain_device_error(MisconfigurationException("something else"), []) is None
+    assert (
+        explain_device_error(ValueError("You requested gpu: [0]\nBut your machine only has: []"), []) is None
+    )

@@ -1,0 +1,94 @@
+"""``lit_gpu.errors``: each known failure becomes its one-line answer from ``lit_gpu.messages``."""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+
+import pytest
+import torch
+from torch import nn
+
+from lit_gpu import messages
+from lit_gpu.errors import TRANSLATORS, LitGpuError, explain
+
+
+def _load_error(target: nn.Module, state: dict) -> RuntimeError:
+    with pytest.raises(RuntimeError) as info:
+        target.load_state_dict(state)
+    return info.value
+
+
+def test_lit_gpu_error_is_its_own_message():
+    assert (
+        explain(LitGpuError("data_dir missing; pass --data.data_dir"))
+        == "data_dir missing; pass --data.data_dir"
+    )
+
+
+def test_cuda_oom_gives_next_steps_with_the_allocation():
+    err = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total)")
+    line = explain(err)
+    assert line == messages.OUT_OF_MEMORY.format(
+        what="training", detail=" (tried to allocate 2.00 GiB)", half="<half the current value>"
+    )
+
+
+def test_state_dict_mismatch_lists_the_keys():
+    err = _load_error(nn.Linear(2, 3), {"weight": torch.zeros(4, 2), "extra": torch.zeros(1)})
+    line = explain(err)
+    assert line is not None and line.startswith("the checkpoint does not fit Linear: ")
+    assert "1 missing (bias)" in line and "1 unexpected (extra)" in line
+    assert "weight: checkpoint (4, 2) vs model (3, 2)" in line
+
+
+def test_dead_dataloader_worker_names_shared_memory():
+    err = RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed. ")
+    assert explain(err) == messages.DATALOADER_WORKER_DIED.format(
+        reason="DataLoader worker (pid 4242) is killed by signal: Killed."
+    )
+
+
+def test_truncated_checkpoint_from_torch_load(tmp_path):
+    path = tmp_path / "trunc.ckpt"
+    torch.save({"w": torch.zeros(64)}, path)
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(RuntimeError) as info:
+        torch.load(path, weights_only=True)
+    line = explain(info.value)
+    assert line is not None and line.startswith("the checkpoint is corrupt or truncated (")
+
+
+@pytest.mark.parametrize(
+    "err", [EOFError("Ran out of input"), zipfile.BadZipFile("bad"), pickle.UnpicklingError("x")]
+)
+def test_truncated_pickles_are_corrupt_checkpoints(err):
+    assert explain(err) == messages.CORRUPT_CHECKPOINT.format(
+        what="the checkpoint", reason=messages.first_line(err)
+    )
+
+
+def test_gpu_checkpoint_on_a_cpu_machine():
+    err = RuntimeError(
+        "Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False."
+    )
+    assert explain(err) == messages.SAVED_ON_GPU.format(what="the checkpoint")
+
+
+def test_dataset_error_in_a_worker_keeps_the_dataset_reason():
+    err = ValueError(
+        "Caught ValueError in DataLoader worker process 0.\nTraceback ...\nValueError: bad sample 7\n"
+    )
+    assert explain(err) == messages.DATASET_RAISED_IN_WORKER.format(
+        kind="ValueError", reason="ValueError: bad sample 7"
+    )
+
+
+def test_unknown_errors_keep_their_traceback():
+    assert explain(KeyError("lit_gpu bug")) is None
+    assert all(translate(KeyError("x")) is None for translate in TRANSLATORS)
+
+
+def test_first_line_falls_back_to_the_type_name():
+    assert messages.first_line(ValueError("one\ntwo")) == "one"
+    assert messages.first_line(ValueError("")) == "ValueError"

@@ -1,0 +1,71 @@
+"""``import lit_gpu`` (and every module of it) leaves warning and logging filters untouched."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.helpers.paths import REPO_ROOT
+
+SNAPSHOT = """
+import json, logging, pkgutil, importlib, warnings, sys
+
+def snapshot():
+    loggers = {
+        name: [repr(f) for f in logger.filters] + [logging.getLevelName(logger.level)]
+        for name, logger in sorted(logging.root.manager.loggerDict.items())
+        if isinstance(logger, logging.Logger) and name.startswith(("lightning", "pytorch_lightning"))
+    }
+    return {"warnings": [repr(f) for f in warnings.filters], "loggers": loggers}
+
+# third-party packages first: their own import-time filters are not lit_gpu's doing
+import lightning.pytorch, torchvision, jsonargparse, torchmetrics  # noqa
+before = snapshot()
+import lit_gpu
+after_package = snapshot()
+for info in pkgutil.walk_packages(lit_gpu.__path__, "lit_gpu."):
+    if info.name != "lit_gpu.__main__":
+        importlib.import_module(info.name)
+after_all = snapshot()
+json.dump({"before": before, "package": after_package, "all": after_all}, sys.stdout)
+"""
+
+
+def _snapshots() -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", SNAPSHOT], capture_output=True, text=True, check=True, cwd=REPO_ROOT
+    ).stdout
+    return json.loads(out)
+
+
+def test_import_lit_gpu_changes_no_warning_or_logging_filter():
+    snaps = _snapshots()
+    assert snaps["package"]["warnings"] == snaps["before"]["warnings"]
+    assert snaps["package"]["loggers"] == snaps["before"]["loggers"]
+    assert snaps["all"]["warnings"] == snaps["before"]["warnings"]
+    assert snaps["all"]["loggers"] == snaps["before"]["loggers"]
+    assert snaps["before"]["loggers"], "expected Lightning's loggers to exist after importing it"
+
+
+def test_import_still_registers_the_dp_strategy():
+    code = "import lit_gpu\nfrom lightning.pytorch import strategies as s\nprint('dp' in s.StrategyRegistry)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT
+    )
+    assert out.stdout.strip() == "True"
+
+
+def test_the_cli_quiets_when_main_runs(capsys):
+    import warnings
+
+    from lit_gpu.cli import main
+
+    with warnings.catch_warnings():
+        try:
+            main(["env", "--json"])
+        except SystemExit as exit_:
+            assert exit_.code == 0
+        patterns = [f[1].pattern for f in warnings.filters if f[1] is not None]
+    assert any("LightningCLI's args parameter" in p for p in patterns)
+    capsys.readouterr()
