@@ -339,6 +339,7 @@ def net_spec(net: nn.Module) -> dict[str, Any]:
     Outside the CLI, init args are read from same-named attributes of ``net`` when they exist (others
     keep their defaults); exporters verify the rebuilt net's keys and shapes before writing.
     """
+    # private, pinned in tests/unit/test_upstream_pins.py: the CLI config of the module being built
     from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 
     class_path = f"{type(net).__module__}.{type(net).__qualname__}"

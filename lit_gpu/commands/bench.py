@@ -107,7 +107,11 @@ def _batch_size(batch: Any) -> int:
 
 
 def _make_monitor(result_path: str, warmup: int, steps: int):
-    """A ``ThroughputMonitor`` that keeps its rates (no logger needed) and writes them at the end."""
+    """A ``ThroughputMonitor`` that keeps its rates (no logger needed) and writes them at the end.
+
+    It overrides the protected ``_compute`` and reads ``_throughputs``/``_samples``/``_batches``
+    (pinned in ``tests/unit/test_upstream_pins.py``).
+    """
     from lightning.pytorch.callbacks import ThroughputMonitor
     from lightning.pytorch.trainer.states import RunningStage
 

@@ -93,6 +93,7 @@ class LitModule(pl.LightningModule):
             self._train_loss_sum = torch.zeros((), device=loss.device, dtype=torch.float32)
         self._train_loss_sum += loss.float() * batch_size
         self._train_loss_count += batch_size
+        # private, pinned in tests/unit/test_upstream_pins.py (no public "will loggers record this step?")
         connector = getattr(self._trainer, "_logger_connector", None)
         if connector is None or connector.should_update_logs:
             self.log("train/loss_step", loss, on_step=True, on_epoch=False, prog_bar=True)

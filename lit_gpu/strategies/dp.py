@@ -210,7 +210,7 @@ class DataParallelStrategy(ParallelStrategy):
         return self.root_device.type == "cuda"
 
     @override
-    def _configure_launcher(self) -> None:
+    def _configure_launcher(self) -> None:  # protected hook, pinned in tests/unit/test_upstream_pins.py
         # called once the Trainer has set accelerator and devices: refuse what dp cannot do, early
         devices = self.parallel_devices or []
         if len(devices) > 1 and any(d.type != "cuda" for d in devices):
