@@ -61,11 +61,7 @@ def test_pin_memory_follows_accelerator(fake_mnist_dir):
     dm.trainer = trainer
     assert dm._use_pin_memory() is False
 
-    class FakeCUDA:
-        pass
-
-    FakeCUDA.__name__ = "CUDAAccelerator"
-    trainer.strategy._accelerator = FakeCUDA()
+    trainer.strategy._root_device = torch.device("cuda", 0)  # what a CUDA run's strategy reports
     assert dm._use_pin_memory() is True
     dm.pin_memory = False
     assert dm._use_pin_memory() is False
