@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -151,7 +152,9 @@ class LitGpuCLI(LightningCLI):
 
     @override
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        super().parse_arguments(parser, args)
+        with warnings.catch_warnings():  # args from Python (main(argv), notebooks) are intended here
+            warnings.filterwarnings("ignore", message=r".*LightningCLI's args parameter is intended to run.*")
+            super().parse_arguments(parser, args)
         resolve_ckpt_path(self.config)  # "last" -> newest runs/*/version_*/checkpoints/last.ckpt
 
     @override

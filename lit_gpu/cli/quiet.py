@@ -27,5 +27,3 @@ def install() -> None:
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     # Every resume/test into a new run folder triggers it; best/last paths are resolved by the CLI.
     warnings.filterwarnings("ignore", message=r".*The dirpath has changed from.*")
-    # Misfires when lit_gpu.cli.main(argv) is called from Python.
-    warnings.filterwarnings("ignore", message=r".*LightningCLI's args parameter is intended to run.*")

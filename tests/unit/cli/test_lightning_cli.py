@@ -88,3 +88,13 @@ def test_partial_configs_instantiate_on_cpu(config: Path, tmp_path, monkeypatch,
         return  # GPU-only: parsing is what can be checked here (GPU tests cover the rest)
     cli = LitGpuCLI(args=[*base, "--trainer.accelerator", "cpu"], run=False)
     assert cli.trainer is not None
+
+
+def test_args_from_python_give_no_misfiring_warning(monkeypatch, tmp_path, recwarn):
+    """In a notebook sys.argv holds the kernel's flags; LitGpuCLI(args=...) is still the intended use."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["ipykernel_launcher.py", "-f", "kernel.json"])
+    LitGpuCLI(
+        args=["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")], run=False
+    )
+    assert not [w for w in recwarn if "args parameter is intended" in str(w.message)]
