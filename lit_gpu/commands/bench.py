@@ -177,7 +177,7 @@ def _make_monitor(result_path: str, warmup: int, steps: int):
 
 def run_worker(argv: list[str]) -> int:
     """Fit one mode for ``--steps`` steps and write its throughput to ``--result`` (JSON)."""
-    parser = argparse.ArgumentParser(prog="lit_gpu.commands.bench --worker")
+    parser = argparse.ArgumentParser(prog="lit-gpu bench --worker")
     parser.add_argument("--worker", action="store_true")
     parser.add_argument("--mode", required=True)
     parser.add_argument("--steps", type=int, required=True)
@@ -231,7 +231,7 @@ def run_mode(plan: ModePlan, cli_args: list[str], steps: int, warmup: int, timeo
         return BenchResult(plan.mode, status=f"skipped: {plan.skip}")
     with tempfile.TemporaryDirectory() as tmp:
         result_path = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "lit_gpu.commands.bench", "--worker", "--mode", plan.mode]
+        cmd = [sys.executable, "-m", "lit_gpu", "bench", "--worker", "--mode", plan.mode]
         cmd += ["--steps", str(steps), "--warmup", str(warmup), "--result", str(result_path), *cli_args]
         env = dict(os.environ)
         env.setdefault("PYTHONWARNINGS", "ignore")
