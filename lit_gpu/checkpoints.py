@@ -98,6 +98,8 @@ def read_checkpoint(
     map_location: Any = "cpu",
     weights_only: bool = True,
     trust: bool = False,
+    *,
+    opt_out: str = "pass trust=True",
 ) -> Any:
     """Read a checkpoint file (``torch.save`` format or ``.safetensors``) into Python objects.
 
@@ -107,6 +109,7 @@ def read_checkpoint(
             checkpoint written on ``cuda:0`` loads on a CPU-only machine with the default ``"cpu"``.
         weights_only: Refuse arbitrary pickled objects (safe for untrusted files).
         trust: Allow arbitrary pickles (sets ``weights_only=False``). Only for files you trust.
+        opt_out: How the caller's user allows pickles, for the refusal message.
 
     Raises:
         CheckpointError: Missing, empty, corrupt or truncated file, or pickled objects without ``trust``.
@@ -129,10 +132,8 @@ def read_checkpoint(
         return torch.load(path, map_location=map_location, weights_only=weights_only)
     except pickle.UnpicklingError as err:
         if weights_only and "Weights only load failed" in str(err):
-            raise CheckpointError(
-                f"checkpoint {path} contains pickled Python objects that weights_only loading refuses; "
-                "if you trust the file, pass trust=True (CLI: --trust)"
-            ) from None
+            message = messages.PICKLE_REFUSED.format(path=f"checkpoint {path}", opt_out=opt_out)
+            raise CheckpointError(message) from None
         raise _corrupt(path, err) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as err:
         if "on a CUDA device" in str(err):  # a custom map_location that kept CUDA storages

@@ -95,6 +95,15 @@ def bad_checkpoint_file(err: BaseException) -> str | None:
     return None
 
 
+def weights_only_refused(err: BaseException) -> str | None:
+    """torch's "Weights only load failed" wall (a pickle payload in a checkpoint) as one line."""
+    if isinstance(err, pickle.UnpicklingError) and "Weights only load failed" in str(err):
+        return messages.PICKLE_REFUSED.format(
+            path="the checkpoint", opt_out="pass --weights_only false (export: --trust)"
+        )
+    return None
+
+
 def dataset_raised_in_worker(err: BaseException) -> str | None:
     """An exception re-raised from a DataLoader worker: the dataset's own error, with how to see it."""
     text = str(err)
@@ -113,6 +122,7 @@ TRANSLATORS: tuple[Translator, ...] = (
     state_dict_mismatch,
     dataloader_worker_died,
     bad_checkpoint_file,
+    weights_only_refused,
     dataset_raised_in_worker,
 )
 

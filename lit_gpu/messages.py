@@ -50,6 +50,17 @@ TOO_FEW_GPUS = (
     "use --trainer.devices {count} (or 'free:N'), or " + CPU_FIX
 )
 TUNE_NEEDS_BATCH_SIZE = "--tune_batch_size needs a data module with a batch_size argument"
+PICKLE_REFUSED = (
+    "{path} holds pickled Python objects, which can run code when loaded, so weights-only loading refused "
+    "it; use a checkpoint that holds weights only (any lit-gpu fit writes one), or, only if you trust the "
+    "file and where it came from, {opt_out}"
+)
+BUILD_REFUSED = "{source}: refusing to build {key}: {what}; nothing was run; {fix}"
+CKPT_MODEL_CLASS_DIFFERS = (
+    "{path} was saved from the model class {recorded} but the config builds {configured}; the config "
+    "decides which model is built and the checkpoint only fills its weights, so pass the config the "
+    "checkpoint was trained with (its run's config.yaml) or a checkpoint of this model"
+)
 
 # ---- progress lines (printed with tell) ---------------------------------------------------------
 RESUMING_FROM = "resuming from {path}"

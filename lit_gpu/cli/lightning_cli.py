@@ -19,7 +19,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger
 from typing_extensions import override
 
-from lit_gpu import messages
+from lit_gpu import messages, safe_build
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
 from lit_gpu.callbacks.nan_guard import NaNGuard
@@ -156,6 +156,13 @@ class LitGpuCLI(LightningCLI):
             warnings.filterwarnings("ignore", message=r".*LightningCLI's args parameter is intended to run.*")
             super().parse_arguments(parser, args)
         resolve_ckpt_path(self.config)  # "last" -> newest runs/*/version_*/checkpoints/last.ckpt
+
+    @override
+    def _parse_ckpt_path(self) -> None:
+        # private, pinned in tests/unit/test_upstream_pins.py. Lightning re-parses the checkpoint's
+        # hparams (class included) over --config here: instead the config decides, the checkpoint's
+        # class is only compared, and the file is read weights-only
+        safe_build.check_ckpt_path(self.config)
 
     @override
     def before_instantiate_classes(self) -> None:

@@ -8,12 +8,14 @@ with ``class_path`` and ``init_args`` (``.safetensors`` files carry the same in 
     module, _, name = meta["class_path"].rpartition(".")
     net = getattr(importlib.import_module(module), name)(**meta["init_args"])
     net.load_state_dict(torch.load("model.pt", map_location="cpu", weights_only=True))
+
+That recipe calls whatever the sidecar names: for files from elsewhere, build the net with
+``lit_gpu.safe_build.build(meta)`` (checks the class first) or from your own code.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -23,8 +25,9 @@ from typing import Any
 
 import torch
 import yaml
+from torch import nn
 
-from lit_gpu import messages
+from lit_gpu import messages, safe_build
 from lit_gpu.checkpoints import NET_SPEC_KEY, CheckpointMismatchError, clean_keys, load_into, read_checkpoint
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import atomic_torch_save, atomic_write
@@ -32,36 +35,36 @@ from lit_gpu.io import atomic_torch_save, atomic_write
 FORMATS = (".pt", ".pth", ".safetensors")
 
 
-def _spec_from_run_config(ckpt_path: Path) -> dict[str, Any] | None:
-    """``model.init_args.net`` from the ``config.yaml`` LightningCLI saved beside the run."""
+def _spec_from_run_config(ckpt_path: Path) -> tuple[dict[str, Any], str] | None:
+    """``model.init_args.net`` from the ``config.yaml`` LightningCLI saved beside the run, and that file."""
     for config in (ckpt_path.parent.parent / "config.yaml", ckpt_path.parent / "config.yaml"):
         if not config.is_file():
             continue
-        data = yaml.safe_load(config.read_text()) or {}
-        net = ((data.get("model") or {}).get("init_args") or {}).get("net")
+        try:
+            data = yaml.safe_load(config.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise LitGpuError(
+                f"{config} is not valid YAML ({messages.first_line(err)}); fix or remove it"
+            ) from None
+        model = data.get("model") if isinstance(data, dict) else None
+        net = ((model if isinstance(model, dict) else {}).get("init_args") or {}).get("net")
         if isinstance(net, dict) and "class_path" in net:
-            return {"class_path": net["class_path"], "init_args": net.get("init_args") or {}}
+            return {"class_path": net["class_path"], "init_args": net.get("init_args") or {}}, str(config)
     return None
-
-
-def _build(spec: dict[str, Any]) -> torch.nn.Module:
-    module, _, name = spec["class_path"].rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as err:
-        raise LitGpuError(f"cannot import the net class {spec['class_path']!r} ({err})") from None
-    return cls(**spec["init_args"])
 
 
 def export_checkpoint(
     ckpt_path: str | os.PathLike,
     out: str | os.PathLike,
     trust: bool = False,
+    trust_modules: Sequence[str] = (),
 ) -> tuple[Path, Path]:
     """Export the net inside a lit_gpu checkpoint to ``out`` (``.pt``/``.pth`` or ``.safetensors``).
 
     The net spec comes from the checkpoint (lit_gpu modules store it) or the run's ``config.yaml``.
-    The net is rebuilt from the spec and the weights loaded strictly before anything is written.
+    The net is rebuilt from the spec with :func:`lit_gpu.safe_build.build` (only ``nn.Module`` classes
+    from trusted or already-imported packages, checked before any call; ``trust_modules`` adds
+    packages) and the weights loaded strictly before anything is written.
 
     Returns:
         ``(weights_path, sidecar_path)``.
@@ -69,10 +72,12 @@ def export_checkpoint(
     ckpt_path, out = Path(ckpt_path), Path(out)
     if out.suffix not in FORMATS:
         raise LitGpuError(f"--out must end in {', '.join(FORMATS)}, got {out.name}")
-    checkpoint = read_checkpoint(ckpt_path, trust=trust)
-    spec = (checkpoint.get(NET_SPEC_KEY) if isinstance(checkpoint, dict) else None) or _spec_from_run_config(
-        ckpt_path
-    )
+    checkpoint = read_checkpoint(ckpt_path, trust=trust, opt_out="pass --trust (trust=True)")
+    spec = checkpoint.get(NET_SPEC_KEY) if isinstance(checkpoint, dict) else None
+    where = (str(ckpt_path), NET_SPEC_KEY)
+    if not spec:
+        spec, config = _spec_from_run_config(ckpt_path) or (None, "")
+        where = (config, "model.init_args.net")
     if not spec:
         raise LitGpuError(
             f"{ckpt_path} does not say which net it holds (no {NET_SPEC_KEY!r} entry and no config.yaml "
@@ -82,12 +87,13 @@ def export_checkpoint(
     state_dict = clean_keys(state_dict)
     if any(k.startswith("net.") for k in state_dict):
         state_dict = {k[len("net.") :]: v for k, v in state_dict.items() if k.startswith("net.")}
-    net = _build(spec)
+    net = safe_build.build(spec, nn.Module, source=where[0], key=where[1], trust_modules=trust_modules)
     try:
         load_into(net, state_dict, strict=True)
     except CheckpointMismatchError as err:
         raise LitGpuError(f"exported net {spec['class_path']} does not match the checkpoint: {err}") from None
     weights = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
+    spec = {"class_path": spec["class_path"], "init_args": dict(spec.get("init_args") or {})}
     meta = {
         "class_path": spec["class_path"],
         "init_args": spec["init_args"],
@@ -117,7 +123,17 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("checkpoint", help="a .ckpt written by lit-gpu fit")
     parser.add_argument("--out", required=True, help="model.pt, model.pth or model.safetensors")
     parser.add_argument("--trust", action="store_true", help="allow pickled objects (trusted files only)")
+    parser.add_argument(
+        "--trust_module",
+        action="append",
+        default=[],
+        metavar="PACKAGE",
+        help="a top-level package (yours) whose net classes may be imported (repeatable; also "
+        f"${safe_build.TRUST_ENV}=pkg1,pkg2); lit_gpu, torch, torchvision and lightning always may",
+    )
     args = parser.parse_args(list(argv))
-    weights, sidecar = export_checkpoint(args.checkpoint, args.out, trust=args.trust)
+    weights, sidecar = export_checkpoint(
+        args.checkpoint, args.out, trust=args.trust, trust_modules=args.trust_module
+    )
     messages.tell(messages.EXPORTED.format(weights=weights, sidecar=sidecar), stream=sys.stdout)
     return 0

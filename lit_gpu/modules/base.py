@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.utilities.model_helpers import _restricted_classmethod
 from torch import nn
-from typing_extensions import override
+from typing_extensions import Self, override
 
+from lit_gpu import safe_build
 from lit_gpu.checkpoints import NET_SPEC_KEY, net_spec
 
 
@@ -124,6 +127,33 @@ class LitModule(pl.LightningModule):
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         inputs = batch[0] if isinstance(batch, list | tuple) else batch
         return self(inputs)
+
+    # private decorator, pinned in tests/unit/test_upstream_pins.py: Lightning's own (class-only) classmethod
+    @_restricted_classmethod
+    @override
+    def load_from_checkpoint(
+        cls,
+        checkpoint_path: str | Path | IO,
+        map_location: Any = None,
+        hparams_file: str | Path | None = None,
+        strict: bool | None = None,
+        weights_only: bool | None = None,
+        **kwargs: Any,
+    ) -> Self:
+        """Lightning's ``load_from_checkpoint``, after :func:`lit_gpu.safe_build.check_hparams`.
+
+        Lightning rebuilds CLI-written modules by handing the checkpoint's hyper-parameters to
+        jsonargparse, which imports and instantiates any ``class_path`` they name; lit_gpu first checks
+        them with the same policy as ``lit-gpu export`` and reads the file weights-only unless you pass
+        ``weights_only=False`` (Lightning would default to ``False`` for ``http(s)://`` paths).
+        """
+        weights_only = True if weights_only is None else weights_only
+        safe_build.check_hparams(
+            cls, checkpoint_path, hparams_file=hparams_file, weights_only=weights_only, passed=kwargs
+        )
+        return super().load_from_checkpoint(
+            checkpoint_path, map_location, hparams_file, strict, weights_only, **kwargs
+        )
 
     @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

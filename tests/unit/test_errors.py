@@ -84,6 +84,24 @@ def test_dataset_error_in_a_worker_keeps_the_dataset_reason():
     )
 
 
+class _Payload:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_weights_only_refusal_of_a_pickle_payload_is_one_line(tmp_path):
+    marker = tmp_path / "marker"
+    torch.save({"x": _Payload(str(marker))}, tmp_path / "evil.ckpt")
+    with pytest.raises(pickle.UnpicklingError) as info:  # torch's wall, as Lightning's own loads raise it
+        torch.load(tmp_path / "evil.ckpt", weights_only=True)
+    message = explain(info.value)
+    assert message and "\n" not in message and "holds pickled Python objects" in message
+    assert "--weights_only false" in message and not marker.exists()
+
+
 def test_unknown_errors_keep_their_traceback():
     assert explain(KeyError("lit_gpu bug")) is None
     assert all(translate(KeyError("x")) is None for translate in TRANSLATORS)

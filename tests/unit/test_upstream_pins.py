@@ -9,8 +9,13 @@ paths, ``MPSAccelerator``/``XLAAccelerator.is_available`` for ``accelerator: aut
 from __future__ import annotations
 
 import csv
+import inspect
+import sys
+import textwrap
+import uuid
 
 import lightning.pytorch as pl
+import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, ThroughputMonitor
 from lightning.pytorch.cli import LightningArgumentParser
@@ -18,9 +23,13 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.trainer.states import RunningStage
 
+from lit_gpu.cli import LitGpuCLI
 from lit_gpu.cli.trainer import allow_auto_precision
+from lit_gpu.modules import RegressionModule
+from lit_gpu.nets import SimpleModel
 from lit_gpu.strategies import DataParallelStrategy
 from tests.helpers.dp import dp_data, dp_module
+from tests.helpers.paths import CONFIGS
 from tests.helpers.trainers import quiet_trainer
 
 
@@ -130,3 +139,86 @@ def test_jsonargparse_action__typehint():
     allow_auto_precision(parser)
     assert parser.parse_args(["--trainer.precision", "auto"]).trainer.precision == "auto"
     assert parser.parse_args(["--trainer.precision", "bf16-mixed"]).trainer.precision == "bf16-mixed"
+
+
+class _Stop(Exception):
+    def __init__(self, config) -> None:
+        self.config = config
+
+
+def test_lightning_cli__parse_ckpt_path(tmp_path, monkeypatch):
+    """LitGpuCLI overrides it (lit_gpu.safe_build.check_ckpt_path): upstream, the checkpoint decides.
+
+    Lightning's version re-parses the checkpoint's ``hyper_parameters`` over ``--config``: the recorded
+    ``_class_path`` replaces the model class and its values replace the config's.
+    """
+    from lightning.pytorch.cli import LightningCLI
+
+    assert "self._parse_ckpt_path()" in inspect.getsource(LightningCLI.__init__)
+    assert "_parse_ckpt_path" in vars(LitGpuCLI)
+    monkeypatch.setattr(sys, "argv", ["lit-gpu"])
+    hparams = {
+        "_class_path": "lit_gpu.modules.ClassificationModule",
+        "scheduler_interval": "step",
+        "_instantiator": "lightning.pytorch.cli.instantiate_module",
+    }
+    torch.save({"state_dict": {}, "hyper_parameters": hparams}, tmp_path / "swap.ckpt")
+
+    class Probe(LightningCLI):
+        def before_instantiate_classes(self) -> None:
+            raise _Stop(self.config)
+
+    args = ["test", "--config", str(CONFIGS / "simple.yaml"), "--ckpt_path", str(tmp_path / "swap.ckpt")]
+    with pytest.raises(_Stop) as stop:
+        Probe(model_class=None, datamodule_class=None, args=args, save_config_callback=None)
+    model = stop.value.config.test.model
+    assert model.class_path == "lit_gpu.modules.ClassificationModule"
+    assert model.init_args.scheduler_interval == "step"
+
+
+def test_model_helpers__restricted_classmethod():
+    """LitModule.load_from_checkpoint keeps Lightning's class-only decorator."""
+    with pytest.raises(TypeError, match="cannot be called on an instance"):
+        RegressionModule(SimpleModel()).load_from_checkpoint("unused.ckpt")
+
+
+def test_saving__load_from_checkpoint(tmp_path, monkeypatch):
+    """Why LitModule.load_from_checkpoint checks first: Lightning's loader imports nested class_paths.
+
+    If this fails after an upgrade, Lightning guards nested class_paths itself; keep lit_gpu's check
+    (it also reads weights-only) and update docs/checkpoints.md ("What is safe to load").
+    """
+    from lightning.pytorch.core.saving import _load_from_checkpoint
+
+    name, marker = f"pin_{uuid.uuid4().hex[:8]}", tmp_path / "imported"
+    (tmp_path / f"{name}.py").write_text(
+        textwrap.dedent(
+            f"""
+            from pathlib import Path
+            from torch import nn
+            Path({str(marker)!r}).write_text("imported")
+
+            class Net(nn.Linear):
+                def __init__(self) -> None:
+                    super().__init__(10, 10)
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    hparams = {
+        "_class_path": "lit_gpu.modules.RegressionModule",
+        "_instantiator": "lightning.pytorch.cli.instantiate_module",
+        "net": {"class_path": f"{name}.Net", "init_args": {}},
+    }
+    state = {f"net.{k.removeprefix('fc.')}": v for k, v in SimpleModel().state_dict().items()}
+    checkpoint = {
+        "state_dict": state,
+        "hyper_parameters": hparams,
+        "pytorch-lightning_version": pl.__version__,
+    }
+    torch.save(checkpoint, tmp_path / "x.ckpt")
+    try:
+        module = _load_from_checkpoint(RegressionModule, tmp_path / "x.ckpt", weights_only=True)
+        assert marker.exists() and type(module.net).__module__ == name
+    finally:
+        sys.modules.pop(name, None)
