@@ -318,8 +318,8 @@ def _plan_value(value: Any, annotation: Any, where: _Where) -> Any:
         if not kinds:
             raise where.refuse(
                 f"a nested class_path ({value.get('class_path')!r}) fills a parameter typed "
-                f"{_shown(annotation)}, which "
-                f"is not a {_name(NESTED_KINDS)} type, so no class may be built for it"
+                f"{_shown(annotation)}, and only parameters typed as a torch module, optimizer or LR "
+                "scheduler may get a class"
             )
         plan = _plan_spec(value, kinds, where)
         plan.partial = partial

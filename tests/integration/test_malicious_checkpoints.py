@@ -198,6 +198,15 @@ def test_pickle_payload_is_one_line_for_every_subcommand(
     assert not marker.exists()
 
 
+def test_weights_only_false_stays_the_users_explicit_opt_out(good_ckpt, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "marker"
+    ckpt = _tampered(good_ckpt, tmp_path / "evil.ckpt", extra=_Payload(marker))
+    main(["test", *SIMPLE, "--ckpt_path", str(ckpt), "--weights_only", "false"])
+    assert marker.exists()  # the payload ran: that is what the user asked for
+    assert "test/loss" in capsys.readouterr().out
+
+
 def test_hparams_class_swap_is_refused_naming_both_classes(good_ckpt, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     swapped = {"_class_path": "lit_gpu.modules.ClassificationModule", "num_classes": 10}
