@@ -23,6 +23,10 @@ resolves and checks the whole spec, nested ``class_path`` entries included, *bef
 * **Arguments.** ``init_args`` must be plain data (numbers, strings, booleans, ``None``, lists, dicts,
   tensors) and name parameters the class accepts; strings are never resolved to objects.
 
+The same checks serve :func:`check_hparams` (``LitModule.load_from_checkpoint``: what jsonargparse would
+build from a checkpoint's hyper-parameters, including strings it would import), and
+:func:`check_ckpt_path` replaces LightningCLI's re-parsing of those hyper-parameters for ``--ckpt_path``.
+
 Anything else raises :class:`UnsafeBuildError` (a :class:`~lit_gpu.errors.LitGpuError`: one line, exit 2
 in the CLI) naming the entry, the file and the fix, and nothing has been imported or called.
 
