@@ -6,7 +6,7 @@ to that function. A new command is one module plus one line below.
 
 from collections.abc import Callable, Sequence
 
-from lit_gpu.commands import bench, env, export, plot
+from lit_gpu.commands import bench, env, export, plot, sweep
 
 Command = Callable[[Sequence[str]], int]
 
@@ -15,6 +15,7 @@ COMMANDS: dict[str, Command] = {
     "env": env.main,
     "export": export.main,
     "plot": plot.main,
+    "sweep": sweep.main,
 }
 
 __all__ = ["COMMANDS", "Command"]

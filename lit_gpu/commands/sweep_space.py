@@ -1,0 +1,173 @@
+"""The search space of ``lit-gpu sweep``: a YAML file mapping dotted config keys to Optuna distributions.
+
+Example (``configs/sweeps/simple.yaml``)::
+
+    model.init_args.optimizer.init_args.lr: {type: float, low: 1.0e-4, high: 0.3, log: true}
+    model.init_args.optimizer.init_args.momentum: {type: float, low: 0.0, high: 0.95}
+    data.init_args.batch_size: {type: categorical, choices: [32, 64, 128]}
+    trainer.max_epochs: {type: int, low: 2, high: 6}
+
+A key with a plain value (not a mapping) is set to that value in every trial, e.g.
+``trainer.limit_val_batches: 1.0``. Every trial gets the sampled values as ``--key=value`` flags after
+the user's own configs and flags, exactly as if typed after ``lit-gpu fit``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lit_gpu.errors import LitGpuError
+
+TYPES = ("float", "int", "categorical")
+_FIELDS = {
+    "float": ({"low", "high"}, {"log", "step"}),
+    "int": ({"low", "high"}, {"log", "step"}),
+    "categorical": ({"choices"}, set()),
+}
+_KEY = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+_SCALARS = (type(None), bool, int, float, str)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One searched key: its Optuna distribution kind and arguments."""
+
+    key: str
+    type: str
+    args: dict[str, Any]
+
+
+@dataclass
+class SearchSpace:
+    """Searched parameters (in file order) and fixed overrides, read from ``path``."""
+
+    path: str
+    params: list[Param] = field(default_factory=list)
+    fixed: dict[str, Any] = field(default_factory=dict)
+
+    def sample(self, trial) -> dict[str, Any]:
+        """Ask ``trial`` (an ``optuna.Trial``) for one value of every parameter: ``{key: value}``."""
+        values: dict[str, Any] = {}
+        for p in self.params:
+            if p.type == "categorical":
+                values[p.key] = trial.suggest_categorical(p.key, p.args["choices"])
+            elif p.type == "float":
+                values[p.key] = trial.suggest_float(p.key, **p.args)
+            else:
+                values[p.key] = trial.suggest_int(p.key, **p.args)
+        return values
+
+    def first_values(self) -> dict[str, Any]:
+        """A valid value of every parameter (low end / first choice), to check the keys once up front."""
+        return {
+            p.key: (p.args["choices"][0] if p.type == "categorical" else p.args["low"]) for p in self.params
+        }
+
+    def flags(self, values: dict[str, Any]) -> list[str]:
+        """``--key=value`` arguments for LightningCLI: the fixed overrides, then ``values``."""
+        merged = {**self.fixed, **values}
+        return [f"--{key}={format_value(value)}" for key, value in merged.items()]
+
+
+def format_value(value: Any) -> str:
+    """A value as jsonargparse reads it on the command line (strings raw, everything else as JSON)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return json.dumps(value)
+
+
+def _fail(path: str, key: str | None, what: str) -> LitGpuError:
+    where = f"{path}: {key}" if key else path
+    return LitGpuError(
+        f"search space {where}: {what}; write e.g. 'model.init_args.optimizer.init_args.lr: "
+        "{type: float, low: 1.0e-4, high: 0.1, log: true}' (types: float, int, categorical)"
+    )
+
+
+def _number(path: str, key: str, spec: dict[str, Any], name: str, kind: str) -> float | int:
+    value = spec[name]
+    ok = isinstance(value, int) if kind == "int" else isinstance(value, int | float)
+    if isinstance(value, bool) or not ok or (isinstance(value, float) and not math.isfinite(value)):
+        what = "an integer" if kind == "int" else "a number"
+        raise _fail(path, key, f"'{name}' must be {what}, got {value!r}")
+    return value
+
+
+def _param(path: str, key: str, spec: dict[str, Any]) -> Param:
+    kind = spec.get("type")
+    if kind not in TYPES:
+        raise _fail(path, key, f"unknown type {kind!r}")
+    required, optional = _FIELDS[kind]
+    given = set(spec) - {"type"}
+    if required - given:
+        raise _fail(path, key, f"type {kind} needs {', '.join(sorted(required - given))}")
+    if given - required - optional:
+        unknown = ", ".join(sorted(given - required - optional))
+        raise _fail(path, key, f"unknown field(s) {unknown} for type {kind}")
+    if kind == "categorical":
+        choices = spec["choices"]
+        if not isinstance(choices, list) or not choices:
+            raise _fail(path, key, "'choices' must be a non-empty list")
+        if not all(isinstance(c, _SCALARS) for c in choices):
+            raise _fail(path, key, "choices must be plain values (numbers, strings, booleans or null)")
+        return Param(key, kind, {"choices": list(choices)})
+    low, high = _number(path, key, spec, "low", kind), _number(path, key, spec, "high", kind)
+    if low > high:
+        raise _fail(path, key, f"low ({low}) is above high ({high})")
+    args: dict[str, Any] = {"low": low, "high": high}
+    log = spec.get("log", False)
+    if not isinstance(log, bool):
+        raise _fail(path, key, f"'log' must be true or false, got {log!r}")
+    if log:
+        if low <= 0:
+            raise _fail(path, key, f"log: true needs low > 0, got {low}")
+        if spec.get("step") is not None and kind == "float":
+            raise _fail(path, key, "a float cannot have both log: true and a step")
+        args["log"] = True
+    if spec.get("step") is not None:
+        step = _number(path, key, spec, "step", kind)
+        if step <= 0:
+            raise _fail(path, key, f"'step' must be positive, got {step}")
+        args["step"] = step
+    return Param(key, kind, args)
+
+
+def load_space(path: str | os.PathLike) -> SearchSpace:
+    """Read and check a search-space YAML file.
+
+    Raises:
+        LitGpuError: Missing file, not a mapping, a malformed key, an unknown distribution type or a
+            bad field. Whether a key exists in the config is checked later, by the CLI's parser.
+    """
+    text_path = str(path)
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise LitGpuError(
+            f"search space {text_path} not found; pass e.g. --search configs/sweeps/simple.yaml"
+        ) from None
+    except (OSError, yaml.YAMLError) as err:
+        raise _fail(text_path, None, f"cannot read it ({str(err).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not data:
+        raise _fail(text_path, None, "must be a non-empty mapping of dotted config keys")
+    space = SearchSpace(text_path)
+    for key, spec in data.items():
+        if not isinstance(key, str) or not _KEY.match(key):
+            raise _fail(text_path, str(key), "keys must be dotted config keys such as trainer.max_epochs")
+        if isinstance(spec, dict):
+            space.params.append(_param(text_path, key, spec))
+        else:
+            space.fixed[key] = spec
+    if not space.params:
+        raise _fail(text_path, None, "no key has a distribution (a mapping with 'type')")
+    return space
