@@ -30,6 +30,7 @@ import socket
 import subprocess
 import sys
 import traceback
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -573,11 +574,10 @@ class _Parsed(Exception):
         self.config = config
 
 
-def check_trial_args(args: list[str]) -> Any:
-    """Parse one trial's arguments without building anything; returns the ``fit`` config.
+def parse_fit_args(args: list[str]) -> Any:
+    """Parse ``fit`` arguments without building anything; returns the ``fit`` config.
 
-    A wrong key or value (in the user's configs, flags or the search space) ends here with the CLI's
-    one-line ``lit-gpu: error:`` and exit status 2, before any trial starts.
+    A wrong key or value ends here with the CLI's one-line ``lit-gpu: error:`` and exit status 2.
     """
     from lit_gpu.cli import LitGpuCLI
 
@@ -590,6 +590,28 @@ def check_trial_args(args: list[str]) -> Any:
     except _Parsed as parsed:
         return parsed.config["fit"]
     raise AssertionError("LitGpuCLI returned without parsing")  # pragma: no cover
+
+
+def _flat_keys(config: Any, prefix: str = "") -> list[str]:
+    keys = []
+    for key, value in (config.items() if hasattr(config, "items") else []):
+        dotted = f"{prefix}{key}"
+        keys.append(dotted)
+        if hasattr(value, "items"):
+            keys += _flat_keys(value, dotted + ".")
+    return keys
+
+
+def check_space_keys(space: SearchSpace, config: Any) -> None:
+    """Every key of the search space must name a setting of the parsed ``fit`` config."""
+    import difflib
+
+    known = set(_flat_keys(config.as_dict() if hasattr(config, "as_dict") else config))
+    for key in [p.key for p in space.params] + list(space.fixed):
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}?" if close else "see lit-gpu fit --print_config for the keys"
+            raise LitGpuError(f"search space {space.path}: {key} is not a setting of this run's config; {hint}")
 
 
 # ---- the end-of-sweep report -------------------------------------------------------------------
@@ -675,12 +697,15 @@ def plot_study(study: Any, out: Path, metric: str) -> Path:
     history.grid(alpha=0.3)
     if done or pruned:
         history.legend(fontsize="small")
-    try:
-        scores = optuna.importance.get_param_importances(study)
-    except (ValueError, RuntimeError) as err:
-        scores, why = {}, str(err).splitlines()[0] if str(err) else type(err).__name__
-    else:
-        why = "needs 2 or more completed trials with different parameters"
+    scores: dict[str, float] = {}
+    why = "needs 3 or more completed trials"
+    if len(done) >= 3:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "too few trials": the bars say so themselves
+                scores = optuna.importance.get_param_importances(study)
+        except (ValueError, RuntimeError) as err:
+            why = str(err).splitlines()[0] if str(err) else type(err).__name__
     if scores:
         names = _short_names(list(scores))
         labels = [names[k] for k in scores][::-1]
@@ -720,7 +745,7 @@ def _quiet_optuna() -> Iterator[None]:
     import optuna
 
     level = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # the sweep prints its own lines
     try:
         yield
     finally:
@@ -732,7 +757,8 @@ def sweep(options: SweepOptions, fit_args: list[str]) -> int:
     space = load_space(options.search)
     probe = Objective(options, space, fit_args, child=False)
     gpus = list(range(options.gpus_per_trial)) if options.gpus_per_trial else None
-    trainer_config = check_trial_args(probe.trial_args(space.first_values(), 0, gpus))["trainer"]
+    check_space_keys(space, parse_fit_args(probe.trial_args({}, 0, gpus)))
+    trainer_config = parse_fit_args(probe.trial_args(space.first_values(), 0, gpus))["trainer"]
     child = needs_child_process(trainer_config, options.gpus_per_trial)
     objective = Objective(options, space, fit_args, child=child)
     with _quiet_optuna():
