@@ -333,17 +333,19 @@ def run_in_child(args: list[str], trial: Any, options: SweepOptions, run_dir: Pa
         },
     }
     env = {**os.environ, TRIAL_ENV: json.dumps(spec)}
+    proc = subprocess.Popen([sys.executable, "-m", "lit_gpu", "sweep"], env=env)
     try:
-        proc = subprocess.run([sys.executable, "-m", "lit_gpu", "sweep"], env=env, check=False)
-    except KeyboardInterrupt:
+        returncode = proc.wait()
+    except KeyboardInterrupt:  # the child got the same Ctrl+C: let it save its last.ckpt
+        proc.wait()
         return TrialResult(error="interrupted", interrupted=True)
     if result_path.is_file():
         result = TrialResult(**json.loads(result_path.read_text()))
-        if proc.returncode == 0 or result.error:
+        if returncode == 0 or result.error:
             return result
-    if proc.returncode == 130:
+    if returncode == 130:
         return TrialResult(error="interrupted", interrupted=True)
-    return TrialResult(error=f"the trial process exited with status {proc.returncode} (its error is above)")
+    return TrialResult(error=f"the trial process exited with status {returncode} (its error is above)")
 
 
 def run_trial_child(spec: dict[str, Any]) -> int:
@@ -594,7 +596,7 @@ def parse_fit_args(args: list[str]) -> Any:
 
 def _flat_keys(config: Any, prefix: str = "") -> list[str]:
     keys = []
-    for key, value in (config.items() if hasattr(config, "items") else []):
+    for key, value in config.items() if hasattr(config, "items") else []:
         dotted = f"{prefix}{key}"
         keys.append(dotted)
         if hasattr(value, "items"):
@@ -611,7 +613,9 @@ def check_space_keys(space: SearchSpace, config: Any) -> None:
         if key not in known:
             close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
             hint = f"did you mean {close[0]}?" if close else "see lit-gpu fit --print_config for the keys"
-            raise LitGpuError(f"search space {space.path}: {key} is not a setting of this run's config; {hint}")
+            raise LitGpuError(
+                f"search space {space.path}: {key} is not a setting of this run's config; {hint}"
+            )
 
 
 # ---- the end-of-sweep report -------------------------------------------------------------------
