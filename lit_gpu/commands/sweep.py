@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="search space YAML: dotted config key -> {type: float|int|categorical}",
     )
-    add("--n_trials", type=int, default=10, help="trials this worker runs (default 10)")
+    add("--n_trials", type=int, default=10, help="trials this worker runs (default 10; 0: only report)")
     add("--storage", default=None, help=f"journal file or RDB URL (default <root>/<study>/{JOURNAL_NAME})")
     add("--study_name", default=None, help="study name (default: the search file's name without .yaml)")
     add("--root", default=SWEEPS_ROOT, help=f"folder of the studies' runs (default {SWEEPS_ROOT})")
@@ -124,8 +124,8 @@ def parse_argv(argv: Sequence[str]) -> tuple[SweepOptions, list[str]]:
         args = args[1:]
     namespace, fit_args = build_parser().parse_known_args(args)
     options = SweepOptions(**vars(namespace))
-    if options.n_trials < 1:
-        raise LitGpuError(f"--n_trials must be at least 1, got {options.n_trials}")
+    if options.n_trials < 0:
+        raise LitGpuError(f"--n_trials must be 0 (only report) or more, got {options.n_trials}")
     if options.gpus_per_trial < 0:
         raise LitGpuError(f"--gpus_per_trial must be 0 (as configured) or more, got {options.gpus_per_trial}")
     return options, fit_args

@@ -41,5 +41,10 @@ def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
     assert elapsed < NOTEBOOK_BUDGET_S, f"{path.name} took {elapsed:.0f} s"
 
 
-def test_all_three_notebooks_are_collected():
-    assert [p.name for p in NOTEBOOKS] == ["01_quickstart.ipynb", "02_gpu_modes.ipynb", "03_research.ipynb"]
+def test_all_notebooks_are_collected():
+    assert [p.name for p in NOTEBOOKS] == [
+        "01_quickstart.ipynb",
+        "02_gpu_modes.ipynb",
+        "03_research.ipynb",
+        "04_sweep.ipynb",
+    ]

@@ -138,7 +138,7 @@ def test_every_readme_command_parses(readme_text, scratch):
         elif name in COMMANDS:
             code, out = _call(main, [name, "--help"])
             flags = [a.split("=")[0] for a in argv if a.startswith("--")]
-            if name == "bench":  # its own flags, then job flags (--config, --data.*) that go to `fit`
+            if name in ("bench", "sweep"):  # own flags, then job flags (--config, --data.*) for `fit`
                 own = {f for f in flags if f != "--config" and "." not in f}
                 job = [a for i, a in enumerate(argv[1:], 1) if a not in own and argv[i - 1] not in own]
                 job_code, _ = _call(LitGpuCLI, ["fit", *job, "--print_config"])

@@ -33,7 +33,7 @@ def test_sweep_flags_are_split_from_the_fit_arguments():
 
 
 @pytest.mark.parametrize(
-    "argv", [["--search", "s.yaml", "--n_trials", "0"], ["--search", "s.yaml", "--gpus_per_trial", "-1"]]
+    "argv", [["--search", "s.yaml", "--n_trials", "-1"], ["--search", "s.yaml", "--gpus_per_trial", "-1"]]
 )
 def test_bad_counts_are_refused(argv):
     with pytest.raises(LitGpuError):
