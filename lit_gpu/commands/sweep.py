@@ -515,6 +515,7 @@ class Objective:
     def trial_args(self, values: dict[str, Any], number: int, gpus: list[int] | None) -> list[str]:
         """The ``fit`` arguments of one trial."""
         args = ["fit", *self.fit_args, *self.space.flags(values), logger_flag(self.options.sweep_dir, number)]
+        args.append("--checkpoint.dirpath=null")  # checkpoints in the trial's own folder, never shared
         if gpus is not None:
             args += ["--trainer.accelerator=gpu", f"--trainer.devices={format_value(gpus)}"]
         return args
