@@ -283,6 +283,7 @@ def _trial_cli(args: list[str], callback: SweepPruning) -> Any:
     from lit_gpu.cli import LitGpuCLI
 
     class TrialCLI(LitGpuCLI):
+        @override
         def instantiate_trainer(self, **kwargs):
             trainer = super().instantiate_trainer(**kwargs)
             trainer.callbacks.append(callback)
@@ -424,7 +425,7 @@ class GpuClaims:
     def __init__(self, folder: Path) -> None:
         self.folder = folder / "gpu_claims"
         self.host = socket.gethostname()
-        self.mine = self.folder / f"{self.host}-{os.getpid()}.json"
+        self.mine = self.folder / f"{self.host}@{os.getpid()}.json"
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -440,10 +441,10 @@ class GpuClaims:
 
     def _held_by_others(self) -> dict[int, int]:
         held: dict[int, int] = {}
-        for path in self.folder.glob(f"{self.host}-*.json"):
+        for path in self.folder.glob(f"{self.host}@*.json"):
             if path == self.mine:
                 continue
-            pid = int(path.stem.rsplit("-", 1)[1])
+            pid = int(path.stem.rsplit("@", 1)[1])
             try:
                 os.kill(pid, 0)
             except ProcessLookupError:
@@ -585,6 +586,7 @@ def parse_fit_args(args: list[str]) -> Any:
     from lit_gpu.cli import LitGpuCLI
 
     class CheckCLI(LitGpuCLI):
+        @override
         def before_instantiate_classes(self) -> None:
             raise _Parsed(self.config)
 

@@ -102,11 +102,11 @@ def test_workers_on_one_machine_spread_over_its_gpus(tmp_path, monkeypatch):
     first = sweep.GpuClaims(tmp_path)
     assert first.claim(2) == [1, 2]  # most free memory first
     second = sweep.GpuClaims(tmp_path)
-    second.mine = second.folder / f"{second.host}-{os.getppid()}.json"  # another live process
+    second.mine = second.folder / f"{second.host}@{os.getppid()}.json"  # another live process
     assert second.claim(2) == [0, 3]  # the GPUs the first worker does not hold
     first.release()
     assert second.claim(1) == [1]
-    dead = second.folder / f"{second.host}-999999999.json"
+    dead = second.folder / f"{second.host}@999999999.json"
     dead.write_text("[1, 2]")  # a worker that died without releasing: ignored and cleaned up
     assert first.claim(1) == [2] and not dead.exists()  # 1 is held by the second worker
 
