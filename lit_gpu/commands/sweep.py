@@ -247,6 +247,11 @@ class SweepPruning(Callback):
             self.pruned_at = step
             trainer.should_stop = True
 
+    @override
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self.logged:  # no validation ran: say what was logged at all
+            self.logged = sorted(trainer.callback_metrics)
+
 
 # ---- running one trial -------------------------------------------------------------------------
 @dataclass
