@@ -182,6 +182,18 @@ def test_bad_trials_are_pruned(tmp_path, monkeypatch):
         assert t.intermediate_values[step] > statistics.median(earlier)
 
 
+def test_a_metric_that_is_never_logged_ends_the_sweep_with_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", *BASE, "--search", SPACE, "--n_trials", "3", "--metric", "val/acc"])
+    assert exit_info.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lit-gpu: error:")]
+    assert len(errors) == 1 and "--metric val/acc was never logged by trial 0" in errors[0]
+    assert "val/loss" in errors[0]
+    trials = _study(Path("runs/sweeps/simple"), "simple").get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL]  # stopped after the first trial
+
+
 @pytest.mark.parametrize(
     ("space_text", "expected"),
     [
