@@ -71,6 +71,18 @@ WROTE_PREDICTIONS = "wrote {rows} predictions to {path}"
 EXPORTED = "exported {weights} (metadata: {sidecar})"
 WROTE_PLOT = "wrote {path} ({width}x{height} px)"
 
+# ---- lit-gpu sweep (progress lines) -------------------------------------------------------------
+SWEEP_START = "study {study} ({done} trials so far), {more} more; runs in {folder}{how}"
+SWEEP_TRIAL_START = "trial {number}: {params}{gpus} -> {folder}"
+SWEEP_TRIAL_FINISHED = "trial {number} finished: {metric}={value}"
+SWEEP_TRIAL_PRUNED = "trial {number} pruned after validation {step} ({metric}={value})"
+SWEEP_TRIAL_FAILED = "trial {number} failed: {reason}"
+SWEEP_INTERRUPTED = "interrupted: the running trial is recorded as failed; start the same command to continue"
+SWEEP_NOTHING_COMPLETE = "no trial of study {study} has completed yet; no best.yaml or plot written"
+SWEEP_BEST_ELSEWHERE = "best trial {number}'s config {path} is not on this machine; no best.yaml written"
+SWEEP_WROTE_BEST = "wrote {path} (run it: lit-gpu fit --config {path})"
+SWEEP_WROTE_PLOT = "wrote {path}"
+
 
 def first_line(err: BaseException) -> str:
     """The first line of an exception's message, or its type name when the message is empty."""

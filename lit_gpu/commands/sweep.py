@@ -41,8 +41,10 @@ import yaml
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from lit_gpu import messages
 from lit_gpu.commands.sweep_space import SearchSpace, format_value, load_space
 from lit_gpu.errors import LitGpuError, explain
+from lit_gpu.messages import tell
 
 SWEEPS_ROOT = "runs/sweeps"
 JOURNAL_NAME = "optuna_journal.log"
@@ -538,7 +540,7 @@ class Objective:
         trial.set_user_attr("args", args)
         shown = ", ".join(f"{self.names[k]}={_fmt(v)}" for k, v in values.items())
         where = f" on GPU {','.join(map(str, gpus))}" if gpus else ""
-        _say(f"trial {trial.number}: {shown}{where} -> {run_dir}")
+        tell(messages.SWEEP_TRIAL_START.format(number=trial.number, params=shown, gpus=where, folder=run_dir))
         try:
             if self.child:
                 result = run_in_child(args, trial, self.options, run_dir)
@@ -553,11 +555,15 @@ class Objective:
             raise _StopSweep
         if result.error:
             trial.set_user_attr("error", result.error)
-            _say(f"trial {trial.number} failed: {result.error}")
+            tell(messages.SWEEP_TRIAL_FAILED.format(number=trial.number, reason=result.error))
             raise _TrialFailed(result.error)
         if result.pruned_at is not None:
-            at = f"validation {result.pruned_at} ({metric}={_fmt(result.value)})"
-            _say(f"trial {trial.number} pruned after {at}")
+            value = _fmt(result.value)
+            tell(
+                messages.SWEEP_TRIAL_PRUNED.format(
+                    number=trial.number, step=result.pruned_at, metric=metric, value=value
+                )
+            )
             raise optuna.TrialPruned(f"pruned after validation {result.pruned_at}")
         if result.value is None:
             logged = ", ".join(k for k in result.logged or [] if "/" in k) or "nothing"
@@ -567,14 +573,14 @@ class Objective:
             )
         if not math.isfinite(result.value):
             trial.set_user_attr("error", f"{metric} is {result.value}")
-            _say(f"trial {trial.number} failed: {metric} is {result.value}")
+            tell(
+                messages.SWEEP_TRIAL_FAILED.format(number=trial.number, reason=f"{metric} is {result.value}")
+            )
             raise _TrialFailed(f"{metric} is {result.value}")
-        _say(f"trial {trial.number} finished: {metric}={_fmt(result.value)}")
+        tell(
+            messages.SWEEP_TRIAL_FINISHED.format(number=trial.number, metric=metric, value=_fmt(result.value))
+        )
         return result.value
-
-
-def _say(text: str) -> None:
-    print(f"lit-gpu: {text}", file=sys.stderr, flush=True)
 
 
 # ---- checking the arguments once -----------------------------------------------------------------
@@ -664,7 +670,7 @@ def write_best_config(study: Any, out: Path) -> Path | None:
     best = _completed(study)[0]
     source = Path(best.user_attrs.get("run_dir", "")) / "config.yaml"
     if not source.is_file():
-        _say(f"best trial {best.number}'s config {source} is not on this machine; no best.yaml written")
+        tell(messages.SWEEP_BEST_ELSEWHERE.format(number=best.number, path=source))
         return None
     config = yaml.safe_load(source.read_text())
     config.get("trainer", {}).pop("logger", None)  # the CLI's default logger, not the trial's folder
@@ -740,14 +746,14 @@ def report(study: Any, options: SweepOptions) -> int:
     """Table, best.yaml and sweep.png; exit status 1 when no trial has completed yet."""
     if not _completed(study):
         print_table(study, options.metric, options.top)
-        _say(f"no trial of study {study.study_name} has completed yet; no best.yaml or plot written")
+        tell(messages.SWEEP_NOTHING_COMPLETE.format(study=study.study_name))
         return 1
     print_table(study, options.metric, options.top)
     best = write_best_config(study, options.sweep_dir / "best.yaml")
     png = plot_study(study, options.sweep_dir / "sweep.png", options.metric)
     if best is not None:
-        _say(f"wrote {best} (run it: lit-gpu fit --config {best})")
-    _say(f"wrote {png}")
+        tell(messages.SWEEP_WROTE_BEST.format(path=best))
+    tell(messages.SWEEP_WROTE_PLOT.format(path=png))
     return 0
 
 
@@ -775,14 +781,17 @@ def sweep(options: SweepOptions, fit_args: list[str]) -> int:
     objective = Objective(options, space, fit_args, child=child)
     with _quiet_optuna():
         study = open_study(options)
-        _say(
-            f"study {options.study} ({len(study.trials)} trials so far), {options.n_trials} more; "
-            f"runs in {options.sweep_dir}{', each in a child process' if child else ''}"
+        how = ", each in a child process" if child else ""
+        done, more = len(study.trials), options.n_trials
+        tell(
+            messages.SWEEP_START.format(
+                study=options.study, done=done, more=more, folder=options.sweep_dir, how=how
+            )
         )
         try:
             study.optimize(objective, n_trials=options.n_trials, catch=(_TrialFailed,), gc_after_trial=True)
         except _StopSweep:
-            _say("interrupted: the running trial is recorded as failed; start the same command to continue")
+            tell(messages.SWEEP_INTERRUPTED)
             return 130
         return report(study, options)
 

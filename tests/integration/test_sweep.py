@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 
 from lit_gpu.cli import LitGpuCLI, main
 from lit_gpu.commands import sweep as sweep_cmd
-from tests.conftest import CONFIGS
+from tests.helpers.paths import CONFIGS
 
 BASE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
 SPACE = str(CONFIGS / "sweeps" / "simple.yaml")

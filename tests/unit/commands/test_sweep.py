@@ -10,7 +10,7 @@ import pytest
 
 from lit_gpu.commands import sweep
 from lit_gpu.errors import LitGpuError
-from tests.unit.fake_nvml import FakeGpu, install
+from tests.helpers.fake_nvml import FakeGpu, install
 
 
 def test_sweep_flags_are_split_from_the_fit_arguments():

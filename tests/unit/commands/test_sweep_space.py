@@ -7,7 +7,7 @@ import pytest
 
 from lit_gpu.commands.sweep_space import format_value, load_space
 from lit_gpu.errors import LitGpuError
-from tests.conftest import CONFIGS
+from tests.helpers.paths import CONFIGS
 
 LR = "model.init_args.optimizer.init_args.lr"
 
