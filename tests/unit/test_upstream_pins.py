@@ -222,3 +222,19 @@ def test_saving__load_from_checkpoint(tmp_path, monkeypatch):
         assert marker.exists() and type(module.net).__module__ == name
     finally:
         sys.modules.pop(name, None)
+
+
+def test_optuna_trial__trial_id(tmp_path):
+    """lit_gpu.commands.sweep hands ``trial._trial_id`` to a trial's child process (DDP trials), which
+    rebuilds the trial as ``optuna.trial.Trial(study, trial_id)`` to report each validation."""
+    import optuna
+
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(tmp_path / "j.log"))
+    )
+    study = optuna.create_study(study_name="pin", storage=storage)
+    trial = study.ask()
+    in_child = optuna.trial.Trial(optuna.load_study(study_name="pin", storage=storage), trial._trial_id)
+    in_child.report(0.5, 0)
+    study.tell(trial, 1.0)
+    assert study.trials[0].intermediate_values == {0: 0.5} and study.trials[0].value == 1.0
