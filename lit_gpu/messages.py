@@ -62,6 +62,28 @@ CKPT_MODEL_CLASS_DIFFERS = (
     "checkpoint was trained with (its run's config.yaml) or a checkpoint of this model"
 )
 
+SWEEP_BAD_SPACE = (
+    "search space {where}: {what}; write e.g. 'model.init_args.optimizer.init_args.lr: "
+    "{{type: float, low: 1.0e-4, high: 0.1, log: true}}' (types: float, int, categorical)"
+)
+SWEEP_SPACE_NOT_FOUND = "search space {path} not found; pass e.g. --search configs/sweeps/simple.yaml"
+SWEEP_UNKNOWN_KEY = "search space {path}: {key} is not a setting of this run's config; {hint}"
+SWEEP_BAD_COUNT = "{flag} must be 0 ({zero}) or more, got {value}"
+SWEEP_UNKNOWN_STORAGE = (
+    "--storage {spec}: unknown scheme {scheme!r}; use a journal file path, sqlite:///sweep.db "
+    "or postgresql://user:password@host/db"
+)
+SWEEP_OTHER_DIRECTION = (
+    "study {study!r} was created with --direction {direction}; pass that, or a new --study_name"
+)
+SWEEP_OTHER_METRIC = (
+    "study {study!r} optimises {metric}, not {given}; pass --metric {metric} or a new --study_name"
+)
+SWEEP_METRIC_NOT_LOGGED = (
+    "--metric {metric} was never logged by trial {number} (logged: {logged}); pass one of those, and make "
+    "sure the config validates (trainer.limit_val_batches > 0)"
+)
+
 # ---- progress lines (printed with tell) ---------------------------------------------------------
 RESUMING_FROM = "resuming from {path}"
 USING_CHECKPOINT = "using {path}"

@@ -127,9 +127,12 @@ def parse_argv(argv: Sequence[str]) -> tuple[SweepOptions, list[str]]:
     namespace, fit_args = build_parser().parse_known_args(args)
     options = SweepOptions(**vars(namespace))
     if options.n_trials < 0:
-        raise LitGpuError(f"--n_trials must be 0 (only report) or more, got {options.n_trials}")
+        raise LitGpuError(
+            messages.SWEEP_BAD_COUNT.format(flag="--n_trials", zero="only report", value=options.n_trials)
+        )
     if options.gpus_per_trial < 0:
-        raise LitGpuError(f"--gpus_per_trial must be 0 (as configured) or more, got {options.gpus_per_trial}")
+        zero, value = "as configured", options.gpus_per_trial
+        raise LitGpuError(messages.SWEEP_BAD_COUNT.format(flag="--gpus_per_trial", zero=zero, value=value))
     return options, fit_args
 
 
@@ -141,10 +144,7 @@ def make_storage(spec: str | None, sweep_dir: Path) -> Any:
     if spec and "://" in spec:
         scheme = spec.split("://", 1)[0].split("+", 1)[0].lower()
         if scheme not in RDB_SCHEMES:
-            raise LitGpuError(
-                f"--storage {spec}: unknown scheme {scheme!r}; use a journal file path, sqlite:///sweep.db "
-                "or postgresql://user:password@host/db"
-            )
+            raise LitGpuError(messages.SWEEP_UNKNOWN_STORAGE.format(spec=spec, scheme=scheme))
         return optuna.storages.RDBStorage(spec)
     path = Path(spec) if spec else sweep_dir / JOURNAL_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -174,17 +174,14 @@ def open_study(options: SweepOptions) -> Any:
         load_if_exists=True,
     )
     if study.direction.name.lower() != options.direction:
-        raise LitGpuError(
-            f"study {options.study!r} was created with --direction {study.direction.name.lower()}; "
-            f"pass that, or a new --study_name"
-        )
+        direction = study.direction.name.lower()
+        raise LitGpuError(messages.SWEEP_OTHER_DIRECTION.format(study=options.study, direction=direction))
     metric = study.user_attrs.get("metric")
     if metric is None:
         study.set_user_attr("metric", options.metric)
     elif metric != options.metric:
         raise LitGpuError(
-            f"study {options.study!r} optimises {metric}, not {options.metric}; pass --metric {metric} "
-            "or a new --study_name"
+            messages.SWEEP_OTHER_METRIC.format(study=options.study, metric=metric, given=options.metric)
         )
     return study
 
@@ -568,8 +565,7 @@ class Objective:
         if result.value is None:
             logged = ", ".join(k for k in result.logged or [] if "/" in k) or "nothing"
             raise LitGpuError(
-                f"--metric {metric} was never logged by trial {trial.number} (logged: {logged}); pass one "
-                "of those, and make sure the config validates (trainer.limit_val_batches > 0)"
+                messages.SWEEP_METRIC_NOT_LOGGED.format(metric=metric, number=trial.number, logged=logged)
             )
         if not math.isfinite(result.value):
             trial.set_user_attr("error", f"{metric} is {result.value}")
@@ -627,9 +623,7 @@ def check_space_keys(space: SearchSpace, config: Any) -> None:
         if key not in known:
             close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
             hint = f"did you mean {close[0]}?" if close else "see lit-gpu fit --print_config for the keys"
-            raise LitGpuError(
-                f"search space {space.path}: {key} is not a setting of this run's config; {hint}"
-            )
+            raise LitGpuError(messages.SWEEP_UNKNOWN_KEY.format(path=space.path, key=key, hint=hint))
 
 
 # ---- the end-of-sweep report -------------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 
 TYPES = ("float", "int", "categorical")
@@ -88,10 +89,7 @@ def format_value(value: Any) -> str:
 
 def _fail(path: str, key: str | None, what: str) -> LitGpuError:
     where = f"{path}: {key}" if key else path
-    return LitGpuError(
-        f"search space {where}: {what}; write e.g. 'model.init_args.optimizer.init_args.lr: "
-        "{type: float, low: 1.0e-4, high: 0.1, log: true}' (types: float, int, categorical)"
-    )
+    return LitGpuError(messages.SWEEP_BAD_SPACE.format(where=where, what=what))
 
 
 def _number(path: str, key: str, spec: dict[str, Any], name: str, kind: str) -> float | int:
@@ -153,9 +151,7 @@ def load_space(path: str | os.PathLike) -> SearchSpace:
     try:
         data = yaml.safe_load(Path(path).read_text())
     except FileNotFoundError:
-        raise LitGpuError(
-            f"search space {text_path} not found; pass e.g. --search configs/sweeps/simple.yaml"
-        ) from None
+        raise LitGpuError(messages.SWEEP_SPACE_NOT_FOUND.format(path=text_path)) from None
     except (OSError, yaml.YAMLError) as err:
         raise _fail(text_path, None, f"cannot read it ({str(err).splitlines()[0]})") from None
     if not isinstance(data, dict) or not data:
