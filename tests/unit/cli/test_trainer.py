@@ -14,12 +14,13 @@ from tests.helpers.paths import CONFIGS
 def test_resolve_trainer_config_rewrites_free_and_auto(monkeypatch):
     install(monkeypatch, [FakeGpu(free_gib=3, capability=(7, 5)), FakeGpu(free_gib=9, capability=(8, 0))])
     monkeypatch.setattr(devices, "_cuda_available", lambda: True)
+    monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)  # a fresh process
     trainer = Namespace(accelerator="gpu", devices="free:1", precision="auto")
-    resolve_trainer_config(trainer)
-    assert trainer.devices == [1]
-    assert trainer.precision == "bf16-mixed"  # the picked GPU (cuda:1) has bf16
+    choice = resolve_trainer_config(trainer)
+    assert trainer.devices == [0] and [g.index for g in choice.gpus] == [1]  # handed down as cuda:0
+    assert trainer.precision == "bf16-mixed"  # the picked GPU (physical 1, now cuda:0) has bf16
     untouched = Namespace(accelerator="cpu", devices=1, precision="16-mixed")
-    resolve_trainer_config(untouched)
+    assert resolve_trainer_config(untouched) is None
     assert untouched == Namespace(accelerator="cpu", devices=1, precision="16-mixed")
 
 
