@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -46,8 +47,8 @@ def resolve_trainer_config(trainer: Any) -> FreeChoice | None:
     if n is not None:
         choice = claim_free_gpus(n)
         trainer["devices"] = devices = choice.devices
-        if choice.decided_here:
-            messages.tell(choice.describe())
+        if choice.decided_here:  # one deciding process per node: every node logs its own choice
+            print(messages.PREFIX + choice.describe(), file=sys.stderr, flush=True)
     precision = trainer.get("precision")
     if isinstance(precision, str) and precision.strip().lower() == "auto":
         trainer["precision"] = auto_precision(trainer.get("accelerator", "auto"), devices)

@@ -61,3 +61,18 @@ def test_other_errors_are_left_alone():
     assert (
         explain_device_error(ValueError("You requested gpu: [0]\nBut your machine only has: []"), []) is None
     )
+
+
+def test_free_n_choice_is_logged_by_the_deciding_process_of_every_node(monkeypatch, capsys):
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    fake = install(monkeypatch, [FakeGpu(free_gib=3), FakeGpu(free_gib=9)])
+    monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)  # a fresh process
+    monkeypatch.setattr(rank_zero_only, "rank", 1)  # e.g. node 1 of a one-process-per-node job
+    resolve_trainer_config(Namespace(accelerator="gpu", devices="free:1"))
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("lit-gpu: free:1 chose local rank 0 -> GPU 1") and fake.gpus[1].uuid in line
+    monkeypatch.setenv("LOCAL_RANK", "1")  # a rank Lightning started: inherits, says nothing
+    child = Namespace(accelerator="gpu", devices="free:1")
+    resolve_trainer_config(child)
+    assert child.devices == [0] and capsys.readouterr().err == ""
