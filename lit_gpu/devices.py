@@ -7,20 +7,27 @@ uninitialised and ``strategy: ddp_notebook``/``ddp_fork`` still work afterwards.
 
 NVML numbers GPUs by PCI bus; CUDA numbers the GPUs that ``CUDA_VISIBLE_DEVICES`` leaves visible,
 in the order it lists them. :func:`visible_gpus` maps one onto the other (indices and ``GPU-`` UUIDs).
+
+``free:N`` for a multi-process job is decided once and handed down (:func:`claim_free_gpus`): the
+launching process sets ``CUDA_VISIBLE_DEVICES`` to the chosen UUIDs and records the choice in
+``LIT_GPU_FREE_CHOICE``; the ranks Lightning starts inherit both and never ask NVML.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.messages import CPU_FIX
 
@@ -154,7 +161,7 @@ def parse_visible_devices(value: str | None, gpus: Sequence[GpuInfo]) -> list[in
     return picked
 
 
-def visible_gpus(env: dict[str, str] | None = None) -> list[GpuInfo]:
+def visible_gpus(env: Mapping[str, str] | None = None) -> list[GpuInfo]:
     """GPUs visible to CUDA in this process; position in the list = CUDA ordinal (``cuda:i``)."""
     env = os.environ if env is None else env
     gpus = query_gpus()
@@ -170,23 +177,18 @@ def visible_gpus(env: dict[str, str] | None = None) -> list[GpuInfo]:
     return visible
 
 
-def _describe_visibility(env: dict[str, str] | os._Environ[str]) -> str:
+def _describe_visibility(env: Mapping[str, str]) -> str:
     value = env.get("CUDA_VISIBLE_DEVICES")
     return "" if value is None else f" (CUDA_VISIBLE_DEVICES={value!r})"
 
 
-def pick_free_gpus(n: int, env: dict[str, str] | None = None) -> list[int]:
-    """CUDA ordinals of the ``n`` visible GPUs with the most free memory, most free first.
-
-    Usable from Python: ``Trainer(devices=pick_free_gpus(2))``. Ties keep CUDA order.
-
-    Raises:
-        LitGpuError: ``n < 1``, NVML unavailable, or fewer than ``n`` GPUs visible.
-    """
-    env = os.environ if env is None else env
-    request = f"devices 'free:{n}'"
+def _free_request_gpus(
+    n: int, env: Mapping[str, str], request: str | None = None
+) -> tuple[list[GpuInfo], list[int]]:
+    """Visible GPUs (CUDA order) and the ordinals of the ``n`` most free, most free first."""
+    request = request or f"devices 'free:{n}'"
     if n < 1:
-        raise LitGpuError(f"{request}: ask for at least one GPU, e.g. 'free:1'")
+        raise LitGpuError(f"{request}: ask for at least one GPU")
     try:
         gpus = visible_gpus(env)  # type: ignore[arg-type]
     except NvmlUnavailable as err:
@@ -199,8 +201,217 @@ def pick_free_gpus(n: int, env: dict[str, str] | None = None) -> list[int]:
             f"{request} asks for {n} GPU{'s' if n > 1 else ''} but {have}{_describe_visibility(env)}; "
             f"ask for fewer{', or ' + CPU_FIX if not gpus else ''}"
         )
-    ranked = sorted(range(len(gpus)), key=lambda ordinal: (-gpus[ordinal].free_bytes, ordinal))
-    return ranked[:n]
+    return gpus, rank_by_free(gpus)[:n]
+
+
+def rank_by_free(gpus: Sequence[GpuInfo]) -> list[int]:
+    """Positions in ``gpus``, most free memory first; ties keep the list's (CUDA) order."""
+    return sorted(range(len(gpus)), key=lambda pos: (-gpus[pos].free_bytes, pos))
+
+
+def pick_free_gpus(n: int, env: Mapping[str, str] | None = None) -> list[int]:
+    """CUDA ordinals of the ``n`` visible GPUs with the most free memory, most free first.
+
+    Asks NVML now, in this process: right for one process, or for launchers that pass the list
+    to their workers (``ddp_notebook``, ``ddp_spawn``). Under ``strategy: ddp`` every rank re-runs
+    the script and would pick again; use :func:`claim_free_gpus` there. Ties keep CUDA order.
+
+    Raises:
+        LitGpuError: ``n < 1``, NVML unavailable, or fewer than ``n`` GPUs visible.
+    """
+    return _free_request_gpus(n, os.environ if env is None else env)[1]
+
+
+# ---- free:N for a whole job: decide once, hand down through the environment -------------------
+FREE_CHOICE_ENV = "LIT_GPU_FREE_CHOICE"
+"""Environment variable with the JSON record of a job's ``free:N`` choice (set by the deciding process)."""
+
+
+@dataclass(frozen=True)
+class ChosenGpu:
+    """One GPU of a ``free:N`` choice.
+
+    Attributes:
+        local_rank: The process on this node that uses it (``cuda:<local_rank>`` after the hand-down).
+        index: NVML (PCI-bus, ``nvidia-smi``) index.
+        uuid: ``GPU-...`` UUID.
+        name: Product name.
+    """
+
+    local_rank: int
+    index: int
+    uuid: str
+    name: str
+
+
+@dataclass(frozen=True)
+class FreeChoice:
+    """The GPUs a job's ``free:N`` stands for, and how this process uses them.
+
+    Attributes:
+        n: The ``N`` of ``free:N``.
+        gpus: The chosen physical GPUs, in local-rank order (most free first when decided).
+        devices: The ``Trainer(devices=...)`` value for this process.
+        cuda_visible_devices: The ``CUDA_VISIBLE_DEVICES`` every local rank runs with (``None``: unset).
+        decided_here: ``True`` in the process that asked NVML, ``False`` where the choice was inherited.
+    """
+
+    n: int
+    gpus: tuple[ChosenGpu, ...]
+    devices: list[int]
+    cuda_visible_devices: str | None
+    decided_here: bool = True
+
+    def to_env(self) -> str:
+        """The JSON text stored in :data:`FREE_CHOICE_ENV`."""
+        return json.dumps(
+            {
+                "n": self.n,
+                "gpus": [asdict(g) for g in self.gpus],
+                "devices": self.devices,
+                "cuda_visible_devices": self.cuda_visible_devices,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_env(cls, text: str) -> FreeChoice:
+        """Parse a :data:`FREE_CHOICE_ENV` value (``decided_here`` is ``False``)."""
+        data = json.loads(text)
+        return cls(
+            n=int(data["n"]),
+            gpus=tuple(ChosenGpu(**g) for g in data["gpus"]),
+            devices=[int(d) for d in data["devices"]],
+            cuda_visible_devices=data["cuda_visible_devices"],
+            decided_here=False,
+        )
+
+    def record(self) -> list[dict[str, Any]]:
+        """One entry per local rank (``local_rank``, ``index``, ``uuid``, ``name``) for the saved config."""
+        return [asdict(g) for g in self.gpus]
+
+    def describe(self) -> str:
+        """One log line: which physical GPU each local rank uses."""
+        ranks = ", ".join(
+            messages.FREE_GPU_OF_RANK.format(rank=g.local_rank, index=g.index, name=g.name, uuid=g.uuid)
+            for g in self.gpus
+        )
+        visible = "unchanged" if self.cuda_visible_devices is None else repr(self.cuda_visible_devices)
+        return messages.FREE_GPUS_CHOSEN.format(n=self.n, ranks=ranks, visible=visible, devices=self.devices)
+
+
+def external_launcher(env: Mapping[str, str]) -> str | None:
+    """``"torchrun"``, ``"srun"`` or ``"LOCAL_RANK"`` when ranks were started outside lit_gpu, else ``None``.
+
+    Follows Lightning's own detection: torchelastic sets ``TORCHELASTIC_RUN_ID``; SLURM counts as a
+    launcher when ``SLURM_NTASKS`` is set and the job is not named ``bash``/``interactive``; a set
+    ``LOCAL_RANK`` means someone else started this process (Lightning's DDP children included).
+    """
+    if env.get("TORCHELASTIC_RUN_ID") is not None:
+        return "torchrun"
+    if "SLURM_NTASKS" in env and env.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
+        return "srun"
+    if "LOCAL_RANK" in env:
+        return "LOCAL_RANK"
+    return None
+
+
+def local_process_count(env: Mapping[str, str]) -> int | None:
+    """How many processes an external launcher started on this node, ``None`` when unknown."""
+    if env.get("LOCAL_WORLD_SIZE", "").isdigit():
+        return int(env["LOCAL_WORLD_SIZE"])
+    if env.get("SLURM_NTASKS") == "1":
+        return 1
+    for key in ("SLURM_NTASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
+        value = env.get(key)
+        if value:  # "2", or per node "2(x3),1"
+            counts = {int(m) for m in re.findall(r"(\d+)(?:\(x\d+\))?", value)}
+            return counts.pop() if len(counts) == 1 else None
+    return None
+
+
+def _cuda_initialized() -> bool:
+    torch = sys.modules.get("torch")  # never import torch just to ask
+    return bool(torch is not None and torch.cuda.is_initialized())
+
+
+def pick_free_cuda_visible_devices(n: int, env: Mapping[str, str] | None = None) -> tuple[str, list[GpuInfo]]:
+    """A ``CUDA_VISIBLE_DEVICES`` value (UUIDs, most free first) for the ``n`` most free visible GPUs.
+
+    For launchers that start ranks themselves:
+    ``GPUS=$(lit-gpu env --pick-free 2) && CUDA_VISIBLE_DEVICES=$GPUS torchrun ...``.
+    UUIDs keep the choice exact whatever ``CUDA_DEVICE_ORDER`` is. Returns the value and the GPUs.
+    """
+    gpus, picked = _free_request_gpus(n, os.environ if env is None else env, f"--pick-free {n}")
+    chosen = [gpus[pos] for pos in picked]
+    return ",".join(g.uuid for g in chosen), chosen
+
+
+def refuse_free_under_launcher(n: int, launcher: str) -> LitGpuError:
+    """The one-line error for ``free:N`` in ranks that an external launcher started independently."""
+    who = "a launcher (LOCAL_RANK is set)" if launcher == "LOCAL_RANK" else launcher
+    return LitGpuError(messages.FREE_UNDER_LAUNCHER.format(n=n, launcher=who))
+
+
+def claim_free_gpus(n: int, env: MutableMapping[str, str] | None = None) -> FreeChoice:
+    """Resolve ``free:N`` once per job and hand the choice down to every rank through ``env``.
+
+    * The launching process (no ``LOCAL_RANK``, no torchrun/srun) asks NVML once, sets
+      ``CUDA_VISIBLE_DEVICES`` to the chosen GPUs' UUIDs (most free first, mapped through an
+      existing ``CUDA_VISIBLE_DEVICES``), records the choice in :data:`FREE_CHOICE_ENV` and returns
+      ``devices=[0, ..., N-1]``. Lightning's DDP launcher copies ``os.environ`` into the ranks it
+      starts, so they see exactly these GPUs in this order.
+    * A process whose environment holds a matching record (a Lightning child, or the launching process
+      asked again) reuses it without NVML.
+    * Ranks started by torchrun/srun without a record cannot agree on a choice: refused with
+      :func:`refuse_free_under_launcher`, unless the launcher started only one process on this node.
+
+    If CUDA is already initialised here, ``CUDA_VISIBLE_DEVICES`` can no longer change this
+    process's GPUs: the choice is then the CUDA ordinals under the current visibility (recorded too).
+    ``env`` defaults to ``os.environ`` (and is modified).
+
+    Raises:
+        LitGpuError: the refusal above, a record that does not fit, or :func:`pick_free_gpus`'s errors.
+    """
+    env = os.environ if env is None else env
+    if n < 1:
+        raise LitGpuError(f"devices 'free:{n}': ask for at least one GPU, e.g. 'free:1'")
+    launcher = external_launcher(env)
+    recorded = env.get(FREE_CHOICE_ENV)
+    if recorded:
+        try:
+            choice = FreeChoice.from_env(recorded)
+        except (ValueError, KeyError, TypeError) as err:
+            reason = f"{type(err).__name__}: {err}"
+            raise LitGpuError(
+                messages.FREE_RECORD_GARBLED.format(var=FREE_CHOICE_ENV, reason=reason)
+            ) from err
+        if choice.n == n and env.get("CUDA_VISIBLE_DEVICES") == choice.cuda_visible_devices:
+            return choice
+        if launcher is not None:
+            raise LitGpuError(
+                messages.FREE_RECORD_MISMATCH.format(
+                    n=n,
+                    var=FREE_CHOICE_ENV,
+                    recorded_n=choice.n,
+                    recorded_visible=choice.cuda_visible_devices,
+                    visible=env.get("CUDA_VISIBLE_DEVICES"),
+                )
+            )
+    if launcher is not None and local_process_count(env) != 1:
+        raise refuse_free_under_launcher(n, launcher)
+    gpus, picked = _free_request_gpus(n, env)
+    chosen = tuple(
+        ChosenGpu(local_rank=rank, index=gpus[pos].index, uuid=gpus[pos].uuid, name=gpus[pos].name)
+        for rank, pos in enumerate(picked)
+    )
+    if _cuda_initialized():  # too late to narrow this process's visibility: keep its numbering
+        choice = FreeChoice(n, chosen, list(picked), env.get("CUDA_VISIBLE_DEVICES"))
+    else:
+        choice = FreeChoice(n, chosen, list(range(n)), ",".join(g.uuid for g in chosen))
+        env["CUDA_VISIBLE_DEVICES"] = choice.cuda_visible_devices  # type: ignore[assignment]
+    env[FREE_CHOICE_ENV] = choice.to_env()
+    return choice
 
 
 def parse_free_request(devices: Any) -> int | None:
@@ -213,9 +424,9 @@ def parse_free_request(devices: Any) -> int | None:
 
 
 def resolve_devices(devices: Any) -> Any:
-    """``"free:N"`` -> :func:`pick_free_gpus` list; any other ``Trainer(devices=...)`` value unchanged."""
+    """``"free:N"`` -> :func:`claim_free_gpus` devices; any other ``Trainer(devices=...)`` value unchanged."""
     n = parse_free_request(devices)
-    return devices if n is None else pick_free_gpus(n)
+    return devices if n is None else claim_free_gpus(n).devices
 
 
 # ---- precision: auto ---------------------------------------------------------------------------

@@ -14,6 +14,16 @@ from tests.helpers.ports import free_port
 
 
 @pytest.fixture(autouse=True)
+def _restore_gpu_env(monkeypatch: pytest.MonkeyPatch):
+    """``free:N`` hands its choice down through ``os.environ``: keep one test's choice out of the next."""
+    for key in ("CUDA_VISIBLE_DEVICES", "LIT_GPU_FREE_CHOICE"):
+        present = key in os.environ
+        monkeypatch.setenv(key, os.environ.get(key, ""))  # records the value to restore at teardown
+        if not present:
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture(autouse=True)
 def _teardown_process_group():
     yield
     if torch.distributed.is_available() and torch.distributed.is_initialized():

@@ -68,7 +68,7 @@ class ConciseErrorParser(LightningArgumentParser):
 
 
 def add_extra_arguments(parser: LightningArgumentParser) -> None:
-    """Add the ``nan_guard`` group, ``--predict_out`` and ``--tune_batch_size``."""
+    """Add the ``nan_guard`` group, ``--predict_out``, ``--tune_batch_size`` and ``free_gpus``."""
     parser.add_lightning_class_args(NaNGuard, "nan_guard")
     parser.add_argument(
         "--predict_out",
@@ -81,6 +81,13 @@ def add_extra_arguments(parser: LightningArgumentParser) -> None:
         type=bool,
         default=False,
         help="fit only: find the largest data.batch_size that fits in memory (Lightning's Tuner) first",
+    )
+    parser.add_argument(
+        "--free_gpus",
+        type=list[dict[str, int | str]] | None,
+        default=None,
+        help="written by lit-gpu (ignored on input): the physical GPUs 'devices: free:N' chose, "
+        "one per local rank",
     )
 
 
@@ -168,7 +175,8 @@ class LitGpuCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         # trainer.devices "free:N" -> the N GPUs with most free memory; precision "auto" -> a real one
         config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
-        resolve_trainer_config(config.trainer)
+        choice = resolve_trainer_config(config.trainer)
+        config.free_gpus = None if choice is None else choice.record()  # saved in config.yaml
 
     @override
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -17,7 +18,7 @@ from typing import Any, Literal
 import yaml
 
 from lit_gpu import messages
-from lit_gpu.devices import auto_precision, parse_free_request, resolve_devices
+from lit_gpu.devices import FreeChoice, auto_precision, claim_free_gpus, parse_free_request
 
 
 # ---- resolution before the Trainer is built ------------------------------------------------------
@@ -33,14 +34,25 @@ def allow_auto_precision(parser: Any) -> None:
             action._typehint = typehint | Literal["auto"] | None
 
 
-def resolve_trainer_config(trainer: Any) -> None:
-    """Rewrite ``devices: "free:N"`` and ``precision: auto`` in a parsed ``trainer`` config, in place."""
+def resolve_trainer_config(trainer: Any) -> FreeChoice | None:
+    """Rewrite ``devices: "free:N"`` and ``precision: auto`` in a parsed ``trainer`` config, in place.
+
+    ``free:N`` is decided once per job and handed down to the ranks
+    (:func:`~lit_gpu.devices.claim_free_gpus`); the deciding process says which GPUs it chose.
+    Returns that choice, or ``None`` without ``free:N``.
+    """
     devices = trainer.get("devices", "auto")
-    if parse_free_request(devices) is not None:
-        trainer["devices"] = devices = resolve_devices(devices)
+    choice = None
+    n = parse_free_request(devices)
+    if n is not None:
+        choice = claim_free_gpus(n)
+        trainer["devices"] = devices = choice.devices
+        if choice.decided_here:  # one deciding process per node: every node logs its own choice
+            print(messages.PREFIX + choice.describe(), file=sys.stderr, flush=True)
     precision = trainer.get("precision")
     if isinstance(precision, str) and precision.strip().lower() == "auto":
         trainer["precision"] = auto_precision(trainer.get("accelerator", "auto"), devices)
+    return choice
 
 
 # ---- device errors ------------------------------------------------------------------------------

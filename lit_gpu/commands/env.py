@@ -16,7 +16,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from lit_gpu import devices
+from lit_gpu import devices, messages
 
 
 def _version(dist: str) -> str | None:
@@ -218,7 +218,22 @@ def main(argv: list[str]) -> int:
     """``lit-gpu env [--json]``."""
     parser = argparse.ArgumentParser(prog="lit-gpu env", description="Report Python/torch/CUDA/GPU facts.")
     parser.add_argument("--json", action="store_true", help="print JSON (attach it to bug reports)")
+    parser.add_argument(
+        "--pick-free",
+        type=int,
+        metavar="N",
+        help="print only a CUDA_VISIBLE_DEVICES value (UUIDs) for the N GPUs with most free memory, for "
+        "launchers that start ranks themselves: GPUS=$(lit-gpu env --pick-free 2) && "
+        "CUDA_VISIBLE_DEVICES=$GPUS torchrun ...",
+    )
     args = parser.parse_args(argv)
+    if args.pick_free is not None:
+        value, chosen = devices.pick_free_cuda_visible_devices(args.pick_free)
+        for rank, gpu in enumerate(chosen):  # stderr: stays out of $(...)
+            line = messages.FREE_GPU_OF_RANK.format(rank=rank, index=gpu.index, name=gpu.name, uuid=gpu.uuid)
+            print(f"lit-gpu env: {line}, {_gib(gpu.free_bytes)} free", file=sys.stderr)
+        print(value)
+        return 0
     report = collect()
     if args.json:
         print(json.dumps(report, indent=2))

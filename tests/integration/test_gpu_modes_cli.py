@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -105,12 +106,38 @@ def _parsed_trainer(monkeypatch, extra: list[str]):
 def test_cli_resolves_free_n_and_precision_auto_on_faked_gpus(monkeypatch):
     install(monkeypatch, [FakeGpu(free_gib=2, capability=(7, 5)), FakeGpu(free_gib=9, capability=(9, 0))])
     monkeypatch.setattr(devices, "_cuda_available", lambda: True)
+    monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)  # a fresh `lit-gpu` process
     trainer = _parsed_trainer(
         monkeypatch,
         ["--trainer.accelerator", "gpu", "--trainer.devices", "free:1", "--trainer.precision", "auto"],
     )
-    assert trainer.devices == [1]
+    assert trainer.devices == [0]  # cuda:0 of CUDA_VISIBLE_DEVICES = physical GPU 1, handed down
     assert trainer.precision == "bf16-mixed"
+
+
+def test_cli_saves_and_logs_which_physical_gpus_free_n_chose(monkeypatch, capsys, tmp_path):
+    fake = install(monkeypatch, [FakeGpu(free_gib=20), FakeGpu(free_gib=9), FakeGpu(free_gib=60)])
+    monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)  # a fresh `lit-gpu` process
+    monkeypatch.setattr("sys.argv", ["lit-gpu"])
+    monkeypatch.setattr(LitGpuCLI, "instantiate_classes", lambda self: None)
+    args = [*SIMPLE, "--trainer.accelerator", "gpu", "--trainer.strategy", "ddp"]
+    args += ["--trainer.devices", "free:2"]
+    cli = LitGpuCLI(args=args, run=False)
+    assert cli.config.trainer.devices == [0, 1]
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == f"{fake.gpus[2].uuid},{fake.gpus[0].uuid}"
+    err = capsys.readouterr().err
+    log = [line for line in err.splitlines() if "free:2 chose" in line]
+    assert len(log) == 1 and f"local rank 0 -> GPU 2 {fake.gpus[2].name} ({fake.gpus[2].uuid})" in log[0]
+    saved = tmp_path / "config.yaml"
+    cli.parser.save(cli.config, str(saved))  # what SaveConfigCallback writes
+    record = yaml.safe_load(saved.read_text())["free_gpus"]
+    assert [(r["local_rank"], r["index"], r["uuid"]) for r in record] == [
+        (0, 2, fake.gpus[2].uuid),
+        (1, 0, fake.gpus[0].uuid),
+    ]
+    # the saved config loads again; the record describes this run only, so it is rewritten
+    again = LitGpuCLI(args=["--config", str(saved), "--trainer.devices", "1"], run=False)
+    assert again.config.free_gpus is None and str(again.config.trainer.devices) == "1"
 
 
 def test_cli_precision_auto_on_cpu_fits(monkeypatch, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from lit_gpu import devices
@@ -133,8 +135,10 @@ def test_parse_free_request(value, n):
 
 
 def test_resolve_devices_leaves_other_values_alone(monkeypatch):
-    install(monkeypatch, _gpus(1, 9))
-    assert devices.resolve_devices("free:1") == [1]
+    fake = install(monkeypatch, _gpus(1, 9))
+    monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)  # a fresh process
+    assert devices.resolve_devices("free:1") == [0]  # cuda:0 of the handed-down visibility
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == fake.gpus[1].uuid
     for value in ("auto", 2, [0], "0,1", -1):
         assert devices.resolve_devices(value) == value
 

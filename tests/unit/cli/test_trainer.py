@@ -14,12 +14,13 @@ from tests.helpers.paths import CONFIGS
 def test_resolve_trainer_config_rewrites_free_and_auto(monkeypatch):
     install(monkeypatch, [FakeGpu(free_gib=3, capability=(7, 5)), FakeGpu(free_gib=9, capability=(8, 0))])
     monkeypatch.setattr(devices, "_cuda_available", lambda: True)
+    monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)  # a fresh process
     trainer = Namespace(accelerator="gpu", devices="free:1", precision="auto")
-    resolve_trainer_config(trainer)
-    assert trainer.devices == [1]
-    assert trainer.precision == "bf16-mixed"  # the picked GPU (cuda:1) has bf16
+    choice = resolve_trainer_config(trainer)
+    assert trainer.devices == [0] and [g.index for g in choice.gpus] == [1]  # handed down as cuda:0
+    assert trainer.precision == "bf16-mixed"  # the picked GPU (physical 1, now cuda:0) has bf16
     untouched = Namespace(accelerator="cpu", devices=1, precision="16-mixed")
-    resolve_trainer_config(untouched)
+    assert resolve_trainer_config(untouched) is None
     assert untouched == Namespace(accelerator="cpu", devices=1, precision="16-mixed")
 
 
@@ -60,3 +61,18 @@ def test_other_errors_are_left_alone():
     assert (
         explain_device_error(ValueError("You requested gpu: [0]\nBut your machine only has: []"), []) is None
     )
+
+
+def test_free_n_choice_is_logged_by_the_deciding_process_of_every_node(monkeypatch, capsys):
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    fake = install(monkeypatch, [FakeGpu(free_gib=3), FakeGpu(free_gib=9)])
+    monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)  # a fresh process
+    monkeypatch.setattr(rank_zero_only, "rank", 1)  # e.g. node 1 of a one-process-per-node job
+    resolve_trainer_config(Namespace(accelerator="gpu", devices="free:1"))
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("lit-gpu: free:1 chose local rank 0 -> GPU 1") and fake.gpus[1].uuid in line
+    monkeypatch.setenv("LOCAL_RANK", "1")  # a rank Lightning started: inherits, says nothing
+    child = Namespace(accelerator="gpu", devices="free:1")
+    resolve_trainer_config(child)
+    assert child.devices == [0] and capsys.readouterr().err == ""
