@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import Tensor
@@ -16,13 +18,49 @@ class FreshLastCheckpoint(ModelCheckpoint):
     ``--ckpt_path last`` would silently resume from that older epoch. Here ``last.ckpt`` follows
     every validation (or epoch end), whether or not the monitored metric improved.
 
-    It extends two protected hooks of Lightning's class (``_save_topk_checkpoint``,
-    ``_save_last_checkpoint``); ``tests/unit/test_upstream_pins.py`` pins what it relies on.
+    Mid-epoch save points (``every_n_train_steps``, ``train_time_interval``) write ``last.ckpt``
+    too, also before the first validation: Lightning defers the whole save until the monitored
+    metric exists, which would leave the first epoch without any mid-epoch checkpoint. A fit
+    that ends mid-epoch at ``max_steps`` writes ``last.ckpt`` at its last step, so that
+    ``--ckpt_path last`` continues that epoch.
+
+    It extends protected hooks of Lightning's class (``_save_topk_checkpoint``,
+    ``_save_last_checkpoint``) and reads its trigger state (``_every_n_train_steps``,
+    ``_last_time_checked``, ``_last_global_step_saved``); ``tests/unit/test_upstream_pins.py`` pins
+    what it relies on.
     """
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._last_written_at_step: int | None = None
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        time_checked = self._last_time_checked
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if not self.save_last or not pl_module.automatic_optimization:
+            return
+        step_due = self._every_n_train_steps >= 1 and trainer.global_step % self._every_n_train_steps == 0
+        time_due = self._last_time_checked != time_checked  # Lightning's time trigger fired
+        # the fit stops here (max_steps): save now, while the loop state is still mid-epoch; the
+        # save after the final validation would mark the epoch processed and a resume would skip
+        # the rest of it
+        final = 0 < trainer.max_steps <= trainer.global_step
+        if not (step_due or time_due or final) or self._last_written_at_step == trainer.global_step:
+            return
+        if self._should_skip_saving_checkpoint(trainer):
+            return
+        # a save point whose top-k save Lightning deferred (or skipped): write last.ckpt now, and
+        # leave Lightning's "saved at this step" mark as it was, so that a top-k save later at this
+        # step (the deferred one, after validation) still runs. At an epoch's last batch that later
+        # save may rewrite last.ckpt (an epoch-end state is as good); at the final step it must not
+        saved_at, written_at = self._last_global_step_saved, self._last_written_at_step
+        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        self._last_global_step_saved = saved_at
+        if not final:
+            self._last_written_at_step = written_at
 
     @override
     def _save_topk_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]) -> None:

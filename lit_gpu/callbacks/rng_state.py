@@ -11,6 +11,12 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from lit_gpu.data.stateful import (
+    batches_in_flight,
+    patch_interrupted_loader_state,
+    sync_resumed_train_loader,
+)
+
 
 def _capture() -> dict[str, Any]:
     state: dict[str, Any] = {
@@ -20,6 +26,18 @@ def _capture() -> dict[str, Any]:
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _serializable(state: dict[str, Any]) -> dict[str, Any]:
+    """Plain containers only, so the checkpoint still loads with ``weights_only=True``."""
+    state = dict(state)
+    state["numpy"] = [
+        state["numpy"][0],
+        torch.from_numpy(state["numpy"][1].astype(np.int64)),
+        *state["numpy"][2:],
+    ]
+    state["python"] = [state["python"][0], list(state["python"][1]), state["python"][2]]
     return state
 
 
@@ -35,18 +53,46 @@ def _restore(state: dict[str, Any]) -> None:
 class RNGStateCallback(Callback):
     """Make resumed training bit-exact w.r.t. random numbers (shuffling, dropout, augmentation).
 
-    Checkpoints store the torch, CUDA, numpy and Python RNG states; resuming restores them. The
-    sanity-check validation run is made RNG-neutral (states are put back after it) so it consumes
-    the same random numbers whether or not the run was resumed.
+    Checkpoints store the torch, CUDA, numpy and Python RNG states as they are at the save point,
+    which may be any training step; resuming restores them. The sanity-check validation run is
+    made RNG-neutral (states are put back after it) so it consumes the same random numbers whether
+    or not the run was resumed.
 
-    Exactness holds when resuming from a checkpoint at an epoch boundary (the default per-epoch
-    checkpoints). Mid-epoch checkpoints (``--checkpoint.every_n_train_steps``) restore weights and
-    optimizer state, but a plain DataLoader restarts the epoch's data order.
+    At ``on_train_start`` it also makes sure a resumed fit continues at the checkpoint's sample
+    with lit_gpu's resumable loaders (:func:`lit_gpu.data.stateful.sync_resumed_train_loader`:
+    Lightning issue #20550, and a resume with another global batch). The sample order itself and
+    the per-sample random streams of DataLoader workers are the loaders' state
+    (:mod:`lit_gpu.data.stateful`), so together they resume exactly at any step.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self._sanity_state: dict[str, Any] | None = None
+        self._step_state: dict[str, Any] | None = None
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        # the states as the next step will find them: saved instead of the live ones when an
+        # interrupt lands in the middle of that step (its random draws are then redone on resume)
+        self._step_state = _capture()
+
+    @override
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        in_flight = batches_in_flight(trainer)
+        if not in_flight:
+            return
+        # interrupted mid-step: save the point where that step began, so the resume redoes it exactly
+        patch_interrupted_loader_state(trainer, checkpoint, in_flight)
+        if self._step_state is not None and self.state_key in checkpoint.get("callbacks", {}):
+            checkpoint["callbacks"][self.state_key] = _serializable(self._step_state)
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        sync_resumed_train_loader(trainer)
 
     @override
     def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -60,15 +106,7 @@ class RNGStateCallback(Callback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        state = _capture()
-        # plain containers only, so the checkpoint still loads with weights_only=True
-        state["numpy"] = [
-            state["numpy"][0],
-            torch.from_numpy(state["numpy"][1].astype(np.int64)),
-            *state["numpy"][2:],
-        ]
-        state["python"] = [state["python"][0], list(state["python"][1]), state["python"][2]]
-        return state
+        return _serializable(_capture())
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

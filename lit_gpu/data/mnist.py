@@ -11,6 +11,7 @@ from torchvision import transforms
 from torchvision.datasets import MNIST
 from typing_extensions import override
 
+from lit_gpu.data.stateful import ResumableDataLoader
 from lit_gpu.data.tensor_loader import TensorLoader
 from lit_gpu.devices import on_cuda
 from lit_gpu.errors import LitGpuError
@@ -136,15 +137,25 @@ class MNISTDataModule(pl.LightningDataModule):
             return self.pin_memory
         return on_cuda(self.trainer)
 
+    def _rank_and_world(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
     def _loader(self, dataset: Dataset, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            dataset,
+        kwargs = dict(
             batch_size=self.batch_size,
-            shuffle=shuffle,
             num_workers=self.num_workers,
             pin_memory=self._use_pin_memory(),
             persistent_workers=self.num_workers > 0,
         )
+        if shuffle:  # training: resumable at any sample, sharded by the loader itself under DDP
+            rank, world = self._rank_and_world()
+            return ResumableDataLoader(
+                dataset, shuffle=True, seed=self.seed, rank=rank, world_size=world, **kwargs
+            )
+        # a private generator: starting an evaluation never draws from the global torch RNG
+        generator = torch.Generator().manual_seed(self.seed)
+        return DataLoader(dataset, shuffle=False, generator=generator, **kwargs)
 
     def _split_loader(self, split: str, shuffle: bool) -> DataLoader | TensorLoader:
         if self.storage != "dataset":
@@ -195,8 +206,7 @@ class MNISTDataModule(pl.LightningDataModule):
         return self._tensors[key]
 
     def _tensor_loader(self, split: str, shuffle: bool) -> TensorLoader:
-        trainer = self.trainer
-        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        rank, world = self._rank_and_world()
         images, labels = self.split_tensors(split)
         return TensorLoader(
             images,

@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 from typing_extensions import override
 
-from lit_gpu.data._sampling import distributed_train_sampler
+from lit_gpu.data.stateful import ResumableDataLoader
 
 
 class SyntheticRegressionDataModule(pl.LightningDataModule):
@@ -25,8 +25,8 @@ class SyntheticRegressionDataModule(pl.LightningDataModule):
         teacher: ``"linear"`` or ``"relu"``.
         seed: Seed of the data and the teacher (independent of the training seed).
         num_workers: DataLoader workers.
-        shuffle: Shuffle the training set each epoch (under DDP, Lightning's DistributedSampler
-            then shards the same order across ranks).
+        shuffle: Shuffle the training set each epoch (a permutation seeded by ``seed`` and the
+            epoch; under DDP each rank takes a strided share of the same order).
     """
 
     def __init__(
@@ -72,15 +72,20 @@ class SyntheticRegressionDataModule(pl.LightningDataModule):
         self.test_set = self._make(max(1, self.num_samples // 4), g, weight, bias)
 
     def _loader(self, dataset: TensorDataset, shuffle: bool, train: bool = False) -> DataLoader:
-        sampler = distributed_train_sampler(self, dataset, shuffle) if train else None
-        return DataLoader(
-            dataset,
+        kwargs = dict(
             batch_size=self.batch_size,
-            shuffle=shuffle if sampler is None else False,
-            sampler=sampler,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
+        if train:  # resumable at any sample; the loader shards itself under DDP (keeps shuffle: false)
+            trainer = self.trainer
+            rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+            return ResumableDataLoader(
+                dataset, shuffle=shuffle, seed=self.seed, rank=rank, world_size=world, **kwargs
+            )
+        # a private generator: starting an evaluation never draws from the global torch RNG
+        generator = torch.Generator().manual_seed(self.seed)
+        return DataLoader(dataset, shuffle=shuffle, generator=generator, **kwargs)
 
     @override
     def train_dataloader(self) -> DataLoader:

@@ -6,8 +6,10 @@ from collections.abc import Iterator
 
 import torch
 
+from lit_gpu.data.stateful import _GlobalPosition, batches_for
 
-class TensorLoader:
+
+class TensorLoader(_GlobalPosition):
     """An iterable "dataloader" over tensors that share their first dimension.
 
     Each epoch it draws one permutation from a ``torch.Generator`` seeded by ``(seed, epoch)``, so
@@ -21,6 +23,10 @@ class TensorLoader:
     Shards are equal in size on every rank (DDP needs the same number of steps per rank): with
     ``drop_last=False`` the permutation is padded by wrapping around, as ``DistributedSampler``
     does; with ``drop_last=True`` its tail is dropped, and so is each shard's incomplete last batch.
+
+    Resumable: ``state_dict()`` is the job's global position in the epoch's order (see
+    :mod:`lit_gpu.data.stateful`); after ``load_state_dict()`` the next pass yields this rank's
+    share of the remaining samples, on any world size and batch size.
 
     Args:
         *tensors: Tensors of equal length ``N`` (e.g. images ``(N, 1, 28, 28)`` and labels ``(N,)``).
@@ -55,10 +61,12 @@ class TensorLoader:
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.drop_last = drop_last
+        self.drop_last_shards = drop_last
         self.seed = seed
         self.rank = rank
         self.world_size = world_size
-        self.epoch = 0
+        self.num_items = n
+        self._init_position()
 
     #: Lightning's loader checks read ``batch_sampler``; batching is built in here.
     batch_sampler = None
@@ -69,43 +77,41 @@ class TensorLoader:
         return self
 
     @property
+    def position_state(self) -> TensorLoader:
+        """Itself: the object holding the epoch / seed / position state."""
+        return self
+
+    @property
     def num_samples(self) -> int:
         """Samples this rank sees per epoch (before ``drop_last`` trims the last batch)."""
-        n = len(self.tensors[0])
-        if self.drop_last:
-            return n // self.world_size
-        return -(-n // self.world_size)
+        return self.shard_size(0)
 
-    def set_epoch(self, epoch: int) -> None:
-        """Select the permutation of ``epoch`` (called by Lightning before each epoch)."""
-        self.epoch = epoch
+    def indices(self, start: int = 0) -> torch.Tensor:
+        """This rank's sample indices for the current epoch from global position ``start``, in batch order."""
+        return self.order()[self.positions(start) % self.num_items]
 
-    def indices(self) -> torch.Tensor:
-        """This rank's sample indices for the current epoch, in batch order."""
-        n = len(self.tensors[0])
-        if self.shuffle:
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-            order = torch.randperm(n, generator=generator)
-        else:
-            order = torch.arange(n)
-        total = self.num_samples * self.world_size
-        if total > n:  # pad by wrapping around so every rank gets the same count
-            order = torch.cat([order, order[: total - n]])
-        return order[:total][self.rank :: self.world_size]
+    def remaining_batches(self) -> int:
+        """Batches this rank yields from the current position to the end of the epoch."""
+        return batches_for(self.shard_size(self.start), self.batch_size, self.drop_last)
 
     def __len__(self) -> int:
-        if self.drop_last:
-            return self.num_samples // self.batch_size
-        return -(-self.num_samples // self.batch_size)
+        return batches_for(self.num_samples, self.batch_size, self.drop_last)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
-        idx = self.indices()
-        device = self.tensors[0].device
+        start = self.start
+        count = self.remaining_batches()
+        b = self.batch_size
         if not self.shuffle and self.world_size == 1:
-            for i in range(len(self)):  # plain slices: views, no copy
-                yield tuple(t[i * self.batch_size : (i + 1) * self.batch_size] for t in self.tensors)
-            return
-        idx = idx.to(device)
-        for i in range(len(self)):
-            batch_idx = idx[i * self.batch_size : (i + 1) * self.batch_size]
-            yield tuple(t.index_select(0, batch_idx) for t in self.tensors)
+            for i in range(count):  # plain slices: views, no copy
+                lo = start + i * b
+                batch = tuple(t[lo : lo + b] for t in self.tensors)
+                self._advance(i + 1, b)  # handed out = consumed (a checkpoint after this step counts it)
+                yield batch
+        else:
+            idx = self.indices(start).to(self.tensors[0].device)
+            for i in range(count):
+                batch_idx = idx[i * b : (i + 1) * b]
+                batch = tuple(t.index_select(0, batch_idx) for t in self.tensors)
+                self._advance(i + 1, b)
+                yield batch
+        self._finish_pass()

@@ -83,3 +83,17 @@ class CrashingWorkerDataModule(SyntheticRegressionDataModule):
             num_workers=1,
             prefetch_factor=1,
         )
+
+
+class KillAtStep(pl.Callback):
+    """SIGKILLs its own process when batch ``step + 1`` is about to start (after step ``step``'s saves).
+
+    A deterministic stand-in for a node that dies: no handler runs, nothing is flushed.
+    """
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)

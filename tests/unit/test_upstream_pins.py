@@ -238,3 +238,27 @@ def test_optuna_trial__trial_id(tmp_path):
     in_child.report(0.5, 0)
     study.tell(trial, 1.0)
     assert study.trials[0].intermediate_values == {0: 0.5} and study.trials[0].value == 1.0
+
+
+def test_fit_loop_loader_state_internals_used_by_exact_resume():
+    """lit_gpu.data.stateful (the #20550 guard, batch-counter sync, interrupt rewind) reads these.
+
+    Behaviour is covered by tests/unit/data/test_resume_in_fit.py; this names what it relies on.
+    """
+    from lightning.pytorch.loops.fit_loop import _FitLoop
+    from lightning.pytorch.loops.progress import _BatchProgress
+    from lightning.pytorch.utilities.combined_loader import CombinedLoader
+
+    assert callable(_FitLoop._load_combined_loader_states)
+    loop = _FitLoop.__new__(_FitLoop)
+    _FitLoop.__init__(loop, trainer=None)  # type: ignore[arg-type]
+    assert loop._combined_loader is None and loop._combined_loader_states_to_load == []
+    assert {"ready", "started", "processed", "completed"} <= set(vars(_BatchProgress().current))
+    assert hasattr(CombinedLoader, "flattened")
+
+
+def test_model_checkpoint_trigger_state_used_by_fresh_last():
+    """FreshLastCheckpoint.on_train_batch_end reads Lightning's step/time trigger state."""
+    cb = ModelCheckpoint(every_n_train_steps=3)
+    assert cb._every_n_train_steps == 3 and cb._last_time_checked is None
+    assert callable(cb._monitor_candidates) and callable(cb._should_skip_saving_checkpoint)

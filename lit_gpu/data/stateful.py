@@ -1,0 +1,386 @@
+"""Training loaders that resume at the exact sample, on any number of processes and any batch size.
+
+The state of a training loader is *global*: the epoch, the seed of that epoch's permutation, and
+how many samples of it the whole job has consumed (its *position*). It is not a per-rank batch
+count: only global rank 0 writes the checkpoint, and a resume may run on another number of
+processes or with another batch size. Lightning (>= 2.2) stores ``state_dict()`` of the object
+``train_dataloader()`` returns in the checkpoint (fit loop, ``combined_loader``) and hands it back
+to ``load_state_dict()`` on resume; the loaders here implement both.
+
+Order and sharding, identical for :class:`ResumableDataLoader` and
+:class:`~lit_gpu.data.tensor_loader.TensorLoader`:
+
+* epoch ``e``'s order is ``randperm(N)`` seeded by ``(seed, e)`` (``arange(N)`` unshuffled);
+* from position ``p`` on, the remaining ``N - p`` positions are padded by wrapping around (or
+  trimmed with ``drop_last``) to a multiple of the world size ``W``, and rank ``r`` takes
+  positions ``p + r, p + r + W, ...``. A global batch (all ranks' batch ``j``) is therefore the
+  contiguous range ``[p + j*B*W, p + (j+1)*B*W)`` of the order, whatever ``W`` and ``B`` are, which
+  is what makes a resume on another world size with the same global batch ``B*W`` equivalent.
+
+Random per-sample work (augmentations) is seeded per sample from ``(seed, epoch, position)``, in
+the worker or in the main process (then without touching the main process's random streams), so
+it does not depend on which worker, which rank, or which batch size fetched the sample.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, get_worker_info
+
+__all__ = [
+    "ResumableDataLoader",
+    "ResumableSampler",
+    "SeededSamples",
+    "epoch_order",
+    "sample_seed",
+    "shard_positions",
+    "sync_resumed_train_loader",
+]
+
+_MASK64 = (1 << 64) - 1
+STATE_VERSION = 1
+
+
+def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool) -> torch.Tensor:
+    """The order of epoch ``epoch``: a permutation of ``range(n)`` seeded by ``(seed, epoch)``."""
+    if not shuffle:
+        return torch.arange(n)
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=generator)
+
+
+def shard_positions(n: int, *, start: int, rank: int, world_size: int, drop_last: bool) -> torch.Tensor:
+    """Positions (into the epoch order) that ``rank`` takes from global position ``start`` on.
+
+    The remaining ``n - start`` positions are padded by wrapping around to the epoch's first
+    positions (as ``DistributedSampler`` pads) or, with ``drop_last``, trimmed, so that every rank
+    gets the same count; rank ``r`` takes every ``world_size``-th position starting at ``start + r``.
+    Padded positions are returned unwrapped (``>= n``); take them modulo ``n``.
+    """
+    return torch.arange(start, start + _shard_total(n, start, world_size, drop_last))[rank::world_size]
+
+
+def _shard_total(n: int, start: int, world_size: int, drop_last: bool) -> int:
+    remaining = max(0, n - start)
+    per_rank = remaining // world_size if drop_last else -(-remaining // world_size)
+    return per_rank * world_size
+
+
+def sample_seed(seed: int, epoch: int, position: int) -> int:
+    """A 63-bit seed for the sample at ``position`` of epoch ``epoch`` (splitmix64 of the triple)."""
+    x = (seed * 0x9E3779B97F4A7C15 + epoch * 0xBF58476D1CE4E5B9 + position) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (x ^ (x >> 31)) >> 1
+
+
+def _seed_all(seed: int) -> None:
+    torch.default_generator.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed & 0xFFFFFFFF)
+
+
+class SeededSamples(Dataset):
+    """Wraps a map-style dataset: ``self[(index, seed)]`` is ``dataset[index]`` fetched under ``seed``.
+
+    In a DataLoader worker the worker's torch / numpy / Python RNGs are seeded with ``seed`` before
+    the fetch. In the main process (``num_workers=0``) the same happens inside a fork of those RNG
+    states, which are put back afterwards: fetching never shifts the main process's random streams
+    (dropout), so results do not depend on ``num_workers``.
+    """
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, key: tuple[int, int]) -> Any:
+        return self.__getitems__([key])[0]
+
+    def __getitems__(self, keys: list[tuple[int, int]]) -> list[Any]:
+        """A batch of samples (the DataLoader's batched fetch), each under its own seed."""
+        if get_worker_info() is not None:
+            return [self._fetch(index, seed) for index, seed in keys]
+        saved = torch.get_rng_state(), np.random.get_state(), random.getstate()
+        try:
+            return [self._fetch(index, seed) for index, seed in keys]
+        finally:
+            torch.set_rng_state(saved[0])
+            np.random.set_state(saved[1])
+            random.setstate(saved[2])
+
+    def _fetch(self, index: int, seed: int) -> Any:
+        _seed_all(seed)
+        return self.dataset[index]
+
+
+class _GlobalPosition:
+    """Epoch, permutation seed and global position of a training loader; shared state logic.
+
+    ``start`` is where the current pass over the epoch begins (a restored position, else 0);
+    ``position`` is how many samples of the epoch's order the whole job has consumed.
+    """
+
+    num_items: int
+    seed: int
+    shuffle: bool
+    drop_last_shards: bool
+    rank: int
+    world_size: int
+
+    def _init_position(self) -> None:
+        self.epoch = 0
+        self.start = 0
+        self.position = 0
+        self.restored_mid_epoch = False
+        self._yielded = 0  # batches handed out in the current pass
+        self._batch_size = 1
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select epoch ``epoch``'s order; a new epoch starts at its first sample."""
+        if epoch != self.epoch:
+            self.start = self.position = self._yielded = 0
+            self.restored_mid_epoch = False
+        self.epoch = epoch
+
+    def order(self) -> torch.Tensor:
+        """The current epoch's order (all ranks agree on it)."""
+        return epoch_order(self.num_items, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle)
+
+    def positions(self, start: int | None = None) -> torch.Tensor:
+        """This rank's positions from ``start`` (default: the current pass's start), unwrapped."""
+        return shard_positions(
+            self.num_items,
+            start=self.start if start is None else start,
+            rank=self.rank,
+            world_size=self.world_size,
+            drop_last=self.drop_last_shards,
+        )
+
+    def shard_size(self, start: int = 0) -> int:
+        """Samples this rank takes from global position ``start`` to the end of the epoch."""
+        return _shard_total(self.num_items, start, self.world_size, self.drop_last_shards) // self.world_size
+
+    def _position_after(self, batches: int) -> int:
+        return min(self.start + batches * self._batch_size * self.world_size, self.num_items)
+
+    def _advance(self, batches: int, batch_size: int) -> None:
+        """Record that every rank has been handed ``batches`` batches of this pass."""
+        self._yielded, self._batch_size = batches, batch_size
+        self.position = self._position_after(batches)
+
+    def _finish_pass(self) -> None:
+        """A pass ran to its end: a new pass over the same epoch starts from its first sample."""
+        self.start = self.position = self._yielded = 0
+        self.restored_mid_epoch = False
+
+    def state_without(self, in_flight: int) -> dict[str, Any]:
+        """The state with the last ``in_flight`` handed-out batches not consumed (never trained on)."""
+        state = self.state_dict()
+        if in_flight > 0:
+            state["position"] = self._position_after(max(0, self._yielded - in_flight))
+        return state
+
+    def state_dict(self) -> dict[str, Any]:
+        """Global state: the epoch, its permutation seed, and the samples the job consumed in it."""
+        return {
+            "version": STATE_VERSION,
+            "epoch": self.epoch,
+            "position": self.position,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "num_items": self.num_items,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue at the saved sample of the saved epoch's order (on any world size / batch size)."""
+        if state.get("num_items") != self.num_items:
+            rank_zero_warn(
+                f"lit-gpu: the checkpoint's data position (epoch {state.get('epoch')}, sample "
+                f"{state.get('position')} of {state.get('num_items')}) does not fit this data "
+                f"({self.num_items} samples); the epoch restarts from its first sample"
+            )
+            return
+        self.epoch = int(state["epoch"])
+        self.seed = int(state["seed"])
+        self.shuffle = bool(state["shuffle"])
+        self.start = self.position = int(state["position"])
+        self.restored_mid_epoch = 0 < self.position < self.num_items
+
+
+class ResumableSampler(_GlobalPosition, DistributedSampler):
+    """This rank's share of the epoch order from the current position, as ``(index, seed)`` keys.
+
+    A ``DistributedSampler`` subclass so that Lightning never swaps in its own under DDP; it owns
+    the sharding. ``len()`` is this rank's full-epoch share (Lightning counts an epoch's steps with
+    it); a pass that starts mid-epoch yields only the remainder. The keys are meant for
+    :class:`SeededSamples`.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
+        super().__init__(
+            dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last
+        )
+        self.num_items = len(dataset)  # type: ignore[arg-type]
+        self.world_size = world_size
+        self.drop_last_shards = drop_last
+        self._init_position()
+
+    def __len__(self) -> int:
+        return self.shard_size(0)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:  # type: ignore[override]
+        order = self.order().tolist()
+        n = self.num_items
+        for pos in self.positions().tolist():
+            yield order[pos % n], sample_seed(self.seed, self.epoch, pos)
+
+
+class ResumableDataLoader(DataLoader):
+    """A ``DataLoader`` (real workers, pinned memory) whose state is the job's global sample position.
+
+    Args:
+        dataset: Map-style dataset.
+        batch_size: Per-process batch size.
+        shuffle: A new seeded permutation every epoch.
+        seed: Seed of the permutations and of the per-sample RNG streams.
+        rank: This process's global rank.
+        world_size: Number of processes sharing the data.
+        drop_last: Trim the epoch's tail to a multiple of the world size and drop the incomplete
+            last batch.
+        **kwargs: Other ``DataLoader`` arguments (``num_workers``, ``pin_memory``,
+            ``persistent_workers``, ``collate_fn``, ``prefetch_factor``...).
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        *,
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        sampler = ResumableSampler(
+            dataset, rank=rank, world_size=world_size, shuffle=shuffle, seed=seed, drop_last=drop_last
+        )
+        # a private generator: creating an iterator draws the workers' base seed from it, not from
+        # the global torch RNG, so starting an epoch (or resuming) never shifts dropout's stream
+        kwargs.setdefault("generator", torch.Generator().manual_seed(seed))
+        super().__init__(
+            SeededSamples(dataset), batch_size=batch_size, sampler=sampler, drop_last=drop_last, **kwargs
+        )
+
+    @property
+    def position_state(self) -> _GlobalPosition:
+        """The sampler, which holds the epoch / seed / position state."""
+        return self.sampler  # type: ignore[return-value]
+
+    def remaining_batches(self) -> int:
+        """Batches this rank yields from the current position to the end of the epoch."""
+        state = self.position_state
+        return batches_for(state.shard_size(state.start), self.batch_size, self.drop_last)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        state = self.position_state
+        for batches, batch in enumerate(super().__iter__(), start=1):
+            # handed out = consumed: a checkpoint written after this step counts this batch
+            state._advance(batches, self.batch_size)  # type: ignore[arg-type]
+            yield batch
+        state._finish_pass()
+
+    def state_dict(self) -> dict[str, Any]:
+        """See :meth:`_GlobalPosition.state_dict`."""
+        return self.position_state.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """See :meth:`_GlobalPosition.load_state_dict`."""
+        self.position_state.load_state_dict(state)
+
+
+def sync_resumed_train_loader(trainer: Any) -> None:
+    """Make sure a resumed fit continues at the checkpoint's sample (call at ``on_train_start``).
+
+    * Lightning issue #20550: when ``trainer.estimated_stepping_batches`` is read before the
+      checkpoint is restored (e.g. to size ``OneCycleLR`` in ``configure_optimizers``), the fit
+      loop builds the train loader early and never hands it the saved loader state. The pending
+      state is loaded here, before the first batch is fetched (the loaders read their position when
+      iteration starts).
+    * A resume with another global batch (another batch size or world size): Lightning's batch
+      counters of the current epoch are moved so that the epoch ends exactly when the loader has
+      yielded its remaining batches.
+    """
+    fit_loop = trainer.fit_loop
+    combined = fit_loop._combined_loader
+    if combined is None:
+        return
+    if fit_loop._combined_loader_states_to_load and fit_loop.restarting:
+        fit_loop._load_combined_loader_states()
+    loader = _resumable_train_loader(trainer)
+    if loader is None or not loader.position_state.restored_mid_epoch:
+        return
+    done = max(0, len(loader) - loader.remaining_batches())
+    progress = fit_loop.epoch_loop.batch_progress.current
+    delta = done - progress.ready
+    if delta:
+        progress.ready += delta
+        progress.started += delta
+        progress.processed += delta
+        progress.completed += delta
+
+
+def batches_in_flight(trainer: Any) -> int:
+    """Batches the train loader handed out whose training step did not finish (an interrupt mid-step).
+
+    0 at every ordinary save point (after a step). Compares the loader's batch count in the epoch
+    with Lightning's ``processed`` counter (incremented right after the optimizer step).
+    """
+    loader = _resumable_train_loader(trainer)
+    if loader is None or not trainer.training:
+        return 0
+    state = loader.position_state
+    handed_out = len(loader) - loader.remaining_batches() + state._yielded
+    return max(0, handed_out - trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+
+
+def patch_interrupted_loader_state(trainer: Any, checkpoint: dict[str, Any], in_flight: int) -> None:
+    """In ``checkpoint``, count only the batches whose step finished as consumed."""
+    loader = _resumable_train_loader(trainer)
+    fit_state = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {})
+    if loader is not None and in_flight > 0 and "combined_loader" in fit_state:
+        fit_state["combined_loader"] = [loader.position_state.state_without(in_flight)]
+
+
+def _resumable_train_loader(trainer: Any) -> Any:
+    combined = trainer.fit_loop._combined_loader
+    if combined is None or len(combined.flattened) != 1:
+        return None
+    loader = combined.flattened[0]
+    return loader if isinstance(getattr(loader, "position_state", None), _GlobalPosition) else None
+
+
+def batches_for(samples: int, batch_size: int, drop_last: bool) -> int:
+    """Batches of ``batch_size`` that ``samples`` samples make."""
+    return samples // batch_size if drop_last else math.ceil(samples / batch_size)
