@@ -114,6 +114,51 @@ def dataset_raised_in_worker(err: BaseException) -> str | None:
     return messages.DATASET_RAISED_IN_WORKER.format(kind=type(err).__name__, reason=reason)
 
 
+_SHAPE_ERRORS = re.compile(
+    r"mat1 and mat2 shapes cannot be multiplied|to have \d+ channels, but got \d+ channels"
+    r"|Expected \d+D \(unbatched\) or \d+D \(batched\) input"
+)
+_CONVS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+
+
+def _first_layer(net: torch.nn.Module) -> tuple[str, torch.nn.Module] | None:
+    for name, module in net.named_modules():
+        if isinstance(module, torch.nn.modules.lazy.LazyModuleMixin):
+            return None  # sizes not known before the first batch
+        if isinstance(module, (torch.nn.Linear, *_CONVS)):
+            return name, module
+    return None
+
+
+def net_input_mismatch(net: torch.nn.Module, inputs: object, err: BaseException) -> str | None:
+    """One line when ``net(inputs)`` failed because the batch does not fit the net's first layer.
+
+    Only torch's shape errors, and only when the first ``Linear``/``Conv`` really does not take this
+    batch; a shape error deeper in a net that took its input stays a traceback (it may be a bug).
+    """
+    if not isinstance(err, RuntimeError) or not _SHAPE_ERRORS.search(str(err)):
+        return None
+    if not isinstance(inputs, torch.Tensor) or (first := _first_layer(net)) is None:
+        return None
+    name, layer = first
+    shape = tuple(inputs.shape)
+    if isinstance(layer, torch.nn.Linear):
+        if inputs.dim() >= 1 and shape[-1] == layer.in_features:
+            return None
+        expects = f"inputs of shape (B, {layer.in_features})"
+        described = f"{name}: Linear, in_features={layer.in_features}"
+    else:
+        spatial = len(layer.kernel_size)
+        if inputs.dim() == spatial + 2 and shape[1] == layer.in_channels:
+            return None
+        dims = ", ".join(["B", str(layer.in_channels), *"DHW"[-spatial:]] if spatial <= 3 else [])
+        expects = f"inputs of shape ({dims})"
+        described = f"{name}: {type(layer).__name__}, in_channels={layer.in_channels}"
+    return messages.NET_INPUT_MISMATCH.format(
+        net=type(net).__name__, got=shape, layer=described, expects=expects, reason=messages.first_line(err)
+    )
+
+
 Translator = Callable[[BaseException], "str | None"]
 
 # Tried in order; the first answer wins.
@@ -127,10 +172,24 @@ TRANSLATORS: tuple[Translator, ...] = (
 )
 
 
+def _lit_gpu_cause(err: BaseException) -> LitGpuError | None:
+    """The :class:`LitGpuError` an exception was explicitly raised from (``raise ... from``), if any."""
+    seen: set[int] = set()
+    cause = err.__cause__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, LitGpuError):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__
+    return None
+
+
 def explain(err: BaseException) -> str | None:
     """One-line, actionable message for a :class:`LitGpuError` or a known failure, else ``None``."""
     if isinstance(err, LitGpuError):
         return str(err)
+    if (cause := _lit_gpu_cause(err)) is not None:  # e.g. jsonargparse wraps errors raised in __init__
+        return str(cause)
     for translate in TRANSLATORS:
         message = translate(err)
         if message:

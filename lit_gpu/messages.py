@@ -49,6 +49,48 @@ TOO_FEW_GPUS = (
     "{source} asks for GPUs {requested}, but only {count} {verb} visible {available}; "
     "use --trainer.devices {count} (or 'free:N'), or " + CPU_FIX
 )
+# config and class_path mistakes (lit_gpu.cli.parse_errors)
+MODULE_NOT_ON_PATH = (
+    "{key}: cannot import {class_path}: No module named '{module}'; if {module} is your own code, run "
+    "lit-gpu from the folder that holds it or add that folder to the path (PYTHONPATH=. lit-gpu ...), "
+    "else install the package that provides it (pip install ...)"
+)
+DEPENDENCY_MISSING = (
+    "{key}: importing {class_path} failed: No module named '{module}'; "
+    "install the package that provides {module} (pip install ...)"
+)
+NO_SUCH_MODULE = (
+    "{key}: cannot import {class_path}: No module named '{module}'{suggestion}; "
+    "check the spelling of the module path"
+)
+NO_SUCH_CLASS = (
+    "{key}: module '{module}' has no attribute '{name}'{suggestion}; check the spelling of the class name"
+)
+UNKNOWN_ARGUMENT = (
+    "{key}: {class_path} has no argument '{option}'{suggestion}; check the spelling of the init_args key"
+)
+NOT_A_SUBCLASS = "{key}: {class_path} is not a {base}; give the class_path of a {base} subclass"
+YAML_SYNTAX = "{path}, line {line}, column {column}: YAML syntax error: {problem}; fix the YAML there"
+BAD_TRAINER_SETTING = (
+    "{source}: invalid trainer setting: {reason}; "
+    "fix it on the command line or in the config's trainer: section"
+)
+BAD_DATA_SETTING = (
+    "data.{name} must be {rule}, got {value!r}; set --data.{name} (or {name}: in your config) to {example}"
+)
+TRUNCATED_IDX_FILE = (
+    "{path} is truncated or corrupt: {size} bytes, its header promises {expected} bytes; "
+    "delete it and download MNIST again (--data.download true) or copy the file again"
+)
+NOT_AN_IDX_FILE = (
+    "{path} is not an IDX file (magic number {magic:#010x}); delete it and download MNIST again "
+    "(--data.download true) or copy the real file there"
+)
+NET_INPUT_MISMATCH = (
+    "the net {net} does not fit the data: it got a batch of shape {got}, but its first layer "
+    "({layer}) expects {expects} ({reason}); use a net built for this data "
+    "or set the net's input size (--model.net.init_args.*) to match it"
+)
 TUNE_NEEDS_BATCH_SIZE = "--tune_batch_size needs a data module with a batch_size argument"
 PICKLE_REFUSED = (
     "{path} holds pickled Python objects, which can run code when loaded, so weights-only loading refused "

@@ -6,10 +6,10 @@ Thin by design: it builds objects from configs and runs them; no training logic 
 from __future__ import annotations
 
 import os
-import re
 import sys
 import warnings
 from collections.abc import Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import lightning.pytorch as pl
@@ -27,26 +27,14 @@ from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.cli.ckpt_path import config_value, resolve_ckpt_path
-from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_device_error, resolve_trainer_config
+from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
+from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import install_atomic_checkpoint_io
 
-
 # ---- parser ---------------------------------------------------------------------------------------
-def concise_parse_error(message: str, prog: str) -> str:
-    """One line from jsonargparse's multi-line error: the key, what was expected, what was given."""
-    lines = [ln.strip().lstrip("- ").strip() for ln in message.splitlines() if ln.strip()]
-    if not lines:
-        return f"invalid arguments; run '{prog} --help' for the options"
-    keep = [lines[0].rstrip(":")]
-    expected = sorted({ln for ln in lines[1:] if ln.startswith("Expected")})
-    if expected:
-        keep.append(" or ".join(expected))
-    keep.extend(ln for ln in lines[1:] if ln.startswith("Given value:"))
-    if len(keep) == 1 and len(lines) > 1:
-        keep.append(lines[-1])
-    text = re.sub(r"<class '([\w.]+)'>", r"\1", "; ".join(keep))
-    return text + f"; run '{prog} --help' for the options"
+# the --config file being read, so that a YAML syntax error can name it (jsonargparse says "<unicode string>")
+_config_path: ContextVar[str | None] = ContextVar("lit_gpu_config_path", default=None)
 
 
 def _jsonargparse_debug() -> bool:
@@ -62,9 +50,19 @@ class ConciseErrorParser(LightningArgumentParser):
         if not self.exit_on_error or _jsonargparse_debug():
             return super().error(message, ex)
         parser = getattr(ex, "subcommand_parser", None) or self
-        prog = parser.prog.replace(" [options]", "")
-        messages.tell_error(concise_parse_error(message, prog))
+        prog = parser.prog.replace(" [options]", "").replace("__main__.py", "lit-gpu")
+        path = _config_path.get()
+        text = yaml_error(ex, path) if path and message.startswith("Problems parsing config") else None
+        messages.tell_error(text or concise_parse_error(message, prog))
         sys.exit(2)
+
+    @override
+    def parse_path(self, path: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _config_path.set(str(path))
+        try:
+            return super().parse_path(path, *args, **kwargs)
+        finally:
+            _config_path.reset(token)
 
 
 def add_extra_arguments(parser: LightningArgumentParser) -> None:
@@ -182,8 +180,8 @@ class LitGpuCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
         try:
             trainer = super().instantiate_trainer(**kwargs)
-        except MisconfigurationException as err:  # no GPU / too few: say which setting asked for it
-            message = explain_device_error(err, self.argv)
+        except (MisconfigurationException, ValueError, ImportError) as err:  # no GPU, devices 0, ...
+            message = explain_trainer_error(err, self.argv)  # names the setting that asked for it
             if message is None:
                 raise
             raise LitGpuError(message) from err

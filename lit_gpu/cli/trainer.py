@@ -145,3 +145,42 @@ def explain_device_error(err: BaseException, argv: Sequence[str]) -> str | None:
             available=available,
         )
     return None
+
+
+# ---- other invalid trainer settings -------------------------------------------------------------
+_NAMED = re.compile(r"`(?:Trainer\()?(\w+)")
+
+
+def _trainer_params() -> set[str]:
+    import inspect
+
+    import lightning.pytorch as pl
+
+    return set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
+
+
+def explain_trainer_error(err: BaseException, argv: Sequence[str]) -> str | None:
+    """One line for an invalid ``trainer`` setting the Trainer refused while being built, or None.
+
+    Lightning's ``MisconfigurationException`` always; a ``ValueError``/``ImportError`` only when it names a
+    Trainer argument (``strategy='ddpp'``) or a missing optional requirement (``torch_xla`` for ``tpu``).
+    The setting's source in ``argv`` is named when found.
+    """
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    device = explain_device_error(err, argv)
+    if device is not None:
+        return device
+    if not isinstance(err, MisconfigurationException | ValueError | ImportError):
+        return None
+    reason = messages.first_line(err).rstrip(".")
+    params = _trainer_params()
+    named = [n for n in _NAMED.findall(reason) if n in params]
+    named += [p for p in sorted(params) if re.search(rf"\b{p}=", reason) and p not in named]
+    requirement = "Requirement '" in reason
+    if not isinstance(err, MisconfigurationException) and not named and not requirement:
+        return None
+    keys = named or ["accelerator", "strategy", "precision", "plugins"]
+    sources = [setting_source(f"trainer.{key}", argv) for key in keys]
+    source = next((s for s in sources if s), f"trainer.{named[0]}" if named else "the trainer settings")
+    return messages.BAD_TRAINER_SETTING.format(source=source, reason=reason)

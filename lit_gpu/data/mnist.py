@@ -11,6 +11,8 @@ from torchvision import transforms
 from torchvision.datasets import MNIST
 from typing_extensions import override
 
+from lit_gpu import messages
+from lit_gpu.data._checks import check_loader_args
 from lit_gpu.data.stateful import ResumableDataLoader
 from lit_gpu.data.tensor_loader import TensorLoader
 from lit_gpu.devices import on_cuda
@@ -30,6 +32,35 @@ def missing_raw_files(data_dir: str | Path) -> list[str]:
     """Names of the four IDX files missing under ``<data_dir>/MNIST/raw/``."""
     raw = Path(data_dir) / "MNIST" / "raw"
     return [name for name in RAW_FILES if not (raw / name).is_file()]
+
+
+_IDX_ITEM_SIZE = {0x08: 1, 0x09: 1, 0x0B: 2, 0x0C: 4, 0x0D: 4, 0x0E: 8}  # IDX type code -> bytes
+
+
+def idx_file_problem(path: str | Path) -> str | None:
+    """Why an IDX file cannot be read (truncated, or not IDX at all), or ``None`` when its size is right.
+
+    torchvision reads the whole file and reshapes it, so a short file fails with torch's
+    ``shape '[60000, 28, 28]' is invalid``; the header tells the size the file must have.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        header = f.read(4)
+        if len(header) == 4 and header[:2] == b"\0\0" and header[2] in _IDX_ITEM_SIZE and 1 <= header[3] <= 4:
+            dims_bytes = f.read(4 * header[3])
+        else:
+            dims_bytes = b""
+    if not dims_bytes:
+        magic = int.from_bytes(header.ljust(4, b"\0"), "big")
+        return messages.NOT_AN_IDX_FILE.format(path=path, magic=magic)
+    count = 1
+    for i in range(0, len(dims_bytes) - 3, 4):
+        count *= int.from_bytes(dims_bytes[i : i + 4], "big")
+    expected = 4 + 4 * header[3] + count * _IDX_ITEM_SIZE[header[2]]
+    if len(dims_bytes) < 4 * header[3] or size != expected:
+        return messages.TRUNCATED_IDX_FILE.format(path=path, size=size, expected=expected)
+    return None
 
 
 class MNISTDataModule(pl.LightningDataModule):
@@ -68,6 +99,7 @@ class MNISTDataModule(pl.LightningDataModule):
         drop_last: bool = False,
     ) -> None:
         super().__init__()
+        check_loader_args(batch_size, num_workers)
         if storage not in self.STORAGES:
             raise LitGpuError(f"storage must be one of {', '.join(self.STORAGES)}; got {storage!r}")
         self.save_hyperparameters()
@@ -116,6 +148,11 @@ class MNISTDataModule(pl.LightningDataModule):
         missing = missing_raw_files(self.data_dir)
         if missing:
             raise self._not_found(missing)
+        raw = Path(self.data_dir) / "MNIST" / "raw"
+        for name in RAW_FILES[:2] if train else RAW_FILES[2:]:
+            problem = idx_file_problem(raw / name)
+            if problem:
+                raise LitGpuError(problem)
         return MNIST(self.data_dir, train=train, download=False, transform=self.transform)
 
     @override

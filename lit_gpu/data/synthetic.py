@@ -7,6 +7,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 from typing_extensions import override
 
+from lit_gpu.data._checks import check_loader_args
 from lit_gpu.data.stateful import ResumableDataLoader
 
 
@@ -42,6 +43,7 @@ class SyntheticRegressionDataModule(pl.LightningDataModule):
         shuffle: bool = True,
     ) -> None:
         super().__init__()
+        check_loader_args(batch_size, num_workers)
         if teacher not in ("linear", "relu"):
             raise ValueError(f"teacher must be 'linear' or 'relu', got {teacher!r}")
         self.save_hyperparameters()

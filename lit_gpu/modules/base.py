@@ -14,6 +14,7 @@ from typing_extensions import Self, override
 
 from lit_gpu import safe_build
 from lit_gpu.checkpoints import NET_SPEC_KEY, net_spec
+from lit_gpu.errors import LitGpuError, net_input_mismatch
 
 
 class LitModule(pl.LightningModule):
@@ -65,9 +66,19 @@ class LitModule(pl.LightningModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
+    def _forward_batch(self, inputs: Any) -> torch.Tensor:
+        """``self(inputs)``; a batch that does not fit the net's first layer becomes one line."""
+        try:
+            return self(inputs)
+        except RuntimeError as err:
+            message = net_input_mismatch(self.net, inputs, err)
+            if message is None:
+                raise
+            raise LitGpuError(message) from err
+
     def _step(self, batch: Any, stage: str) -> torch.Tensor:
         inputs, targets = batch[0], batch[1]
-        outputs = self(inputs)
+        outputs = self._forward_batch(inputs)
         loss = self.compute_loss(outputs, targets)
         if stage == "train":
             self._log_train_loss(loss.detach(), len(inputs))
@@ -126,7 +137,7 @@ class LitModule(pl.LightningModule):
     @override
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         inputs = batch[0] if isinstance(batch, list | tuple) else batch
-        return self(inputs)
+        return self._forward_batch(inputs)
 
     # private decorator, pinned in tests/unit/test_upstream_pins.py: Lightning's own (class-only) classmethod
     @_restricted_classmethod
