@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from lit_gpu import messages
-from lit_gpu.errors import TRANSLATORS, LitGpuError, explain
+from lit_gpu.errors import TRANSLATORS, LitGpuError, explain, net_input_mismatch
 
 
 def _load_error(target: nn.Module, state: dict) -> RuntimeError:
@@ -110,3 +110,44 @@ def test_unknown_errors_keep_their_traceback():
 def test_first_line_falls_back_to_the_type_name():
     assert messages.first_line(ValueError("one\ntwo")) == "one"
     assert messages.first_line(ValueError("")) == "ValueError"
+
+
+def _forward_error(net: nn.Module, inputs: torch.Tensor) -> RuntimeError:
+    with pytest.raises(RuntimeError) as info:
+        net(inputs)
+    return info.value
+
+
+def test_a_batch_that_does_not_fit_the_first_linear_names_net_shape_and_expectation():
+    from lit_gpu.nets import SimpleModel
+
+    net, images = SimpleModel(in_features=10), torch.zeros(4, 1, 28, 28)
+    line = net_input_mismatch(net, images, _forward_error(net, images))
+    assert line is not None and line.startswith("the net SimpleModel does not fit the data")
+    assert "batch of shape (4, 1, 28, 28)" in line and "fc: Linear, in_features=10" in line
+    assert "(B, 10)" in line and "mat1 and mat2 shapes cannot be multiplied" in line
+
+
+def test_a_batch_with_the_wrong_channels_for_the_first_conv():
+    net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())
+    gray = torch.zeros(2, 1, 28, 28)
+    line = net_input_mismatch(net, gray, _forward_error(net, gray))
+    assert line is not None and "0: Conv2d, in_channels=3" in line and "(B, 3, H, W)" in line
+
+
+def test_shape_errors_deeper_than_the_first_layer_and_other_errors_keep_their_traceback():
+    net = nn.Sequential(nn.Linear(10, 5), nn.Linear(6, 2))  # a bug inside the net, not the data
+    batch = torch.zeros(3, 10)
+    assert net_input_mismatch(net, batch, _forward_error(net, batch)) is None
+    assert net_input_mismatch(net, batch, RuntimeError("CUDA error: device-side assert")) is None
+
+
+def test_a_lit_gpu_error_wrapped_by_another_exception_is_still_one_line():
+    try:
+        try:
+            raise LitGpuError("data.batch_size must be a positive integer, got 0")
+        except LitGpuError as inner:
+            raise ValueError("Does not validate against any of the Union subtypes") from inner
+    except ValueError as outer:
+        assert explain(outer) == "data.batch_size must be a positive integer, got 0"
+    assert explain(ValueError("plain")) is None

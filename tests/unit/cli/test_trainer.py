@@ -76,3 +76,25 @@ def test_free_n_choice_is_logged_by_the_deciding_process_of_every_node(monkeypat
     child = Namespace(accelerator="gpu", devices="free:1")
     resolve_trainer_config(child)
     assert child.devices == [0] and capsys.readouterr().err == ""
+
+
+def test_invalid_trainer_settings_name_the_flag_and_keep_lightnings_reason():
+    from lightning.pytorch import Trainer
+
+    from lit_gpu.cli.trainer import explain_trainer_error
+
+    argv = ["--config", str(CONFIGS / "simple.yaml"), "--trainer.max_epochs", "-5"]
+    try:
+        Trainer(max_epochs=-5, accelerator="cpu", logger=False)
+    except MisconfigurationException as err:
+        line = explain_trainer_error(err, argv)
+    assert line is not None and line.startswith(
+        "--trainer.max_epochs -5: invalid trainer setting: `max_epochs`"
+    )
+    try:
+        Trainer(strategy="ddpp", accelerator="cpu", logger=False)
+    except ValueError as err:
+        line = explain_trainer_error(err, ["--trainer.strategy=ddpp"])
+    assert line is not None and line.startswith("--trainer.strategy ddpp: invalid trainer setting")
+    # a ValueError that names no Trainer argument (e.g. from a user's callback) keeps its traceback
+    assert explain_trainer_error(ValueError("bad threshold"), argv) is None

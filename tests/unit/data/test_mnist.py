@@ -3,8 +3,9 @@ import pytest
 import torch
 from torchvision.datasets import MNIST
 
+from lit_gpu import messages
 from lit_gpu.data import MNISTDataModule
-from lit_gpu.data.mnist import MNIST_MEAN, MNIST_STD
+from lit_gpu.data.mnist import MNIST_MEAN, MNIST_STD, idx_file_problem
 from lit_gpu.errors import LitGpuError
 
 
@@ -73,3 +74,33 @@ def test_no_pin_memory_warning_on_cpu(fake_mnist_dir, recwarn):
     dm.setup("fit")
     next(iter(dm.train_dataloader()))
     assert not [w for w in recwarn if "pin_memory" in str(w.message)]
+
+
+def test_a_truncated_idx_file_is_named_with_its_size(tmp_path):
+    from tests.helpers.fake_mnist import make_fake_mnist
+
+    root = make_fake_mnist(tmp_path, n_train=120, n_test=20)
+    images = root / "MNIST" / "raw" / "train-images-idx3-ubyte"
+    full = images.stat().st_size
+    images.write_bytes(images.read_bytes()[: full // 2])
+    dm = MNISTDataModule(str(root), batch_size=8, num_workers=0, val_size=20, download=False)
+    with pytest.raises(LitGpuError) as info:
+        dm.setup("fit")
+    assert str(info.value) == messages.TRUNCATED_IDX_FILE.format(path=images, size=full // 2, expected=full)
+    dm.setup("test")  # the test split's files are fine
+
+
+def test_a_file_that_is_not_idx_is_named(tmp_path):
+    from tests.helpers.fake_mnist import make_fake_mnist
+
+    root = make_fake_mnist(tmp_path, n_train=120, n_test=20)
+    labels = root / "MNIST" / "raw" / "t10k-labels-idx1-ubyte"
+    labels.write_text("<html>rate limited</html>")
+    assert "is not an IDX file" in idx_file_problem(labels)
+    assert idx_file_problem(root / "MNIST" / "raw" / "t10k-images-idx3-ubyte") is None
+
+
+@pytest.mark.parametrize("kwargs", [{"batch_size": 0}, {"batch_size": -1}, {"num_workers": -1}])
+def test_bad_loader_settings_are_refused_at_construction(kwargs):
+    with pytest.raises(LitGpuError, match=r"^data\.\w+ must be"):
+        MNISTDataModule("data", **kwargs)

@@ -41,3 +41,18 @@ def test_shuffle_flag_controls_order():
     dm.setup()
     x, _ = next(iter(dm.train_dataloader()))
     assert torch.equal(x, dm.train_set.tensors[0])
+
+
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"batch_size": 0}, "data.batch_size"),
+        ({"batch_size": -1}, "data.batch_size"),
+        ({"num_workers": -2}, "data.num_workers"),
+    ],
+)
+def test_bad_loader_settings_are_one_line_errors(kwargs, key):
+    from lit_gpu.errors import LitGpuError
+
+    with pytest.raises(LitGpuError, match=rf"^{key} must be .*, got -?\d+; set --{key}"):
+        SyntheticRegressionDataModule(**kwargs)

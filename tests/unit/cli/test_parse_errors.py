@@ -1,0 +1,99 @@
+"""``lit_gpu.cli.parse_errors``: jsonargparse's real reason survives the one-line answer."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from jsonargparse import ArgumentError, ArgumentParser
+from lightning.pytorch import LightningModule
+from lightning.pytorch.cli import OptimizerCallable
+
+from lit_gpu import messages
+from lit_gpu.cli.parse_errors import concise_parse_error, explain_cause, yaml_error
+
+
+def _parse_error(args: list[str]) -> str:
+    """The multi-line message jsonargparse itself produces for ``args``."""
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--model", type=LightningModule | None)
+    parser.add_argument("--optimizer", type=OptimizerCallable)
+    with pytest.raises(ArgumentError) as info:
+        parser.parse_args(args)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (
+            ["--model", "mymod.MyModule"],
+            ["model: cannot import mymod.MyModule", "No module named 'mymod'", "PYTHONPATH=.", "pip install"],
+        ),
+        (
+            ["--model", "lit_gpu.modules.ClassificationModul"],
+            [
+                "module 'lit_gpu.modules' has no attribute 'ClassificationModul'",
+                "did you mean lit_gpu.modules.ClassificationModule?",
+            ],
+        ),
+        (
+            ["--optimizer", "torch.optim.Adamm"],
+            ["optimizer: module 'torch.optim' has no attribute 'Adamm'", "did you mean torch.optim.Adam?"],
+        ),
+        (
+            ["--model", "lit_gpu.modules.RegressionModule", "--model.net", "lit_gpu.nets.SimpleModel"]
+            + ["--model.optimizer.lrr", "0.1"],
+            ["model.optimizer: torch.optim.Adam has no argument 'lrr' (did you mean lr?)"],
+        ),
+        (["--model", "torch.nn.Linear"], ["model: torch.nn.Linear is not a LightningModule"]),
+    ],
+)
+def test_class_path_problems_keep_their_cause(args, needles):
+    message = _parse_error(args)
+    assert "Expected a NoneType" not in (line := concise_parse_error(message, "lit-gpu fit"))
+    assert "\n" not in line
+    for needle in needles:
+        assert needle in line, line
+
+
+def test_a_missing_dependency_of_the_users_module_names_that_dependency(tmp_path, monkeypatch):
+    (tmp_path / "usermod_needs_dep.py").write_text("import not_installed_pkg_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    line = explain_cause(_parse_error(["--model", "usermod_needs_dep.MyModule"]))
+    assert line == messages.DEPENDENCY_MISSING.format(
+        key="model", class_path="usermod_needs_dep.MyModule", module="not_installed_pkg_xyz"
+    )
+
+
+def test_a_bad_value_names_the_innermost_key_what_was_expected_and_given():
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--model", type=LightningModule | None)
+    with pytest.raises(ArgumentError) as info:
+        parser.parse_args(
+            ["--model", "lit_gpu.modules.RegressionModule", "--model.net", "lit_gpu.nets.SimpleModel"]
+            + ["--model.optimizer", "torch.optim.SGD", "--model.optimizer.lr", "abc"]
+        )
+    line = concise_parse_error(str(info.value), "lit-gpu fit")
+    assert line.startswith('Parser key "model.optimizer.lr"; Expected a float; Given value: abc'), line
+    assert "NestedArg" not in line and "NoneType" not in line
+
+
+def test_other_messages_keep_the_first_line_and_the_help_hint():
+    line = concise_parse_error("Subcommand 'fit' does not accept option 'trainer.x'", "lit-gpu fit")
+    assert (
+        line
+        == "Subcommand 'fit' does not accept option 'trainer.x'; run 'lit-gpu fit --help' for the options"
+    )
+    assert explain_cause("Parser key \"trainer.max_epochs\":\n  Expected a <class 'int'>") is None
+
+
+def test_yaml_error_names_file_line_and_problem():
+    try:
+        yaml.safe_load("a:\n  b: {c: 1\n  d: [\n")
+    except yaml.YAMLError as cause:
+        err = TypeError(f"Problems parsing config: {cause}")
+        err.__cause__ = cause
+    line = yaml_error(err, "configs/mine.yaml")
+    assert line is not None and line.startswith("configs/mine.yaml, line ")
+    assert "YAML syntax error" in line and "flow mapping started at line 2" in line
+    assert yaml_error(TypeError("no cause"), "x.yaml") is None
