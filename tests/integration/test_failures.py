@@ -66,6 +66,100 @@ def test_missing_mnist_dir(tmp_path, monkeypatch, capsys):
     assert code == 2 and len(lines) == 1 and "MNIST not found" in lines[0]
 
 
+MNIST_ARGS = ["--config", str(CONFIGS / "mnist.yaml"), "--config", str(CONFIGS / "debug.yaml")]
+
+
+def _one_line(argv: list[str], capsys) -> str:
+    """Run ``lit-gpu`` in-process; assert exit 2, no traceback and one error line; return that line."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("lit-gpu: error:")]
+    assert info.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (
+            ["--model", "lit_gpu.modules.ClassificationModul"],
+            [
+                "model: module 'lit_gpu.modules' has no attribute 'ClassificationModul'",
+                "ClassificationModule?",
+            ],
+        ),
+        (
+            ["--model.optimizer", "torch.optim.Adamm"],
+            ["model.optimizer: module 'torch.optim' has no attribute 'Adamm'", "torch.optim.Adam?"],
+        ),
+        (["--model", "mymod.MyModule"], ["No module named 'mymod'", "PYTHONPATH=."]),
+        (
+            ["--model.optimizer.init_args.lrr", "0.1"],
+            ["torch.optim.SGD has no argument 'lrr' (did you mean lr?)"],
+        ),
+        (["--data.batch_size", "0"], ["data.batch_size must be a positive integer, got 0"]),
+        (["--data.batch_size", "-1"], ["data.batch_size must be a positive integer, got -1"]),
+        (["--trainer.devices", "0"], ["--trainer.devices 0: invalid trainer setting", "devices='0'"]),
+        (
+            ["--trainer.max_epochs", "-5"],
+            ["--trainer.max_epochs -5: invalid trainer setting", "You passed in -5"],
+        ),
+        (["--trainer.strategy", "ddpp"], ["--trainer.strategy ddpp: invalid trainer setting"]),
+        (["--model.net.in_features", "5"], ["the net SimpleModel does not fit the data", "shape (64, 10)"]),
+    ],
+)
+def test_user_mistakes_are_one_line_with_the_cause(args, needles, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    line = _one_line(["fit", *SIMPLE, *args], capsys)
+    assert "Expected a NoneType" not in line
+    for needle in needles:
+        assert needle in line, line
+
+
+def test_users_module_found_with_pythonpath_hint_only_when_missing(tmp_path, monkeypatch, capsys):
+    (tmp_path / "mymod_for_test.py").write_text(
+        "from lit_gpu.modules import RegressionModule\n\nclass MyModule(RegressionModule):\n    pass\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    line = _one_line(["fit", *SIMPLE, "--model", "mymod_for_test.MyModule"], capsys)
+    assert "cannot import mymod_for_test.MyModule" in line and "run lit-gpu from the folder" in line
+    monkeypatch.syspath_prepend(str(tmp_path))  # PYTHONPATH=. : the same command runs
+    main(["fit", *SIMPLE, "--model", "mymod_for_test.MyModule", "--trainer.max_epochs", "1"])
+
+
+def test_yaml_syntax_error_names_the_file_and_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    Path("mine.yaml").write_text("trainer:\n  max_epochs: 3\n  callbacks: [\n")
+    line = _one_line(["fit", *SIMPLE, "--config", "mine.yaml"], capsys)
+    assert line.startswith("lit-gpu: error: mine.yaml, line ") and "YAML syntax error" in line
+
+
+def test_truncated_mnist_file_is_named_with_its_size(tmp_path, monkeypatch, capsys):
+    from tests.helpers.fake_mnist import make_fake_mnist
+
+    root = make_fake_mnist(tmp_path / "data", n_train=120, n_test=20)
+    images = root / "MNIST" / "raw" / "train-images-idx3-ubyte"
+    full = images.stat().st_size
+    images.write_bytes(images.read_bytes()[:1000])
+    monkeypatch.chdir(tmp_path)
+    args = ["--data.data_dir", str(root), "--data.download", "false", "--data.val_size", "20"]
+    line = _one_line(["fit", *MNIST_ARGS, *args], capsys)
+    assert f"{images} is truncated or corrupt: 1000 bytes, its header promises {full} bytes" in line
+    assert "download MNIST again" in line
+
+
+def test_simple_model_on_mnist_names_net_batch_shape_and_expectation(
+    fake_mnist_dir, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    args = ["--data.data_dir", str(fake_mnist_dir), "--data.download", "false", "--data.num_workers", "0"]
+    args += ["--data.val_size", "100", "--data.batch_size", "16", "--model.net", "lit_gpu.nets.SimpleModel"]
+    line = _one_line(["fit", *MNIST_ARGS, *args], capsys)
+    assert "the net SimpleModel does not fit the data: it got a batch of shape (16, 1, 28, 28)" in line
+    assert "fc: Linear, in_features=10" in line and "(B, 10)" in line
+
+
 def test_truncated_checkpoint(simple_ckpt, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     data = simple_ckpt.read_bytes()
