@@ -71,6 +71,10 @@ def check_checkpoint_file(path: str | os.PathLike) -> Path:
         CheckpointError: With a one-line reason.
     """
     path = Path(path)
+    if path.is_dir():
+        inside = sorted(path.rglob("*.ckpt"))
+        example = f" (e.g. {inside[-1]})" if inside else ""
+        raise CheckpointError(messages.CKPT_IS_DIRECTORY.format(path=path, example=example))
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     if path.stat().st_size == 0:

@@ -159,6 +159,22 @@ def net_input_mismatch(net: torch.nn.Module, inputs: object, err: BaseException)
     )
 
 
+_MONITOR = re.compile(
+    r"ModelCheckpoint\(monitor='([^']+)'\)` could not find the monitored key[^\[]*\[([^\]]*)\]"
+)
+
+
+def monitor_not_logged(err: BaseException) -> str | None:
+    """Lightning's ``ModelCheckpoint(monitor=...)`` naming a metric the model never logs."""
+    match = _MONITOR.search(str(err))
+    if match is None or type(err).__name__ != "MisconfigurationException":
+        return None
+    logged = ", ".join(
+        k.strip(" '") for k in match.group(2).split(",") if k.strip(" '") not in ("epoch", "step")
+    )
+    return messages.MONITOR_NOT_LOGGED.format(monitor=match.group(1), logged=logged)
+
+
 Translator = Callable[[BaseException], "str | None"]
 
 # Tried in order; the first answer wins.
@@ -169,6 +185,7 @@ TRANSLATORS: tuple[Translator, ...] = (
     bad_checkpoint_file,
     weights_only_refused,
     dataset_raised_in_worker,
+    monitor_not_logged,
 )
 
 

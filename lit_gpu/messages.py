@@ -69,6 +69,27 @@ NO_SUCH_CLASS = (
 UNKNOWN_ARGUMENT = (
     "{key}: {class_path} has no argument '{option}'{suggestion}; check the spelling of the init_args key"
 )
+MISSING_INIT_ARGS = (
+    "{key}: {class_path} needs {names}, which the config does not give; "
+    "set it under init_args (e.g. {example} VALUE)"
+)
+CKPT_IS_DIRECTORY = (
+    "--ckpt_path {path} is a directory, not a checkpoint file; pass a .ckpt file in it{example}, "
+    "or --ckpt_path last / best"
+)
+NUM_CLASSES_MISMATCH = (
+    "the net {net} outputs {outputs} classes but model.num_classes is {num_classes}; "
+    "set --model.num_classes {outputs} or change the net's output size to {num_classes}"
+)
+PREDICT_OUT_IS_DIRECTORY = "--predict_out {path} is a directory; give a file name, e.g. {example}"
+BAD_OPTIMIZER_SETTING = "{key}: {reason}; fix its init_args on the command line or in your config"
+MONITOR_NOT_LOGGED = (
+    "--checkpoint.monitor {monitor}: the model never logs this metric (logged: {logged}); "
+    "set --checkpoint.monitor to one of them (and --checkpoint.mode min or max)"
+)
+BAD_DATA_CHOICE = (
+    "data.{name} must be one of {choices}, got {value!r}; set --data.{name} (or {name}: in your config)"
+)
 NOT_A_SUBCLASS = "{key}: {class_path} is not a {base}; give the class_path of a {base} subclass"
 YAML_SYNTAX = "{path}, line {line}, column {column}: YAML syntax error: {problem}; fix the YAML there"
 BAD_TRAINER_SETTING = (

@@ -95,6 +95,9 @@ def configure_trainer(trainer: pl.Trainer, config: Any, subcommand: str | None) 
     install_atomic_checkpoint_io(trainer)
     trainer.callbacks.extend([RNGStateCallback(), CheckpointOnInterrupt()])
     predict_out = config_value(config, f"{subcommand}.predict_out") if subcommand else None
+    if subcommand == "predict" and predict_out and os.path.isdir(predict_out):
+        example = os.path.join(predict_out, "predictions.csv")
+        raise LitGpuError(messages.PREDICT_OUT_IS_DIRECTORY.format(path=predict_out, example=example))
     if subcommand == "predict" and predict_out:
         trainer.callbacks.append(CSVPredictionWriter(predict_out))
 

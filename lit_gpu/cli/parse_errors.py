@@ -27,6 +27,8 @@ _CLASS_PATHS = re.compile(
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
 _NO_ATTRIBUTE = re.compile(r"module '([^']+)' has no attribute '([^']+)'")
 _NOT_ACCEPTED = re.compile(r"Option '([^']+)' is not accepted")
+_REQUIRED = re.compile(r"the following arguments are required: ([\w., ]+)")
+_CLASS_PATH_VALUE = re.compile(r"class_path='([^']+)'")
 _NOT_SUBCLASS = re.compile(r"does not correspond to a subclass of (\w+)")
 _CLASS_REPR = re.compile(r"<class '([\w.]+)'>")
 
@@ -82,8 +84,13 @@ def _no_attribute(key: str, module: str, name: str) -> str:
     )
 
 
-def _not_accepted(key: str, option: str, candidates: list[str]) -> str:
-    class_path = candidates[-1] if candidates else "the class"
+def _class_after(message: str, position: int, candidates: list[str]) -> str:
+    """The class a nested error is about: the ``Got value``/``Given value`` right after the cause."""
+    match = _CLASS_PATH_VALUE.search(message, position)
+    return match.group(1) if match else (candidates[-1] if candidates else "the class")
+
+
+def _not_accepted(key: str, option: str, class_path: str) -> str:
     module, _, name = class_path.rpartition(".")
     target = getattr(_loaded(module), name, None) if module else None
     try:
@@ -104,7 +111,13 @@ def explain_cause(message: str) -> str | None:
     if match := _NO_ATTRIBUTE.search(message):
         return _no_attribute(key, match.group(1), match.group(2))
     if match := _NOT_ACCEPTED.search(message):
-        return _not_accepted(key, match.group(1), candidates)
+        return _not_accepted(key, match.group(1), _class_after(message, match.end(), candidates))
+    if match := _REQUIRED.search(message):
+        class_path = _class_after(message, match.end(), candidates)
+        names = [n.strip().rpartition(".")[2] for n in match.group(1).split(",") if n.strip()]
+        return messages.MISSING_INIT_ARGS.format(
+            key=key, class_path=class_path, names=", ".join(names), example=f"--{key}.init_args.{names[0]}"
+        )
     if match := _NOT_SUBCLASS.search(message):
         class_path = candidates[-1] if candidates else "the class_path given"
         return messages.NOT_A_SUBCLASS.format(key=key, class_path=class_path, base=match.group(1))

@@ -101,7 +101,11 @@ class MNISTDataModule(pl.LightningDataModule):
         super().__init__()
         check_loader_args(batch_size, num_workers)
         if storage not in self.STORAGES:
-            raise LitGpuError(f"storage must be one of {', '.join(self.STORAGES)}; got {storage!r}")
+            raise LitGpuError(
+                messages.BAD_DATA_CHOICE.format(
+                    name="storage", choices=", ".join(self.STORAGES), value=storage
+                )
+            )
         self.save_hyperparameters()
         self.data_dir = str(data_dir)
         self.batch_size = batch_size

@@ -7,8 +7,10 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 from typing_extensions import override
 
+from lit_gpu import messages
 from lit_gpu.data._checks import check_loader_args
 from lit_gpu.data.stateful import ResumableDataLoader
+from lit_gpu.errors import LitGpuError
 
 
 class SyntheticRegressionDataModule(pl.LightningDataModule):
@@ -45,7 +47,9 @@ class SyntheticRegressionDataModule(pl.LightningDataModule):
         super().__init__()
         check_loader_args(batch_size, num_workers)
         if teacher not in ("linear", "relu"):
-            raise ValueError(f"teacher must be 'linear' or 'relu', got {teacher!r}")
+            raise LitGpuError(
+                messages.BAD_DATA_CHOICE.format(name="teacher", choices="linear, relu", value=teacher)
+            )
         self.save_hyperparameters()
         self.in_features = in_features
         self.out_features = out_features

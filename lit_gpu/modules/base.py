@@ -12,9 +12,21 @@ from lightning.pytorch.utilities.model_helpers import _restricted_classmethod
 from torch import nn
 from typing_extensions import Self, override
 
-from lit_gpu import safe_build
+from lit_gpu import messages, safe_build
 from lit_gpu.checkpoints import NET_SPEC_KEY, net_spec
 from lit_gpu.errors import LitGpuError, net_input_mismatch
+
+
+def _build(key: str, factory: Any, arg: Any) -> Any:
+    """``factory(arg)``; torch's argument checks (``Invalid learning rate: -1.0``) become one line."""
+    try:
+        return factory(arg)
+    except ValueError as err:
+        if not str(err).startswith("Invalid "):
+            raise
+        raise LitGpuError(
+            messages.BAD_OPTIMIZER_SETTING.format(key=key, reason=messages.first_line(err))
+        ) from err
 
 
 class LitModule(pl.LightningModule):
@@ -172,7 +184,7 @@ class LitModule(pl.LightningModule):
 
     @override
     def configure_optimizers(self) -> Any:
-        optimizer = self.optimizer_factory(self.parameters())
+        optimizer = _build("model.optimizer", self.optimizer_factory, self.parameters())
         if self.scale_lr_by_world_size:
             world = max(1, self.trainer.world_size if self._trainer is not None else 1)
             for group in optimizer.param_groups:
@@ -184,7 +196,7 @@ class LitModule(pl.LightningModule):
                     group["max_lr"] = group["max_lr"] * world
         if self.scheduler_factory is None:
             return optimizer
-        scheduler = self.scheduler_factory(optimizer)
+        scheduler = _build("model.scheduler", self.scheduler_factory, optimizer)
         config: dict[str, Any] = {"scheduler": scheduler, "interval": self.scheduler_interval}
         if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             config["monitor"] = "val/loss"

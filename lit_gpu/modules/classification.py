@@ -11,6 +11,8 @@ from torch import nn
 from torch.nn import functional as F
 from typing_extensions import override
 
+from lit_gpu import messages
+from lit_gpu.errors import LitGpuError
 from lit_gpu.modules.base import LitModule
 
 
@@ -51,6 +53,12 @@ class ClassificationModule(LitModule):
 
     @override
     def compute_loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if outputs.dim() == 2 and outputs.shape[1] != self.num_classes:  # a shape compare: no GPU sync
+            raise LitGpuError(
+                messages.NUM_CLASSES_MISMATCH.format(
+                    net=type(self.net).__name__, outputs=outputs.shape[1], num_classes=self.num_classes
+                )
+            )
         return F.cross_entropy(outputs.float(), targets, label_smoothing=self.label_smoothing)
 
     @override

@@ -106,6 +106,12 @@ def _one_line(argv: list[str], capsys) -> str:
             ["--trainer.max_epochs -5: invalid trainer setting", "You passed in -5"],
         ),
         (["--trainer.strategy", "ddpp"], ["--trainer.strategy ddpp: invalid trainer setting"]),
+        (["--model.optimizer.lr", "-1"], ["model.optimizer: Invalid learning rate: -1.0"]),
+        (
+            ["--checkpoint.monitor", "val/accc"],
+            ["--checkpoint.monitor val/accc: the model never logs", "val/loss"],
+        ),
+        (["--data.teacher", "foo"], ["data.teacher must be one of linear, relu, got 'foo'"]),
         (["--model.net.in_features", "5"], ["the net SimpleModel does not fit the data", "shape (64, 10)"]),
     ],
 )
@@ -126,6 +132,12 @@ def test_users_module_found_with_pythonpath_hint_only_when_missing(tmp_path, mon
     assert "cannot import mymod_for_test.MyModule" in line and "run lit-gpu from the folder" in line
     monkeypatch.syspath_prepend(str(tmp_path))  # PYTHONPATH=. : the same command runs
     main(["fit", *SIMPLE, "--model", "mymod_for_test.MyModule", "--trainer.max_epochs", "1"])
+
+
+def test_predict_out_that_is_a_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    line = _one_line(["predict", *SIMPLE, "--predict_out", str(tmp_path)], capsys)
+    assert f"--predict_out {tmp_path} is a directory; give a file name" in line
 
 
 def test_yaml_syntax_error_names_the_file_and_line(tmp_path, monkeypatch, capsys):

@@ -157,3 +157,15 @@ def test_net_spec_outside_cli_reads_attributes_and_lit_module_saves_it():
     checkpoint: dict = collections.OrderedDict()
     RegressionModule(SimpleModel(3, 3)).on_save_checkpoint(checkpoint)
     assert checkpoint["lit_gpu_net"]["class_path"].endswith("SimpleModel")
+
+
+def test_a_directory_as_checkpoint_says_so_and_names_a_ckpt_inside(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    torch.save({"state_dict": {}}, tmp_path / "checkpoints" / "last.ckpt")
+    with pytest.raises(
+        CheckpointError, match=r"is a directory, not a checkpoint file; pass a \.ckpt file in it"
+    ):
+        check_checkpoint_file(tmp_path)
+    with pytest.raises(CheckpointError) as info:
+        check_checkpoint_file(tmp_path)
+    assert str(tmp_path / "checkpoints" / "last.ckpt") in str(info.value)

@@ -151,3 +151,16 @@ def test_a_lit_gpu_error_wrapped_by_another_exception_is_still_one_line():
     except ValueError as outer:
         assert explain(outer) == "data.batch_size must be a positive integer, got 0"
     assert explain(ValueError("plain")) is None
+
+
+def test_a_monitor_the_model_never_logs_lists_what_it_logs():
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    err = MisconfigurationException(
+        "`ModelCheckpoint(monitor='val/accc')` could not find the monitored key in the returned metrics: "
+        "['train/loss', 'val/loss', 'epoch', 'step']. HINT: Did you call `log('val/accc', value)`?"
+    )
+    assert explain(err) == messages.MONITOR_NOT_LOGGED.format(
+        monitor="val/accc", logged="train/loss, val/loss"
+    )
+    assert explain(RuntimeError(str(err))) is None  # only Lightning's own configuration error

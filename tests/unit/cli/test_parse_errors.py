@@ -6,7 +6,7 @@ import pytest
 import yaml
 from jsonargparse import ArgumentError, ArgumentParser
 from lightning.pytorch import LightningModule
-from lightning.pytorch.cli import OptimizerCallable
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
 from lit_gpu import messages
 from lit_gpu.cli.parse_errors import concise_parse_error, explain_cause, yaml_error
@@ -17,6 +17,7 @@ def _parse_error(args: list[str]) -> str:
     parser = ArgumentParser(exit_on_error=False)
     parser.add_argument("--model", type=LightningModule | None)
     parser.add_argument("--optimizer", type=OptimizerCallable)
+    parser.add_argument("--scheduler", type=LRSchedulerCallable | None)
     with pytest.raises(ArgumentError) as info:
         parser.parse_args(args)
     return str(info.value)
@@ -46,6 +47,10 @@ def _parse_error(args: list[str]) -> str:
             ["model.optimizer: torch.optim.Adam has no argument 'lrr' (did you mean lr?)"],
         ),
         (["--model", "torch.nn.Linear"], ["model: torch.nn.Linear is not a LightningModule"]),
+        (
+            ["--scheduler", "torch.optim.lr_scheduler.StepLR"],
+            ["scheduler: torch.optim.lr_scheduler.StepLR needs step_size", "--scheduler.init_args.step_size"],
+        ),
     ],
 )
 def test_class_path_problems_keep_their_cause(args, needles):

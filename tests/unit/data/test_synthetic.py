@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from lit_gpu.data import SyntheticRegressionDataModule
+from lit_gpu.errors import LitGpuError
 
 
 def test_seeded_and_shaped():
@@ -32,7 +33,7 @@ def test_relu_teacher_is_non_negative_before_noise():
 
 
 def test_rejects_unknown_teacher():
-    with pytest.raises(ValueError, match="teacher"):
+    with pytest.raises(LitGpuError, match="teacher"):
         SyntheticRegressionDataModule(teacher="cubic")
 
 

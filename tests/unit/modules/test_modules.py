@@ -94,3 +94,23 @@ def test_train_accuracy_is_opt_in(tmp_path, train_acc):
     trainer.fit(module, loader)
     assert ("train/acc" in trainer.callback_metrics) is train_acc
     assert "train/loss" in trainer.callback_metrics
+
+
+def test_num_classes_that_differs_from_the_nets_output_is_one_line():
+    from lit_gpu.errors import LitGpuError
+
+    module = ClassificationModule(net=SimpleModel(in_features=4, out_features=10), num_classes=5)
+    outputs, targets = module(torch.zeros(3, 4)), torch.tensor([0, 1, 2])
+    with pytest.raises(LitGpuError, match=r"SimpleModel outputs 10 classes but model.num_classes is 5"):
+        module.compute_loss(outputs, targets)
+
+
+@pytest.mark.parametrize("lr", [-1.0, -0.5])
+def test_an_invalid_optimizer_argument_is_one_line_naming_the_key(lr):
+    from functools import partial
+
+    from lit_gpu.errors import LitGpuError
+
+    module = RegressionModule(net=SimpleModel(), optimizer=partial(torch.optim.SGD, lr=lr))
+    with pytest.raises(LitGpuError, match=rf"^model.optimizer: Invalid learning rate: {lr}"):
+        module.configure_optimizers()
