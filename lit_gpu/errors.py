@@ -175,6 +175,31 @@ def monitor_not_logged(err: BaseException) -> str | None:
     return messages.MONITOR_NOT_LOGGED.format(monitor=match.group(1), logged=logged)
 
 
+def _raised_in_lightning_trainer(err: BaseException) -> bool:
+    tb = err.__traceback__
+    last = None
+    while tb is not None:
+        last, tb = tb.tb_frame.f_code.co_filename, tb.tb_next
+    where = (last or "").replace("\\", "/")
+    return "lightning/pytorch/trainer/" in where or "lightning/pytorch/loops/" in where
+
+
+def trainer_argument_error(err: BaseException) -> str | None:
+    """A Trainer argument Lightning refuses only once it sees the data (``val_check_interval`` too large)."""
+    if not isinstance(err, ValueError | TypeError) or not _raised_in_lightning_trainer(err):
+        return None
+    import inspect
+
+    from lightning.pytorch import Trainer
+
+    params = set(inspect.signature(Trainer.__init__).parameters)
+    named = [n for n in re.findall(r"`(\w+)`", str(err)) if n in params]
+    if not named:
+        return None
+    reason = messages.first_line(err).strip().rstrip(".")
+    return messages.BAD_TRAINER_SETTING.format(source=f"trainer.{named[0]}", reason=reason)
+
+
 Translator = Callable[[BaseException], "str | None"]
 
 # Tried in order; the first answer wins.
@@ -186,6 +211,7 @@ TRANSLATORS: tuple[Translator, ...] = (
     weights_only_refused,
     dataset_raised_in_worker,
     monitor_not_logged,
+    trainer_argument_error,
 )
 
 

@@ -91,6 +91,10 @@ BAD_DATA_CHOICE = (
     "data.{name} must be one of {choices}, got {value!r}; set --data.{name} (or {name}: in your config)"
 )
 NOT_A_SUBCLASS = "{key}: {class_path} is not a {base}; give the class_path of a {base} subclass"
+CONFIG_NOT_A_MAPPING = (
+    "{path} is not a config: a config file is a YAML mapping of settings (e.g. trainer:, model:, data:), "
+    "this one holds {content}; fix or remove it"
+)
 YAML_SYNTAX = "{path}, line {line}, column {column}: YAML syntax error: {problem}; fix the YAML there"
 BAD_TRAINER_SETTING = (
     "{source}: invalid trainer setting: {reason}; "

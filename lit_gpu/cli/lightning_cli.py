@@ -52,7 +52,13 @@ class ConciseErrorParser(LightningArgumentParser):
         parser = getattr(ex, "subcommand_parser", None) or self
         prog = parser.prog.replace(" [options]", "").replace("__main__.py", "lit-gpu")
         path = _config_path.get()
-        text = yaml_error(ex, path) if path and message.startswith("Problems parsing config") else None
+        text = None
+        if path and message.startswith("Problems parsing config"):
+            text = yaml_error(ex, path)
+        elif path and message.startswith("Unexpected config"):
+            content = message.partition(":")[2].strip()[:60]
+            what = repr(content) if content else "nothing"
+            text = messages.CONFIG_NOT_A_MAPPING.format(path=path, content=what)
         messages.tell_error(text or concise_parse_error(message, prog))
         sys.exit(2)
 
@@ -183,7 +189,12 @@ class LitGpuCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
         try:
             trainer = super().instantiate_trainer(**kwargs)
-        except (MisconfigurationException, ValueError, ImportError) as err:  # no GPU, devices 0, ...
+        except (
+            MisconfigurationException,
+            ValueError,
+            TypeError,
+            ImportError,
+        ) as err:  # no GPU, devices 0, ...
             message = explain_trainer_error(err, self.argv)  # names the setting that asked for it
             if message is None:
                 raise

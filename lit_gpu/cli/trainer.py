@@ -171,7 +171,7 @@ def explain_trainer_error(err: BaseException, argv: Sequence[str]) -> str | None
     device = explain_device_error(err, argv)
     if device is not None:
         return device
-    if not isinstance(err, MisconfigurationException | ValueError | ImportError):
+    if not isinstance(err, MisconfigurationException | ValueError | TypeError | ImportError):
         return None
     reason = messages.first_line(err).rstrip(".")
     params = _trainer_params()

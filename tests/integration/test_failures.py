@@ -111,6 +111,8 @@ def _one_line(argv: list[str], capsys) -> str:
             ["--checkpoint.monitor", "val/accc"],
             ["--checkpoint.monitor val/accc: the model never logs", "val/loss"],
         ),
+        (["--trainer.devices", "abc"], ["--trainer.devices abc: invalid trainer setting", "`devices`"]),
+        (["--trainer.val_check_interval", "5000"], ["trainer.val_check_interval: invalid trainer setting"]),
         (["--data.teacher", "foo"], ["data.teacher must be one of linear, relu, got 'foo'"]),
         (["--model.net.in_features", "5"], ["the net SimpleModel does not fit the data", "shape (64, 10)"]),
     ],
@@ -138,6 +140,14 @@ def test_predict_out_that_is_a_directory(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     line = _one_line(["predict", *SIMPLE, "--predict_out", str(tmp_path)], capsys)
     assert f"--predict_out {tmp_path} is a directory; give a file name" in line
+
+
+@pytest.mark.parametrize("text, holds", [("- a\n- b\n", "'- a\\n- b'"), ("", "nothing")])
+def test_a_config_that_is_not_a_mapping_is_named(text, holds, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    Path("odd.yaml").write_text(text)
+    line = _one_line(["fit", *SIMPLE, "--config", "odd.yaml"], capsys)
+    assert line.startswith("lit-gpu: error: odd.yaml is not a config") and f"holds {holds};" in line, line
 
 
 def test_yaml_syntax_error_names_the_file_and_line(tmp_path, monkeypatch, capsys):

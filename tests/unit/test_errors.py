@@ -164,3 +164,10 @@ def test_a_monitor_the_model_never_logs_lists_what_it_logs():
         monitor="val/accc", logged="train/loss, val/loss"
     )
     assert explain(RuntimeError(str(err))) is None  # only Lightning's own configuration error
+
+
+def test_only_lightnings_own_trainer_argument_errors_become_one_line():
+    from lit_gpu.errors import trainer_argument_error
+
+    # same text, raised outside Lightning's trainer/loops: a lit_gpu or user bug, keeps its traceback
+    assert trainer_argument_error(ValueError("`val_check_interval` (5000) must be <= 4")) is None
