@@ -51,9 +51,13 @@ TOO_FEW_GPUS = (
 )
 # config and class_path mistakes (lit_gpu.cli.parse_errors)
 MODULE_NOT_ON_PATH = (
-    "{key}: cannot import {class_path}: No module named '{module}'; if {module} is your own code, run "
-    "lit-gpu from the folder that holds it or add that folder to the path (PYTHONPATH=. lit-gpu ...), "
+    "{key}: cannot import {class_path}: No module named '{module}'; if {module} is your own code, "
+    "put the folder that holds it on the Python path (from that folder: PYTHONPATH=. lit-gpu ...), "
     "else install the package that provides it (pip install ...)"
+)
+MODULE_HERE_NOT_ON_PATH = (
+    "{key}: cannot import {class_path}: No module named '{module}', but {found} is in this folder, "
+    "which is not on the Python path; run PYTHONPATH=. lit-gpu ... (or pip install -e . for a package)"
 )
 DEPENDENCY_MISSING = (
     "{key}: importing {class_path} failed: No module named '{module}'; "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import os
 import pkgutil
 import re
 import sys
@@ -72,6 +73,12 @@ def _missing_module(key: str, module: str, candidates: list[str]) -> str:
             key=key, class_path=class_path, module=module, suggestion=_close(leaf, names, parent + ".")
         )
     if class_path.split(".")[0] == module.split(".")[0]:  # the class's own top-level module
+        top = module.split(".")[0]
+        here = [p for p in (f"{top}.py", f"{top}/") if os.path.exists(p)]
+        if here:  # `lit-gpu` (a console script) does not put the working folder on sys.path
+            return messages.MODULE_HERE_NOT_ON_PATH.format(
+                key=key, class_path=class_path, module=module, found=here[0]
+            )
         return messages.MODULE_NOT_ON_PATH.format(key=key, class_path=class_path, module=module)
     return messages.DEPENDENCY_MISSING.format(key=key, class_path=class_path, module=module)
 
