@@ -154,8 +154,14 @@ def net_input_mismatch(net: torch.nn.Module, inputs: object, err: BaseException)
         dims = ", ".join(["B", str(layer.in_channels), *"DHW"[-spatial:]] if spatial <= 3 else [])
         expects = f"inputs of shape ({dims})"
         described = f"{name}: {type(layer).__name__}, in_channels={layer.in_channels}"
+    images = isinstance(layer, torch.nn.Linear) and inputs.dim() > 2
     return messages.NET_INPUT_MISMATCH.format(
-        net=type(net).__name__, got=shape, layer=described, expects=expects, reason=messages.first_line(err)
+        net=type(net).__name__,
+        got=shape,
+        layer=described,
+        expects=expects,
+        reason=messages.first_line(err),
+        fix=messages.NET_INPUT_FIX_IMAGES if images else messages.NET_INPUT_FIX,
     )
 
 

@@ -117,8 +117,14 @@ NOT_AN_IDX_FILE = (
 )
 NET_INPUT_MISMATCH = (
     "the net {net} does not fit the data: it got a batch of shape {got}, but its first layer "
-    "({layer}) expects {expects} ({reason}); use a net built for this data "
-    "or set the net's input size (--model.net.init_args.*) to match it"
+    "({layer}) expects {expects} ({reason}); {fix}"
+)
+NET_INPUT_FIX = (
+    "use a net built for this data or set the net's input size (--model.net.init_args.*) to match it"
+)
+NET_INPUT_FIX_IMAGES = (
+    "this net starts with a Linear layer and takes flat (B, features) inputs, not images: use an image net "
+    "(e.g. --model.net lit_gpu.nets.MnistCNN) or flatten the input first (nn.Flatten())"
 )
 TUNE_NEEDS_BATCH_SIZE = "--tune_batch_size needs a data module with a batch_size argument"
 PICKLE_REFUSED = (

@@ -73,4 +73,4 @@ class ClassificationModule(LitModule):
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         """Class probabilities ``(B, num_classes)``."""
         inputs = batch[0] if isinstance(batch, list | tuple) else batch
-        return torch.softmax(self(inputs).float(), dim=-1)
+        return torch.softmax(self._forward_batch(inputs).float(), dim=-1)

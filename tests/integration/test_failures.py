@@ -181,6 +181,7 @@ def test_simple_model_on_mnist_names_net_batch_shape_and_expectation(
     line = _one_line(["fit", *MNIST_ARGS, *args], capsys)
     assert "the net SimpleModel does not fit the data: it got a batch of shape (16, 1, 28, 28)" in line
     assert "fc: Linear, in_features=10" in line and "(B, 10)" in line
+    assert "use an image net (e.g. --model.net lit_gpu.nets.MnistCNN)" in line
 
 
 def test_truncated_checkpoint(simple_ckpt, tmp_path, monkeypatch, capsys):

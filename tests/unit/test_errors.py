@@ -126,6 +126,9 @@ def test_a_batch_that_does_not_fit_the_first_linear_names_net_shape_and_expectat
     assert line is not None and line.startswith("the net SimpleModel does not fit the data")
     assert "batch of shape (4, 1, 28, 28)" in line and "fc: Linear, in_features=10" in line
     assert "(B, 10)" in line and "mat1 and mat2 shapes cannot be multiplied" in line
+    assert line.endswith(messages.NET_INPUT_FIX_IMAGES)
+    flat = torch.zeros(4, 7)
+    assert net_input_mismatch(net, flat, _forward_error(net, flat)).endswith(messages.NET_INPUT_FIX)
 
 
 def test_a_batch_with_the_wrong_channels_for_the_first_conv():
