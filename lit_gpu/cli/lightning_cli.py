@@ -122,6 +122,10 @@ def maybe_tune_batch_size(
     messages.tell(messages.BATCH_SIZE_FOUND.format(size=found))
 
 
+# what Trainer(...) raises for settings it refuses; explain_trainer_error decides which are the user's
+_TRAINER_ERRORS = (MisconfigurationException, ValueError, TypeError, ImportError)
+
+
 # ---- the CLI ----------------------------------------------------------------------------------------
 class LitGpuCLI(LightningCLI):
     """LightningCLI with lit_gpu's defaults: seed 42, a CSV logger, and best/last checkpoints.
@@ -189,12 +193,7 @@ class LitGpuCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
         try:
             trainer = super().instantiate_trainer(**kwargs)
-        except (
-            MisconfigurationException,
-            ValueError,
-            TypeError,
-            ImportError,
-        ) as err:  # no GPU, devices 0, ...
+        except _TRAINER_ERRORS as err:  # no GPU, devices 0, max_epochs -5, strategy typo...
             message = explain_trainer_error(err, self.argv)  # names the setting that asked for it
             if message is None:
                 raise
