@@ -94,7 +94,11 @@ def _no_attribute(key: str, module: str, name: str) -> str:
 def _class_after(message: str, position: int, candidates: list[str]) -> str:
     """The class a nested error is about: the ``Got value``/``Given value`` right after the cause."""
     match = _CLASS_PATH_VALUE.search(message, position)
-    return match.group(1) if match else (candidates[-1] if candidates else "the class")
+    if match and not match.group(1).startswith("typing."):  # typing.Union: no class_path was given
+        return match.group(1)
+    return (
+        "its class (no class_path given there?)" if match else (candidates[-1] if candidates else "its class")
+    )
 
 
 def _not_accepted(key: str, option: str, class_path: str) -> str:

@@ -284,3 +284,9 @@ def test_fsdp_config_parses(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "FSDPStrategy" in out and "bf16-mixed" in out
     shutil.rmtree(tmp_path / "runs", ignore_errors=True)
+
+
+def test_a_sweep_search_space_passed_as_config_does_not_blame_typing_union(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    line = _one_line(["fit", *SIMPLE, "--config", str(CONFIGS / "sweeps" / "mnist_fast.yaml")], capsys)
+    assert "no class_path given there?" in line and "typing.Union" not in line, line
