@@ -9,7 +9,9 @@ from lit_gpu.cli import LitGpuCLI, main
 from tests.helpers.paths import CONFIGS
 
 FULL_CONFIGS = sorted(p for p in CONFIGS.glob("*.yaml") if "model" in yaml.safe_load(p.read_text()))
-PARTIAL_CONFIGS = sorted(set(CONFIGS.rglob("*.yaml")) - set(FULL_CONFIGS))
+# configs/sweeps/ holds search spaces for `lit-gpu sweep --search`, not lit-gpu configs
+SEARCH_SPACES = set((CONFIGS / "sweeps").rglob("*.yaml"))
+PARTIAL_CONFIGS = sorted(set(CONFIGS.rglob("*.yaml")) - set(FULL_CONFIGS) - SEARCH_SPACES)
 
 
 def print_config(args: list[str], capsys) -> str:
