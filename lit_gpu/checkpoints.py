@@ -12,12 +12,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import inspect
 import io
 import json
 import os
 import pickle
+import time
 import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +39,7 @@ __all__ = [
     "LoadReport",
     "check_checkpoint_file",
     "clean_keys",
+    "explain_choice",
     "find_last_checkpoint",
     "load_into",
     "load_state_dict",
@@ -328,6 +331,47 @@ def find_last_checkpoint(patterns: Iterable[str | os.PathLike], prefix: str = "l
             matches = Path(folder).glob(f"{prefix}*.ckpt")
             found.extend(p for p in matches if p.is_file() and p.stat().st_size > 0)
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def _run_folders(pattern: str | os.PathLike) -> list[Path]:
+    """Run folders of a checkpoint-folder glob: ``runs/x/version_*/checkpoints`` -> ``runs/x/version_*``."""
+    pattern = Path(pattern)
+    if pattern.name == "checkpoints" and glob.has_magic(str(pattern.parent)):
+        return [Path(p) for p in glob.glob(str(pattern.parent)) if Path(p).is_dir()]
+    return []
+
+
+def explain_choice(
+    chosen: str | os.PathLike, patterns: Iterable[str | os.PathLike], prefix: str = "last"
+) -> str:
+    """Why :func:`find_last_checkpoint` chose ``chosen``: its step and time, and the newer runs it skipped.
+
+    E.g. ``"step 120, epoch 2, written 2026-11-22 08:10:02; the newest last*.ckpt in
+    runs/lit_gpu/version_*/checkpoints; skipped newer version_4: no last*.ckpt yet"``.
+    """
+    chosen = Path(chosen)
+    mtime = chosen.stat().st_mtime
+    facts = []
+    with contextlib.suppress(Exception):  # mmap: reads the small pickle, not the tensors
+        header = torch.load(chosen, map_location="cpu", weights_only=True, mmap=True)
+        if isinstance(header, Mapping) and "global_step" in header:
+            facts.append(f"step {header['global_step']}, epoch {header.get('epoch')}")
+    facts.append("written " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime)))
+    patterns = [str(p) for p in patterns]
+    why = messages.CHECKPOINT_CHOICE.format(
+        facts="; ".join(facts), prefix=prefix, where=" or ".join(patterns)
+    )
+    skipped = []
+    for pattern in patterns:
+        for run in _run_folders(pattern):
+            if run == chosen.parent.parent or run.stat().st_mtime <= mtime:
+                continue
+            if not any(p.stat().st_size > 0 for p in (run / "checkpoints").glob(f"{prefix}*.ckpt")):
+                skipped.append(run)
+    if skipped:
+        names = ", ".join(r.name for r in sorted(skipped, key=lambda r: (r.stat().st_mtime, r.name))[-3:])
+        why += "; " + messages.SKIPPED_NEWER_RUNS.format(names=names, prefix=prefix)
+    return why
 
 
 def _jsonable(value: Any) -> bool:

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import os
+import re
+import shutil
+import socket
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -15,11 +21,16 @@ from fsspec.utils import get_protocol
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from typing_extensions import override
 
+from lit_gpu import messages
+from lit_gpu.errors import LitGpuError
+
 __all__ = [
     "AtomicCheckpointIO",
+    "DiskFullError",
     "atomic_file",
     "atomic_torch_save",
     "atomic_write",
+    "clean_stale_temp_files",
     "install_atomic_checkpoint_io",
 ]
 
@@ -43,12 +54,112 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
+def _writer_token() -> str:
+    """``<host>-<pid namespace>``: where a temp file's pid means something (see clean_stale_temp_files)."""
+    host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        namespace = 0
+    return f"{host}-{namespace}"
+
+
+# .<name>.<host>-<pidns>.<pid>.<random>.tmp (this version) and .<name>.<random>.tmp (earlier ones)
+_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<token>[A-Za-z0-9-]+)\.(?P<pid>\d+)\.[a-z0-9_]{8}\.tmp$")
+_OLD_TEMP = re.compile(r"^\.(?P<name>.+\.(?:ckpt|pt|pth|json|yaml|csv))\.[a-z0-9_]{8}\.tmp$")
+STALE_AFTER_S = 3600.0
+
+
+def _boot_time() -> float | None:
+    try:
+        with open("/proc/stat") as f:
+            return next(float(line.split()[1]) for line in f if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+def _started_at(pid: int) -> float | None:
+    """Start time (epoch seconds) of a running process, from /proc; ``None`` when unknown."""
+    boot = _boot_time()
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return None if boot is None else boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _writer_alive(pid: int, written_at: float) -> bool:
+    """Whether the process that wrote a temp file (same host and pid namespace) may still be writing it."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, another user's
+    started = _started_at(pid)
+    return started is None or started <= written_at + 1.0  # a later start: the pid was reused
+
+
+def _size(nbytes: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if nbytes < 1000 or unit == "GB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1000
+    return f"{nbytes:.1f} TB"
+
+
+def clean_stale_temp_files(folder: str | os.PathLike, now: float | None = None) -> list[str]:
+    """Delete temp files of :func:`atomic_write` in ``folder`` whose writer is gone.
+
+    A save killed by SIGKILL (OOM killer, ``scancel``, power loss) leaves ``.<name>.*.tmp`` behind.
+    A temp file is removed only when no live process can still be writing it:
+
+    * named by a process on this host and pid namespace (the name carries host, namespace and
+      pid): that pid is not running, or the process holding it started after the file was last
+      written (the pid was reused);
+    * named by another host / namespace, or by an earlier lit_gpu (no pid in the name): not
+      modified for :data:`STALE_AFTER_S` (an hour; a live save writes continuously).
+
+    Args:
+        folder: A checkpoint folder (not searched recursively); missing folders are fine.
+        now: Current time (for tests).
+
+    Returns:
+        ``"<path> (<size>)"`` for each file removed.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    now = time.time() if now is None else now
+    token = _writer_token()
+    removed = []
+    for path in sorted(folder.glob(".*.tmp")):
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        match = _TEMP.match(path.name)
+        if match and match["token"] == token:
+            stale = not _writer_alive(int(match["pid"]), stat.st_mtime)
+        elif match or _OLD_TEMP.match(path.name):
+            stale = now - stat.st_mtime > STALE_AFTER_S
+        else:
+            continue  # not ours
+        if stale:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(f"{path} ({_size(stat.st_size)})")
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike, mode: str = "wb", **open_kwargs: Any) -> Iterator[IO[Any]]:
     """Open a temp file beside ``path`` for writing; on a clean exit fsync it and rename it to ``path``.
 
     A crash, kill or exception at any point leaves the previous ``path`` (if any) untouched and no
-    temp file behind (except after SIGKILL, which leaves a hidden ``.<name>.*.tmp`` that is harmless).
+    temp file behind (except after SIGKILL, which leaves a hidden ``.<name>.*.tmp`` that
+    :func:`clean_stale_temp_files` removes at the next fit).
 
     Args:
         path: Destination file.
@@ -56,7 +167,8 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb", **open_kwargs: Any) -
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    prefix = f".{path.name}.{_writer_token()}.{os.getpid()}."  # see clean_stale_temp_files
+    fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp_name, _FILE_MODE)  # mkstemp makes 0600; give the usual umask-based mode
         with os.fdopen(fd, mode, **open_kwargs) as f:
@@ -91,6 +203,86 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
     return atomic_write(path, lambda f: torch.save(obj, f))
 
 
+class DiskFullError(LitGpuError):
+    """No space left for a checkpoint; the previous file is intact and no temp file is left."""
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of the tensors in a (nested) checkpoint dict, each storage counted once."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            storage = item.untyped_storage()
+            key = (storage.data_ptr(), storage.nbytes())
+            if key not in seen:
+                seen.add(key)
+                total += storage.nbytes()
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return total
+
+
+class _CountingSink(io.RawIOBase):
+    """A write-only file that only counts bytes: the size ``torch.save`` would write."""
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        n = memoryview(data).nbytes
+        self.size += n
+        return n
+
+
+def checkpoint_size(checkpoint: Any) -> int:
+    """Bytes ``torch.save(checkpoint)`` writes (serialized to a counter; no disk), else the tensor bytes."""
+    sink = _CountingSink()
+    try:
+        torch.save(checkpoint, sink)
+    except Exception:
+        return tensor_bytes(checkpoint)
+    return sink.size
+
+
+_TORCH_WRITE_FAILED = ("inline_container.cc", "PytorchStreamWriter", "file write failed")
+
+
+def disk_full_message(err: BaseException, path: str | os.PathLike, checkpoint: Any) -> str | None:
+    """One line for a save that failed for lack of space (ENOSPC / quota), else ``None``.
+
+    ``torch.save`` reports a full disk as ``enforce fail at inline_container.cc ... unexpected pos``
+    without an errno; such an error counts as "disk full" when the folder's free space is below the
+    checkpoint's size (measured by serializing it to a byte counter).
+    """
+    path = Path(path)
+    needed = checkpoint_size(checkpoint)
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        free = None
+    errno_ = getattr(err, "errno", None)
+    torch_short = any(s in str(err) for s in _TORCH_WRITE_FAILED) and (
+        free is not None and free < needed * 1.1 + 2**20
+    )
+    if errno_ == errno.EDQUOT:
+        what = "disk quota exceeded"
+    elif errno_ == errno.ENOSPC or torch_short:
+        what = "disk full"
+    else:
+        return None
+    room = f", {_size(free)} free there" if free is not None else ""
+    kept = f"the previous {path.name} is intact, " if path.exists() else ""
+    return messages.DISK_FULL.format(what=what, path=path, size=_size(needed), room=room, kept=kept)
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
     """TorchCheckpointIO whose local saves go to a temp file + fsync + ``os.replace``.
 
@@ -106,7 +298,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None or get_protocol(str(path)) != "file":
             super().save_checkpoint(checkpoint, path, storage_options)
             return
-        atomic_torch_save(checkpoint, path)
+        try:
+            atomic_torch_save(checkpoint, path)
+        except (OSError, RuntimeError) as err:
+            message = disk_full_message(err, path, checkpoint)
+            if message is None:
+                raise
+            raise DiskFullError(message) from err
 
 
 def install_atomic_checkpoint_io(trainer: pl.Trainer) -> bool:

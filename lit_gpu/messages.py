@@ -172,12 +172,25 @@ SWEEP_METRIC_NOT_LOGGED = (
     "--metric {metric} was never logged by trial {number} (logged: {logged}); pass one of those, and make "
     "sure the config validates (trainer.limit_val_batches > 0)"
 )
+DISK_FULL = (
+    "{what}: could not save checkpoint {path} (about {size}{room}); {kept}no partial file was left; "
+    "free space on that disk or point --checkpoint.dirpath (or --trainer.default_root_dir) at a disk "
+    "with room, then resume with --ckpt_path last"
+)
 
 # ---- progress lines (printed with tell) ---------------------------------------------------------
-RESUMING_FROM = "resuming from {path}"
-USING_CHECKPOINT = "using {path}"
+RESUMING_FROM = "resuming from {path} ({why})"
+USING_CHECKPOINT = "using {path} ({why})"
+CHECKPOINT_CHOICE = "{facts}; the newest {prefix}*.ckpt in {where}"
+SKIPPED_NEWER_RUNS = "skipped newer {names}: no {prefix}*.ckpt yet"
 BATCH_SIZE_FOUND = "batch-size finder chose data.batch_size={size}; set it in your config to skip tuning"
-INTERRUPTED = "interrupted at global step {step}; saved {path}; resume with --ckpt_path last"
+STOPPED_BY_SIGNAL = (
+    "stopped by {signal} at global step {step} (epoch {epoch}); saved {path}; "
+    "resume with: lit-gpu fit <same arguments> --ckpt_path last"
+)
+STOPPED_BEFORE_SAVE = "stopped by {signal} {where}; nothing to save"
+INTERRUPTED_OUTSIDE_RUN = "interrupted"
+REMOVED_STALE_TEMP = "removed {file}, left by a killed save"
 WROTE_PREDICTIONS = "wrote {rows} predictions to {path}"
 EXPORTED = "exported {weights} (metadata: {sidecar})"
 WROTE_PLOT = "wrote {path} ({width}x{height} px)"

@@ -6,13 +6,15 @@ Lightning knows ``best`` only right after ``fit`` in the same process.
 
 from __future__ import annotations
 
+import glob
 from pathlib import Path
 from typing import Any
 
 from jsonargparse import Namespace
 
 from lit_gpu import messages
-from lit_gpu.checkpoints import check_checkpoint_file, find_last_checkpoint
+from lit_gpu.checkpoints import check_checkpoint_file, explain_choice, find_last_checkpoint
+from lit_gpu.io import clean_stale_temp_files
 
 _SPECIAL_CKPT = ("best", "last", "hpc", "registry")
 
@@ -54,18 +56,34 @@ def resolve_ckpt_path(config: Namespace) -> None:
     if not ckpt_path:
         return
     if ckpt_path == "last":
-        last = find_last_checkpoint(checkpoint_dirs(config[subcommand]))
+        patterns = checkpoint_dirs(config[subcommand])
+        last = find_last_checkpoint(patterns)
         if last is not None:
             text = messages.RESUMING_FROM if subcommand == "fit" else messages.USING_CHECKPOINT
-            messages.tell(text.format(path=last))
+            # why this one: its step and time, and newer runs that have no last.ckpt yet
+            messages.tell(text.format(path=last, why=explain_choice(last, patterns)))
             config[key] = str(last)
         return
     if ckpt_path == "best" and subcommand != "fit":
         # a later `lit-gpu test --ckpt_path best` means the newest run's best-*.ckpt on disk
-        best = find_last_checkpoint(checkpoint_dirs(config[subcommand]), prefix="best")
+        patterns = checkpoint_dirs(config[subcommand])
+        best = find_last_checkpoint(patterns, prefix="best")
         if best is not None:
-            messages.tell(messages.USING_CHECKPOINT.format(path=best))
+            why = explain_choice(best, patterns, prefix="best")
+            messages.tell(messages.USING_CHECKPOINT.format(path=best, why=why))
             config[key] = str(best)
         return
     if ckpt_path not in _SPECIAL_CKPT and "://" not in str(ckpt_path):
         check_checkpoint_file(ckpt_path)
+
+
+def clean_run_folders(config: Namespace) -> None:
+    """Remove temp files left by killed saves in every checkpoint folder of this config's runs.
+
+    A fit starts a new ``version_N``; the litter is in the earlier runs' folders. Only files whose
+    writer is gone are removed (:func:`lit_gpu.io.clean_stale_temp_files`).
+    """
+    for pattern in checkpoint_dirs(config):
+        for folder in sorted(glob.glob(pattern)):
+            for removed in clean_stale_temp_files(folder):
+                messages.tell(messages.REMOVED_STALE_TEMP.format(file=removed))

@@ -26,7 +26,7 @@ from lit_gpu.callbacks.nan_guard import NaNGuard
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
-from lit_gpu.cli.ckpt_path import config_value, resolve_ckpt_path
+from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, resolve_ckpt_path
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
@@ -99,6 +99,8 @@ def add_extra_arguments(parser: LightningArgumentParser) -> None:
 def configure_trainer(trainer: pl.Trainer, config: Any, subcommand: str | None) -> None:
     """Atomic checkpoint IO, RNG state + interrupt checkpoint callbacks, and the predict writer."""
     install_atomic_checkpoint_io(trainer)
+    if subcommand == "fit":
+        clean_run_folders(config[subcommand])  # temp files of saves killed in earlier runs
     trainer.callbacks.extend([RNGStateCallback(), CheckpointOnInterrupt()])
     predict_out = config_value(config, f"{subcommand}.predict_out") if subcommand else None
     if subcommand == "predict" and predict_out and os.path.isdir(predict_out):

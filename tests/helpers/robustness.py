@@ -16,16 +16,17 @@ from lit_gpu.modules import RegressionModule
 
 
 class SlowSteps(pl.Callback):
-    """Sleeps after every training step and writes the global step to ``progress_file`` (atomically)."""
+    """Sleeps after every training step; rank 0 writes the global step to ``progress_file`` (atomically)."""
 
     def __init__(self, seconds: float = 0.1, progress_file: str = "progress.txt") -> None:
         self.seconds = seconds
         self.progress_file = Path(progress_file)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        tmp = self.progress_file.with_suffix(".tmp")
-        tmp.write_text(str(trainer.global_step))
-        os.replace(tmp, self.progress_file)
+        if trainer.is_global_zero:  # one writer under DDP
+            tmp = self.progress_file.with_suffix(".tmp")
+            tmp.write_text(str(trainer.global_step))
+            os.replace(tmp, self.progress_file)
         time.sleep(self.seconds)
 
 

@@ -268,7 +268,7 @@ def test_sigint_saves_a_usable_checkpoint_and_exits_130(tmp_path, cli_env):
     _, err = proc.communicate(timeout=60)
     err = err.decode()
     assert proc.returncode == 130, err[-2000:]
-    assert "lit-gpu: interrupted at global step" in err and "resume with --ckpt_path last" in err
+    assert "lit-gpu: stopped by SIGINT at global step" in err and "--ckpt_path last" in err
     last = tmp_path / RUN / "version_0" / "checkpoints" / "last.ckpt"
     ckpt = torch.load(last, weights_only=True)
     assert ckpt["global_step"] >= 2

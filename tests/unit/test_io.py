@@ -1,12 +1,30 @@
-"""Atomic checkpoint writes: an interrupted save never replaces a good file."""
+"""Atomic checkpoint writes: an interrupted or failed save never replaces a good file nor leaves litter."""
 
 from __future__ import annotations
+
+import errno
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import lightning.pytorch as pl
 import pytest
 import torch
 
-from lit_gpu.io import AtomicCheckpointIO, atomic_torch_save, install_atomic_checkpoint_io
+from lit_gpu.io import (
+    STALE_AFTER_S,
+    AtomicCheckpointIO,
+    DiskFullError,
+    _writer_token,
+    atomic_torch_save,
+    checkpoint_size,
+    clean_stale_temp_files,
+    install_atomic_checkpoint_io,
+    tensor_bytes,
+)
 
 
 def test_interrupted_write_keeps_previous_file_and_leaves_no_temp(tmp_path, monkeypatch):
@@ -43,3 +61,115 @@ def test_installed_on_a_plain_trainer():
     assert install_atomic_checkpoint_io(trainer)
     assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
     assert not install_atomic_checkpoint_io(trainer)  # a non-default IO is left alone
+
+
+# ---- disk full ----------------------------------------------------------------------------------
+def test_disk_full_is_one_line_with_size_and_keeps_previous_file(tmp_path, monkeypatch):
+    path = tmp_path / "last.ckpt"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"step": 1, "w": torch.ones(3)}, path)
+    good = path.read_bytes()
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", no_space)  # the write "succeeds" into the page cache; fsync fails
+    with pytest.raises(DiskFullError) as info:
+        io.save_checkpoint({"step": 2, "w": torch.zeros(1000, 250)}, path)  # 1.0 MB of tensors
+    monkeypatch.undo()
+    message = str(info.value)
+    assert message.startswith(f"disk full: could not save checkpoint {path} (about 1.0 MB, ")
+    assert "\n" not in message and "the previous last.ckpt is intact, no partial file was left" in message
+    assert path.read_bytes() == good
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+def test_other_save_errors_keep_their_traceback(tmp_path, monkeypatch):
+    def broken(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", broken)
+    with pytest.raises(OSError, match="Input/output error"):
+        AtomicCheckpointIO().save_checkpoint({"w": torch.ones(3)}, tmp_path / "x.ckpt")
+
+
+def test_checkpoint_size_is_about_what_torch_save_writes(tmp_path):
+    w = torch.zeros(100, dtype=torch.float32)
+    checkpoint = {"a": w, "b": [w, w[:10]], "c": {"d": torch.zeros(5, dtype=torch.int64)}, "step": 3}
+    assert tensor_bytes(checkpoint) == 440  # shared storage counted once
+    torch.save(checkpoint, tmp_path / "x.ckpt")
+    written = (tmp_path / "x.ckpt").stat().st_size
+    assert abs(checkpoint_size(checkpoint) - written) < 0.1 * written  # zip record names differ
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    """A real 300 KB filesystem (tmpfs); skipped where mounting is not allowed."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_disk_full_on_a_real_small_filesystem(tiny_tmpfs):
+    path = tiny_tmpfs / "last.ckpt"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"step": 1, "w": torch.ones(1000)}, path)  # 4 KB: fits
+    good = path.read_bytes()
+    with pytest.raises(DiskFullError) as info:
+        io.save_checkpoint({"step": 2, "w": torch.ones(200_000)}, path)  # 800 KB: does not
+    message = str(info.value)
+    assert message.startswith(f"disk full: could not save checkpoint {path} (about 80"), message
+    size = float(re.search(r"about ([\d.]+) KB, ([\d.]+) KB free there", message).group(1))
+    assert 800 < size < 810  # 800 KB of tensors + the pickle
+
+    assert path.read_bytes() == good and torch.load(path, weights_only=True)["step"] == 1
+    assert [p.name for p in tiny_tmpfs.iterdir()] == ["last.ckpt"]
+
+
+# ---- temp files left by killed saves ------------------------------------------------------------
+def _temp_of(pid: int, folder: Path, token: str | None = None) -> Path:
+    path = folder / f".last.ckpt.{token or _writer_token()}.{pid}.abcd1234.tmp"
+    path.write_bytes(b"partial")
+    return path
+
+
+def test_sigkilled_save_leaves_a_temp_that_the_next_cleanup_removes(tmp_path):
+    code = (
+        "import os, signal, sys; from lit_gpu.io import atomic_write\n"
+        "def write(f):\n    f.write(b'half a checkpoint'); f.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
+        "atomic_write(sys.argv[1], write)\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "last.ckpt")], check=False)
+    litter = list(tmp_path.glob(".last.ckpt.*.tmp"))
+    assert len(litter) == 1  # what SIGKILL leaves
+    removed = clean_stale_temp_files(tmp_path)
+    assert removed == [f"{litter[0]} (17 B)"] and not litter[0].exists()
+
+
+def test_cleanup_never_removes_a_live_writers_temp(tmp_path):
+    live = _temp_of(os.getpid(), tmp_path)  # this process is alive and started before the write
+    other_host = _temp_of(os.getpid(), tmp_path, token="elsewhere-1")
+    old_naming = tmp_path / ".last.ckpt.k2j4h5g6.tmp"
+    old_naming.write_bytes(b"x")
+    not_ours = tmp_path / ".notes.tmp"
+    not_ours.write_bytes(b"x")
+    assert clean_stale_temp_files(tmp_path) == []
+    assert live.exists() and other_host.exists() and old_naming.exists() and not_ours.exists()
+    # an hour without a write: nothing can still be writing them
+    later = time.time() + STALE_AFTER_S + 60
+    removed = clean_stale_temp_files(tmp_path, now=later)
+    assert sorted(removed) == sorted([f"{other_host} (7 B)", f"{old_naming} (1 B)"])
+    assert live.exists() and not_ours.exists()
+
+
+def test_cleanup_sees_a_reused_pid(tmp_path):
+    stale = _temp_of(os.getpid(), tmp_path)
+    long_ago = time.time() - 10 * 24 * 3600  # written before this process (same pid) started
+    os.utime(stale, (long_ago, long_ago))
+    assert clean_stale_temp_files(tmp_path) == [f"{stale} (7 B)"]

@@ -11,10 +11,10 @@ from lit_gpu import messages
 
 def test_tell_prints_prefixed_on_rank_zero(capsys, monkeypatch):
     monkeypatch.setattr(rank_zero_only, "rank", 0)
-    messages.tell(messages.USING_CHECKPOINT.format(path="runs/x/last.ckpt"))
+    messages.tell(messages.USING_CHECKPOINT.format(path="runs/x/last.ckpt", why="step 3"))
     messages.tell("to stdout", stream=sys.stdout)
     out, err = capsys.readouterr()
-    assert err == "lit-gpu: using runs/x/last.ckpt\n" and out == "lit-gpu: to stdout\n"
+    assert err == "lit-gpu: using runs/x/last.ckpt (step 3)\n" and out == "lit-gpu: to stdout\n"
 
 
 def test_tell_is_silent_on_other_ranks_but_errors_are_not(capsys, monkeypatch):

@@ -262,3 +262,27 @@ def test_model_checkpoint_trigger_state_used_by_fresh_last():
     cb = ModelCheckpoint(every_n_train_steps=3)
     assert cb._every_n_train_steps == 3 and cb._last_time_checked is None
     assert callable(cb._monitor_candidates) and callable(cb._should_skip_saving_checkpoint)
+
+
+def test_trainer__signal_connector_received_sigterm_and_original_handlers(tmp_path):
+    """lit_gpu.callbacks.CheckpointOnInterrupt sets ``_signal_connector.received_sigterm`` to stop at the
+    step boundary (the loops raise ``SIGTERMException``), and edits ``_original_handlers`` so Lightning's
+    teardown restores the handlers from before the run."""
+    import signal
+
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    seen: dict[str, object] = {}
+
+    class StopAtStep2(pl.Callback):
+        def on_train_batch_end(self, trainer, *args) -> None:
+            seen["originals"] = trainer._signal_connector._original_handlers
+            if trainer.global_step == 2:
+                trainer._signal_connector.received_sigterm = True
+
+    trainer = quiet_trainer(tmp_path, max_epochs=1, limit_train_batches=8, callbacks=[StopAtStep2()])
+    with pytest.raises(SIGTERMException):
+        trainer.fit(dp_module(), dp_data())
+    assert trainer.global_step == 2 and trainer.received_sigterm
+    originals = seen["originals"]
+    assert isinstance(originals, dict) and signal.SIGTERM in originals

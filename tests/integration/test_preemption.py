@@ -1,0 +1,191 @@
+"""Preemption and faults lose nothing.
+
+A signal to the whole process group (Slurm, Kubernetes, Ctrl+C) mid-epoch, DataLoader workers included:
+one line, exit 128 + signal, a loadable ``last.ckpt`` at the step reached, no temp files, and a resume.
+A full disk: one line, the previous checkpoint intact, no temp file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from lit_gpu.cli import main
+from tests.helpers.paths import CONFIGS
+
+RUN = Path("runs") / "lit_gpu"
+LIMIT = 12  # training batches of the (only) epoch
+
+
+def _mnist_argv(data_dir: Path) -> list[str]:
+    """configs/mnist.yaml (num_workers: 2, dropout) made small: fake MNIST, tiny net, 12 steps."""
+    return [
+        sys.executable, "-m", "lit_gpu", "fit",
+        "--config", str(CONFIGS / "mnist.yaml"),
+        "--data.data_dir", str(data_dir), "--data.download", "false",
+        "--data.val_size", "100", "--data.batch_size", "16",
+        "--model.init_args.net.init_args.channels", "4", "--model.init_args.net.init_args.hidden", "16",
+        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", str(LIMIT),
+        "--trainer.limit_val_batches", "2", "--trainer.accelerator", "cpu",
+        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+    ]  # fmt: skip
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.parametrize(
+    "sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"]
+)
+def test_signal_to_process_group_saves_last_ckpt_and_resumes(sig, code, tmp_path, cli_env, fake_mnist_dir):
+    argv = _mnist_argv(fake_mnist_dir)
+    slow = ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0.3"]
+    proc = subprocess.Popen(
+        argv + slow,
+        cwd=tmp_path,
+        env=cli_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group, like a batch job
+    )
+    progress = tmp_path / "progress.txt"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        if progress.exists() and int(progress.read_text() or 0) >= 3:
+            break
+        time.sleep(0.05)
+    workers = _children(proc.pid)
+    assert proc.poll() is None and len(workers) >= 2, "training did not reach step 3 with its workers"
+    os.killpg(proc.pid, sig)  # main process and DataLoader workers alike
+    _, err = proc.communicate(timeout=60)
+    err = err.decode()
+    assert proc.returncode == code, err[-3000:]
+    lines = [ln for ln in err.splitlines() if ln.startswith("lit-gpu:")]
+    assert len(lines) == 1, err[-3000:]
+    assert lines[0].startswith(f"lit-gpu: stopped by {sig.name} at global step "), lines
+    assert "resume with: lit-gpu fit <same arguments> --ckpt_path last" in lines[0]
+    assert "DataLoader worker" not in err and "Traceback" not in err and "Received SIGTERM" not in err
+
+    ckpt_dir = tmp_path / RUN / "version_0" / "checkpoints"
+    assert [p.name for p in ckpt_dir.iterdir()] == ["last.ckpt"]  # no temp files, no other saves
+    assert not list(tmp_path.rglob("*.tmp"))
+    ckpt = torch.load(ckpt_dir / "last.ckpt", weights_only=True)
+    stopped_at = ckpt["global_step"]
+    assert 3 <= stopped_at < LIMIT and f"global step {stopped_at} " in lines[0]
+    progress_state = ckpt["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]
+    assert progress_state["completed"] == progress_state["ready"] == stopped_at  # a step boundary
+
+    # a run that was preempted before its first save must not hide where the resume comes from
+    (tmp_path / RUN / "version_1").mkdir()
+    resumed = subprocess.run(
+        argv + ["--ckpt_path", "last"], cwd=tmp_path, env=cli_env, capture_output=True, timeout=120
+    )
+    out = resumed.stderr.decode()
+    assert resumed.returncode == 0, out[-3000:]
+    assert (
+        f"lit-gpu: resuming from {RUN / 'version_0' / 'checkpoints' / 'last.ckpt'} (step {stopped_at}, "
+        in out
+    )
+    assert "skipped newer version_1: no last*.ckpt yet" in out
+    final = torch.load(tmp_path / RUN / "version_2" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert final["global_step"] == LIMIT
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    """A real 300 KB filesystem (tmpfs); skipped where mounting is not allowed."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_disk_full_during_fit_is_one_line_and_keeps_the_previous_checkpoint(
+    tiny_tmpfs, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["lit-gpu"])
+    argv = ["fit", "--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
+    argv += [
+        "--checkpoint.dirpath",
+        str(tiny_tmpfs),
+        "--checkpoint.monitor",
+        "null",
+        "--checkpoint.save_top_k",
+        "0",
+    ]
+    main([*argv, "--trainer.max_epochs", "1"])  # a good run: last.ckpt on the small disk
+    last = tiny_tmpfs / "last.ckpt"
+    good = last.read_bytes()
+    filler = tiny_tmpfs / "filler"
+    filler.write_bytes(b"\0" * (shutil.disk_usage(tiny_tmpfs).free - 4096))  # leaves one page
+    capsys.readouterr()
+
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--trainer.max_epochs", "2", "--ckpt_path", str(last)])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("lit-gpu: error:")]
+    assert info.value.code == 2 and len(lines) == 1, err[-3000:]
+    assert re.match(
+        rf"lit-gpu: error: disk full: could not save checkpoint {tiny_tmpfs}/\S+\.ckpt \(about ", lines[0]
+    )
+    assert "Traceback" not in err and "inline_container" not in err
+    assert last.read_bytes() == good and torch.load(last, weights_only=True)["epoch"] == 0
+    assert not [p.name for p in tiny_tmpfs.iterdir() if p.name.endswith(".tmp")]  # no temp file
+
+
+def test_sigterm_to_a_ddp_group_stops_every_rank_at_the_same_step(tmp_path, cli_env):
+    """2 processes (gloo) with a worker each: all ranks stop together, rank 0 saves, nobody hangs."""
+    argv = [
+        sys.executable, "-m", "lit_gpu", "fit",
+        "--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml"),
+        "--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.max_epochs", "1",
+        "--trainer.limit_train_batches", "30", "--data.num_workers", "1",
+        "--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0.3",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        cwd=tmp_path,
+        env=cli_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    progress = tmp_path / "progress.txt"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        if progress.exists() and int(progress.read_text() or 0) >= 3:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("a rank hung after SIGTERM")
+    err = err.decode()
+    assert proc.returncode == 143, err[-3000:]
+    lines = [ln for ln in err.splitlines() if ln.startswith("lit-gpu:")]
+    assert len(lines) == 1 and lines[0].startswith("lit-gpu: stopped by SIGTERM at global step "), err[-3000:]
+    assert "Traceback" not in err
+    ckpt = torch.load(tmp_path / RUN / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert 3 <= ckpt["global_step"] < 30 and f"global step {ckpt['global_step']} " in lines[0]
+    assert not list(tmp_path.rglob("*.tmp"))
