@@ -189,3 +189,24 @@ def test_sigterm_to_a_ddp_group_stops_every_rank_at_the_same_step(tmp_path, cli_
     ckpt = torch.load(tmp_path / RUN / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
     assert 3 <= ckpt["global_step"] < 30 and f"global step {ckpt['global_step']} " in lines[0]
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_next_fit_removes_the_temp_file_of_a_save_killed_in_an_earlier_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["lit-gpu"])
+    folder = tmp_path / RUN / "version_0" / "checkpoints"
+    folder.mkdir(parents=True)
+    code = (
+        "import os, signal, sys; from lit_gpu.io import atomic_write\n"
+        "def write(f):\n    f.write(b'x' * 4096); f.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
+        "atomic_write(sys.argv[1], write)\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(folder / "last.ckpt")], check=False)  # SIGKILL mid-save
+    (litter,) = folder.glob(".last.ckpt.*.tmp")
+    main(["fit", "--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")])
+    err = capsys.readouterr().err
+    assert (
+        f"lit-gpu: removed {RUN / 'version_0' / 'checkpoints' / litter.name} (4.1 KB), left by a killed save"
+        in err
+    )
+    assert not litter.exists() and (tmp_path / RUN / "version_1" / "checkpoints" / "last.ckpt").is_file()
