@@ -182,17 +182,24 @@ class CheckpointOnInterrupt(Callback):
             trainer._signal_connector.received_sigterm = True
 
     def _sync_stop(self, trainer: pl.Trainer) -> None:
-        """Set the stop flag on every process at the same batch when any of them got a signal.
+        """After a training batch: set the stop flag on every process at once if any got a signal.
 
         Lightning checks its flag on each process on its own; a process stopping one step before
-        the others would leave them waiting in a collective. One boolean all-reduce per batch
-        (Lightning already broadcasts its flag at every step under DDP).
+        the others would leave them waiting in a collective. One boolean all-reduce per training
+        batch (Lightning already broadcasts its flag at every step under DDP). Training batches are
+        the same count on every process (gradient sync needs it); evaluation batches need not be,
+        so they are never synced: a signal during validation inside fit stops at the next step.
         """
         if trainer.world_size > 1:
             if trainer.strategy.reduce_boolean_decision(self._signal is not None, all=False):
                 self._signal = self._signal or signal.SIGTERM
                 trainer._signal_connector.received_sigterm = True
         else:
+            self._request_stop()
+
+    def _eval_stop(self, trainer: pl.Trainer) -> None:
+        """After an evaluation batch: stop there unless other processes must agree (fit under DDP)."""
+        if trainer.world_size == 1 or trainer.state.fn != TrainerFn.FITTING:
             self._request_stop()
 
     def _take_over_sigterm(self) -> None:
@@ -269,11 +276,11 @@ class CheckpointOnInterrupt(Callback):
 
     @override
     def on_validation_batch_end(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
-        self._sync_stop(trainer)
+        self._eval_stop(trainer)
 
     @override
     def on_test_batch_end(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
-        self._sync_stop(trainer)
+        self._eval_stop(trainer)
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
