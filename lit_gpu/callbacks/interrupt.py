@@ -46,12 +46,12 @@ INTERRUPT_EXIT_CODE = 128 + signal.SIGINT  # 130
 SIGTERM_EXIT_CODE = 128 + signal.SIGTERM  # 143
 
 _JOB_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_stops: list[int] = []  # exit codes of fits in this process stopped by a signal
+_interrupted: list[int] = []  # exit codes of fits in this process stopped by a signal
 
 
 def was_interrupted() -> bool:
     """Whether a fit in this process was stopped by SIGINT/SIGTERM (see :class:`CheckpointOnInterrupt`)."""
-    return bool(_stops)
+    return bool(_interrupted)
 
 
 def interrupt_exit_code() -> int | None:
@@ -59,14 +59,14 @@ def interrupt_exit_code() -> int | None:
 
     Reading it clears it, so a later run in the same process (a notebook) starts clean.
     """
-    code = _stops[-1] if _stops else None
-    _stops.clear()
+    code = _interrupted[-1] if _interrupted else None
+    _interrupted.clear()
     return code
 
 
 def forget_interrupts() -> None:
     """Forget earlier stops (the CLI calls this when it starts)."""
-    _stops.clear()
+    _interrupted.clear()
 
 
 class _DropSignalLogs(logging.Filter):
@@ -297,7 +297,7 @@ class CheckpointOnInterrupt(Callback):
         signum = self._signal or default
         self._uninstall()
         name = signal.Signals(signum).name
-        _stops.append(128 + int(signum))
+        _interrupted.append(128 + int(signum))
         where = None
         if trainer.state.fn != TrainerFn.FITTING:
             where = f"during {trainer.state.fn.value}"

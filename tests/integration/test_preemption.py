@@ -37,7 +37,29 @@ def _mnist_argv(data_dir: Path) -> list[str]:
         "--trainer.max_epochs", "1", "--trainer.limit_train_batches", str(LIMIT),
         "--trainer.limit_val_batches", "2", "--trainer.accelerator", "cpu",
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+        "--trainer.deterministic", "true",
     ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, fake_mnist_dir) -> dict:
+    """last.ckpt of the same run, uninterrupted."""
+    root = tmp_path_factory.mktemp("reference")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = str(CONFIGS.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run(_mnist_argv(fake_mnist_dir), cwd=root, env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    return torch.load(root / RUN / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
+
+
+def _assert_bit_identical(got: dict, want: dict) -> None:
+    assert got["global_step"] == want["global_step"]
+    for key, value in want["state_dict"].items():
+        assert torch.equal(got["state_dict"][key], value), key
+    for index, state in want["optimizer_states"][0]["state"].items():
+        for name, value in state.items():
+            got_value = got["optimizer_states"][0]["state"][index][name]
+            assert torch.equal(torch.as_tensor(got_value), torch.as_tensor(value)), (index, name)
 
 
 def _children(pid: int) -> list[int]:
@@ -50,7 +72,9 @@ def _children(pid: int) -> list[int]:
 @pytest.mark.parametrize(
     "sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"]
 )
-def test_signal_to_process_group_saves_last_ckpt_and_resumes(sig, code, tmp_path, cli_env, fake_mnist_dir):
+def test_signal_to_process_group_saves_last_ckpt_and_resumes(
+    sig, code, tmp_path, cli_env, fake_mnist_dir, reference
+):
     argv = _mnist_argv(fake_mnist_dir)
     slow = ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0.3"]
     proc = subprocess.Popen(
@@ -102,6 +126,7 @@ def test_signal_to_process_group_saves_last_ckpt_and_resumes(sig, code, tmp_path
     assert "skipped newer version_1: no last*.ckpt yet" in out
     final = torch.load(tmp_path / RUN / "version_2" / "checkpoints" / "last.ckpt", weights_only=True)
     assert final["global_step"] == LIMIT
+    _assert_bit_identical(final, reference)  # dropout, 2 workers: the resume continues exactly
 
 
 @pytest.fixture
