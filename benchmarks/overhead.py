@@ -6,8 +6,12 @@ Three variants, interleaved per repeat (raw, lit default, lit bare, ...) so that
 all of them alike; the medians are compared:
 
 * raw: ``for x, y in loader: loss = F.cross_entropy(net(x), y); zero_grad; backward; step``;
-* lit_gpu default: ``ClassificationModule`` + ``Trainer`` with progress bar, CSVLogger (lit_gpu's
-  default logger), model summary and checkpointing, as ``lit-gpu fit`` runs it;
+* lit_gpu default: ``ClassificationModule`` + ``Trainer`` with lit_gpu's progress bar
+  (:func:`lit_gpu.callbacks.progress.default_progress_bar`: redrawn 4x a second), lit_gpu's default
+  loggers (CSV + TensorBoard into one ``ROOT/lit_gpu/version_N``, :func:`lit_gpu.runs.make_loggers`),
+  model summary and checkpointing, as ``lit-gpu fit`` runs it;
+* lit_gpu before: the stack ``lit-gpu fit`` ran before issue 11: CSV logger only, and Lightning's
+  default progress bar (``RichProgressBar(refresh_rate=100)``: a thread redrawing 100x a second);
 * lit_gpu bare: progress bar, logger, model summary and checkpointing off.
 
 Both loops iterate the same :class:`~lit_gpu.data.tensor_loader.TensorLoader`. The module's extra
@@ -33,6 +37,8 @@ from torch.nn import functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _recipe import machine  # noqa: E402
 
+from lit_gpu import runs as lit_runs  # noqa: E402
+from lit_gpu.callbacks.progress import default_progress_bar  # noqa: E402
 from lit_gpu.data.tensor_loader import TensorLoader  # noqa: E402
 from lit_gpu.modules import ClassificationModule  # noqa: E402
 from lit_gpu.nets import FastMnistNet  # noqa: E402
@@ -91,10 +97,8 @@ class _StepClock(pl.Callback):
 
 
 def run_lit(
-    x: torch.Tensor, y: torch.Tensor, batch_size: int, warmup: int, bare: bool
+    x: torch.Tensor, y: torch.Tensor, batch_size: int, warmup: int, bare: bool, before: bool = False
 ) -> tuple[float, float, float]:
-    from lightning.pytorch.loggers import CSVLogger
-
     steps = len(x) // batch_size
     module = ClassificationModule(make_net(), optimizer=sgd)
     clock = _StepClock(warmup)
@@ -107,7 +111,9 @@ def run_lit(
                 enable_checkpointing=False,
             )
         else:
-            flags = dict(logger=CSVLogger(tmp, name="lit_gpu"), default_root_dir=tmp)
+            kinds = ("csv",) if before else lit_runs.LOGGER_KINDS
+            flags = dict(logger=lit_runs.make_loggers(kinds, lit_runs.RunFolder(tmp)), default_root_dir=tmp)
+        flags["callbacks"] = [clock] if bare or before else [clock, default_progress_bar()]
         trainer = pl.Trainer(
             accelerator="cpu",
             devices=1,
@@ -115,7 +121,6 @@ def run_lit(
             max_epochs=1,
             limit_val_batches=0,
             num_sanity_val_steps=0,
-            callbacks=[clock],
             **flags,
         )
         c0, t0 = time.process_time(), time.perf_counter()
@@ -147,20 +152,24 @@ def main() -> None:
     x, y = make_data(args.steps, args.batch_size)
     if CHANNELS_LAST:
         x = x.contiguous(memory_format=torch.channels_last)
-    runs: dict[str, list[tuple[float, float, float]]] = {"raw": [], "lit_gpu default": [], "lit_gpu bare": []}
+    names = ("raw", "lit_gpu default", "lit_gpu before", "lit_gpu bare")
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
     for r in range(args.repeats):
         runs["raw"].append(run_raw(x, y, args.batch_size, args.warmup))
         runs["lit_gpu default"].append(run_lit(x, y, args.batch_size, args.warmup, bare=False))
+        runs["lit_gpu before"].append(run_lit(x, y, args.batch_size, args.warmup, bare=False, before=True))
         runs["lit_gpu bare"].append(run_lit(x, y, args.batch_size, args.warmup, bare=True))
         print(f"  repeat {r}: " + ", ".join(f"{k} {v[-1][0]:.2f} s" for k, v in runs.items()), flush=True)
-    raw = [statistics.median(v[i] for v in runs["raw"]) for i in range(3)]
     print("\n| loop | wall s | wall ratio | steady s | steady ratio | CPU s | CPU ratio |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, values in runs.items():
         med = [statistics.median(v[i] for v in values) for i in range(3)]
-        cells = " | ".join(f"{m:.2f} | {m / r:.3f}x" for m, r in zip(med, raw, strict=True))
+        # ratio: median over repeats of (this loop / the raw loop of the same repeat), run back to back
+        pairs = list(zip(values, runs["raw"], strict=True))
+        ratio = [statistics.median(v[i] / w[i] for v, w in pairs) for i in range(3)]
+        cells = " | ".join(f"{m:.2f} | {q:.3f}x" for m, q in zip(med, ratio, strict=True))
         print(f"| {name} | {cells} |")
-    print("(medians over the repeats)")
+    print("(seconds: medians over the repeats; ratios: medians of the per-repeat ratios to raw)")
     print("\ntarget: lit_gpu <= 1.05x the raw loop")
 
 

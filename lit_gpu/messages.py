@@ -127,6 +127,24 @@ NET_INPUT_FIX_IMAGES = (
     "(e.g. --model.net lit_gpu.nets.MnistCNN) or flatten the input first (nn.Flatten())"
 )
 TUNE_NEEDS_BATCH_SIZE = "--tune_batch_size needs a data module with a batch_size argument"
+NO_MATCHING_RUN = (
+    "--ckpt_path {which}: no run of {model} with a {which}*.ckpt under {where} (there: {listing})"
+)
+NO_MATCHING_RUN_FIX = "; pass --ckpt_path FILE, or --trainer.default_root_dir DIR of that run"
+NO_CKPT_IN_DIRPATH = "--ckpt_path {which}: no {which}*.ckpt in checkpoint.dirpath {dirpath}"
+NO_CONFIG_BESIDE = (
+    "no config.yaml beside {ckpt} (looked in {folders}) to rebuild its run from; "
+    "pass the run's settings with --config FILE"
+)
+DP_NO_SUCH_NET = (
+    "strategy 'dp' parallelises the sub-module {attr!r}, which {model} does not have; its sub-modules: "
+    "{listed}; name one with --trainer.strategy lit_gpu.strategies.DataParallelStrategy "
+    "--trainer.strategy.net_attr {first} (or use --trainer.strategy ddp)"
+)
+DP_NO_SUB_MODULE = (
+    "strategy 'dp' splits the batch over one sub-module of the model, but {model} has no "
+    "sub-module with parameters; use --trainer.strategy ddp (one process per GPU) instead"
+)
 PICKLE_REFUSED = (
     "{path} holds pickled Python objects, which can run code when loaded, so weights-only loading refused "
     "it; use a checkpoint that holds weights only (any lit-gpu fit writes one), or, only if you trust the "
@@ -183,6 +201,13 @@ RESUMING_FROM = "resuming from {path} ({why})"
 USING_CHECKPOINT = "using {path} ({why})"
 CHECKPOINT_CHOICE = "{facts}; the newest {prefix}*.ckpt in {where}"
 SKIPPED_NEWER_RUNS = "skipped newer {names}: no {prefix}*.ckpt yet"
+PICKED_RUN = "; newest matching run: {run}"
+NO_MATCHING_RUN_FIT = "; training from scratch"
+REBUILDING_FROM = "rebuilding the run from {config}"
+MONITOR_FALLBACK = (
+    "{model} does not log {monitor!r} ({logged}); keeping last.ckpt only; "
+    "pick best checkpoints with --checkpoint.monitor NAME"
+)
 BATCH_SIZE_FOUND = "batch-size finder chose data.batch_size={size}; set it in your config to skip tuning"
 STOPPED_BY_SIGNAL = (
     "stopped by {signal} at global step {step} (epoch {epoch}); saved {path}; "

@@ -9,6 +9,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import Tensor
 from typing_extensions import override
 
+from lit_gpu import messages
+
 
 class FreshLastCheckpoint(ModelCheckpoint):
     """Lightning's ``ModelCheckpoint``, with ``last.ckpt`` refreshed at every save point.
@@ -28,11 +30,35 @@ class FreshLastCheckpoint(ModelCheckpoint):
     ``_save_last_checkpoint``) and reads its trigger state (``_every_n_train_steps``,
     ``_last_time_checked``, ``_last_global_step_saved``); ``tests/unit/test_upstream_pins.py`` pins
     what it relies on.
+
+    With :attr:`monitor_fallback` set (the ``lit-gpu`` CLI sets it for its default ``val/loss``),
+    a module that never logs ``monitor`` keeps ``last.ckpt`` only, and one line says so, instead of
+    Lightning's error at the end of the first validation.
     """
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._last_written_at_step: int | None = None
+        self.monitor_fallback = False
+        self._fixed_state_key = super().state_key  # unchanged when the fallback drops `monitor`
+
+    @property
+    @override
+    def state_key(self) -> str:
+        return self._fixed_state_key
+
+    def _fall_back_to_last(self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]) -> None:
+        logged = sorted(k for k in monitor_candidates if k not in ("epoch", "step"))
+        shown = ", ".join(logged[:8]) + (", ..." if len(logged) > 8 else "")
+        module = type(trainer.lightning_module).__name__ if trainer.lightning_module else "the model"
+        messages.tell(
+            messages.MONITOR_FALLBACK.format(
+                model=module,
+                monitor=self.monitor,
+                logged=f"it logs: {shown}" if logged else "it logs no metrics",
+            )
+        )
+        self.monitor, self.save_top_k, self.monitor_fallback = None, 0, False
 
     @override
     def on_train_batch_end(
@@ -64,6 +90,8 @@ class FreshLastCheckpoint(ModelCheckpoint):
 
     @override
     def _save_topk_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]) -> None:
+        if self.monitor_fallback and self.monitor is not None and self.monitor not in monitor_candidates:
+            self._fall_back_to_last(trainer, monitor_candidates)
         super()._save_topk_checkpoint(trainer, monitor_candidates)
         if self.save_last and self._last_global_step_saved != trainer.global_step:
             self._save_last_checkpoint(trainer, monitor_candidates)

@@ -1,7 +1,9 @@
-"""``--ckpt_path last`` / ``best``: the newest checkpoint of earlier runs; real paths checked up front.
+"""``--ckpt_path last`` / ``best``: the newest checkpoint of an earlier run of the same model.
 
 A new run logs to a new ``version_N`` folder, where Lightning alone would not look for ``last``; and
-Lightning knows ``best`` only right after ``fit`` in the same process.
+Lightning knows ``best`` only right after ``fit`` in the same process. Runs are looked up under
+``trainer.default_root_dir`` and matched by the model and data classes their saved ``config.yaml``
+names (:mod:`lit_gpu.runs`; read with ``yaml.safe_load``, nothing is built). Real paths are checked.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from typing import Any
 
 from jsonargparse import Namespace
 
-from lit_gpu import messages
+from lit_gpu import messages, runs
 from lit_gpu.checkpoints import check_checkpoint_file, explain_choice, find_last_checkpoint
+from lit_gpu.errors import LitGpuError
 from lit_gpu.io import clean_stale_temp_files
 
 _SPECIAL_CKPT = ("best", "last", "hpc", "registry")
@@ -28,53 +31,93 @@ def config_value(config: Any, key: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
+def root_dir(config: Any) -> str:
+    """``trainer.default_root_dir`` of a (sub-command) config: where its runs live."""
+    return str(config_value(config, "trainer.default_root_dir", runs.DEFAULT_ROOT))
+
+
+def run_parents(config: Namespace) -> list[Path]:
+    """``ROOT/NAME`` folders holding this config's ``version_N`` runs (a custom logger adds its own)."""
+    parents = [Path(root_dir(config)) / runs.DEFAULT_NAME]
+    logger = config_value(config, "trainer.logger")
+    for entry in logger if isinstance(logger, list) else [logger]:
+        init = config_value(entry, "init_args") if isinstance(entry, Namespace | dict) else None
+        save_dir = config_value(init, "save_dir") if init is not None else None
+        if save_dir is not None:
+            parents.append(Path(save_dir) / str(config_value(init, "name", "lightning_logs")))
+    return list(dict.fromkeys(parents))
+
+
 def checkpoint_dirs(config: Namespace) -> list[str]:
     """Glob patterns of folders where this config's runs keep checkpoints."""
     dirpath = config_value(config, "checkpoint.dirpath")
     if dirpath:
         return [str(dirpath)]
-    patterns = []
-    logger = config_value(config, "trainer.logger")
-    init = config_value(logger, "init_args") if isinstance(logger, Namespace | dict) else None
-    if init is not None:
-        save_dir, name = config_value(init, "save_dir", "runs"), config_value(init, "name", "lit_gpu")
-        patterns.append(str(Path(save_dir) / (name or "") / "version_*" / "checkpoints"))
-    else:  # the CLI's default logger (also when this run itself logs nothing, e.g. `test`)
-        patterns.append(str(Path("runs") / "lit_gpu" / "version_*" / "checkpoints"))
-    root = config_value(config, "trainer.default_root_dir") or "."
-    patterns.append(str(Path(root) / "checkpoints"))
-    return patterns
+    patterns = [str(parent / "version_*" / "checkpoints") for parent in run_parents(config)]
+    return [*patterns, str(Path(root_dir(config)) / "checkpoints")]  # runs without a logger
+
+
+def _as_dict(node: Any) -> Any:
+    return node.as_dict() if isinstance(node, Namespace) else node
+
+
+def signature(config: Namespace) -> runs.Signature:
+    """The model and data classes a (sub-command) config builds."""
+    return runs.Signature.of({"model": _as_dict(config.get("model")), "data": _as_dict(config.get("data"))})
 
 
 def resolve_ckpt_path(config: Namespace) -> None:
-    """Turn ``ckpt_path: last`` into the newest earlier ``last.ckpt`` and sanity-check real paths."""
+    """Turn ``ckpt_path: last|best`` into a file of a matching earlier run, saying which; check real paths.
+
+    With no matching run, ``fit --ckpt_path last`` starts from scratch (as Lightning does) with one
+    line listing what is there; ``test``/``validate``/``predict`` need a checkpoint, so it is an error.
+    ``fit --ckpt_path best`` is Lightning's. An explicit ``checkpoint.dirpath`` is searched as it is.
+
+    Raises:
+        LitGpuError: No matching checkpoint for ``test``/``validate``/``predict``.
+    """
     subcommand = config_value(config, "subcommand")
     if not subcommand:
         return
     key = f"{subcommand}.ckpt_path"
-    ckpt_path = config_value(config, key)
-    if not ckpt_path:
+    which = config_value(config, key)
+    if not which:
         return
-    if ckpt_path == "last":
-        patterns = checkpoint_dirs(config[subcommand])
-        last = find_last_checkpoint(patterns)
-        if last is not None:
-            text = messages.RESUMING_FROM if subcommand == "fit" else messages.USING_CHECKPOINT
-            # why this one: its step and time, and newer runs that have no last.ckpt yet
-            messages.tell(text.format(path=last, why=explain_choice(last, patterns)))
-            config[key] = str(last)
+    if which not in ("last", "best"):
+        if which not in _SPECIAL_CKPT and "://" not in str(which):
+            check_checkpoint_file(which)
         return
-    if ckpt_path == "best" and subcommand != "fit":
-        # a later `lit-gpu test --ckpt_path best` means the newest run's best-*.ckpt on disk
-        patterns = checkpoint_dirs(config[subcommand])
-        best = find_last_checkpoint(patterns, prefix="best")
-        if best is not None:
-            why = explain_choice(best, patterns, prefix="best")
-            messages.tell(messages.USING_CHECKPOINT.format(path=best, why=why))
-            config[key] = str(best)
+    if which == "best" and subcommand == "fit":
         return
-    if ckpt_path not in _SPECIAL_CKPT and "://" not in str(ckpt_path):
-        check_checkpoint_file(ckpt_path)
+    sub = config[subcommand]
+    text = messages.RESUMING_FROM if subcommand == "fit" else messages.USING_CHECKPOINT
+    dirpath = config_value(sub, "checkpoint.dirpath")
+    if dirpath:
+        found = find_last_checkpoint([dirpath], prefix=which)
+        if found is None:
+            raise LitGpuError(messages.NO_CKPT_IN_DIRPATH.format(which=which, dirpath=dirpath))
+        messages.tell(text.format(path=found, why=explain_choice(found, [dirpath], prefix=which)))
+        config[key] = str(found)
+        return
+    wanted = signature(sub)
+    picked = runs.pick_checkpoint(run_parents(sub), wanted, which)
+    if picked.checkpoint is None or picked.run is None:
+        message = messages.NO_MATCHING_RUN.format(
+            which=which,
+            model=wanted.describe(),
+            where=" or ".join(str(p) for p in picked.parents),
+            listing=picked.listing(),
+        )
+        if subcommand == "fit":
+            messages.tell(message + messages.NO_MATCHING_RUN_FIT)
+            config[key] = None
+            return
+        raise LitGpuError(message + messages.NO_MATCHING_RUN_FIX)
+    patterns = [str(parent / "version_*" / "checkpoints") for parent in picked.parents]
+    why = explain_choice(picked.checkpoint, patterns, prefix=which)
+    why += messages.PICKED_RUN.format(run=picked.run.describe())
+    messages.tell(text.format(path=picked.checkpoint, why=why))
+    config[key] = str(picked.checkpoint)
 
 
 def clean_run_folders(config: Namespace) -> None:

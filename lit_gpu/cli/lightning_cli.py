@@ -13,10 +13,8 @@ from contextvars import ContextVar
 from typing import Any
 
 import lightning.pytorch as pl
-from jsonargparse import lazy_instance
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
-from lightning.pytorch.loggers import CSVLogger
 from typing_extensions import override
 
 from lit_gpu import messages, safe_build
@@ -26,11 +24,13 @@ from lit_gpu.callbacks.nan_guard import NaNGuard
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
+from lit_gpu.cli import run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, resolve_ckpt_path
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import install_atomic_checkpoint_io
+from lit_gpu.runs import RunFolder, RunFolderSync
 
 # ---- parser ---------------------------------------------------------------------------------------
 # the --config file being read, so that a YAML syntax error can name it (jsonargparse says "<unicode string>")
@@ -130,10 +130,12 @@ _TRAINER_ERRORS = (MisconfigurationException, ValueError, TypeError, ImportError
 
 # ---- the CLI ----------------------------------------------------------------------------------------
 class LitGpuCLI(LightningCLI):
-    """LightningCLI with lit_gpu's defaults: seed 42, a CSV logger, and best/last checkpoints.
+    """LightningCLI with lit_gpu's defaults: seed 42, CSV + TensorBoard loggers, best/last checkpoints.
 
-    The ``checkpoint`` group configures the :class:`FreshLastCheckpoint` (``--checkpoint.monitor val/acc
-    --checkpoint.mode max``); model and data are chosen in YAML with ``class_path``.
+    Everything a run writes lands in ``trainer.default_root_dir/lit_gpu/version_N`` (``runs`` by
+    default; :mod:`lit_gpu.cli.run_folders`). The ``checkpoint`` group configures the
+    :class:`FreshLastCheckpoint` (``--checkpoint.monitor val/acc --checkpoint.mode max``); model and
+    data are chosen in YAML with ``class_path``.
     """
 
     def __init__(self, args: Sequence[str] | None = None, **kwargs) -> None:
@@ -141,17 +143,23 @@ class LitGpuCLI(LightningCLI):
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("auto_configure_optimizers", False)
         kwargs.setdefault("parser_class", ConciseErrorParser)  # one-line config errors
-        trainer_defaults = {"logger": lazy_instance(CSVLogger, save_dir="runs", name="lit_gpu")}
+        trainer_defaults = dict(run_folders.TRAINER_DEFAULTS)  # default_root_dir: runs
         trainer_defaults.update(kwargs.pop("trainer_defaults", None) or {})
         # the command line, so that a device error can name the flag or file that asked for a GPU
         self.argv = as_argv(sys.argv[1:] if args is None else args)
-        super().__init__(
-            model_class=None,
-            datamodule_class=None,
-            trainer_defaults=trainer_defaults,
-            args=args,
-            **kwargs,
-        )
+        self.run_folder: RunFolder | None = None
+        try:
+            super().__init__(
+                model_class=None,
+                datamodule_class=None,
+                trainer_defaults=trainer_defaults,
+                args=args,
+                **kwargs,
+            )
+        except BaseException:
+            if self.run_folder is not None:  # a failed start leaves no empty version_N behind
+                self.run_folder.remove_if_unused()
+            raise
 
     @override
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
@@ -159,6 +167,7 @@ class LitGpuCLI(LightningCLI):
         parser.add_lightning_class_args(FreshLastCheckpoint, "checkpoint")
         parser.add_lightning_class_args(SpeedLevers, "speed")  # --speed.channels_last, --speed.compile, ...
         add_extra_arguments(parser)  # --nan_guard.*, --predict_out, --tune_batch_size
+        run_folders.add_arguments(parser)  # --loggers
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/loss",
@@ -172,10 +181,15 @@ class LitGpuCLI(LightningCLI):
 
     @override
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        with warnings.catch_warnings():  # args from Python (main(argv), notebooks) are intended here
-            warnings.filterwarnings("ignore", message=r".*LightningCLI's args parameter is intended to run.*")
-            super().parse_arguments(parser, args)
-        resolve_ckpt_path(self.config)  # "last" -> newest runs/*/version_*/checkpoints/last.ckpt
+        rebuilt = run_folders.with_saved_config(args)  # --ckpt_path FILE alone: config.yaml beside it first
+        if rebuilt is not args:  # parse exactly this argv (sys.argv holds only the user's part of it)
+            self.argv = as_argv(rebuilt)
+            self.config = parser.parse_args(rebuilt)
+        else:
+            with warnings.catch_warnings():  # args from Python (main(argv), notebooks) are intended here
+                warnings.filterwarnings("ignore", message=r".*LightningCLI's args parameter is intended.*")
+                super().parse_arguments(parser, args)
+        resolve_ckpt_path(self.config)  # last/best -> newest run of the same model and data; files checked
 
     @override
     def _parse_ckpt_path(self) -> None:
@@ -193,6 +207,13 @@ class LitGpuCLI(LightningCLI):
 
     @override
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
+        config = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        loggers, self.run_folder = run_folders.trainer_loggers(config)  # CSV + TensorBoard, one folder
+        if loggers is not None:
+            kwargs.setdefault("logger", loggers)
+        callbacks = run_folders.progress_bar_callbacks(config)  # redrawn 4x a second, not 100x
+        if callbacks is not None:
+            kwargs.setdefault("callbacks", callbacks)
         try:
             trainer = super().instantiate_trainer(**kwargs)
         except _TRAINER_ERRORS as err:  # no GPU, devices 0, max_epochs -5, strategy typo...
@@ -201,6 +222,9 @@ class LitGpuCLI(LightningCLI):
                 raise
             raise LitGpuError(message) from err
         configure_trainer(trainer, self.config, self.subcommand)  # atomic IO, RNG, Ctrl+C, CSV
+        if self.run_folder is not None:
+            trainer.callbacks.insert(0, RunFolderSync(self.run_folder))  # DDP ranks: rank 0's folder
+        run_folders.adapt_checkpoint_monitor(trainer)  # default val/loss: last.ckpt only if never logged
         return trainer
 
     def before_fit(self) -> None:

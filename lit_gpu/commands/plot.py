@@ -34,8 +34,9 @@ def find_metrics(run_dir: str | os.PathLike) -> Path:
     """The ``metrics.csv`` of a run.
 
     Args:
-        run_dir: A run folder (``runs/lit_gpu/version_0``), the CSV itself, or a logger folder
-            (``runs/lit_gpu``), in which case the newest ``version_*`` holding a CSV is used.
+        run_dir: A run folder (``runs/lit_gpu/version_0``), the CSV itself, a logger folder
+            (``runs/lit_gpu``) or a root (``runs``, any ``--trainer.default_root_dir``): then the
+            newest ``version_*`` holding a CSV is used.
 
     Raises:
         LitGpuError: No ``metrics.csv`` found.
@@ -46,6 +47,7 @@ def find_metrics(run_dir: str | os.PathLike) -> Path:
     if (path / "metrics.csv").is_file():
         return path / "metrics.csv"
     found = [p for p in path.glob("version_*/metrics.csv") if p.is_file()]
+    found = found or [p for p in path.glob("*/version_*/metrics.csv") if p.is_file()]
     if found:
         return max(found, key=lambda p: p.stat().st_mtime)
     raise LitGpuError(
@@ -210,12 +212,16 @@ def plot_confusion_matrix(
 
 
 def main(argv: Sequence[str]) -> int:
-    """``lit-gpu plot RUN_DIR [--out PNG]``."""
+    """``lit-gpu plot [RUN_DIR] [--out PNG]``."""
     parser = argparse.ArgumentParser(
         prog="lit-gpu plot", description="Plot a run's loss and accuracy curves from its metrics.csv."
     )
     parser.add_argument(
-        "run_dir", help="run folder (runs/lit_gpu/version_0), its metrics.csv, or runs/lit_gpu"
+        "run_dir",
+        nargs="?",
+        default="runs",
+        help="run folder (runs/lit_gpu/version_0), its metrics.csv, or a root "
+        "(a --trainer.default_root_dir): its newest run (default: runs)",
     )
     parser.add_argument("--out", default=None, help="PNG to write (default: curves.png beside metrics.csv)")
     args = parser.parse_args(list(argv))

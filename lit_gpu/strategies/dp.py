@@ -26,9 +26,10 @@ from lightning.pytorch.strategies.strategy import TBroadcast
 from torch import Tensor, nn
 from typing_extensions import override
 
+from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 
-__all__ = ["DataParallelStrategy", "register", "unwrap_net", "wrap_net"]
+__all__ = ["DataParallelStrategy", "missing_net_message", "register", "unwrap_net", "wrap_net"]
 
 
 class AutocastReplica(nn.Module):
@@ -100,16 +101,23 @@ def wrap_net(
     """
     net = module._modules.get(attr)
     if not isinstance(net, nn.Module):
-        raise LitGpuError(
-            f"strategy 'dp' wraps the model's sub-module {attr!r}, but {type(module).__name__} has no "
-            f"nn.Module attribute {attr!r}; pass DataParallelStrategy(net_attr=...) naming the network"
-        )
+        raise LitGpuError(missing_net_message(module, attr))
     output_device = device_ids[0] if device_ids else None
     wrapper = NetDataParallel(
         AutocastReplica(net, device_type), device_ids=device_ids, output_device=output_device
     )
     module.__dict__[attr] = wrapper
     return wrapper
+
+
+def missing_net_message(module: nn.Module, attr: str) -> str:
+    """One line: the model has no sub-module ``attr``; name one of its sub-modules, or use ddp."""
+    name = type(module).__name__
+    children = [(n, type(m).__name__) for n, m in module.named_children() if list(m.parameters())]
+    if not children:
+        return messages.DP_NO_SUB_MODULE.format(model=name)
+    listed = ", ".join(f"{n} ({t})" for n, t in children[:6]) + (", ..." if len(children) > 6 else "")
+    return messages.DP_NO_SUCH_NET.format(attr=attr, model=name, listed=listed, first=children[0][0])
 
 
 def unwrap_net(module: nn.Module, attr: str = "net") -> None:

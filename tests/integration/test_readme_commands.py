@@ -32,6 +32,7 @@ DEBUG = ["--config", "configs/debug.yaml"]
 RUN = [
     "lit-gpu fit --config configs/simple.yaml",
     "lit-gpu fit --config configs/simple.yaml --ckpt_path last",
+    "lit-gpu fit --ckpt_path runs/lit_gpu/version_1/checkpoints/last.ckpt --trainer.max_epochs 4",
     "lit-gpu plot runs/lit_gpu/version_0",
     "lit-gpu export runs/lit_gpu/version_0/checkpoints/last.ckpt --out model.safetensors",
     "lit-gpu predict --config configs/simple.yaml --ckpt_path last --predict_out preds.csv",
@@ -121,6 +122,15 @@ def test_readme_shows_the_expected_commands(readme_text):
         assert (REPO_ROOT / link).exists(), f"README links to a missing file: {link}"
 
 
+def _fake_run_for(argv: list[str]) -> None:
+    """A run folder with a config.yaml for ``--ckpt_path runs/.../last.ckpt`` (rebuilt from it)."""
+    if "--ckpt_path" in argv and argv[argv.index("--ckpt_path") + 1].endswith(".ckpt"):
+        ckpt = Path(argv[argv.index("--ckpt_path") + 1])
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        ckpt.touch()
+        (ckpt.parent.parent / "config.yaml").write_text((REPO_ROOT / "configs/simple.yaml").read_text())
+
+
 def test_every_readme_command_parses(readme_text, scratch):
     commands = readme_commands(readme_text)
     assert len(commands) >= 25
@@ -129,6 +139,7 @@ def test_every_readme_command_parses(readme_text, scratch):
         argv, redirect = _split_redirect(argv)
         name = argv[0]
         if name in CLI_SUBCOMMANDS:
+            _fake_run_for(argv)
             args = [a for a in argv if a != "--print_config"] + ["--print_config"]
             if "--help" in argv:
                 args = argv
@@ -159,7 +170,7 @@ def test_every_readme_command_parses(readme_text, scratch):
 def test_representative_readme_commands_run_on_cpu(readme_text, scratch, capsys):
     for command in RUN:
         argv = shlex.split(command)[1:]
-        if argv[0] in ("fit", "test", "predict"):
+        if argv[0] in ("fit", "test", "predict") and "--config" in argv:  # else: the saved config
             argv = argv + DEBUG
         if command.endswith("--ckpt_path last") and argv[0] == "fit":
             argv = argv + ["--trainer.max_epochs", "3"]  # one epoch more than the first run's
@@ -174,6 +185,8 @@ def test_representative_readme_commands_run_on_cpu(readme_text, scratch, capsys)
     run0 = scratch / "runs" / "lit_gpu" / "version_0"
     assert (run0 / "curves.png").stat().st_size > 0
     assert (scratch / "runs" / "lit_gpu" / "version_1" / "checkpoints" / "last.ckpt").is_file()
+    resumed = scratch / "runs" / "lit_gpu" / "version_2" / "config.yaml"  # rebuilt from version_1's config
+    assert "max_epochs: 4" in resumed.read_text() and "limit_train_batches: 4" in resumed.read_text()
     assert (scratch / "model.safetensors").is_file() and (scratch / "model.safetensors.json").is_file()
     header = (scratch / "preds.csv").read_text().splitlines()[0]
     assert header.startswith("index,output_0")

@@ -47,7 +47,8 @@ def test_configs_compose_in_order(capsys):
 def test_defaults_seed_logger_checkpoint(capsys):
     out = yaml.safe_load(print_config(["--config", str(CONFIGS / "mnist.yaml")], capsys))
     assert out["seed_everything"] == 42
-    assert out["trainer"]["logger"]["class_path"].endswith("CSVLogger")
+    assert out["trainer"]["logger"] is None and out["loggers"] == ["csv", "tensorboard"]  # lit_gpu's loggers
+    assert out["trainer"]["default_root_dir"] == "runs"
     assert out["checkpoint"]["monitor"] == "val/acc" and out["checkpoint"]["mode"] == "max"
     assert out["checkpoint"]["save_last"] is True
 

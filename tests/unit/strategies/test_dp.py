@@ -132,8 +132,20 @@ def test_wrap_net_keeps_state_dict_and_parameters():
 
 
 def test_wrap_net_names_a_missing_attribute():
-    with pytest.raises(LitGpuError, match=r"no nn.Module attribute 'backbone'.*net_attr"):
+    with pytest.raises(LitGpuError, match=r"sub-module 'backbone'.*sub-modules: net .*net_attr net") as info:
         wrap_net(dp_module(), "backbone", device_type="cpu")
+    assert "\n" not in str(info.value)
+
+
+def test_dp_on_a_module_without_net_names_its_sub_modules_or_says_there_is_none():
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    with pytest.raises(
+        LitGpuError, match=r"its sub-modules: layer \(Linear\).*--trainer.strategy.net_attr layer"
+    ):
+        wrap_net(BoringModel(), "net", device_type="cpu")
+    with pytest.raises(LitGpuError, match=r"no sub-module with parameters; use --trainer.strategy ddp"):
+        wrap_net(torch.nn.Module(), "net", device_type="cpu")
 
 
 @cpu_only

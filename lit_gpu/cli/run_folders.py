@@ -1,0 +1,88 @@
+"""Where ``lit-gpu`` runs write: lit_gpu's loggers under ``trainer.default_root_dir``, one folder per run.
+
+* ``--trainer.default_root_dir DIR`` (default ``runs``) holds everything: ``DIR/lit_gpu/version_N/``
+  with ``config.yaml``, ``metrics.csv`` (CSV), TensorBoard events and ``checkpoints/``; ``--loggers``
+  picks lit_gpu's loggers (``[csv, tensorboard]``) unless ``trainer.logger`` names other ones.
+* ``SUBCOMMAND --ckpt_path FILE`` without ``--config``: the run is rebuilt from the ``config.yaml``
+  saved beside the checkpoint (:func:`lit_gpu.runs.args_with_saved_config`).
+* The progress bar redraws a few times a second (:mod:`lit_gpu.callbacks.progress`), not 100.
+* The default checkpoint monitor ``val/loss`` falls back to ``last.ckpt`` only for a module that
+  never logs it.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Literal
+
+import lightning.pytorch as pl
+from lightning.pytorch.cli import LightningArgumentParser
+
+from lit_gpu import messages, runs
+from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
+from lit_gpu.callbacks.progress import default_progress_bar
+from lit_gpu.cli.ckpt_path import config_value, root_dir
+
+DEFAULT_MONITOR = "val/loss"
+TRAINER_DEFAULTS = {"default_root_dir": runs.DEFAULT_ROOT}
+
+
+def add_arguments(parser: LightningArgumentParser) -> None:
+    """Add ``--loggers``."""
+    parser.add_argument(
+        "--loggers",
+        type=list[Literal["csv", "tensorboard"]],
+        default=list(runs.LOGGER_KINDS),
+        help="lit_gpu's loggers, all into DEFAULT_ROOT_DIR/lit_gpu/version_N (csv: metrics.csv for "
+        "lit-gpu plot; tensorboard: tensorboard --logdir DEFAULT_ROOT_DIR); used when trainer.logger "
+        "is null or true",
+    )
+
+
+def trainer_loggers(config: Any) -> tuple[list[Any] | None, runs.RunFolder | None]:
+    """lit_gpu's loggers for this run and their shared folder, or ``(None, None)`` for the user's own.
+
+    ``trainer.logger`` null/true means lit_gpu's ``--loggers`` (an empty list: no logger).
+    """
+    logger = config_value(config, "trainer.logger")
+    if logger is not None and logger is not True:
+        return None, None
+    kinds = list(config_value(config, "loggers", runs.LOGGER_KINDS))
+    if not kinds:
+        return [], None
+    folder = runs.RunFolder(root_dir(config), runs.DEFAULT_NAME)
+    return runs.make_loggers(kinds, folder), folder
+
+
+def progress_bar_callbacks(config: Any) -> list[Any] | None:
+    """``trainer.callbacks`` plus lit_gpu's progress bar, or ``None`` when the config needs none added.
+
+    Nothing is added when the progress bar is off or the config already has one.
+    """
+    trainer = config_value(config, "trainer", {})
+    if config_value(trainer, "enable_progress_bar", True) is False:
+        return None
+    callbacks = config_value(trainer, "callbacks", [])
+    callbacks = list(callbacks) if isinstance(callbacks, list | tuple) else [callbacks]
+    if any(isinstance(c, pl.callbacks.ProgressBar) for c in callbacks):
+        return None
+    return [*callbacks, default_progress_bar()]
+
+
+def with_saved_config(args: Any) -> Any:
+    """``args`` with the ``config.yaml`` beside ``--ckpt_path FILE`` put first (when no config is given)."""
+    if args is not None and not isinstance(args, list | tuple):
+        return args
+    argv = list(sys.argv[1:] if args is None else args)
+    new, used = runs.args_with_saved_config(argv)
+    if used is None:
+        return args
+    messages.tell(messages.REBUILDING_FROM.format(config=used))
+    return new
+
+
+def adapt_checkpoint_monitor(trainer: pl.Trainer) -> None:
+    """The default ``val/loss`` monitor falls back to ``last.ckpt`` only for modules that never log it."""
+    for callback in trainer.checkpoint_callbacks:
+        if isinstance(callback, FreshLastCheckpoint) and callback.monitor == DEFAULT_MONITOR:
+            callback.monitor_fallback = True
