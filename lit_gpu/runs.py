@@ -366,31 +366,31 @@ def make_loggers(kinds: Sequence[str], run: RunFolder) -> list[Any]:
     return loggers
 
 
-class RunCSVLogger(CSVLogger):
+class _SharedRunVersion:
+    """Mixin for a Lightning logger: the version (folder) is the shared :class:`RunFolder`'s."""
+
+    run: RunFolder
+
+    @property
+    def version(self) -> str:
+        return self.run.version
+
+
+class RunCSVLogger(_SharedRunVersion, CSVLogger):
     """Lightning's ``CSVLogger`` whose version is the shared :class:`RunFolder`'s."""
 
     def __init__(self, run: RunFolder, **kwargs: Any) -> None:
-        super().__init__(save_dir=run.root, name=run.name, **kwargs)
         self.run = run
-
-    @property
-    @override
-    def version(self) -> str:  # type: ignore[override]
-        return self.run.version
+        super().__init__(save_dir=run.root, name=run.name, **kwargs)
 
 
-class RunTensorBoardLogger(TensorBoardLogger):
+class RunTensorBoardLogger(_SharedRunVersion, TensorBoardLogger):
     """Lightning's ``TensorBoardLogger`` whose version is the shared :class:`RunFolder`'s."""
 
     def __init__(self, run: RunFolder, **kwargs: Any) -> None:
+        self.run = run
         kwargs.setdefault("default_hp_metric", False)
         super().__init__(save_dir=run.root, name=run.name, **kwargs)
-        self.run = run
-
-    @property
-    @override
-    def version(self) -> str:  # type: ignore[override]
-        return self.run.version
 
 
 class RunFolderSync(Callback):
