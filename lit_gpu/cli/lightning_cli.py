@@ -23,6 +23,7 @@ from lit_gpu import messages
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
 from lit_gpu.callbacks.nan_guard import NaNGuard
+from lit_gpu.callbacks.oom_recovery import OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
@@ -68,7 +69,7 @@ class ConciseErrorParser(LightningArgumentParser):
 
 
 def add_extra_arguments(parser: LightningArgumentParser) -> None:
-    """Add the ``nan_guard`` group, ``--predict_out`` and ``--tune_batch_size``."""
+    """Add the ``nan_guard`` group, ``--predict_out``, ``--tune_batch_size`` and ``--oom_recovery``."""
     parser.add_lightning_class_args(NaNGuard, "nan_guard")
     parser.add_argument(
         "--predict_out",
@@ -82,6 +83,12 @@ def add_extra_arguments(parser: LightningArgumentParser) -> None:
         default=False,
         help="fit only: find the largest data.batch_size that fits in memory (Lightning's Tuner) first",
     )
+    parser.add_argument(
+        "--oom_recovery",
+        type=bool,
+        default=False,
+        help="fit only: on out of memory, halve the micro-batch and retry the step (same effective batch)",
+    )
 
 
 # ---- around the trainer ---------------------------------------------------------------------------
@@ -89,6 +96,8 @@ def configure_trainer(trainer: pl.Trainer, config: Any, subcommand: str | None) 
     """Atomic checkpoint IO, RNG state + interrupt checkpoint callbacks, and the predict writer."""
     install_atomic_checkpoint_io(trainer)
     trainer.callbacks.extend([RNGStateCallback(), CheckpointOnInterrupt()])
+    if subcommand == "fit" and config_value(config, "fit.oom_recovery", False):
+        trainer.callbacks.append(OOMRecovery())
     predict_out = config_value(config, f"{subcommand}.predict_out") if subcommand else None
     if subcommand == "predict" and predict_out:
         trainer.callbacks.append(CSVPredictionWriter(predict_out))
@@ -138,7 +147,7 @@ class LitGpuCLI(LightningCLI):
         allow_auto_precision(parser)
         parser.add_lightning_class_args(FreshLastCheckpoint, "checkpoint")
         parser.add_lightning_class_args(SpeedLevers, "speed")  # --speed.channels_last, --speed.compile, ...
-        add_extra_arguments(parser)  # --nan_guard.*, --predict_out, --tune_batch_size
+        add_extra_arguments(parser)  # --nan_guard.*, --predict_out, --tune_batch_size, --oom_recovery
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/loss",
