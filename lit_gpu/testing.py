@@ -33,8 +33,9 @@ def _samples(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
 class OOMAbove(Callback):
     """Raise ``torch.OutOfMemoryError`` in training whenever the module sees more than ``batch_size`` samples.
 
-    A forward hook on the LightningModule (``self(x)`` in ``training_step``) counts the samples of its
-    first tensor argument, so it sees the micro-batches of ``--oom_recovery``. Only training steps
+    Hooks on the LightningModule's forward (``self(x)`` in ``training_step``) count the samples of its
+    first tensor argument, so they see the micro-batches of ``--oom_recovery`` (a call that contains
+    another call of the module, as DDP's redirected ``training_step``, is not counted). Only training steps
     fail; validation, test and predict run normally. The error text reads like a CUDA OOM, so
     lit_gpu's answers and Lightning's batch-size finder treat it as one.
 
@@ -67,19 +68,24 @@ class OOMAbove(Callback):
         self.phase = phase
         self.raised = 0
         self._trainer: pl.Trainer | None = None
-        self._handle: RemovableHandle | None = None
+        self._handles: list[RemovableHandle] = []
+        self._calls: list[list[Any]] = []  # [samples, saw an inner call] per open module call
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._trainer = trainer
-        if self._handle is None:
-            self._handle = pl_module.register_forward_hook(self._hook, with_kwargs=True)
+        if not self._handles:
+            self._handles = [
+                pl_module.register_forward_pre_hook(self._enter, with_kwargs=True),
+                pl_module.register_forward_hook(self._exit, with_kwargs=True, always_call=True),
+            ]
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self._handle is not None:
-            self._handle.remove()
-            self._handle = None
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self._calls = []
 
     def _should_fail(self, samples: int | None) -> bool:
         trainer = self._trainer
@@ -97,9 +103,14 @@ class OOMAbove(Callback):
             f"{rank}: {samples} samples > batch_size {self.batch_size}, in the {self.phase} pass)"
         )
 
-    def _hook(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        samples = _samples(args, kwargs)
-        if not self._should_fail(samples):
+    def _enter(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if self._calls:
+            self._calls[-1][1] = True  # the outer call (e.g. DDP's redirected training_step) is not a forward
+        self._calls.append([_samples(args, kwargs), False])
+
+    def _exit(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        samples, has_inner_call = self._calls.pop() if self._calls else (None, True)
+        if has_inner_call or not self._should_fail(samples):
             return
         if self.phase == "forward":
             raise self._error(samples)

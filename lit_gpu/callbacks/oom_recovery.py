@@ -228,9 +228,10 @@ class OOMRecovery(Callback):
                 if not is_out_of_memory(err):
                     raise
                 failed, oom_text = True, _first_line(err)
-            if self._anyone_failed(trainer, failed):
+            failures = self._count_failures(trainer, failed)
+            if failures:
                 out = loss = None  # drop this micro-batch's graph before releasing memory
-                self._adapt(trainer, module, size, total, oom_text)
+                self._adapt(trainer, module, size, total, failures, oom_text)
                 continue  # gradients of the finished micro-batches stay
             if loss is not None:
                 try:
@@ -239,12 +240,13 @@ class OOMRecovery(Callback):
                     if not is_out_of_memory(err):
                         raise
                     failed, oom_text = True, _first_line(err)
-                if self._anyone_failed(trainer, failed):
+                failures = self._count_failures(trainer, failed)
+                if failures:
                     out = loss = None
                     for p in params:  # partly written by the failed backward: start the batch again
                         p.grad = None
                     value, output, done = None, None, 0
-                    self._adapt(trainer, module, size, total, oom_text)
+                    self._adapt(trainer, module, size, total, failures, oom_text)
                     continue
                 part = loss.detach().float() * (size / total)
                 value = part if value is None else value + part
@@ -256,7 +258,8 @@ class OOMRecovery(Callback):
             p.grad = g
         if value is None:
             return None  # every micro-batch was skipped (training_step returned None)
-        scale = scaler.scale(torch.ones((), device=value.device)) if scaler is not None else value.new_ones(())
+        ones = torch.ones((), device=value.device)
+        scale = scaler.scale(ones) if scaler is not None else ones  # the factor the stored grads carry
         loss = _DeliverGradients.apply(value, [grads], scale.float(), *params)
         if isinstance(output, dict):
             return {**output, "loss": loss}
@@ -267,15 +270,22 @@ class OOMRecovery(Callback):
         """Back-propagate one micro-batch as Lightning would (fp16 GradScaler, the module's backward hook)."""
         module.backward(scaler.scale(loss) if scaler is not None else loss)
 
-    def _anyone_failed(self, trainer: pl.Trainer, failed: bool) -> bool:
-        """All processes agree whether any of them ran out of memory (one all-reduce under DDP)."""
+    @staticmethod
+    def _count_failures(trainer: pl.Trainer, failed: bool) -> int:
+        """How many processes ran out of memory; every process gets the same answer (one all-reduce)."""
         if trainer.world_size == 1:
-            return failed
+            return int(failed)
         flag = torch.tensor(1.0 if failed else 0.0, device=trainer.strategy.root_device)
-        return bool(trainer.strategy.reduce(flag, reduce_op="sum").item() > 0)
+        return round(trainer.strategy.reduce(flag, reduce_op="sum").item())
 
     def _adapt(
-        self, trainer: pl.Trainer, module: pl.LightningModule, size: int, total: int, oom_text: str | None
+        self,
+        trainer: pl.Trainer,
+        module: pl.LightningModule,
+        size: int,
+        total: int,
+        failures: int,
+        oom_text: str | None,
     ) -> None:
         """Release the failed attempt's memory and halve the micro-batch, or give up at 1 sample."""
         gc.collect()  # the exception's frames held the failed forward's tensors
@@ -294,6 +304,8 @@ class OOMRecovery(Callback):
                 f"lit-gpu: out of memory at step {trainer.global_step} with {was} -> "
                 f"micro-batch {self.micro_batch_size} x {math.ceil(total / self.micro_batch_size)}"
             )
+            if trainer.world_size > 1:
+                line += f" on all {trainer.world_size} processes ({failures} ran out)"
             if has_batchnorm(module):
                 line += (
                     f" (BatchNorm layers now compute batch statistics over {self.micro_batch_size} "

@@ -1,0 +1,123 @@
+"""OOMRecovery: an out-of-memory step is retried in micro-batches with the same effective batch."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.plugins.precision import MixedPrecision
+from torch import nn
+
+from lit_gpu.callbacks.oom_recovery import OOMRecovery, _DeliverGradients
+from lit_gpu.data import SyntheticRegressionDataModule
+from lit_gpu.errors import LitGpuError
+from lit_gpu.modules import RegressionModule
+from lit_gpu.nets import SimpleModel
+from lit_gpu.testing import OOMAbove
+from tests.helpers.trainers import quiet_trainer
+
+
+def _fit(callbacks=(), net=None, **trainer_kwargs) -> tuple[RegressionModule, pl.Trainer]:
+    pl.seed_everything(7)
+    model = RegressionModule(
+        net or SimpleModel(10, 10), optimizer=lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)
+    )
+    data = SyntheticRegressionDataModule(num_samples=384, batch_size=64, teacher="linear", shuffle=False)
+    kwargs = {"max_epochs": 2, "callbacks": list(callbacks), **trainer_kwargs}
+    trainer = quiet_trainer(**kwargs)
+    trainer.fit(model, data)
+    return model, trainer
+
+
+def _max_diff(a: nn.Module, b: nn.Module) -> float:
+    pairs = zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    return max((x - y).abs().max().item() for x, y in pairs)
+
+
+def _fp16_with_grad_scaler() -> MixedPrecision:
+    """fp16 autocast + a GradScaler on CPU (Lightning's ``16-mixed`` would fall back to bf16 there)."""
+    return MixedPrecision("16-mixed", device="cpu", scaler=torch.amp.GradScaler("cpu", init_scale=1024.0))
+
+
+@pytest.mark.parametrize(
+    "phase, accumulate, fp16",
+    [("forward", 1, False), ("backward", 1, False), ("backward", 2, False), ("forward", 1, True)],
+)
+def test_recovered_run_equals_uninterrupted_run(phase, accumulate, fp16, capsys):
+    def plugins():
+        return [_fp16_with_grad_scaler()] if fp16 else None
+
+    reference, _ = _fit(accumulate_grad_batches=accumulate, plugins=plugins())
+    oom = OOMAbove(batch_size=32, phase=phase, from_step=2)
+    recovery = OOMRecovery()
+    model, trainer = _fit([recovery, oom], accumulate_grad_batches=accumulate, plugins=plugins())
+
+    assert oom.raised == 1 and recovery.micro_batch_size == 32 and recovery.adaptations == 1
+    assert trainer.global_step == reference.trainer.global_step  # no optimizer step lost or added
+    # fp16 rounds each micro-batch's activations; a GradScaler factor applied wrongly would be off by 1024x
+    tolerance = 1e-3 if fp16 else 1e-5
+    assert _max_diff(model, reference) < tolerance
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "out of memory" in ln]
+    assert lines == ["lit-gpu: out of memory at step 2 with batch 64 -> micro-batch 32 x 2"]
+
+
+def test_with_recovery_and_no_oom_the_run_is_bit_identical():
+    reference, _ = _fit()
+    model, _ = _fit([OOMRecovery()])
+    assert _max_diff(model, reference) == 0.0
+
+
+def test_halves_down_to_one_sample_then_gives_up(capsys):
+    recovery = OOMRecovery()
+    with pytest.raises(torch.OutOfMemoryError, match="simulated by lit_gpu.testing.OOMAbove"):
+        _fit([recovery, OOMAbove(batch_size=0)])
+    assert recovery.micro_batch_size == 1
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "out of memory at step" in ln]
+    assert [ln.split("-> ")[1] for ln in lines] == [
+        "micro-batch 32 x 2",
+        "micro-batch 16 x 4",
+        "micro-batch 8 x 8",
+        "micro-batch 4 x 16",
+        "micro-batch 2 x 32",
+        "micro-batch 1 x 64",
+    ]
+
+
+def test_batchnorm_nets_are_named_in_the_adapt_line(capsys):
+    net = nn.Sequential(nn.Linear(10, 16), nn.BatchNorm1d(16), nn.Linear(16, 10))
+    _fit([OOMRecovery(), OOMAbove(batch_size=32)], net=net, max_epochs=1)
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if "out of memory at step" in ln]
+    assert "BatchNorm layers now compute batch statistics over 32 samples, not 64" in line
+
+
+def test_micro_batch_is_saved_and_restored():
+    recovery = OOMRecovery()
+    recovery.micro_batch_size = 16
+    restored = OOMRecovery()
+    restored.load_state_dict(recovery.state_dict())
+    assert restored.micro_batch_size == 16
+    empty = OOMRecovery(micro_batch_size=8)
+    empty.load_state_dict({"micro_batch_size": None})  # a run that never ran out keeps the argument
+    assert empty.micro_batch_size == 8
+
+
+def test_manual_optimization_is_refused():
+    class Manual(RegressionModule):
+        def __init__(self) -> None:
+            super().__init__(SimpleModel(10, 10))
+            self.automatic_optimization = False
+
+    trainer = quiet_trainer(callbacks=[OOMRecovery()], max_steps=1)
+    with pytest.raises(LitGpuError, match="manual optimization"):
+        trainer.fit(Manual(), SyntheticRegressionDataModule(num_samples=64))
+
+
+def test_delivered_gradients_are_adopted_not_copied():
+    param = nn.Parameter(torch.zeros(4))
+    grad = torch.arange(4.0)
+    address = grad.data_ptr()
+    loss = _DeliverGradients.apply(torch.tensor(3.0), [[grad]], torch.tensor(1.0), param)
+    del grad
+    assert loss.item() == 3.0
+    (loss / 2).backward()  # the incoming gradient (here 1/2, as Lightning's accumulation) scales them
+    assert param.grad.tolist() == [0.0, 0.5, 1.0, 1.5] and param.grad.data_ptr() == address
