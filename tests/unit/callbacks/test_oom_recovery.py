@@ -17,11 +17,9 @@ from lit_gpu.testing import OOMAbove
 from tests.helpers.trainers import quiet_trainer
 
 
-def _fit(callbacks=(), net=None, **trainer_kwargs) -> tuple[RegressionModule, pl.Trainer]:
+def _fit(callbacks=(), make_net=SimpleModel, **trainer_kwargs) -> tuple[RegressionModule, pl.Trainer]:
     pl.seed_everything(7)
-    model = RegressionModule(
-        net or SimpleModel(10, 10), optimizer=lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)
-    )
+    model = RegressionModule(make_net(), optimizer=lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9))
     data = SyntheticRegressionDataModule(num_samples=384, batch_size=64, teacher="linear", shuffle=False)
     kwargs = {"max_epochs": 2, "callbacks": list(callbacks), **trainer_kwargs}
     trainer = quiet_trainer(**kwargs)
@@ -84,8 +82,10 @@ def test_halves_down_to_one_sample_then_gives_up(capsys):
 
 
 def test_batchnorm_nets_are_named_in_the_adapt_line(capsys):
-    net = nn.Sequential(nn.Linear(10, 16), nn.BatchNorm1d(16), nn.Linear(16, 10))
-    _fit([OOMRecovery(), OOMAbove(batch_size=32)], net=net, max_epochs=1)
+    def make_net() -> nn.Module:
+        return nn.Sequential(nn.Linear(10, 16), nn.BatchNorm1d(16), nn.Linear(16, 10))
+
+    _fit([OOMRecovery(), OOMAbove(batch_size=32)], make_net=make_net, max_epochs=1)
     (line,) = [ln for ln in capsys.readouterr().err.splitlines() if "out of memory at step" in ln]
     assert "BatchNorm layers now compute batch statistics over 32 samples, not 64" in line
 
@@ -121,3 +121,46 @@ def test_delivered_gradients_are_adopted_not_copied():
     assert loss.item() == 3.0
     (loss / 2).backward()  # the incoming gradient (here 1/2, as Lightning's accumulation) scales them
     assert param.grad.tolist() == [0.0, 0.5, 1.0, 1.5] and param.grad.data_ptr() == address
+
+
+def test_dp_strategy_splits_what_dataparallel_sees():
+    from lit_gpu.strategies.dp import DataParallelStrategy
+
+    reference, _ = _fit()
+    recovery = OOMRecovery()
+    model, _ = _fit([recovery, OOMAbove(batch_size=32, from_step=1)], strategy=DataParallelStrategy())
+    assert recovery.micro_batch_size == 32 and _max_diff(model, reference) < 1e-5
+
+
+class _HungryNet(nn.Module):
+    """SimpleModel whose forward also allocates ``bytes_per_sample`` per sample, in two halves.
+
+    The second half fails first; the first half is then only held by the exception's frames, so a retry at
+    half the batch fits only if the failed attempt's memory was really released.
+    """
+
+    def __init__(self, bytes_per_sample: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(10, 10)  # SimpleModel's layer: same name, same initial weights
+        self.floats_per_half = max(1, bytes_per_sample // 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        first = torch.zeros(x.shape[0], self.floats_per_half, device=x.device)
+        second = torch.zeros(x.shape[0], self.floats_per_half, device=x.device)
+        return self.fc(x) + (first[:, :1].mean() + second[:, :1].mean()) * 0
+
+
+@pytest.mark.gpu
+def test_real_cuda_oom_is_recovered_on_the_gpu():
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info()
+    per_sample = int(free * 0.7 / 32)  # 32 samples: 70 % of the free memory; 64 samples: 140 %
+    recovery = OOMRecovery()
+    model, trainer = _fit(
+        [recovery], make_net=lambda: _HungryNet(per_sample), accelerator="cuda", max_epochs=1
+    )
+    reference, _ = _fit(accelerator="cuda", max_epochs=1)
+
+    assert recovery.adaptations == 1 and recovery.micro_batch_size == 32  # one halving: nothing leaked
+    assert trainer.global_step == reference.trainer.global_step
+    assert _max_diff(model.net, reference.net) < 1e-5
