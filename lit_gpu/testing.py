@@ -43,8 +43,9 @@ class OOMAbove(Callback):
         batch_size: The largest number of samples that "fits".
         ranks: Global ranks that fail (e.g. ``[1]``: only rank 1 runs out of memory); ``None``: all.
         from_step: Fail only from this global step on (memory that grows later in a run).
-        phase: ``"forward"`` raises at the end of the forward pass; ``"backward"`` raises during the
-            backward pass, after part of the gradients were written.
+        phase: ``"forward"`` raises at the end of the forward pass; ``"backward"`` raises in the
+            backward pass when it reaches the module's first parameter, after the gradients of the
+            later layers were written.
 
     Attributes:
         raised: How many errors were raised so far (in this process).
@@ -114,9 +115,18 @@ class OOMAbove(Callback):
             return
         if self.phase == "forward":
             raise self._error(samples)
-        if isinstance(output, Tensor) and output.requires_grad:
+        first = next((p for p in module.parameters() if p.requires_grad), None)
+        if first is None or not isinstance(output, Tensor) or not output.requires_grad:
+            return
+        armed: list[RemovableHandle] = []
 
-            def fail(grad: Tensor) -> None:
-                raise self._error(samples)
+        def fail(grad: Tensor) -> None:
+            armed.pop().remove()
+            raise self._error(samples)
 
-            output.register_hook(fail)
+        def arm(grad: Tensor) -> None:
+            # this backward has started: fail when it reaches the module's first parameter, after
+            # the gradients of the later layers were already written (as a real late OOM leaves them)
+            armed.append(first.register_hook(fail))
+
+        output.register_hook(arm)

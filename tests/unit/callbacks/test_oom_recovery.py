@@ -17,7 +17,11 @@ from lit_gpu.testing import OOMAbove
 from tests.helpers.trainers import quiet_trainer
 
 
-def _fit(callbacks=(), make_net=SimpleModel, **trainer_kwargs) -> tuple[RegressionModule, pl.Trainer]:
+def _two_layers() -> nn.Module:
+    return nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Linear(16, 10))
+
+
+def _fit(callbacks=(), make_net=_two_layers, **trainer_kwargs) -> tuple[RegressionModule, pl.Trainer]:
     pl.seed_everything(7)
     model = RegressionModule(make_net(), optimizer=lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9))
     data = SyntheticRegressionDataModule(num_samples=384, batch_size=64, teacher="linear", shuffle=False)
@@ -159,7 +163,7 @@ def test_real_cuda_oom_is_recovered_on_the_gpu():
     model, trainer = _fit(
         [recovery], make_net=lambda: _HungryNet(per_sample), accelerator="cuda", max_epochs=1
     )
-    reference, _ = _fit(accelerator="cuda", max_epochs=1)
+    reference, _ = _fit(make_net=SimpleModel, accelerator="cuda", max_epochs=1)
 
     assert recovery.adaptations == 1 and recovery.micro_batch_size == 32  # one halving: nothing leaked
     assert trainer.global_step == reference.trainer.global_step
