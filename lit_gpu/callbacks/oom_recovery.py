@@ -38,7 +38,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import BatchSizeFinder, Callback
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.pytorch.utilities.data import extract_batch_size
 from lightning_utilities.core.apply_func import apply_to_collection
@@ -200,8 +200,10 @@ class OOMRecovery(Callback):
         *args: Any,
         **kwargs: Any,
     ) -> Any:
-        if any(isinstance(cb, BatchSizeFinder) for cb in trainer.callbacks):
-            return original(batch, *args, **kwargs)  # --tune_batch_size must see its OOMs
+        if not any(cb is self for cb in trainer.callbacks):
+            # detached: Lightning's batch-size and LR finders empty trainer.callbacks during their
+            # trials, and --tune_batch_size must see its OOMs
+            return original(batch, *args, **kwargs)
         total = extract_batch_size(batch)
         batch_idx = args[0] if args else kwargs.get("batch_idx", trainer.fit_loop.epoch_loop.batch_idx)
         params = [p for p in module.parameters() if p.requires_grad]

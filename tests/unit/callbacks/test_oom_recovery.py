@@ -168,3 +168,17 @@ def test_real_cuda_oom_is_recovered_on_the_gpu():
     assert recovery.adaptations == 1 and recovery.micro_batch_size == 32  # one halving: nothing leaked
     assert trainer.global_step == reference.trainer.global_step
     assert _max_diff(model.net, reference.net) < 1e-5
+
+
+def test_batch_size_finder_still_sees_its_ooms(tmp_path):
+    from lightning.pytorch.tuner import Tuner
+
+    pl.seed_everything(7)
+    model = RegressionModule(_two_layers())
+    data = SyntheticRegressionDataModule(num_samples=384, batch_size=2, teacher="linear")
+    recovery = OOMRecovery()
+    trainer = quiet_trainer(tmp_path, max_epochs=1, callbacks=[recovery, OOMAbove(batch_size=32)])
+    found = Tuner(trainer).scale_batch_size(model, datamodule=data, mode="power", max_trials=8)
+    assert found == 32 and recovery.adaptations == 0  # the finder's OOM at 64 was not "recovered"
+    trainer.fit(model, data)
+    assert recovery.adaptations == 0 and recovery.micro_batch_size is None
