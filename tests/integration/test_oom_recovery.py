@@ -99,14 +99,20 @@ def test_resume_of_a_recovered_run_starts_with_the_micro_batch(reference, tmp_pa
     assert _max_diff(_weights(tmp_path / str(LAST).format(1)), _weights(reference)) < 1e-5
 
 
-def test_ddp_only_rank_1_runs_out_both_ranks_switch(reference, tmp_path, cli_env):
-    """gloo, 2 processes x batch 32 (the reference's global batch 64); rank 1 fails from step 3 on."""
+@pytest.mark.parametrize("phase", ["forward", "backward"])
+def test_ddp_only_rank_1_runs_out_both_ranks_switch(phase, reference, tmp_path, cli_env):
+    """gloo, 2 processes x batch 32 (the reference's global batch 64); rank 1 fails from step 3 on.
+
+    ``backward``: rank 1 fails late in its backward while rank 0's backward succeeded, the case where
+    a gradient all-reduce inside backward would leave rank 0 waiting forever.
+    """
     recorder = tmp_path / "recorder.yaml"
     recorder.write_text(
         "trainer:\n  callbacks:\n    - class_path: tests.helpers.recorder.MicroBatchRecorder\n"
         f"      init_args:\n        out_dir: {tmp_path / 'micro'}\n"
         "    - class_path: lit_gpu.testing.OOMAbove\n"
         "      init_args:\n        batch_size: 16\n        ranks: [1]\n        from_step: 3\n"
+        f"        phase: {phase}\n"
     )
     cmd = [
         str(Path(sys.executable).parent / "lit-gpu"),
