@@ -182,3 +182,12 @@ def test_batch_size_finder_still_sees_its_ooms(tmp_path):
     assert found == 32 and recovery.adaptations == 0  # the finder's OOM at 64 was not "recovered"
     trainer.fit(model, data)
     assert recovery.adaptations == 0 and recovery.micro_batch_size is None
+
+
+@pytest.mark.gpu  # Lightning's FSDP needs CUDA
+def test_fsdp_is_refused_with_one_line(tmp_path):
+    trainer = quiet_trainer(
+        tmp_path, accelerator="cuda", strategy="fsdp", callbacks=[OOMRecovery()], max_steps=1
+    )
+    with pytest.raises(LitGpuError, match="works with one device, ddp and dp, not FSDPStrategy"):
+        trainer.fit(RegressionModule(SimpleModel(10, 10)), SyntheticRegressionDataModule(num_samples=64))
