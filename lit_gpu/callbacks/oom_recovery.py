@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import gc
 import math
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +44,7 @@ from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor, nn
 from typing_extensions import override
 
+from lit_gpu import messages
 from lit_gpu.errors import LitGpuError, is_out_of_memory
 from lit_gpu.strategies.dp import DataParallelStrategy
 
@@ -106,11 +106,6 @@ def _loss_of(output: Any) -> Tensor | None:
     return output if isinstance(output, Tensor) else None
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else "CUDA out of memory"
-
-
 class OOMRecovery(Callback):
     """On out of memory in a training step: halve the micro-batch, keep the effective batch, go on.
 
@@ -154,15 +149,11 @@ class OOMRecovery(Callback):
             return
         if not pl_module.automatic_optimization:
             raise LitGpuError(
-                f"--oom_recovery splits batches under automatic optimization, but {type(pl_module).__name__} "
-                "uses manual optimization; catch torch.OutOfMemoryError in its training_step instead"
+                messages.OOM_RECOVERY_MANUAL_OPTIMIZATION.format(module=type(pl_module).__name__)
             )
         strategy = trainer.strategy
         if not isinstance(strategy, SingleDeviceStrategy | DDPStrategy | DataParallelStrategy):
-            raise LitGpuError(
-                f"--oom_recovery works with one device, ddp and dp, not {type(strategy).__name__}; "
-                "drop --oom_recovery, or use --trainer.strategy ddp"
-            )
+            raise LitGpuError(messages.OOM_RECOVERY_STRATEGY.format(strategy=type(strategy).__name__))
         current = pl_module.__dict__.get("training_step")
         if getattr(current, "_lit_gpu_oom_recovery", None) is self:
             return
@@ -180,10 +171,7 @@ class OOMRecovery(Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # after strategy.setup, when trainer.sync_batchnorm has converted the layers
         if trainer.world_size > 1 and any(isinstance(m, nn.SyncBatchNorm) for m in pl_module.modules()):
-            raise LitGpuError(
-                "--oom_recovery cannot be combined with SyncBatchNorm (--trainer.sync_batchnorm true): it "
-                "exchanges statistics inside the forward pass, so an OOM on one process would hang the others"
-            )
+            raise LitGpuError(messages.OOM_RECOVERY_SYNC_BATCHNORM)
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -213,7 +201,7 @@ class OOMRecovery(Callback):
         kept = [None if window_start else p.grad for p in params]
         for p in params:
             p.grad = None
-        self._announce_restored(trainer, total)
+        self._announce_restored(total)
 
         scaler = getattr(trainer.precision_plugin, "scaler", None)
         value: Tensor | None = None
@@ -229,7 +217,7 @@ class OOMRecovery(Callback):
             except Exception as err:  # noqa: BLE001 - only OOM is handled, the rest re-raised
                 if not is_out_of_memory(err):
                     raise
-                failed, oom_text = True, _first_line(err)
+                failed, oom_text = True, messages.first_line(err)
             failures = self._count_failures(trainer, failed)
             if failures:
                 out = loss = None  # drop this micro-batch's graph before releasing memory
@@ -241,7 +229,7 @@ class OOMRecovery(Callback):
                 except Exception as err:  # noqa: BLE001
                     if not is_out_of_memory(err):
                         raise
-                    failed, oom_text = True, _first_line(err)
+                    failed, oom_text = True, messages.first_line(err)
                 failures = self._count_failures(trainer, failed)
                 if failures:
                     out = loss = None
@@ -298,32 +286,24 @@ class OOMRecovery(Callback):
                 oom_text or "CUDA out of memory on another process, even with a micro-batch of 1 sample"
             )
         before = self.micro_batch_size or total
-        self.micro_batch_size = (size + 1) // 2
+        micro = self.micro_batch_size = (size + 1) // 2
         self.adaptations += 1
-        if trainer.is_global_zero:
-            was = f"batch {total}" if before >= total else f"batch {total} (micro-batch {before})"
-            line = (
-                f"lit-gpu: out of memory at step {trainer.global_step} with {was} -> "
-                f"micro-batch {self.micro_batch_size} x {math.ceil(total / self.micro_batch_size)}"
-            )
-            if trainer.world_size > 1:
-                line += f" on all {trainer.world_size} processes ({failures} ran out)"
-            if has_batchnorm(module):
-                line += (
-                    f" (BatchNorm layers now compute batch statistics over {self.micro_batch_size} "
-                    f"samples, not {total})"
-                )
-            print(line, file=sys.stderr, flush=True)
+        was = f"batch {total}" if before >= total else f"batch {total} (micro-batch {before})"
+        line = messages.OOM_ADAPTED.format(
+            step=trainer.global_step, was=was, micro=micro, count=math.ceil(total / micro)
+        )
+        if trainer.world_size > 1:
+            line += messages.OOM_ADAPTED_PROCESSES.format(world=trainer.world_size, failed=failures)
+        if has_batchnorm(module):
+            line += messages.OOM_ADAPTED_BATCHNORM.format(micro=micro, total=total)
+        messages.tell(line)
 
-    def _announce_restored(self, trainer: pl.Trainer, total: int) -> None:
+    def _announce_restored(self, total: int) -> None:
         if self._announced:
             return
         self._announced = True
         micro = self.micro_batch_size
-        if self._restored and micro and micro < total and trainer.is_global_zero:
-            print(
-                f"lit-gpu: micro-batch {micro} x {math.ceil(total / micro)} from the checkpoint "
-                "(found by out-of-memory recovery)",
-                file=sys.stderr,
-                flush=True,
+        if self._restored and micro and micro < total:
+            messages.tell(
+                messages.MICRO_BATCH_FROM_CHECKPOINT.format(micro=micro, count=math.ceil(total / micro))
             )

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from lit_gpu.cli import main
-from tests.conftest import CONFIGS
+from tests.helpers.paths import CONFIGS
 
 SIMPLE = [
     "fit",

@@ -14,6 +14,7 @@ from lit_gpu.errors import LitGpuError
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
 from lit_gpu.testing import OOMAbove
+from tests.helpers.run_if import RunIf
 from tests.helpers.trainers import quiet_trainer
 
 
@@ -155,6 +156,7 @@ class _HungryNet(nn.Module):
 
 
 @pytest.mark.gpu
+@RunIf(min_cuda_gpus=1)
 def test_real_cuda_oom_is_recovered_on_the_gpu():
     torch.cuda.empty_cache()
     free, _ = torch.cuda.mem_get_info()
@@ -184,7 +186,8 @@ def test_batch_size_finder_still_sees_its_ooms(tmp_path):
     assert recovery.adaptations == 0 and recovery.micro_batch_size is None
 
 
-@pytest.mark.gpu  # Lightning's FSDP needs CUDA
+@pytest.mark.gpu
+@RunIf(min_cuda_gpus=1)  # Lightning's FSDP needs CUDA
 def test_fsdp_is_refused_with_one_line(tmp_path):
     trainer = quiet_trainer(
         tmp_path, accelerator="cuda", strategy="fsdp", callbacks=[OOMRecovery()], max_steps=1
