@@ -194,3 +194,35 @@ def test_fsdp_is_refused_with_one_line(tmp_path):
     )
     with pytest.raises(LitGpuError, match="works with one device, ddp and dp, not FSDPStrategy"):
         trainer.fit(RegressionModule(SimpleModel(10, 10)), SyntheticRegressionDataModule(num_samples=64))
+
+
+def test_pin_torch_ddp_backward_inside_forward_does_not_all_reduce(tmp_path):
+    """Upstream behaviour OOMRecovery relies on (torch DDP's reducer): backward passes run inside DDP's
+    forward accumulate locally, as under ``no_sync``; the all-reduce comes with the outer backward."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    calls = []
+
+    def counting_hook(state, bucket):
+        calls.append(bucket.buffer().clone())
+        future = torch.futures.Future()
+        future.set_result(bucket.buffer())
+        return future
+
+    class Inner(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(3, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.fc(x).sum().backward()  # a micro-batch's backward, inside DDP's forward
+            assert not calls
+            return self.fc(x).sum()
+
+    ddp = DistributedDataParallel(Inner())
+    ddp.register_comm_hook(None, counting_hook)
+    ddp(torch.ones(2, 3)).backward()
+    assert len(calls) == 1  # one all-reduce, of the gradients of both backward passes
+    torch.testing.assert_close(ddp.module.fc.weight.grad, torch.full((1, 3), 4.0))
