@@ -25,14 +25,21 @@ class LitGpuError(RuntimeError):
     """
 
 
-def out_of_memory(err: BaseException, batch_size: int | None = None) -> str | None:
-    """Next steps for a CUDA (or host) out-of-memory error."""
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is a CUDA (or host) out-of-memory error: ``torch.OutOfMemoryError`` or its text."""
+    if isinstance(err, torch.OutOfMemoryError):
+        return True
     text = str(err)
-    is_oom = isinstance(err, RuntimeError) and (
+    return isinstance(err, RuntimeError) and (
         "CUDA out of memory" in text or "out of memory" in text.lower()[:80]
     )
-    if not (is_oom or isinstance(err, torch.OutOfMemoryError)):
+
+
+def out_of_memory(err: BaseException, batch_size: int | None = None) -> str | None:
+    """Next steps for a CUDA (or host) out-of-memory error."""
+    if not is_out_of_memory(err):
         return None
+    text = str(err)
     match = re.search(r"Tried to allocate ([\d.]+ \w+)", text)
     detail = f" (tried to allocate {match.group(1)})" if match else ""
     half = max(1, batch_size // 2) if batch_size else "<half the current value>"

@@ -33,7 +33,8 @@ OUT_OF_MEMORY = (
     "(2) keep the effective batch with --trainer.accumulate_grad_batches 2 (or more); "
     "(3) mixed precision: --config configs/trainer/amp.yaml (or bf16.yaml); "
     "(4) a model too big for one GPU: --config configs/trainer/fsdp.yaml; "
-    "(5) let Lightning find the largest batch that fits: lit-gpu fit ... --tune_batch_size true"
+    "(5) let Lightning find the largest batch that fits: lit-gpu fit ... --tune_batch_size true; "
+    "(6) recover instead of stopping: --oom_recovery true halves the micro-batch and retries the step"
 )
 DATALOADER_WORKER_DIED = (
     "a DataLoader worker process died ({reason}); usual causes: out of host or shared memory "
@@ -195,6 +196,18 @@ DISK_FULL = (
     "free space on that disk or point --checkpoint.dirpath (or --trainer.default_root_dir) at a disk "
     "with room, then resume with --ckpt_path last"
 )
+OOM_RECOVERY_MANUAL_OPTIMIZATION = (
+    "--oom_recovery splits batches under automatic optimization, but {module} uses manual optimization; "
+    "catch torch.OutOfMemoryError in its training_step instead"
+)
+OOM_RECOVERY_STRATEGY = (
+    "--oom_recovery works with one device, ddp and dp, not {strategy}; drop --oom_recovery, or use "
+    "--trainer.strategy ddp"
+)
+OOM_RECOVERY_SYNC_BATCHNORM = (
+    "--oom_recovery cannot be combined with SyncBatchNorm (--trainer.sync_batchnorm true): it exchanges "
+    "statistics inside the forward pass, so an OOM on one process would hang the others"
+)
 
 # ---- progress lines (printed with tell) ---------------------------------------------------------
 RESUMING_FROM = "resuming from {path} ({why})"
@@ -216,6 +229,12 @@ STOPPED_BY_SIGNAL = (
 STOPPED_BEFORE_SAVE = "stopped by {signal} {where}; nothing to save"
 INTERRUPTED_OUTSIDE_RUN = "interrupted"
 REMOVED_STALE_TEMP = "removed {file}, left by a killed save"
+OOM_ADAPTED = "out of memory at step {step} with {was} -> micro-batch {micro} x {count}"
+OOM_ADAPTED_PROCESSES = " on all {world} processes ({failed} ran out)"
+OOM_ADAPTED_BATCHNORM = " (BatchNorm layers now compute batch statistics over {micro} samples, not {total})"
+MICRO_BATCH_FROM_CHECKPOINT = (
+    "micro-batch {micro} x {count} from the checkpoint (found by out-of-memory recovery)"
+)
 WROTE_PREDICTIONS = "wrote {rows} predictions to {path}"
 EXPORTED = "exported {weights} (metadata: {sidecar})"
 WROTE_PLOT = "wrote {path} ({width}x{height} px)"

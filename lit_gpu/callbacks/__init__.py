@@ -3,6 +3,7 @@
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
 from lit_gpu.callbacks.nan_guard import NaNGuard, NonFiniteLossError
+from lit_gpu.callbacks.oom_recovery import OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 
@@ -12,5 +13,6 @@ __all__ = [
     "FreshLastCheckpoint",
     "NaNGuard",
     "NonFiniteLossError",
+    "OOMRecovery",
     "RNGStateCallback",
 ]

@@ -21,6 +21,7 @@ from lit_gpu import messages, safe_build
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
 from lit_gpu.callbacks.nan_guard import NaNGuard
+from lit_gpu.callbacks.oom_recovery import OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
@@ -72,7 +73,7 @@ class ConciseErrorParser(LightningArgumentParser):
 
 
 def add_extra_arguments(parser: LightningArgumentParser) -> None:
-    """Add the ``nan_guard`` group, ``--predict_out``, ``--tune_batch_size`` and ``free_gpus``."""
+    """Add ``nan_guard``, ``--predict_out``, ``--tune_batch_size``, ``--oom_recovery`` and ``free_gpus``."""
     parser.add_lightning_class_args(NaNGuard, "nan_guard")
     parser.add_argument(
         "--predict_out",
@@ -85,6 +86,12 @@ def add_extra_arguments(parser: LightningArgumentParser) -> None:
         type=bool,
         default=False,
         help="fit only: find the largest data.batch_size that fits in memory (Lightning's Tuner) first",
+    )
+    parser.add_argument(
+        "--oom_recovery",
+        type=bool,
+        default=False,
+        help="fit only: on out of memory, halve the micro-batch and retry the step (same effective batch)",
     )
     parser.add_argument(
         "--free_gpus",
@@ -102,6 +109,8 @@ def configure_trainer(trainer: pl.Trainer, config: Any, subcommand: str | None) 
     if subcommand == "fit":
         clean_run_folders(config[subcommand])  # temp files of saves killed in earlier runs
     trainer.callbacks.extend([RNGStateCallback(), CheckpointOnInterrupt()])
+    if subcommand == "fit" and config_value(config, "fit.oom_recovery", False):
+        trainer.callbacks.append(OOMRecovery())
     predict_out = config_value(config, f"{subcommand}.predict_out") if subcommand else None
     if subcommand == "predict" and predict_out and os.path.isdir(predict_out):
         example = os.path.join(predict_out, "predictions.csv")
@@ -166,7 +175,7 @@ class LitGpuCLI(LightningCLI):
         allow_auto_precision(parser)
         parser.add_lightning_class_args(FreshLastCheckpoint, "checkpoint")
         parser.add_lightning_class_args(SpeedLevers, "speed")  # --speed.channels_last, --speed.compile, ...
-        add_extra_arguments(parser)  # --nan_guard.*, --predict_out, --tune_batch_size
+        add_extra_arguments(parser)  # --nan_guard.*, --predict_out, --tune_batch_size, --oom_recovery
         run_folders.add_arguments(parser)  # --loggers
         parser.set_defaults(
             {

@@ -24,3 +24,33 @@ class BatchRecorder(pl.Callback):
             {"inputs": self.inputs, "world_size": trainer.world_size},
             self.out_dir / f"rank{trainer.global_rank}.pt",
         )
+
+
+class MicroBatchRecorder(pl.Callback):
+    """Saves the samples each training forward of the module saw to ``out_dir/micro{rank}.pt``.
+
+    ``{"sizes": [(global_step, n), ...], "micro_batch_size": OOMRecovery's value at fit end or None}``.
+    """
+
+    def __init__(self, out_dir: str) -> None:
+        self.out_dir = Path(out_dir)
+        self.sizes: list[tuple[int, int]] = []
+        self._handle = None
+
+    def setup(self, trainer, pl_module, stage) -> None:
+        def record(module, args):
+            if trainer.training and isinstance(args[0], torch.Tensor):  # not DDP's redirected training_step
+                self.sizes.append((trainer.global_step, int(args[0].shape[0])))
+
+        if self._handle is None:
+            self._handle = pl_module.register_forward_pre_hook(record)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        from lit_gpu.callbacks.oom_recovery import OOMRecovery
+
+        micro = next((cb.micro_batch_size for cb in trainer.callbacks if isinstance(cb, OOMRecovery)), None)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        torch.save(
+            {"sizes": self.sizes, "micro_batch_size": micro},
+            self.out_dir / f"micro{trainer.global_rank}.pt",
+        )

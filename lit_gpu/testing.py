@@ -1,0 +1,132 @@
+"""Rehearsal helpers: make rare failures happen on purpose, on any machine (a laptop CPU included).
+
+``OOMAbove`` rehearses out-of-memory recovery without a GPU::
+
+    lit-gpu fit --config configs/simple.yaml --oom_recovery true \\
+        --trainer.callbacks+=lit_gpu.testing.OOMAbove --trainer.callbacks.batch_size 32
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
+from typing_extensions import override
+
+__all__ = ["OOMAbove"]
+
+_PHASES = ("forward", "backward")
+
+
+def _samples(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    """Samples in the first tensor argument (its first dimension), or ``None`` without one."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, Tensor) and value.dim() > 0:
+            return int(value.shape[0])
+    return None
+
+
+class OOMAbove(Callback):
+    """Raise ``torch.OutOfMemoryError`` in training whenever the module sees more than ``batch_size`` samples.
+
+    Hooks on the LightningModule's forward (``self(x)`` in ``training_step``) count the samples of its
+    first tensor argument, so they see the micro-batches of ``--oom_recovery`` (a call that contains
+    another call of the module, as DDP's redirected ``training_step``, is not counted). Only training steps
+    fail; validation, test and predict run normally. The error text reads like a CUDA OOM, so
+    lit_gpu's answers and Lightning's batch-size finder treat it as one.
+
+    Args:
+        batch_size: The largest number of samples that "fits".
+        ranks: Global ranks that fail (e.g. ``[1]``: only rank 1 runs out of memory); ``None``: all.
+        from_step: Fail only from this global step on (memory that grows later in a run).
+        phase: ``"forward"`` raises at the end of the forward pass; ``"backward"`` raises in the
+            backward pass when it reaches the module's first parameter, after the gradients of the
+            later layers were written.
+
+    Attributes:
+        raised: How many errors were raised so far (in this process).
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        ranks: list[int] | None = None,
+        from_step: int = 0,
+        phase: str = "forward",
+    ) -> None:
+        super().__init__()
+        if batch_size < 0:
+            raise ValueError(f"batch_size must be >= 0, got {batch_size}")
+        if phase not in _PHASES:
+            raise ValueError(f"phase must be one of {_PHASES}, got {phase!r}")
+        self.batch_size = batch_size
+        self.ranks = None if ranks is None else [int(r) for r in ranks]
+        self.from_step = from_step
+        self.phase = phase
+        self.raised = 0
+        self._trainer: pl.Trainer | None = None
+        self._handles: list[RemovableHandle] = []
+        self._calls: list[list[Any]] = []  # [samples, saw an inner call] per open module call
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._trainer = trainer
+        if not self._handles:
+            self._handles = [
+                pl_module.register_forward_pre_hook(self._enter, with_kwargs=True),
+                pl_module.register_forward_hook(self._exit, with_kwargs=True, always_call=True),
+            ]
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self._calls = []
+
+    def _should_fail(self, samples: int | None) -> bool:
+        trainer = self._trainer
+        if trainer is None or not trainer.training or samples is None or samples <= self.batch_size:
+            return False
+        if self.ranks is not None and trainer.global_rank not in self.ranks:
+            return False
+        return trainer.global_step >= self.from_step
+
+    def _error(self, samples: int) -> torch.OutOfMemoryError:
+        self.raised += 1
+        rank = self._trainer.global_rank if self._trainer is not None else 0
+        return torch.OutOfMemoryError(
+            f"CUDA out of memory. Tried to allocate 2.00 GiB (simulated by lit_gpu.testing.OOMAbove on rank "
+            f"{rank}: {samples} samples > batch_size {self.batch_size}, in the {self.phase} pass)"
+        )
+
+    def _enter(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if self._calls:
+            self._calls[-1][1] = True  # the outer call (e.g. DDP's redirected training_step) is not a forward
+        self._calls.append([_samples(args, kwargs), False])
+
+    def _exit(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        samples, has_inner_call = self._calls.pop() if self._calls else (None, True)
+        if has_inner_call or not self._should_fail(samples):
+            return
+        if self.phase == "forward":
+            raise self._error(samples)
+        first = next((p for p in module.parameters() if p.requires_grad), None)
+        if first is None or not isinstance(output, Tensor) or not output.requires_grad:
+            return
+        armed: list[RemovableHandle] = []
+
+        def fail(grad: Tensor) -> None:
+            armed.pop().remove()
+            raise self._error(samples)
+
+        def arm(grad: Tensor) -> None:
+            # this backward has started: fail when it reaches the module's first parameter, after
+            # the gradients of the later layers were already written (as a real late OOM leaves them)
+            armed.append(first.register_hook(fail))
+
+        output.register_hook(arm)

@@ -1,0 +1,228 @@
+"""OOMRecovery: an out-of-memory step is retried in micro-batches with the same effective batch."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.plugins.precision import MixedPrecision
+from torch import nn
+
+from lit_gpu.callbacks.oom_recovery import OOMRecovery, _DeliverGradients
+from lit_gpu.data import SyntheticRegressionDataModule
+from lit_gpu.errors import LitGpuError
+from lit_gpu.modules import RegressionModule
+from lit_gpu.nets import SimpleModel
+from lit_gpu.testing import OOMAbove
+from tests.helpers.run_if import RunIf
+from tests.helpers.trainers import quiet_trainer
+
+
+def _two_layers() -> nn.Module:
+    return nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Linear(16, 10))
+
+
+def _fit(callbacks=(), make_net=_two_layers, **trainer_kwargs) -> tuple[RegressionModule, pl.Trainer]:
+    pl.seed_everything(7)
+    model = RegressionModule(make_net(), optimizer=lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9))
+    data = SyntheticRegressionDataModule(num_samples=384, batch_size=64, teacher="linear", shuffle=False)
+    kwargs = {"max_epochs": 2, "callbacks": list(callbacks), **trainer_kwargs}
+    trainer = quiet_trainer(**kwargs)
+    trainer.fit(model, data)
+    return model, trainer
+
+
+def _max_diff(a: nn.Module, b: nn.Module) -> float:
+    pairs = zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    return max((x - y).abs().max().item() for x, y in pairs)
+
+
+def _fp16_with_grad_scaler() -> MixedPrecision:
+    """fp16 autocast + a GradScaler on CPU (Lightning's ``16-mixed`` would fall back to bf16 there)."""
+    return MixedPrecision("16-mixed", device="cpu", scaler=torch.amp.GradScaler("cpu", init_scale=1024.0))
+
+
+@pytest.mark.parametrize(
+    "phase, accumulate, fp16",
+    [("forward", 1, False), ("backward", 1, False), ("backward", 2, False), ("forward", 1, True)],
+)
+def test_recovered_run_equals_uninterrupted_run(phase, accumulate, fp16, capsys):
+    def plugins():
+        return [_fp16_with_grad_scaler()] if fp16 else None
+
+    reference, _ = _fit(accumulate_grad_batches=accumulate, plugins=plugins())
+    oom = OOMAbove(batch_size=32, phase=phase, from_step=2)
+    recovery = OOMRecovery()
+    model, trainer = _fit([recovery, oom], accumulate_grad_batches=accumulate, plugins=plugins())
+
+    assert oom.raised == 1 and recovery.micro_batch_size == 32 and recovery.adaptations == 1
+    assert trainer.global_step == reference.trainer.global_step  # no optimizer step lost or added
+    # fp16 rounds each micro-batch's activations; a GradScaler factor applied wrongly would be off by 1024x
+    tolerance = 1e-3 if fp16 else 1e-5
+    assert _max_diff(model, reference) < tolerance
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "out of memory" in ln]
+    assert lines == ["lit-gpu: out of memory at step 2 with batch 64 -> micro-batch 32 x 2"]
+
+
+def test_with_recovery_and_no_oom_the_run_is_bit_identical():
+    reference, _ = _fit()
+    model, _ = _fit([OOMRecovery()])
+    assert _max_diff(model, reference) == 0.0
+
+
+def test_halves_down_to_one_sample_then_gives_up(capsys):
+    recovery = OOMRecovery()
+    with pytest.raises(torch.OutOfMemoryError, match="simulated by lit_gpu.testing.OOMAbove"):
+        _fit([recovery, OOMAbove(batch_size=0)])
+    assert recovery.micro_batch_size == 1
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "out of memory at step" in ln]
+    assert [ln.split("-> ")[1] for ln in lines] == [
+        "micro-batch 32 x 2",
+        "micro-batch 16 x 4",
+        "micro-batch 8 x 8",
+        "micro-batch 4 x 16",
+        "micro-batch 2 x 32",
+        "micro-batch 1 x 64",
+    ]
+
+
+def test_batchnorm_nets_are_named_in_the_adapt_line(capsys):
+    def make_net() -> nn.Module:
+        return nn.Sequential(nn.Linear(10, 16), nn.BatchNorm1d(16), nn.Linear(16, 10))
+
+    _fit([OOMRecovery(), OOMAbove(batch_size=32)], make_net=make_net, max_epochs=1)
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if "out of memory at step" in ln]
+    assert "BatchNorm layers now compute batch statistics over 32 samples, not 64" in line
+
+
+def test_micro_batch_is_saved_and_restored():
+    recovery = OOMRecovery()
+    recovery.micro_batch_size = 16
+    restored = OOMRecovery()
+    restored.load_state_dict(recovery.state_dict())
+    assert restored.micro_batch_size == 16
+    empty = OOMRecovery(micro_batch_size=8)
+    empty.load_state_dict({"micro_batch_size": None})  # a run that never ran out keeps the argument
+    assert empty.micro_batch_size == 8
+
+
+def test_manual_optimization_is_refused():
+    class Manual(RegressionModule):
+        def __init__(self) -> None:
+            super().__init__(SimpleModel(10, 10))
+            self.automatic_optimization = False
+
+    trainer = quiet_trainer(callbacks=[OOMRecovery()], max_steps=1)
+    with pytest.raises(LitGpuError, match="manual optimization"):
+        trainer.fit(Manual(), SyntheticRegressionDataModule(num_samples=64))
+
+
+def test_delivered_gradients_are_adopted_not_copied():
+    param = nn.Parameter(torch.zeros(4))
+    grad = torch.arange(4.0)
+    address = grad.data_ptr()
+    loss = _DeliverGradients.apply(torch.tensor(3.0), [[grad]], torch.tensor(1.0), param)
+    del grad
+    assert loss.item() == 3.0
+    (loss / 2).backward()  # the incoming gradient (here 1/2, as Lightning's accumulation) scales them
+    assert param.grad.tolist() == [0.0, 0.5, 1.0, 1.5] and param.grad.data_ptr() == address
+
+
+def test_dp_strategy_splits_what_dataparallel_sees():
+    from lit_gpu.strategies.dp import DataParallelStrategy
+
+    reference, _ = _fit()
+    recovery = OOMRecovery()
+    model, _ = _fit([recovery, OOMAbove(batch_size=32, from_step=1)], strategy=DataParallelStrategy())
+    assert recovery.micro_batch_size == 32 and _max_diff(model, reference) < 1e-5
+
+
+class _HungryNet(nn.Module):
+    """SimpleModel whose forward also allocates ``bytes_per_sample`` per sample, in two halves.
+
+    The second half fails first; the first half is then only held by the exception's frames, so a retry at
+    half the batch fits only if the failed attempt's memory was really released.
+    """
+
+    def __init__(self, bytes_per_sample: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(10, 10)  # SimpleModel's layer: same name, same initial weights
+        self.floats_per_half = max(1, bytes_per_sample // 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        first = torch.zeros(x.shape[0], self.floats_per_half, device=x.device)
+        second = torch.zeros(x.shape[0], self.floats_per_half, device=x.device)
+        return self.fc(x) + (first[:, :1].mean() + second[:, :1].mean()) * 0
+
+
+@pytest.mark.gpu
+@RunIf(min_cuda_gpus=1)
+def test_real_cuda_oom_is_recovered_on_the_gpu():
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info()
+    per_sample = int(free * 0.7 / 32)  # 32 samples: 70 % of the free memory; 64 samples: 140 %
+    recovery = OOMRecovery()
+    model, trainer = _fit(
+        [recovery], make_net=lambda: _HungryNet(per_sample), accelerator="cuda", max_epochs=1
+    )
+    reference, _ = _fit(make_net=SimpleModel, accelerator="cuda", max_epochs=1)
+
+    assert recovery.adaptations == 1 and recovery.micro_batch_size == 32  # one halving: nothing leaked
+    assert trainer.global_step == reference.trainer.global_step
+    assert _max_diff(model.net, reference.net) < 1e-5
+
+
+def test_batch_size_finder_still_sees_its_ooms(tmp_path):
+    from lightning.pytorch.tuner import Tuner
+
+    pl.seed_everything(7)
+    model = RegressionModule(_two_layers())
+    data = SyntheticRegressionDataModule(num_samples=384, batch_size=2, teacher="linear")
+    recovery = OOMRecovery()
+    trainer = quiet_trainer(tmp_path, max_epochs=1, callbacks=[recovery, OOMAbove(batch_size=32)])
+    found = Tuner(trainer).scale_batch_size(model, datamodule=data, mode="power", max_trials=8)
+    assert found == 32 and recovery.adaptations == 0  # the finder's OOM at 64 was not "recovered"
+    trainer.fit(model, data)
+    assert recovery.adaptations == 0 and recovery.micro_batch_size is None
+
+
+@pytest.mark.gpu
+@RunIf(min_cuda_gpus=1)  # Lightning's FSDP needs CUDA
+def test_fsdp_is_refused_with_one_line(tmp_path):
+    trainer = quiet_trainer(
+        tmp_path, accelerator="cuda", strategy="fsdp", callbacks=[OOMRecovery()], max_steps=1
+    )
+    with pytest.raises(LitGpuError, match="works with one device, ddp and dp, not FSDPStrategy"):
+        trainer.fit(RegressionModule(SimpleModel(10, 10)), SyntheticRegressionDataModule(num_samples=64))
+
+
+def test_pin_torch_ddp_backward_inside_forward_does_not_all_reduce(tmp_path):
+    """Upstream behaviour OOMRecovery relies on (torch DDP's reducer): backward passes run inside DDP's
+    forward accumulate locally, as under ``no_sync``; the all-reduce comes with the outer backward."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    calls = []
+
+    def counting_hook(state, bucket):
+        calls.append(bucket.buffer().clone())
+        future = torch.futures.Future()
+        future.set_result(bucket.buffer())
+        return future
+
+    class Inner(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(3, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.fc(x).sum().backward()  # a micro-batch's backward, inside DDP's forward
+            assert not calls
+            return self.fc(x).sum()
+
+    ddp = DistributedDataParallel(Inner())
+    ddp.register_comm_hook(None, counting_hook)
+    ddp(torch.ones(2, 3)).backward()
+    assert len(calls) == 1  # one all-reduce, of the gradients of both backward passes
+    torch.testing.assert_close(ddp.module.fc.weight.grad, torch.full((1, 3), 4.0))
