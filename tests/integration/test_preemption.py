@@ -62,6 +62,28 @@ def _assert_bit_identical(got: dict, want: dict) -> None:
             assert torch.equal(torch.as_tensor(got_value), torch.as_tensor(value)), (index, name)
 
 
+def _start_group_job(argv: list[str], tmp_path: Path, env: dict[str, str], step: int = 3) -> subprocess.Popen:
+    """Start ``argv`` in its own process group (like a batch job); return once it reached ``step``.
+
+    ``tests.helpers.robustness.SlowSteps`` in ``argv`` writes the step reached to ``progress.txt``.
+    """
+    proc = subprocess.Popen(
+        argv,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    progress = tmp_path / "progress.txt"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        if progress.exists() and int(progress.read_text() or 0) >= step:
+            break
+        time.sleep(0.05)
+    return proc
+
+
 def _children(pid: int) -> list[int]:
     try:
         return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
@@ -77,20 +99,7 @@ def test_signal_to_process_group_saves_last_ckpt_and_resumes(
 ):
     argv = _mnist_argv(fake_mnist_dir)
     slow = ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0.3"]
-    proc = subprocess.Popen(
-        argv + slow,
-        cwd=tmp_path,
-        env=cli_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # its own process group, like a batch job
-    )
-    progress = tmp_path / "progress.txt"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and proc.poll() is None:
-        if progress.exists() and int(progress.read_text() or 0) >= 3:
-            break
-        time.sleep(0.05)
+    proc = _start_group_job(argv + slow, tmp_path, cli_env)
     workers = _children(proc.pid)
     assert proc.poll() is None and len(workers) >= 2, "training did not reach step 3 with its workers"
     os.killpg(proc.pid, sig)  # main process and DataLoader workers alike
@@ -127,20 +136,6 @@ def test_signal_to_process_group_saves_last_ckpt_and_resumes(
     final = torch.load(tmp_path / RUN / "version_2" / "checkpoints" / "last.ckpt", weights_only=True)
     assert final["global_step"] == LIMIT
     _assert_bit_identical(final, reference)  # dropout, 2 workers: the resume continues exactly
-
-
-@pytest.fixture
-def tiny_tmpfs(tmp_path):
-    """A real 300 KB filesystem (tmpfs); skipped where mounting is not allowed."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mount)], capture_output=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    yield mount
-    subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_disk_full_during_fit_is_one_line_and_keeps_the_previous_checkpoint(
@@ -186,20 +181,7 @@ def test_sigterm_to_a_ddp_group_stops_every_rank_at_the_same_step(tmp_path, cli_
         "--trainer.limit_train_batches", "30", "--data.num_workers", "1",
         "--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0.3",
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        argv,
-        cwd=tmp_path,
-        env=cli_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    progress = tmp_path / "progress.txt"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and proc.poll() is None:
-        if progress.exists() and int(progress.read_text() or 0) >= 3:
-            break
-        time.sleep(0.05)
+    proc = _start_group_job(argv, tmp_path, cli_env)
     os.killpg(proc.pid, signal.SIGTERM)
     try:
         _, err = proc.communicate(timeout=60)

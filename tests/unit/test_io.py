@@ -102,20 +102,6 @@ def test_checkpoint_size_is_about_what_torch_save_writes(tmp_path):
     assert abs(checkpoint_size(checkpoint) - written) < 0.1 * written  # zip record names differ
 
 
-@pytest.fixture
-def tiny_tmpfs(tmp_path):
-    """A real 300 KB filesystem (tmpfs); skipped where mounting is not allowed."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mount)], capture_output=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    yield mount
-    subprocess.run(["umount", str(mount)], check=False)
-
-
 def test_disk_full_on_a_real_small_filesystem(tiny_tmpfs):
     path = tiny_tmpfs / "last.ckpt"
     io = AtomicCheckpointIO()
