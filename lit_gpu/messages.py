@@ -230,6 +230,7 @@ STOPPED_BEFORE_SAVE = "stopped by {signal} {where}; nothing to save"
 INTERRUPTED_OUTSIDE_RUN = "interrupted"
 REMOVED_STALE_TEMP = "removed {file}, left by a killed save"
 OOM_ADAPTED = "out of memory at step {step} with {was} -> micro-batch {micro} x {count}"
+OOM_ADAPTED_EVAL = "out of memory during {loop} at batch {index} with {was} -> micro-batch {micro} x {count}"
 OOM_ADAPTED_PROCESSES = " on all {world} processes ({failed} ran out)"
 OOM_ADAPTED_BATCHNORM = " (BatchNorm layers now compute batch statistics over {micro} samples, not {total})"
 MICRO_BATCH_FROM_CHECKPOINT = (

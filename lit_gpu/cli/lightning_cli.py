@@ -21,7 +21,7 @@ from lit_gpu import messages, safe_build
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
 from lit_gpu.callbacks.nan_guard import NaNGuard
-from lit_gpu.callbacks.oom_recovery import OOMRecovery
+from lit_gpu.callbacks.oom_recovery import OOMLoopName, OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
@@ -91,7 +91,8 @@ def add_extra_arguments(parser: LightningArgumentParser) -> None:
         "--oom_recovery",
         type=bool,
         default=False,
-        help="fit only: on out of memory, halve the micro-batch and retry the step (same effective batch)",
+        help="on out of memory in any loop (training, sanity check, validation, test, predict), halve the "
+        "micro-batch and retry the step (same effective batch, same metrics)",
     )
     parser.add_argument(
         "--free_gpus",
@@ -109,8 +110,10 @@ def configure_trainer(trainer: pl.Trainer, config: Any, subcommand: str | None) 
     if subcommand == "fit":
         clean_run_folders(config[subcommand])  # temp files of saves killed in earlier runs
     trainer.callbacks.extend([RNGStateCallback(), CheckpointOnInterrupt()])
-    if subcommand == "fit" and config_value(config, "fit.oom_recovery", False):
-        trainer.callbacks.append(OOMRecovery())
+    if subcommand and config_value(config, f"{subcommand}.oom_recovery", False):
+        trainer.callbacks.append(OOMRecovery())  # in every loop; also names the loop of an OOM it gives up on
+    else:
+        trainer.callbacks.append(OOMLoopName())  # "out of memory during validation": names the loop
     predict_out = config_value(config, f"{subcommand}.predict_out") if subcommand else None
     if subcommand == "predict" and predict_out and os.path.isdir(predict_out):
         example = os.path.join(predict_out, "predictions.csv")
