@@ -164,7 +164,8 @@ class ProgressLog(ProgressBar):
             return
         if self.trial is not None:
             event = {"trial": self.trial, **event}
-            text = f"trial {self.trial} {text}"
+            prefix = messages.PREFIX if text.startswith(messages.PREFIX) else ""
+            text = f"{prefix}trial {self.trial} {text.removeprefix(prefix)}"
         line = json.dumps(event, separators=(",", ":")) if self.format == "json" else text
         stream = self.stream or sys.stdout
         print(line, file=stream, flush=True)
