@@ -322,7 +322,7 @@ class ProgressLog(ProgressBar):
         self._batches += 1
         self._step = batch_idx + 1
         self._last_batch = batch
-        if time.monotonic() >= self._due:
+        if time.monotonic() >= self._due and self._step < self.total_train_batches:  # else the epoch-end line
             self._line(trainer, "fit", batch, self.total_train_batches)
 
     @override
