@@ -1,6 +1,9 @@
 """lit_gpu's overhead over a raw PyTorch loop: same net, same tensors, same batches, same steps.
 
-    python benchmarks/overhead.py [--steps 400] [--repeats 5] [--threads 1]
+    python benchmarks/overhead.py [--steps 400] [--repeats 5] [--threads 1] [--device cuda]
+
+``--device cuda``: the net, the optimizer and the data (resident, as one tensor) on the GPU in every
+loop; each timing ends with ``torch.cuda.synchronize()``.
 
 Three variants, interleaved per repeat (raw, lit default, lit bare, ...) so that machine load hits
 all of them alike; the medians are compared:
@@ -56,11 +59,17 @@ def loader(x: torch.Tensor, y: torch.Tensor, batch_size: int) -> TensorLoader:
 
 
 CHANNELS_LAST = False
+DEVICE = torch.device("cpu")
+
+
+def _sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
 
 
 def make_net() -> FastMnistNet:
     torch.manual_seed(0)
-    net = FastMnistNet(12, 24, kernel_size=5)
+    net = FastMnistNet(12, 24, kernel_size=5).to(DEVICE)
     return net.to(memory_format=torch.channels_last) if CHANNELS_LAST else net
 
 
@@ -81,6 +90,7 @@ def run_raw(x: torch.Tensor, y: torch.Tensor, batch_size: int, warmup: int) -> t
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+    _sync()
     t1 = time.perf_counter()
     return t1 - t0, t1 - t_warm, time.process_time() - c0
 
@@ -115,7 +125,7 @@ def run_lit(
             flags = dict(logger=lit_runs.make_loggers(kinds, lit_runs.RunFolder(tmp)), default_root_dir=tmp)
         flags["callbacks"] = [clock] if bare or before else [clock, default_progress_bar()]
         trainer = pl.Trainer(
-            accelerator="cpu",
+            accelerator="gpu" if DEVICE.type == "cuda" else "cpu",
             devices=1,
             max_steps=steps,
             max_epochs=1,
@@ -125,6 +135,7 @@ def run_lit(
         )
         c0, t0 = time.process_time(), time.perf_counter()
         trainer.fit(module, train_dataloaders=loader(x, y, batch_size))
+        _sync()
         t1 = time.perf_counter()
     return t1 - t0, t1 - clock.t_warm, time.process_time() - c0
 
@@ -139,17 +150,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: PyTorch's)")
     parser.add_argument("--channels-last", action="store_true", help="NHWC net and inputs in both loops")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where every loop runs")
     args = parser.parse_args()
-    global CHANNELS_LAST
+    global CHANNELS_LAST, DEVICE
     CHANNELS_LAST = args.channels_last
+    DEVICE = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"# {machine()}")
     print(
         f"# FastMnistNet(12, 24, k=5), channels_last={CHANNELS_LAST}, SGD, batch {args.batch_size}, "
-        f"{args.steps} steps, x{args.repeats}"
+        f"{args.steps} steps, x{args.repeats}, device {DEVICE}"
     )
     x, y = make_data(args.steps, args.batch_size)
+    x, y = x.to(DEVICE), y.to(DEVICE)  # resident on the device: no host-to-device copy in any loop
     if CHANNELS_LAST:
         x = x.contiguous(memory_format=torch.channels_last)
     names = ("raw", "lit_gpu default", "lit_gpu before", "lit_gpu bare")

@@ -4,6 +4,11 @@
 
     lit-gpu fit --config configs/simple.yaml --oom_recovery true \\
         --trainer.callbacks+=lit_gpu.testing.OOMAbove --trainer.callbacks.batch_size 32
+
+    # the same in every loop (training, the sanity check, validation; test and predict in their commands)
+    lit-gpu fit --config configs/simple.yaml --oom_recovery true \\
+        --trainer.callbacks+=lit_gpu.testing.OOMAbove --trainer.callbacks.batch_size 32 \\
+        --trainer.callbacks.loops all
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import RunningStage
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 from typing_extensions import override
@@ -20,6 +26,13 @@ from typing_extensions import override
 __all__ = ["OOMAbove"]
 
 _PHASES = ("forward", "backward")
+# the loops OOMAbove can fail in, and the trainer stages each covers (validation: the sanity check too)
+LOOPS = {
+    "train": (RunningStage.TRAINING,),
+    "validation": (RunningStage.VALIDATING, RunningStage.SANITY_CHECKING),
+    "test": (RunningStage.TESTING,),
+    "predict": (RunningStage.PREDICTING,),
+}
 
 
 def _samples(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
@@ -31,13 +44,13 @@ def _samples(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
 
 
 class OOMAbove(Callback):
-    """Raise ``torch.OutOfMemoryError`` in training whenever the module sees more than ``batch_size`` samples.
+    """Raise ``torch.OutOfMemoryError`` whenever the module's forward sees more than ``batch_size`` samples.
 
     Hooks on the LightningModule's forward (``self(x)`` in ``training_step``) count the samples of its
     first tensor argument, so they see the micro-batches of ``--oom_recovery`` (a call that contains
-    another call of the module, as DDP's redirected ``training_step``, is not counted). Only training steps
-    fail; validation, test and predict run normally. The error text reads like a CUDA OOM, so
-    lit_gpu's answers and Lightning's batch-size finder treat it as one.
+    another call of the module, as DDP's redirected ``training_step``, is not counted). Only the
+    ``loops`` chosen fail (training by default); the others run normally. The error text reads like a
+    CUDA OOM, so lit_gpu's answers and Lightning's batch-size finder treat it as one.
 
     Args:
         batch_size: The largest number of samples that "fits".
@@ -45,7 +58,9 @@ class OOMAbove(Callback):
         from_step: Fail only from this global step on (memory that grows later in a run).
         phase: ``"forward"`` raises at the end of the forward pass; ``"backward"`` raises in the
             backward pass when it reaches the module's first parameter, after the gradients of the
-            later layers were written.
+            later layers were written. Evaluation loops have no backward pass: they fail in the forward.
+        loops: Where to fail: ``"train"`` (default), ``"validation"`` (the sanity check included),
+            ``"test"``, ``"predict"``, ``"all"``, or a list of these.
 
     Attributes:
         raised: How many errors were raised so far (in this process).
@@ -57,6 +72,7 @@ class OOMAbove(Callback):
         ranks: list[int] | None = None,
         from_step: int = 0,
         phase: str = "forward",
+        loops: str | list[str] = "train",
     ) -> None:
         super().__init__()
         if batch_size < 0:
@@ -67,6 +83,12 @@ class OOMAbove(Callback):
         self.ranks = None if ranks is None else [int(r) for r in ranks]
         self.from_step = from_step
         self.phase = phase
+        names = list(LOOPS) if loops == "all" else [loops] if isinstance(loops, str) else list(loops)
+        unknown = [n for n in names if n not in LOOPS]
+        if unknown:
+            raise ValueError(f"loops must be 'all' or among {tuple(LOOPS)}, got {unknown}")
+        self.loops = names
+        self._stages = {stage for name in names for stage in LOOPS[name]}
         self.raised = 0
         self._trainer: pl.Trainer | None = None
         self._handles: list[RemovableHandle] = []
@@ -90,7 +112,9 @@ class OOMAbove(Callback):
 
     def _should_fail(self, samples: int | None) -> bool:
         trainer = self._trainer
-        if trainer is None or not trainer.training or samples is None or samples <= self.batch_size:
+        if trainer is None or trainer.state.stage not in self._stages:
+            return False
+        if samples is None or samples <= self.batch_size:
             return False
         if self.ranks is not None and trainer.global_rank not in self.ranks:
             return False
@@ -104,6 +128,9 @@ class OOMAbove(Callback):
             f"{rank}: {samples} samples > batch_size {self.batch_size}, in the {self.phase} pass)"
         )
 
+    def _pass(self) -> str:
+        return self.phase if self._trainer is not None and self._trainer.training else "forward"
+
     def _enter(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if self._calls:
             self._calls[-1][1] = True  # the outer call (e.g. DDP's redirected training_step) is not a forward
@@ -113,7 +140,7 @@ class OOMAbove(Callback):
         samples, has_inner_call = self._calls.pop() if self._calls else (None, True)
         if has_inner_call or not self._should_fail(samples):
             return
-        if self.phase == "forward":
+        if self.phase == "forward" or not self._trainer.training:
             raise self._error(samples)
         first = next((p for p in module.parameters() if p.requires_grad), None)
         if first is None or not isinstance(output, Tensor) or not output.requires_grad:

@@ -26,19 +26,37 @@ An OOM in a forward pass keeps the gradients of the micro-batches already done a
 rest; an OOM in a backward pass (gradients partly written) drops this batch's gradients and starts
 the batch again. Gradients of earlier batches of a Lightning ``accumulate_grad_batches`` window are
 kept aside during the step and never touched.
+
+Evaluation (the sanity check, validation, test and predict, in ``fit`` and in the ``validate``,
+``test`` and ``predict`` commands) is split the same way, with its own micro-batch
+(``eval_micro_batch_size``; no gradients, so usually larger than the training one). Each micro-batch
+runs the module's own ``validation_step`` / ``test_step`` / ``predict_step``; the outputs are put back
+together (tensors of the micro-batches concatenated along dim 0, scalars averaged by samples), and the
+``self.log`` calls of the step are held back until every micro-batch is done, then made once per name
+with the sample-weighted mean (``reduce_fx`` ``mean``; ``sum``, ``max`` and ``min`` as named), so the
+logged values and the epoch metrics equal the whole-batch ones. torchmetrics objects accumulate over
+the micro-batches as over batches; a try that ran out of memory after updating one is undone (its
+state is restored). Other state a step keeps by itself (e.g. a list of outputs) sees every
+successful micro-batch.
+
+Without recovery, :class:`OOMLoopName` marks an out-of-memory error with the loop it came from, so its
+one-line message (``lit-gpu: error: out of memory during validation ...``) names it.
 """
 
 from __future__ import annotations
 
 import gc
+import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
+from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.data import extract_batch_size
 from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor, nn
@@ -48,7 +66,7 @@ from lit_gpu import messages
 from lit_gpu.errors import LitGpuError, is_out_of_memory
 from lit_gpu.strategies.dp import DataParallelStrategy
 
-__all__ = ["OOMRecovery", "has_batchnorm"]
+__all__ = ["LOOP_ATTRIBUTE", "OOMLoopName", "OOMRecovery", "has_batchnorm", "loop_words"]
 
 _BATCHNORM = (
     nn.BatchNorm1d,
@@ -106,8 +124,186 @@ def _loss_of(output: Any) -> Tensor | None:
     return output if isinstance(output, Tensor) else None
 
 
-class OOMRecovery(Callback):
-    """On out of memory in a training step: halve the micro-batch, keep the effective batch, go on.
+# ---- which loop ran out -------------------------------------------------------------------------------
+LOOP_ATTRIBUTE = "lit_gpu_loop"  # set on an out-of-memory exception: the loop it came from, in words
+_LOOP_WORDS = {
+    RunningStage.TRAINING: "training",
+    RunningStage.SANITY_CHECKING: "the sanity check (validation before training)",
+    RunningStage.VALIDATING: "validation",
+    RunningStage.TESTING: "testing",
+    RunningStage.PREDICTING: "prediction",
+}
+# the step each evaluation stage of Trainer.<fn> runs (the sanity check runs validation_step)
+_EVAL_STEPS = {"fit": ("validation_step",), "validate": ("validation_step",), "test": ("test_step",)}
+_EVAL_STEPS["predict"] = ("predict_step",)
+
+
+def loop_words(trainer: pl.Trainer) -> str:
+    """The loop ``trainer`` is running, in words ("training", "validation", ...)."""
+    return _LOOP_WORDS.get(trainer.state.stage, "training")  # type: ignore[arg-type]
+
+
+class OOMLoopName(Callback):
+    """Marks an out-of-memory error with the loop it came from (``err.lit_gpu_loop``, e.g. "validation").
+
+    Lightning resets the trainer's stage before the error reaches ``lit-gpu``; this hook runs first, so
+    the one-line message can say "out of memory during validation" and not always "during training".
+    """
+
+    @override
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        if is_out_of_memory(exception) and not hasattr(exception, LOOP_ATTRIBUTE):
+            with suppress(AttributeError):  # an exception type with __slots__: the message says "training"
+                setattr(exception, LOOP_ATTRIBUTE, loop_words(trainer))
+
+
+# ---- evaluation: outputs and logged values of micro-batches ----------------------------------------
+def _combine(outputs: list[Any], sizes: list[int]) -> Any:
+    """One step's output from its micro-batches' outputs: tensors along dim 0, scalars by sample mean."""
+    first = outputs[0]
+    if len(outputs) == 1:
+        return first
+    if isinstance(first, Tensor):
+        if first.dim() > 0 and all(o.shape[0] == n for o, n in zip(outputs, sizes, strict=True)):
+            return torch.cat(outputs)
+        if first.dim() == 0 and first.is_floating_point():
+            return _weighted_mean(outputs, sizes)
+        return outputs[-1]
+    if isinstance(first, dict):
+        return type(first)((k, _combine([o[k] for o in outputs], sizes)) for k in first)
+    if isinstance(first, list | tuple) and not hasattr(first, "_fields"):
+        return type(first)(_combine([o[i] for o in outputs], sizes) for i in range(len(first)))
+    if isinstance(first, float):
+        return sum(o * n for o, n in zip(outputs, sizes, strict=True)) / sum(sizes)
+    return outputs[-1]
+
+
+def _weighted_mean(values: list[Any], sizes: list[int]) -> Any:
+    if all(isinstance(v, Tensor) for v in values):
+        total = values[0].float() * sizes[0]
+        for value, n in zip(values[1:], sizes[1:], strict=True):
+            total = total + value.float() * n
+        return (total / sum(sizes)).to(values[0].dtype)
+    return sum(float(v) * n for v, n in zip(values, sizes, strict=True)) / sum(sizes)
+
+
+_LOG_SIGNATURE = inspect.signature(pl.LightningModule.log)
+_REDUCE = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
+_REDUCE.update({torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"})  # type: ignore[dict-item]
+
+
+class _HeldLogs:
+    """The ``self.log`` calls of one evaluation step's micro-batches, made once each when the step is done."""
+
+    def __init__(self, module: pl.LightningModule) -> None:
+        self.module = module
+        self.calls: dict[str, list[tuple[dict[str, Any], int]]] = {}  # name -> [(arguments, samples)]
+        self._attempt: list[tuple[str, dict[str, Any]]] = []
+
+    @contextmanager
+    def attempt(self, samples: int) -> Iterator[None]:
+        """Hold the ``self.log`` calls made inside; :meth:`keep` them if the micro-batch succeeded."""
+        self._attempt = []
+        self._samples = samples
+
+        def log(*args: Any, **kwargs: Any) -> None:
+            bound = _LOG_SIGNATURE.bind(self.module, *args, **kwargs)
+            arguments = dict(bound.arguments)
+            arguments.pop("self")
+            self._attempt.append((arguments["name"], arguments))
+
+        self.module.log = log  # type: ignore[method-assign]  # log_dict calls self.log too
+        try:
+            yield
+        finally:
+            del self.module.__dict__["log"]
+
+    def drop_all(self) -> None:
+        self.calls, self._attempt = {}, []
+
+    def keep(self) -> None:
+        for name, arguments in self._attempt:
+            self.calls.setdefault(name, []).append((arguments, self._samples))
+        self._attempt = []
+
+    def commit(self) -> None:
+        """Log each name once: the sample-weighted value of its micro-batches (as one whole-batch call)."""
+        for calls in self.calls.values():
+            arguments, _ = calls[-1]
+            value = arguments["value"]
+            reduce = _REDUCE.get(arguments.get("reduce_fx", "mean"))  # type: ignore[call-overload]
+            if not isinstance(value, Tensor | int | float):  # a torchmetrics object: it holds its own state
+                self.module.log(**arguments)
+                continue
+            if (
+                len(calls) == 1 or reduce is None
+            ):  # one micro-batch (as without recovery), or a custom reduce_fx
+                for each, _ in calls:
+                    self.module.log(**each)
+                continue
+            values = [a["value"] for a, _ in calls]
+            if not arguments.get("enable_graph"):
+                values = [v.detach() if isinstance(v, Tensor) else v for v in values]
+            sizes = [n for _, n in calls]
+            combined = _weighted_mean(values, sizes) if reduce == "mean" else _reduce(values, reduce)
+            given = [a.get("batch_size") for a, _ in calls]
+            batch_size = given[-1]
+            if all(g == n for g, n in zip(given, sizes, strict=True)):
+                batch_size = sum(sizes)  # batch_size=len(inputs): the whole batch's
+            self.module.log(**{**arguments, "value": combined, "batch_size": batch_size})
+        self.calls = {}
+
+
+def _reduce(values: list[Any], how: str) -> Any:
+    if not isinstance(values[0], Tensor):
+        return {"sum": sum, "max": max, "min": min}[how](values)
+    stacked = torch.stack([torch.as_tensor(v, device=values[0].device) for v in values])
+    return {"sum": stacked.sum, "max": stacked.amax, "min": stacked.amin}[how](0)
+
+
+def _metrics(module: nn.Module) -> list[Any]:
+    try:
+        from torchmetrics import Metric
+    except ModuleNotFoundError:
+        return []
+    return [m for m in module.modules() if isinstance(m, Metric)]
+
+
+class _MetricGuard:
+    """Undoes the torchmetrics updates of a try that ran out of memory.
+
+    Before each try it copies the states of the metrics a step of this kind updated last time (all of
+    them the first time): on a GPU a step pays for the copies of the metrics it really uses, not more.
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        self.metrics = _metrics(module)
+        self.watched = list(self.metrics)
+        self._counts: list[int] = []
+
+    def step_start(self) -> None:
+        self._counts = [m.update_count for m in self.metrics]
+
+    def step_end(self) -> None:
+        self.watched = [m for m, n in zip(self.metrics, self._counts, strict=True) if m.update_count != n]
+
+    def snapshot(self) -> list[tuple[Any, dict[str, Any]]]:
+        return [
+            (m, {k: v.clone() if isinstance(v, Tensor) else list(v) for k, v in m.metric_state.items()})
+            for m in self.watched
+        ]
+
+    @staticmethod
+    def restore(snapshot: list[tuple[Any, dict[str, Any]]]) -> None:
+        for metric, state in snapshot:
+            for name, value in state.items():
+                setattr(metric, name, value)
+
+
+class OOMRecovery(OOMLoopName):
+    """On out of memory in a step: halve the micro-batch, keep the effective batch (and the metrics), go on.
 
     Added by ``lit-gpu fit --oom_recovery true``; usable with any Lightning Trainer and any
     LightningModule with automatic optimization whose loss is a mean over the batch. Supported
@@ -118,21 +314,32 @@ class OOMRecovery(Callback):
         micro_batch_size: Start with this micro-batch (samples per forward/backward) instead of the
             whole batch; ``None`` (default) starts with the whole batch and halves only on OOM. A
             checkpoint's value (from an earlier recovery) wins on resume.
+        eval_micro_batch_size: The same for the evaluation steps (sanity check, validation, test,
+            predict).
     """
 
-    def __init__(self, micro_batch_size: int | None = None) -> None:
+    def __init__(self, micro_batch_size: int | None = None, eval_micro_batch_size: int | None = None) -> None:
         super().__init__()
-        if micro_batch_size is not None and micro_batch_size < 1:
-            raise ValueError(f"micro_batch_size must be >= 1 or None, got {micro_batch_size}")
+        for name, value in (
+            ("micro_batch_size", micro_batch_size),
+            ("eval_micro_batch_size", eval_micro_batch_size),
+        ):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {value}")
         self.micro_batch_size = micro_batch_size
+        self.eval_micro_batch_size = eval_micro_batch_size
         self.adaptations = 0
         self._restored = False
         self._announced = False
+        self._guards: dict[str, _MetricGuard] = {}
 
     # ---- state in checkpoints ---------------------------------------------------------------
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"micro_batch_size": self.micro_batch_size}
+        return {
+            "micro_batch_size": self.micro_batch_size,
+            "eval_micro_batch_size": self.eval_micro_batch_size,
+        }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -141,31 +348,47 @@ class OOMRecovery(Callback):
             self.micro_batch_size = int(micro)
             self._restored = True
             self._announced = False
+        eval_micro = state_dict.get("eval_micro_batch_size")
+        if eval_micro is not None:
+            self.eval_micro_batch_size = int(eval_micro)
 
     # ---- install / remove the wrapper -------------------------------------------------------
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage != "fit":
-            return
-        if not pl_module.automatic_optimization:
-            raise LitGpuError(
-                messages.OOM_RECOVERY_MANUAL_OPTIMIZATION.format(module=type(pl_module).__name__)
-            )
         strategy = trainer.strategy
         if not isinstance(strategy, SingleDeviceStrategy | DDPStrategy | DataParallelStrategy):
             raise LitGpuError(messages.OOM_RECOVERY_STRATEGY.format(strategy=type(strategy).__name__))
-        current = pl_module.__dict__.get("training_step")
+        if stage == "fit":
+            if not pl_module.automatic_optimization:
+                raise LitGpuError(
+                    messages.OOM_RECOVERY_MANUAL_OPTIMIZATION.format(module=type(pl_module).__name__)
+                )
+            self._wrap(pl_module, "training_step", self._step, trainer)
+        for name in _EVAL_STEPS.get(stage, ()):
+            self._wrap(pl_module, name, self._eval_step, trainer)
+
+    def _guard(self, module: pl.LightningModule, kind: str) -> _MetricGuard:
+        guard = self._guards.get(kind)
+        if guard is None:
+            guard = self._guards[kind] = _MetricGuard(module)
+        return guard
+
+    def _wrap(
+        self, module: pl.LightningModule, name: str, step: Callable[..., Any], trainer: pl.Trainer
+    ) -> None:
+        """Replace ``module.<name>`` (on the instance) by ``step(trainer, module, original, ...)``."""
+        current = module.__dict__.get(name)
         if getattr(current, "_lit_gpu_oom_recovery", None) is self:
             return
-        original: Callable[..., Any] = pl_module.training_step
+        original: Callable[..., Any] = getattr(module, name)
 
-        def training_step(batch: Any, *args: Any, **kwargs: Any) -> Any:
-            return self._step(trainer, pl_module, original, batch, *args, **kwargs)
+        def wrapped(batch: Any, *args: Any, **kwargs: Any) -> Any:
+            return step(trainer, module, original, batch, *args, **kwargs)
 
-        training_step.__wrapped__ = original  # type: ignore[attr-defined]  # Lightning reads the signature
-        training_step.__doc__ = original.__doc__
-        training_step._lit_gpu_oom_recovery = self  # type: ignore[attr-defined]
-        pl_module.training_step = training_step  # type: ignore[method-assign]
+        wrapped.__wrapped__ = original  # type: ignore[attr-defined]  # Lightning reads the signature
+        wrapped.__doc__ = original.__doc__
+        wrapped._lit_gpu_oom_recovery = self  # type: ignore[attr-defined]
+        setattr(module, name, wrapped)
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -175,8 +398,10 @@ class OOMRecovery(Callback):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if getattr(pl_module.__dict__.get("training_step"), "_lit_gpu_oom_recovery", None) is self:
-            del pl_module.__dict__["training_step"]
+        self._guards = {}
+        for name in ("training_step", "validation_step", "test_step", "predict_step"):
+            if getattr(pl_module.__dict__.get(name), "_lit_gpu_oom_recovery", None) is self:
+                del pl_module.__dict__[name]
 
     # ---- one training step --------------------------------------------------------------------
     def _step(
@@ -204,6 +429,10 @@ class OOMRecovery(Callback):
         self._announce_restored(total)
 
         scaler = getattr(trainer.precision_plugin, "scaler", None)
+        held = _HeldLogs(module)  # self.log of the micro-batches: once, for the whole batch
+        guard = self._guard(module, "train")
+        guard.step_start()
+        at_start = guard.snapshot()  # a failed backward starts the batch again: metrics too
         value: Tensor | None = None
         output: Any = None
         done = 0
@@ -211,16 +440,19 @@ class OOMRecovery(Callback):
             size = min(self.micro_batch_size or total, total - done)
             failed, oom_text = False, None
             out = loss = None
-            try:
-                out = original(_cut(batch, done, done + size, total), *args, **kwargs)
-                loss = _loss_of(out)
-            except Exception as err:  # noqa: BLE001 - only OOM is handled, the rest re-raised
-                if not is_out_of_memory(err):
-                    raise
-                failed, oom_text = True, messages.first_line(err)
+            before = guard.snapshot() if done else at_start
+            with held.attempt(size):
+                try:
+                    out = original(_cut(batch, done, done + size, total), *args, **kwargs)
+                    loss = _loss_of(out)
+                except Exception as err:  # noqa: BLE001 - only OOM is handled, the rest re-raised
+                    if not is_out_of_memory(err):
+                        raise
+                    failed, oom_text = True, messages.first_line(err)
             failures = self._count_failures(trainer, failed)
             if failures:
                 out = loss = None  # drop this micro-batch's graph before releasing memory
+                guard.restore(before)
                 self._adapt(trainer, module, size, total, failures, oom_text)
                 continue  # gradients of the finished micro-batches stay
             if loss is not None:
@@ -236,12 +468,17 @@ class OOMRecovery(Callback):
                     for p in params:  # partly written by the failed backward: start the batch again
                         p.grad = None
                     value, output, done = None, None, 0
+                    held.drop_all()
+                    guard.restore(at_start)
                     self._adapt(trainer, module, size, total, failures, oom_text)
                     continue
                 part = loss.detach().float() * (size / total)
                 value = part if value is None else value + part
+            held.keep()
             output = out
             done += size
+        held.commit()
+        guard.step_end()
 
         grads = [p.grad for p in params]
         for p, g in zip(params, kept, strict=True):
@@ -254,6 +491,51 @@ class OOMRecovery(Callback):
         if isinstance(output, dict):
             return {**output, "loss": loss}
         return loss
+
+    # ---- one evaluation step (sanity check, validation, test, predict) ----------------------------
+    def _eval_step(
+        self,
+        trainer: pl.Trainer,
+        module: pl.LightningModule,
+        original: Callable[..., Any],
+        batch: Any,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        if not any(cb is self for cb in trainer.callbacks):
+            return original(batch, *args, **kwargs)  # detached (see _step)
+        total = extract_batch_size(batch)
+        batch_idx = args[0] if args else kwargs.get("batch_idx", 0)
+        guard = self._guard(module, "eval")
+        guard.step_start()
+        held = _HeldLogs(module)
+        outputs: list[Any] = []
+        sizes: list[int] = []
+        done = 0
+        while done < total:
+            size = min(self.eval_micro_batch_size or total, total - done)
+            snapshot = guard.snapshot()
+            failed, oom_text, out = False, None, None
+            with held.attempt(size):
+                try:
+                    out = original(_cut(batch, done, done + size, total), *args, **kwargs)
+                except Exception as err:  # noqa: BLE001 - only OOM is handled, the rest re-raised
+                    if not is_out_of_memory(err):
+                        raise
+                    failed, oom_text = True, messages.first_line(err)
+            failures = self._count_failures(trainer, failed)
+            if failures:  # this try's logs are dropped and its metric updates undone, on every process
+                out = None
+                guard.restore(snapshot)
+                self._adapt(trainer, module, size, total, failures, oom_text, batch_idx=batch_idx)
+                continue
+            held.keep()
+            outputs.append(out)
+            sizes.append(size)
+            done += size
+        held.commit()
+        guard.step_end()
+        return _combine(outputs, sizes) if outputs else None
 
     @staticmethod
     def _backward(module: pl.LightningModule, loss: Tensor, scaler: Any) -> None:
@@ -276,8 +558,12 @@ class OOMRecovery(Callback):
         total: int,
         failures: int,
         oom_text: str | None,
+        batch_idx: int | None = None,
     ) -> None:
-        """Release the failed attempt's memory and halve the micro-batch, or give up at 1 sample."""
+        """Release the failed attempt's memory and halve the micro-batch, or give up at 1 sample.
+
+        ``batch_idx`` is given for an evaluation step (its own micro-batch), ``None`` for training.
+        """
         gc.collect()  # the exception's frames held the failed forward's tensors
         if trainer.strategy.root_device.type == "cuda":
             torch.cuda.empty_cache()
@@ -285,16 +571,25 @@ class OOMRecovery(Callback):
             raise torch.OutOfMemoryError(
                 oom_text or "CUDA out of memory on another process, even with a micro-batch of 1 sample"
             )
-        before = self.micro_batch_size or total
-        micro = self.micro_batch_size = (size + 1) // 2
+        evaluating = batch_idx is not None
+        before = (self.eval_micro_batch_size if evaluating else self.micro_batch_size) or total
+        micro = (size + 1) // 2
+        if evaluating:
+            self.eval_micro_batch_size = micro
+        else:
+            self.micro_batch_size = micro
         self.adaptations += 1
         was = f"batch {total}" if before >= total else f"batch {total} (micro-batch {before})"
-        line = messages.OOM_ADAPTED.format(
-            step=trainer.global_step, was=was, micro=micro, count=math.ceil(total / micro)
-        )
+        count = math.ceil(total / micro)
+        if evaluating:
+            line = messages.OOM_ADAPTED_EVAL.format(
+                loop=loop_words(trainer), index=batch_idx, was=was, micro=micro, count=count
+            )
+        else:
+            line = messages.OOM_ADAPTED.format(step=trainer.global_step, was=was, micro=micro, count=count)
         if trainer.world_size > 1:
             line += messages.OOM_ADAPTED_PROCESSES.format(world=trainer.world_size, failed=failures)
-        if has_batchnorm(module):
+        if not evaluating and has_batchnorm(module):  # evaluation uses the running statistics
             line += messages.OOM_ADAPTED_BATCHNORM.format(micro=micro, total=total)
         messages.tell(line)
 

@@ -16,8 +16,18 @@ import time
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import ProgressBar, RichProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import (
+    ModelSummary,
+    ProgressBar,
+    RichModelSummary,
+    RichProgressBar,
+    TQDMProgressBar,
+)
+from lightning.pytorch.utilities.data import extract_batch_size
 from typing_extensions import override
+
+from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL, ProgressLog, live_bar_fits
+from lit_gpu.runs import version_number
 
 REFRESHES_PER_SECOND = 4
 TQDM_REFRESH_BATCHES = 20  # without rich: TQDM counts batches, not seconds
@@ -34,15 +44,44 @@ class LitProgressBar(RichProgressBar):
     def __init__(self, refresh_rate: int = REFRESHES_PER_SECOND, **kwargs: Any) -> None:
         super().__init__(refresh_rate=refresh_rate, **kwargs)
         self._next_update = 0.0
+        self.samples_per_s = 0.0  # training samples per second (all processes), over the last redraw
+        self._batches = 0
+        self._rate_mark = (0.0, 0)  # (time, batches) of the last rate
+
+    @override
+    def configure_columns(self, trainer: pl.Trainer) -> list:
+        columns = super().configure_columns(trainer)
+        return [*columns[:-1], _SamplesPerSecondColumn(self, columns[-1])]  # the last: Lightning's it/s
+
+    @override
+    def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
+        items = super().get_metrics(trainer, pl_module)
+        items.pop("v_num", None)  # the last 4 characters of "version_0": "on_0"
+        version = getattr(trainer.logger, "version", None) if trainer.logger is not None else None
+        if version is not None:
+            number = version_number(str(version))
+            items["version"] = number if number is not None else version
+        return items
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_epoch_start(trainer, pl_module)
+        self._batches, self._rate_mark = 0, (time.monotonic(), 0)
 
     @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         now = time.monotonic()
+        self._batches += 1
         last = batch_idx + 1 >= self.total_train_batches
         if now >= self._next_update or last or self.train_progress_bar_id is None:
             self._next_update = now + 1.0 / max(self.refresh_rate, 1)
+            then, batches = self._rate_mark
+            if now > then and self._batches > batches:
+                size = extract_batch_size(batch)
+                self.samples_per_s = (self._batches - batches) * size * trainer.world_size / (now - then)
+                self._rate_mark = (now, self._batches)
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         else:  # what the parent does on every batch besides drawing: forget the eval bars
             self.val_progress_bar_id = None
@@ -50,8 +89,53 @@ class LitProgressBar(RichProgressBar):
             self.predict_progress_bar_id = None
 
 
+class _SamplesPerSecondColumn:
+    """The training bar's speed as samples/s (from :class:`LitProgressBar`); other bars keep it/s."""
+
+    def __new__(cls, bar: LitProgressBar, fallback: Any) -> Any:
+        from rich.progress import ProgressColumn
+        from rich.text import Text
+
+        class Column(ProgressColumn):
+            def render(self, task: Any) -> Text:
+                if task.id == bar.train_progress_bar_id and bar.samples_per_s > 0:
+                    return Text(f"{bar.samples_per_s:,.0f} samples/s", style=fallback.style)
+                return fallback.render(task)
+
+        return Column()
+
+
+_DEFAULT = "_lit_gpu_default_bar"  # marks the bar lit_gpu added (a user's own bar is never replaced)
+
+
 def default_progress_bar() -> ProgressBar:
     """:class:`LitProgressBar` when ``rich`` is installed, else TQDM redrawn every 20 batches."""
-    if importlib.util.find_spec("rich") is not None:
-        return LitProgressBar()
-    return TQDMProgressBar(refresh_rate=TQDM_REFRESH_BATCHES)
+    bar = LitProgressBar() if importlib.util.find_spec("rich") is not None else None
+    bar = bar or TQDMProgressBar(refresh_rate=TQDM_REFRESH_BATCHES)
+    setattr(bar, _DEFAULT, True)
+    return bar
+
+
+def use_progress_log(
+    trainer: pl.Trainer,
+    interval: float = DEFAULT_INTERVAL,
+    format: str = "text",  # noqa: A002 - the flag's name
+    command: list[str] | None = None,
+) -> ProgressLog | None:
+    """Put a :class:`ProgressLog` in place of lit_gpu's default bar when stdout is no terminal, or for JSON.
+
+    Returns the :class:`ProgressLog` now in ``trainer.callbacks``, or ``None`` (the live bar stays, or
+    the progress bar is off, or it is the user's own).
+    """
+    callbacks = trainer.callbacks
+    for index, callback in enumerate(callbacks):
+        if getattr(callback, _DEFAULT, False):
+            if live_bar_fits() and format != "json":
+                return None
+            log = ProgressLog(interval=interval, format=format, command=command)  # type: ignore[arg-type]
+            callbacks[index] = log
+            for i, summary in enumerate(callbacks):  # Lightning chose the Rich table for the Rich bar
+                if isinstance(summary, RichModelSummary):
+                    callbacks[i] = ModelSummary()
+            return log
+    return None

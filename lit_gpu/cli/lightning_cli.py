@@ -10,7 +10,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -21,8 +21,10 @@ from lit_gpu import messages, safe_build
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
 from lit_gpu.callbacks.nan_guard import NaNGuard
-from lit_gpu.callbacks.oom_recovery import OOMRecovery
+from lit_gpu.callbacks.oom_recovery import OOMLoopName, OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
+from lit_gpu.callbacks.progress import use_progress_log
+from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.cli import run_folders
@@ -91,7 +93,22 @@ def add_extra_arguments(parser: LightningArgumentParser) -> None:
         "--oom_recovery",
         type=bool,
         default=False,
-        help="fit only: on out of memory, halve the micro-batch and retry the step (same effective batch)",
+        help="on out of memory in any loop (training, sanity check, validation, test, predict), halve the "
+        "micro-batch and retry the step (same effective batch, same metrics)",
+    )
+    parser.add_argument(
+        "--progress_interval",
+        type=float,
+        default=DEFAULT_INTERVAL,
+        help="when the output is not a terminal (a batch job's log): seconds between progress lines "
+        "(0: one line at each epoch end only)",
+    )
+    parser.add_argument(
+        "--progress_format",
+        type=Literal["text", "json"],
+        default="text",
+        help="progress lines when the output is not a terminal: text, or json (one JSON object a line, "
+        "also on a terminal)",
     )
     parser.add_argument(
         "--free_gpus",
@@ -109,8 +126,10 @@ def configure_trainer(trainer: pl.Trainer, config: Any, subcommand: str | None) 
     if subcommand == "fit":
         clean_run_folders(config[subcommand])  # temp files of saves killed in earlier runs
     trainer.callbacks.extend([RNGStateCallback(), CheckpointOnInterrupt()])
-    if subcommand == "fit" and config_value(config, "fit.oom_recovery", False):
-        trainer.callbacks.append(OOMRecovery())
+    if subcommand and config_value(config, f"{subcommand}.oom_recovery", False):
+        trainer.callbacks.append(OOMRecovery())  # in every loop; also names the loop of an OOM it gives up on
+    else:
+        trainer.callbacks.append(OOMLoopName())  # "out of memory during validation": names the loop
     predict_out = config_value(config, f"{subcommand}.predict_out") if subcommand else None
     if subcommand == "predict" and predict_out and os.path.isdir(predict_out):
         example = os.path.join(predict_out, "predictions.csv")
@@ -231,6 +250,12 @@ class LitGpuCLI(LightningCLI):
                 raise
             raise LitGpuError(message) from err
         configure_trainer(trainer, self.config, self.subcommand)  # atomic IO, RNG, Ctrl+C, CSV
+        use_progress_log(  # plain lines (or JSON) in place of the live bar when stdout is not a terminal
+            trainer,
+            interval=config_value(config, "progress_interval", DEFAULT_INTERVAL),
+            format=config_value(config, "progress_format", "text"),
+            command=self.argv,
+        )
         if self.run_folder is not None:
             trainer.callbacks.insert(0, RunFolderSync(self.run_folder))  # DDP ranks: rank 0's folder
         run_folders.adapt_checkpoint_monitor(trainer)  # default val/loss: last.ckpt only if never logged

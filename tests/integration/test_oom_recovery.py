@@ -76,7 +76,7 @@ def test_with_recovery_the_run_ends_as_the_uninterrupted_one(reference, tmp_path
     last = tmp_path / str(LAST).format(0)
     ckpt = torch.load(last, map_location="cpu", weights_only=True)
     assert ckpt["global_step"] == torch.load(reference, weights_only=True)["global_step"] == 8
-    assert ckpt["callbacks"]["OOMRecovery"] == {"micro_batch_size": 32}
+    assert ckpt["callbacks"]["OOMRecovery"] == {"micro_batch_size": 32, "eval_micro_batch_size": None}
     assert _max_diff(ckpt["state_dict"], _weights(reference)) < 1e-5
 
 
@@ -136,3 +136,83 @@ def test_ddp_only_rank_1_runs_out_both_ranks_switch(phase, reference, tmp_path, 
         halves = [(step, 16) for step in range(3, 8) for _ in "ab"]
         assert record["sizes"] == [(0, 32), (1, 32), (2, 32), (3, 32), *halves]
     assert _max_diff(_weights(tmp_path / str(LAST).format(0)), _weights(reference)) < 1e-5
+
+
+def _metrics_csv(path: Path) -> dict[str, float]:
+    """The last value of every column of a run's metrics.csv."""
+    import csv
+
+    last: dict[str, float] = {}
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            last.update({k: float(v) for k, v in row.items() if v not in ("", None)})
+    return last
+
+
+def test_without_recovery_an_oom_in_validation_names_the_loop(tmp_path, monkeypatch, capsys):
+    code, lines = _fit(
+        tmp_path, monkeypatch, capsys, *OOM_ABOVE_32, "--trainer.callbacks.loops", "validation"
+    )
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(
+        "lit-gpu: error: out of memory during the sanity check (validation before training) "
+        "(tried to allocate"
+    )
+
+
+def test_with_recovery_every_loop_of_fit_runs_with_the_same_metrics(reference, tmp_path, monkeypatch, capsys):
+    code, lines = _fit(
+        tmp_path,
+        monkeypatch,
+        capsys,
+        *OOM_ABOVE_32,
+        "--trainer.callbacks.loops",
+        "all",
+        "--oom_recovery",
+        "true",
+    )
+    assert code == 0, lines
+    assert [ln for ln in lines if "out of memory" in ln] == [
+        "lit-gpu: out of memory during the sanity check (validation before training) at batch 0 "
+        "with batch 64 -> micro-batch 32 x 2",
+        "lit-gpu: out of memory at step 0 with batch 64 -> micro-batch 32 x 2",
+    ]
+    recovered = _metrics_csv(tmp_path / "runs" / "lit_gpu" / "version_0" / "metrics.csv")
+    expected = _metrics_csv(reference.parent.parent / "metrics.csv")
+    assert recovered.keys() == expected.keys() and "val/loss" in expected
+    for key, value in expected.items():
+        assert recovered[key] == pytest.approx(value, rel=1e-5), key
+
+
+@pytest.mark.parametrize(
+    "command, loop", [("validate", "validation"), ("test", "test"), ("predict", "predict")]
+)
+def test_validate_test_predict_recover_with_the_same_results(
+    command, loop, reference, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    args = [command, *SIMPLE[1:], "--ckpt_path", str(reference), "--predict_out", "preds.csv"]
+
+    def run(*extra: str) -> tuple[list[str], str]:
+        main([*args, *extra])
+        captured = capsys.readouterr()
+        return [ln for ln in captured.err.splitlines() if "out of memory" in ln], captured.out
+
+    plain_lines, plain_out = run()
+    if command == "predict":
+        Path("preds.csv").rename("plain.csv")
+    lines, out = run(*OOM_ABOVE_32, "--trainer.callbacks.loops", loop, "--oom_recovery", "true")
+    words = {"validate": "validation", "test": "testing", "predict": "prediction"}[command]
+    assert plain_lines == [] and lines == [
+        f"lit-gpu: out of memory during {words} at batch 0 with batch 64 -> micro-batch 32 x 2"
+    ]
+    if command == "predict":
+        assert Path("preds.csv").read_text() == Path("plain.csv").read_text()
+    else:  # Lightning's results table: the same numbers
+
+        def numbers(text: str) -> list[float]:
+            import re
+
+            return [float(x) for x in re.findall(r"\d+\.\d+(?:e[-+]\d+)?", text)]
+
+        assert numbers(out) and numbers(out) == pytest.approx(numbers(plain_out), rel=1e-5)

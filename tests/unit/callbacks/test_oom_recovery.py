@@ -7,11 +7,12 @@ import pytest
 import torch
 from lightning.pytorch.plugins.precision import MixedPrecision
 from torch import nn
+from torch.utils.data import TensorDataset
 
 from lit_gpu.callbacks.oom_recovery import OOMRecovery, _DeliverGradients
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.errors import LitGpuError
-from lit_gpu.modules import RegressionModule
+from lit_gpu.modules import ClassificationModule, RegressionModule
 from lit_gpu.nets import SimpleModel
 from lit_gpu.testing import OOMAbove
 from tests.helpers.run_if import RunIf
@@ -158,6 +159,7 @@ class _HungryNet(nn.Module):
 @pytest.mark.gpu
 @RunIf(min_cuda_gpus=1)
 def test_real_cuda_oom_is_recovered_on_the_gpu():
+    """Real CUDA OOMs at batch 64, in the sanity check (validation, first) and in training; both recovered."""
     torch.cuda.empty_cache()
     free, _ = torch.cuda.mem_get_info()
     per_sample = int(free * 0.7 / 32)  # 32 samples: 70 % of the free memory; 64 samples: 140 %
@@ -165,11 +167,15 @@ def test_real_cuda_oom_is_recovered_on_the_gpu():
     model, trainer = _fit(
         [recovery], make_net=lambda: _HungryNet(per_sample), accelerator="cuda", max_epochs=1
     )
-    reference, _ = _fit(make_net=SimpleModel, accelerator="cuda", max_epochs=1)
+    reference, reference_trainer = _fit(make_net=SimpleModel, accelerator="cuda", max_epochs=1)
 
-    assert recovery.adaptations == 1 and recovery.micro_batch_size == 32  # one halving: nothing leaked
-    assert trainer.global_step == reference.trainer.global_step
+    # one halving each (nothing leaked): the sanity check's validation batch of 64, then training's
+    assert recovery.eval_micro_batch_size == 32 and recovery.micro_batch_size == 32
+    assert recovery.adaptations == 2
+    assert trainer.global_step == reference_trainer.global_step
     assert _max_diff(model.net, reference.net) < 1e-5
+    val_loss = trainer.logged_metrics["val/loss"].item()  # batches of 64 (as 32 + 32) and 32
+    assert val_loss == pytest.approx(reference_trainer.logged_metrics["val/loss"].item(), rel=1e-5)
 
 
 def test_batch_size_finder_still_sees_its_ooms(tmp_path):
@@ -226,3 +232,132 @@ def test_pin_torch_ddp_backward_inside_forward_does_not_all_reduce(tmp_path):
     ddp(torch.ones(2, 3)).backward()
     assert len(calls) == 1  # one all-reduce, of the gradients of both backward passes
     torch.testing.assert_close(ddp.module.fc.weight.grad, torch.full((1, 3), 4.0))
+
+
+# ---- evaluation loops: sanity check, validation, test, predict ------------------------------------------
+class _Classifier(ClassificationModule):
+    """ClassificationModule (loss logged with batch_size, torchmetrics accuracy) plus logs of other kinds."""
+
+    def _step(self, batch, stage):
+        loss = super()._step(batch, stage)
+        if stage != "train":
+            inputs = batch[0]
+            self.log(f"{stage}/mean_x", inputs.mean())  # no batch_size: Lightning takes the whole batch's
+            self.log(f"{stage}/max_x", inputs.max(), reduce_fx="max")
+            self.log(f"{stage}/count", float(len(inputs)), reduce_fx="sum")
+        return loss
+
+
+def _classification_data() -> pl.LightningDataModule:
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(356, 10, generator=generator)
+    y = (x @ torch.randn(10, 4, generator=generator)).argmax(1)
+    train, val = TensorDataset(x[:256], y[:256]), TensorDataset(x[256:], y[256:])  # val: batches 64 + 36
+    return pl.LightningDataModule.from_datasets(train, val, val, TensorDataset(x[256:]), batch_size=64)
+
+
+def _classifier() -> _Classifier:
+    pl.seed_everything(5)
+    return _Classifier(_two_layers_to(4), num_classes=4)
+
+
+def _two_layers_to(classes: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Linear(16, classes))
+
+
+def _run(fn: str, callbacks=(), model: pl.LightningModule | None = None):
+    model = model or _classifier()
+    trainer = quiet_trainer(max_epochs=2, callbacks=list(callbacks), num_sanity_val_steps=2)
+    data = _classification_data()
+    if fn == "fit":
+        trainer.fit(model, data)
+        return model, trainer, {k: v.item() for k, v in trainer.logged_metrics.items()}
+    result = getattr(trainer, fn)(model, data)
+    if fn == "predict":
+        return model, trainer, torch.cat(result)
+    return model, trainer, result[0]
+
+
+@pytest.mark.parametrize("fn, loop", [("fit", "validation"), ("validate", "validation"), ("test", "test")])
+def test_evaluation_out_of_memory_is_recovered_with_the_same_metrics(fn, loop, capsys):
+    _, _, reference = _run(fn)
+    oom, recovery = OOMAbove(batch_size=32, loops=loop), OOMRecovery()
+    model, trainer, recovered = _run(fn, [recovery, oom])
+
+    assert oom.raised == 1 and recovery.eval_micro_batch_size == 32 and recovery.micro_batch_size is None
+    assert recovered.keys() == reference.keys()
+    stage = "test" if fn == "test" else "val"
+    assert {f"{stage}/loss", f"{stage}/acc", f"{stage}/mean_x", f"{stage}/max_x", f"{stage}/count"} <= set(
+        reference
+    )
+    for key, value in reference.items():
+        assert recovered[key] == pytest.approx(value, rel=1e-6, abs=1e-7), key
+    assert recovered[f"{stage}/count"] == 100  # the sum over both batches' micro-batches: every sample once
+    words = {
+        "fit": "the sanity check (validation before training)",
+        "validate": "validation",
+        "test": "testing",
+    }
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "out of memory" in ln]
+    assert lines == [
+        f"lit-gpu: out of memory during {words[fn]} at batch 0 with batch 64 -> micro-batch 32 x 2"
+    ]
+
+
+def test_predict_out_of_memory_is_recovered_with_the_same_predictions():
+    _, _, reference = _run("predict")
+    oom, recovery = OOMAbove(batch_size=20, loops="predict"), OOMRecovery()
+    _, _, recovered = _run("predict", [recovery, oom])
+    assert oom.raised == 2 and recovery.eval_micro_batch_size == 16  # 64 -> 32 -> 16
+    assert recovered.shape == reference.shape == (100, 4)
+    torch.testing.assert_close(recovered, reference)
+
+
+def test_training_and_validation_out_of_memory_in_one_fit():
+    model_ref, trainer_ref, reference = _run("fit")
+    oom, recovery = OOMAbove(batch_size=32, loops="all"), OOMRecovery()
+    model, trainer, recovered = _run("fit", [recovery, oom])
+    assert recovery.micro_batch_size == 32 and recovery.eval_micro_batch_size == 32
+    assert trainer.global_step == trainer_ref.global_step
+    assert _max_diff(model, model_ref) < 1e-5
+    for key, value in reference.items():
+        assert recovered[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+
+
+def test_a_try_that_ran_out_after_updating_a_metric_is_undone():
+    class LateOOM(_Classifier):
+        failed = False
+
+        def validation_step(self, batch, batch_idx):
+            loss = super().validation_step(batch, batch_idx)
+            if len(batch[0]) > 32 and not self.trainer.sanity_checking:
+                type(self).failed = True
+                raise torch.OutOfMemoryError(
+                    "CUDA out of memory. Tried to allocate 1.00 GiB (after the metrics)"
+                )
+            return loss
+
+    _, _, reference = _run("validate")
+    _, _, recovered = _run("validate", [OOMRecovery()], model=_classifier_of(LateOOM))
+    assert LateOOM.failed
+    for key, value in reference.items():
+        assert recovered[key] == pytest.approx(value, rel=1e-6, abs=1e-7), key
+
+
+def _classifier_of(cls: type) -> pl.LightningModule:
+    pl.seed_everything(5)
+    return cls(_two_layers_to(4), num_classes=4)
+
+
+@pytest.mark.parametrize("loop", ["train", "validation", "test", "predict"])
+def test_without_recovery_the_error_names_its_loop(loop):
+    from lit_gpu.callbacks.oom_recovery import OOMLoopName
+    from lit_gpu.errors import explain
+
+    fn = {"train": "fit", "validation": "validate", "test": "test", "predict": "predict"}[loop]
+    with pytest.raises(torch.OutOfMemoryError) as caught:
+        _run(fn, [OOMLoopName(), OOMAbove(batch_size=32, loops=loop)])
+    words = {"train": "training", "validation": "validation", "test": "testing", "predict": "prediction"}[
+        loop
+    ]
+    assert explain(caught.value).startswith(f"out of memory during {words} (tried to allocate 2.00 GiB)")

@@ -19,7 +19,8 @@ def here(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_building_the_trainer_claims_no_folder_and_redraws_slowly(here):
+def test_building_the_trainer_claims_no_folder_and_redraws_slowly(here, monkeypatch):
+    monkeypatch.setattr("lit_gpu.callbacks.progress.live_bar_fits", lambda: True)  # as on a terminal
     cli = LitGpuCLI(args=[*SIMPLE, "--trainer.accelerator", "cpu"], run=False)
     bar = cli.trainer.progress_bar_callback
     assert isinstance(bar, LitProgressBar) and bar.refresh_rate == REFRESHES_PER_SECOND

@@ -1,0 +1,405 @@
+"""Progress a person can follow in a batch job's log (SLURM, nohup, CI, ``| tee``): plain lines, no bar.
+
+When the output is not a terminal (or ``TERM=dumb``), ``lit-gpu`` replaces the live bar by
+:class:`ProgressLog`: one line every ``--progress_interval`` seconds (30 by default; ``0``: epoch ends
+only) and one at each epoch end, on global rank zero only, flushed::
+
+    lit-gpu: run runs/lit_gpu/version_0; resume: lit-gpu fit --config configs/simple.yaml --ckpt_path \
+        runs/lit_gpu/version_0/checkpoints/last.ckpt
+    fit epoch 2/3 step 20/32 (54%) train/loss=0.009493 val/loss=0.03673 | 889 samples/s | 0:00:04 ETA 0:00:03
+    fit epoch 2/3 end step 32/32 (67%) train/loss=0.00293 val/loss=0.003 | 981 samples/s | 0:00:05 ETA 0:00:02
+    lit-gpu: fit done in 0:00:08: train/loss=0.002945 val/loss=0.002561; checkpoint runs/lit_gpu/version_0/...
+
+``--progress_format json`` writes the same as one JSON object a line (``{"event": "progress", ...}``).
+Under a sweep each line carries the trial's number (``LIT_GPU_TRIAL`` or the ``trial`` argument).
+
+Cost per step: one integer compare and a ``time.monotonic()`` call in ``on_train_batch_end``; the
+metrics (``.item()`` on the device) are read only when a line is written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import sys
+import time
+from typing import Any, Literal, TextIO
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import ProgressBar
+from lightning.pytorch.utilities.data import extract_batch_size
+from typing_extensions import override
+
+from lit_gpu import messages
+
+__all__ = ["DEFAULT_INTERVAL", "TRIAL_ENV", "ProgressLog", "live_bar_fits", "resume_command"]
+
+DEFAULT_INTERVAL = 30.0  # seconds between progress lines
+TRIAL_ENV = "LIT_GPU_TRIAL"  # set by a sweep: each line carries the trial's number
+_STAGES = {"validate": "validate", "test": "test", "predict": "predict"}
+
+
+def live_bar_fits(stream: TextIO | None = None) -> bool:
+    """Whether a live (redrawn) bar suits ``stream`` (stdout): a terminal, and ``TERM`` is not dumb."""
+    stream = sys.stdout if stream is None else stream
+    if os.environ.get("TERM", "") == "dumb":
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # closed or replaced streams
+        return False
+
+
+def resume_command(argv: list[str], checkpoint: str) -> str:
+    """``lit-gpu <argv>`` with ``--ckpt_path checkpoint`` in place of any ``--ckpt_path`` it had."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == "--ckpt_path":
+            skip = True
+            continue
+        if arg.startswith("--ckpt_path="):
+            continue
+        kept.append(arg)
+    return shlex.join(["lit-gpu", *kept, "--ckpt_path", checkpoint])
+
+
+def _clock(seconds: float) -> str:
+    if not math.isfinite(seconds) or seconds < 0:
+        return "?"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _number(value: float) -> str:
+    return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.3e}"
+
+
+def _short(key: str, metrics: dict[str, float]) -> str:
+    """``train/loss_step`` as ``train/loss`` (when no other value has that name): shorter lines."""
+    base = key.removesuffix("_step")
+    return base if base != key and base not in metrics else key
+
+
+def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        try:
+            out[key] = float(value)  # progress_bar_metrics are floats already; one .item() otherwise
+        except (TypeError, ValueError, RuntimeError):
+            continue
+    return out
+
+
+class ProgressLog(ProgressBar):
+    """Plain progress lines for logs: stage, epoch/total, step/total, percent, metrics, samples/s, ETA.
+
+    A :class:`~lightning.pytorch.callbacks.ProgressBar` (so Lightning adds no bar of its own, and
+    other ranks than global zero are disabled by Lightning); usable with any Trainer.
+
+    Args:
+        interval: Seconds between progress lines; ``0``: a line at each epoch end only.
+        format: ``"text"`` (one short line) or ``"json"`` (one JSON object a line).
+        trial: Sweep trial number put in every line; ``None``: ``$LIT_GPU_TRIAL`` if set.
+        command: The command line (after ``lit-gpu``) of this run, for the resume command of the start line.
+        stream: Where lines go (default: ``sys.stdout`` at the time of writing).
+    """
+
+    def __init__(
+        self,
+        interval: float = DEFAULT_INTERVAL,
+        format: Literal["text", "json"] = "text",  # noqa: A002 - the flag's name
+        trial: int | None = None,
+        command: list[str] | None = None,
+        stream: TextIO | None = None,
+    ) -> None:
+        super().__init__()
+        if interval < 0:
+            raise ValueError(f"interval must be >= 0 seconds, got {interval}")
+        if format not in ("text", "json"):
+            raise ValueError(f"format must be 'text' or 'json', got {format!r}")
+        self.interval = float(interval)
+        self.format = format
+        env_trial = os.environ.get(TRIAL_ENV, "").strip()
+        self.trial = trial if trial is not None else (int(env_trial) if env_trial.isdigit() else None)
+        self.command = list(command) if command is not None else None
+        self.stream = stream
+        self._enabled = True
+        self._start = 0.0  # wall clock of the command's start (fit, validate, ...)
+        self._due = math.inf  # monotonic time of the next interval line
+        self._loop_start = 0.0
+        self._last_time = 0.0
+        self._last_batches = 0
+        self._batches = 0  # batches done in the current loop (all epochs, for fit)
+        self._rate = 0.0
+        self._step = 0  # batches done in this epoch
+        self._last_batch: Any = None
+        self._first_epoch = self._first_step = 0
+
+    # ---- ProgressBar interface ----------------------------------------------------------------
+    @property
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    @property
+    def is_disabled(self) -> bool:
+        return not self._enabled
+
+    @override
+    def disable(self) -> None:
+        self._enabled = False
+
+    @override
+    def enable(self) -> None:
+        self._enabled = True
+
+    # ---- writing -------------------------------------------------------------------------------------
+    def _write(self, event: dict[str, Any], text: str) -> None:
+        if not self._enabled:
+            return
+        if self.trial is not None:
+            event = {"trial": self.trial, **event}
+            prefix = messages.PREFIX if text.startswith(messages.PREFIX) else ""
+            text = f"{prefix}trial {self.trial} {text.removeprefix(prefix)}"
+        line = json.dumps(event, separators=(",", ":")) if self.format == "json" else text
+        stream = self.stream or sys.stdout
+        print(line, file=stream, flush=True)
+
+    def _metrics(self, trainer: pl.Trainer) -> dict[str, float]:
+        return _scalars(trainer.progress_bar_metrics)  # the bar's metrics; read (synced) only here
+
+    def _tell(self, event: dict[str, Any], text: str) -> None:
+        """A start or end line: ``lit-gpu: ...`` in text, an event in JSON."""
+        self._write(event, messages.PREFIX + text)
+
+    # ---- start and end -----------------------------------------------------------------------------
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)  # disables every rank but global zero
+        self._start = time.monotonic()
+
+    def _folder(self, trainer: pl.Trainer) -> str | None:
+        logger = trainer.logger
+        folder = getattr(logger, "log_dir", None) if logger is not None else None
+        return str(folder) if folder else None
+
+    @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        folder = self._folder(trainer)
+        checkpoint = trainer.checkpoint_callback
+        dirpath = getattr(checkpoint, "dirpath", None)
+        last = (
+            os.path.join(dirpath, "last.ckpt") if dirpath and getattr(checkpoint, "save_last", None) else None
+        )
+        command = resume_command(self.command, last) if self.command is not None and last else None
+        text = messages.PROGRESS_RUN.format(folder=folder or trainer.default_root_dir)
+        if command:
+            text += messages.PROGRESS_RESUME.format(command=command)
+        self._tell({"event": "start", "stage": "fit", "folder": folder, "resume": command}, text)
+
+    def _start_eval_command(self, trainer: pl.Trainer, stage: str) -> None:
+        folder = self._folder(trainer)
+        text = messages.PROGRESS_RUN.format(folder=folder or trainer.default_root_dir)
+        self._tell({"event": "start", "stage": stage, "folder": folder}, text)
+
+    @override
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._end(trainer, "fit")
+
+    def _end(self, trainer: pl.Trainer, stage: str) -> None:
+        wall = time.monotonic() - self._start
+        metrics = {
+            k: v
+            for k, v in _scalars(trainer.callback_metrics).items()
+            if not k.endswith(("_step", "_epoch")) and k != "train/lr"
+        }
+        shown = " ".join(f"{k}={_number(v)}" for k, v in metrics.items())
+        checkpoint = trainer.checkpoint_callback if stage == "fit" else None
+        path = getattr(checkpoint, "last_model_path", "") or getattr(checkpoint, "best_model_path", "")
+        best = getattr(checkpoint, "best_model_path", "") if checkpoint is not None else ""
+        text = messages.PROGRESS_END.format(
+            stage=stage, wall=_clock(wall), metrics=shown or "no metrics logged"
+        )
+        if path:
+            text += messages.PROGRESS_END_CHECKPOINT.format(path=path)
+            if best and best != path:
+                text += messages.PROGRESS_END_BEST.format(path=best)
+        event = {"event": "end", "stage": stage, "wall_s": round(wall, 3), "metrics": metrics}
+        event["checkpoint"] = path or None
+        if best:
+            event["best"] = best
+        self._tell(event, text)
+
+    # ---- progress lines -------------------------------------------------------------------------------
+    def _loop_begins(self) -> None:
+        now = time.monotonic()
+        self._loop_start = self._last_time = now
+        self._batches = self._last_batches = 0
+        self._rate = 0.0
+        self._due = now + self.interval if self.interval > 0 else math.inf
+
+    def _samples_per_s(self, trainer: pl.Trainer, batch: Any, now: float) -> float:
+        """Samples per second (all processes) since the last line; the batch size of ``batch`` for all."""
+        seconds = now - self._last_time
+        batches = self._batches - self._last_batches
+        if seconds > 0 and batches > 0:
+            try:
+                size = extract_batch_size(batch)
+            except Exception:  # noqa: BLE001 - a batch without tensors: no samples/s
+                size = 0
+            self._rate = batches * size * trainer.world_size / seconds
+        self._last_time, self._last_batches = now, self._batches
+        return self._rate
+
+    def _line(
+        self,
+        trainer: pl.Trainer,
+        stage: str,
+        batch: Any,
+        steps: int | float,
+        *,
+        epoch_end: bool = False,
+    ) -> None:
+        now = time.monotonic()
+        rate = self._samples_per_s(trainer, batch, now)
+        elapsed = now - self._loop_start
+        event: dict[str, Any] = {"event": "epoch_end" if epoch_end else "progress", "stage": stage}
+        parts = [stage]
+        done, total = self._batches, steps
+        if stage == "fit":
+            epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
+            step = self._step
+            event.update(epoch=trainer.current_epoch + 1, epochs=epochs)
+            parts.append(f"epoch {trainer.current_epoch + 1}/{epochs or '?'}" + (" end" if epoch_end else ""))
+            total = self._run_batches(trainer, steps)
+        else:
+            step = done
+        finite = math.isfinite(steps)
+        event.update(step=step, steps=int(steps) if finite else None, global_step=trainer.global_step)
+        parts.append(f"step {step}/{int(steps) if finite else '?'}")
+        percent = 100.0 * done / total if math.isfinite(total) and total > 0 else None
+        if percent is not None:
+            parts.append(f"({percent:.0f}%)")
+        metrics = self._metrics(trainer)
+        parts += [f"{_short(k, metrics)}={_number(v)}" for k, v in metrics.items()]
+        eta = elapsed * (total - done) / done if percent is not None and done > 0 else math.nan
+        parts += ["|", f"{rate:.0f} samples/s", "|", _clock(elapsed), "ETA", _clock(eta)]
+        event.update(
+            percent=None if percent is None else round(percent, 2),
+            metrics=metrics,
+            samples_per_s=round(rate, 2),
+            elapsed_s=round(elapsed, 3),
+            eta_s=None if math.isnan(eta) else round(eta, 3),
+        )
+        self._due = now + self.interval if self.interval > 0 else math.inf
+        self._write(event, " ".join(parts))
+
+    def _run_batches(self, trainer: pl.Trainer, per_epoch: int | float) -> float:
+        """Training batches of the whole run (epochs x batches, or max_steps), counted from this start."""
+        total = math.inf
+        epochs = trainer.max_epochs
+        if epochs is not None and epochs > 0 and math.isfinite(per_epoch):
+            total = (epochs - self._first_epoch) * per_epoch
+        if trainer.max_steps is not None and trainer.max_steps > 0:
+            total = min(total, (trainer.max_steps - self._first_step) * trainer.accumulate_grad_batches)
+        return total
+
+    # fit
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._loop_begins()
+        self._first_epoch, self._first_step = trainer.current_epoch, trainer.global_step  # resumed runs
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self._batches += 1
+        self._step = batch_idx + 1
+        self._last_batch = batch
+        if time.monotonic() >= self._due and self._step < self.total_train_batches:  # else the epoch-end line
+            self._line(trainer, "fit", batch, self.total_train_batches)
+
+    @override
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._batches:
+            self._line(trainer, "fit", self._last_batch, self.total_train_batches, epoch_end=True)
+
+    # validate / test / predict commands (validation inside fit counts in fit's lines)
+    def _eval_begins(self, trainer: pl.Trainer, stage: str) -> None:
+        if trainer.state.fn == stage:
+            self._start_eval_command(trainer, stage)
+            self._loop_begins()
+
+    def _eval_batch(self, trainer: pl.Trainer, stage: str, batch: Any, total: float) -> None:
+        if trainer.state.fn != stage:
+            return
+        self._batches += 1
+        self._last_batch = batch
+        if time.monotonic() >= self._due:
+            self._line(trainer, stage, batch, total)
+
+    def _eval_ends(self, trainer: pl.Trainer, stage: str) -> None:
+        if trainer.state.fn != stage:
+            return
+        if self._batches:
+            self._line(trainer, stage, self._last_batch, self._eval_total(trainer, stage), epoch_end=True)
+        self._end(trainer, stage)
+
+    def _eval_total(self, trainer: pl.Trainer, stage: str) -> float:
+        totals = {
+            "validate": trainer.num_val_batches,
+            "test": trainer.num_test_batches,
+            "predict": trainer.num_predict_batches,
+        }[stage]
+        return float(sum(totals)) if totals else math.inf
+
+    @override
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._eval_begins(trainer, "validate")
+
+    @override
+    def on_validation_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
+        self._eval_batch(trainer, "validate", batch, self._eval_total(trainer, "validate"))
+
+    @override
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._eval_ends(trainer, "validate")
+
+    @override
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._eval_begins(trainer, "test")
+
+    @override
+    def on_test_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
+        self._eval_batch(trainer, "test", batch, self._eval_total(trainer, "test"))
+
+    @override
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._eval_ends(trainer, "test")
+
+    @override
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._eval_begins(trainer, "predict")
+
+    @override
+    def on_predict_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
+        self._eval_batch(trainer, "predict", batch, self._eval_total(trainer, "predict"))
+
+    @override
+    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._eval_ends(trainer, "predict")

@@ -1,0 +1,125 @@
+"""Progress in a batch job's log: ``lit-gpu`` with its output in a file (no terminal) writes plain lines."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lit_gpu.cli import main
+from tests.helpers.paths import CONFIGS
+
+LIT_GPU = str(Path(sys.executable).parent / "lit-gpu")
+SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--trainer.accelerator", "cpu", "--trainer.devices", "1"]
+PROGRESS = re.compile(r"^fit epoch (\d+)/(\d+) step (\d+)/32 \((\d+)%\) .*train/loss=([\d.e-]+)")
+
+
+@pytest.fixture(autouse=True)
+def _plain_argv(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["lit-gpu"])
+
+
+def test_a_log_file_shows_progress_while_the_run_goes_on(tmp_path, cli_env):
+    log = tmp_path / "slurm-123.out"
+    cmd = [LIT_GPU, "fit", *SIMPLE, "--trainer.max_epochs", "1000", "--progress_interval", "0.3"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=cli_env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        progress: list[re.Match] = []
+        while len(progress) < 3 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            assert proc.poll() is None, log.read_text()[-3000:]
+            text = log.read_text()
+            progress = [m for m in map(PROGRESS.match, text.splitlines()) if m]
+        assert proc.poll() is None  # read while the run is still going
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    assert len(progress) >= 3, text[-3000:]
+    epochs = [int(m.group(1)) for m in progress]
+    assert epochs == sorted(epochs) and {int(m.group(2)) for m in progress} == {1000}
+    assert all(float(m.group(5)) >= 0 for m in progress)
+    lines = text.splitlines()
+    start = [ln for ln in lines if ln.startswith("lit-gpu: run ")]
+    checkpoint = "runs/lit_gpu/version_0/checkpoints/last.ckpt"
+    assert start == [
+        f"lit-gpu: run runs/lit_gpu/version_0; resume: lit-gpu fit {' '.join(SIMPLE)} "
+        f"--trainer.max_epochs 1000 --progress_interval 0.3 --ckpt_path {checkpoint}"
+    ]
+    assert b"\x1b" not in log.read_bytes()  # no ANSI sequence
+    assert not re.search("[\u2500-\u257f\u2580-\u259f]", text)  # no box drawing (the model summary is plain)
+
+
+def _json_lines(text: str) -> list[dict]:
+    return [json.loads(ln) for ln in text.splitlines() if ln.startswith("{")]
+
+
+def test_json_lines_for_log_scrapers(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    args = [*SIMPLE, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "5"]
+    main(["fit", *args, "--progress_format", "json", "--progress_interval", "0"])
+    events = _json_lines(capsys.readouterr().out)
+    assert [e["event"] for e in events] == ["start", "epoch_end", "epoch_end", "end"]
+    start, first, second, end = events
+    assert start["folder"] == "runs/lit_gpu/version_0" and start["resume"].endswith(
+        "--ckpt_path runs/lit_gpu/version_0/checkpoints/last.ckpt"
+    )
+    assert (first["epoch"], first["epochs"], first["step"], first["steps"]) == (1, 2, 5, 5)
+    assert (first["percent"], second["percent"], second["global_step"]) == (50.0, 100.0, 10)
+    assert second["eta_s"] == 0.0 and second["samples_per_s"] > 0 and second["elapsed_s"] > 0
+    assert {"train/loss_step", "val/loss"} <= set(second["metrics"])
+    assert end["checkpoint"] == "runs/lit_gpu/version_0/checkpoints/last.ckpt"
+    assert end["metrics"]["val/loss"] == pytest.approx(second["metrics"]["val/loss"])
+
+    ckpt = str(tmp_path / end["checkpoint"])
+    main(["test", *args, "--ckpt_path", ckpt, "--progress_format", "json", "--progress_interval", "0"])
+    events = _json_lines(capsys.readouterr().out)
+    assert [e["event"] for e in events] == ["start", "epoch_end", "end"]
+    assert events[1]["stage"] == "test" and events[1]["step"] == events[1]["steps"] == 8  # 512 samples / 64
+    assert events[1]["percent"] == 100.0 and "test/loss" in events[2]["metrics"]
+
+
+def test_text_lines_of_validate_and_predict_and_a_trial_number(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LIT_GPU_TRIAL", "7")
+    args = [
+        *SIMPLE,
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.limit_train_batches",
+        "2",
+        "--progress_interval",
+        "0",
+    ]
+    main(["fit", *args])
+    ckpt = str(tmp_path / "runs/lit_gpu/version_0/checkpoints/last.ckpt")
+    main(["validate", *args, "--ckpt_path", ckpt])
+    main(["predict", *args, "--ckpt_path", ckpt, "--predict_out", "p.csv"])
+    lines = capsys.readouterr().out.splitlines()
+    assert any(ln.startswith("trial 7 fit epoch 1/1 end step 2/2 (100%) val/loss=") for ln in lines), lines
+    assert any(
+        re.match(r"trial 7 validate step 8/8 \(100%\) val/loss=[\d.e-]+ \| \d+ samples/s", ln) for ln in lines
+    )
+    assert any(re.match(r"lit-gpu: trial 7 validate done in 0:00:\d\d: val/loss=", ln) for ln in lines)
+    assert any(re.match(r"trial 7 predict step (\d+)/\1 \(100%\) \| \d+ samples/s", ln) for ln in lines)
+
+
+def test_ddp_only_rank_zero_writes_progress(tmp_path, cli_env):
+    cmd = [
+        LIT_GPU, "fit", *SIMPLE, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3",
+        "--trainer.strategy", "ddp", "--trainer.devices", "2", "--progress_interval", "0",
+        "--progress_format", "json",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    events = _json_lines(proc.stdout)
+    assert [e["event"] for e in events] == ["start", "epoch_end", "epoch_end", "end"], proc.stdout
+    assert events[2]["global_step"] == 6
+    assert "\x1b" not in proc.stdout + proc.stderr

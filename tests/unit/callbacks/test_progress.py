@@ -1,0 +1,93 @@
+"""The progress display: the live bar on a terminal, plain lines (ProgressLog) anywhere else."""
+
+from __future__ import annotations
+
+import io
+import os
+import pty
+import sys
+
+import pytest
+from lightning.pytorch.callbacks import ModelSummary, RichModelSummary
+
+from lit_gpu.callbacks.progress import LitProgressBar, default_progress_bar, use_progress_log
+from lit_gpu.callbacks.progress_log import ProgressLog, live_bar_fits, resume_command
+from lit_gpu.data import SyntheticRegressionDataModule
+from lit_gpu.modules import RegressionModule
+from lit_gpu.nets import SimpleModel
+from tests.helpers.trainers import quiet_trainer
+
+
+def test_a_live_bar_only_on_a_terminal_that_is_not_dumb(monkeypatch):
+    leader, follower = pty.openpty()
+    try:
+        with os.fdopen(os.dup(follower), "w") as terminal:
+            monkeypatch.setenv("TERM", "xterm-256color")
+            assert live_bar_fits(terminal)
+            monkeypatch.setenv("TERM", "dumb")
+            assert not live_bar_fits(terminal)
+    finally:
+        os.close(leader)
+        os.close(follower)
+    monkeypatch.delenv("TERM")
+    assert not live_bar_fits(io.StringIO())  # a file, a pipe, a captured stream
+
+
+@pytest.mark.parametrize(
+    "terminal, fmt, expected",
+    [(True, "text", LitProgressBar), (False, "text", ProgressLog), (True, "json", ProgressLog)],
+)
+def test_lines_replace_the_default_bar_off_a_terminal_or_for_json(terminal, fmt, expected, monkeypatch):
+    monkeypatch.setattr("lit_gpu.callbacks.progress.live_bar_fits", lambda: terminal)
+    trainer = quiet_trainer(
+        enable_progress_bar=True, enable_model_summary=True, callbacks=[default_progress_bar()]
+    )
+    use_progress_log(trainer, interval=5, format=fmt, command=["fit"])
+    assert isinstance(trainer.progress_bar_callback, expected)
+    summaries = [type(c) for c in trainer.callbacks if isinstance(c, ModelSummary)]
+    assert summaries == [ModelSummary if expected is ProgressLog else RichModelSummary]  # no box drawing
+
+
+def test_a_users_own_bar_is_kept(monkeypatch):
+    monkeypatch.setattr("lit_gpu.callbacks.progress.live_bar_fits", lambda: False)
+    own = LitProgressBar()
+    trainer = quiet_trainer(enable_progress_bar=True, callbacks=[own])
+    assert use_progress_log(trainer) is None and trainer.progress_bar_callback is own
+
+
+def test_resume_command_replaces_the_ckpt_path():
+    argv = ["fit", "--config", "a b.yaml", "--ckpt_path", "last", "--ckpt_path=x"]
+    assert (
+        resume_command(argv, "runs/v/last.ckpt")
+        == "lit-gpu fit --config 'a b.yaml' --ckpt_path runs/v/last.ckpt"
+    )
+
+
+def test_the_live_bar_shows_the_runs_version_and_samples_per_second(tmp_path):
+    from lit_gpu import runs
+
+    bar = LitProgressBar()
+    folder = runs.RunFolder(tmp_path)
+    trainer = quiet_trainer(tmp_path, enable_progress_bar=True, callbacks=[bar], logger=runs.make_loggers(
+        ["csv", "tensorboard"], folder), max_epochs=1, limit_val_batches=0)  # fmt: skip
+    trainer.fit(RegressionModule(SimpleModel(10, 10)), SyntheticRegressionDataModule(num_samples=640))
+    metrics = bar.get_metrics(trainer, trainer.lightning_module)
+    assert metrics["version"] == 0 and "v_num" not in metrics
+    assert bar.samples_per_s > 0
+    columns = bar.configure_columns(trainer)
+    task = type("Task", (), {"id": bar.train_progress_bar_id})()
+    assert columns[-1].render(task).plain.endswith(" samples/s")
+
+
+def test_interval_lines_are_written_only_when_due(monkeypatch):
+    out = io.StringIO()
+    clock = iter(range(0, 10_000, 10))  # every call to time.monotonic: 10 s later
+    monkeypatch.setattr("lit_gpu.callbacks.progress_log.time.monotonic", lambda: next(clock))
+    log = ProgressLog(interval=35, stream=out)
+    trainer = quiet_trainer(enable_progress_bar=True, callbacks=[log], max_epochs=2, limit_val_batches=0)
+    trainer.fit(RegressionModule(SimpleModel(10, 10)), SyntheticRegressionDataModule(num_samples=640))
+    lines = [ln for ln in out.getvalue().splitlines() if ln.startswith("fit ")]
+    ends = [ln for ln in lines if " end " in ln]
+    assert len(ends) == 2 and 2 <= len(lines) - len(ends) <= 10  # 20 batches, one line about every 4th
+    assert all(ord(c) < 128 for c in out.getvalue())
+    assert sys.stdout is not out
