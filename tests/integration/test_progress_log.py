@@ -17,7 +17,7 @@ from tests.helpers.paths import CONFIGS
 
 LIT_GPU = str(Path(sys.executable).parent / "lit-gpu")
 SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--trainer.accelerator", "cpu", "--trainer.devices", "1"]
-PROGRESS = re.compile(r"^fit epoch (\d+)/(\d+) step (\d+)/32 \((\d+)%\) .*train/loss=([\d.e-]+)")
+PROGRESS = re.compile(r"^fit epoch (\d+)/(\d+) step (\d+)/(\d+) \((\d+)%\) .*train/loss=([\d.e-]+)")
 
 
 @pytest.fixture(autouse=True)
@@ -27,7 +27,9 @@ def _plain_argv(monkeypatch):
 
 def test_a_log_file_shows_progress_while_the_run_goes_on(tmp_path, cli_env):
     log = tmp_path / "slurm-123.out"
-    cmd = [LIT_GPU, "fit", *SIMPLE, "--trainer.max_epochs", "1000", "--progress_interval", "0.3"]
+    # 1024 steps an epoch: an epoch lasts seconds even on a fast machine, so lines come mid-epoch
+    big = ["--data.init_args.num_samples", "65536"]
+    cmd = [LIT_GPU, "fit", *SIMPLE, *big, "--trainer.max_epochs", "1000", "--progress_interval", "0.3"]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=cli_env, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -45,12 +47,13 @@ def test_a_log_file_shows_progress_while_the_run_goes_on(tmp_path, cli_env):
     assert len(progress) >= 3, text[-3000:]
     epochs = [int(m.group(1)) for m in progress]
     assert epochs == sorted(epochs) and {int(m.group(2)) for m in progress} == {1000}
-    assert all(float(m.group(5)) >= 0 for m in progress)
+    assert {int(m.group(4)) for m in progress} == {1024}
+    assert all(int(m.group(3)) < 1024 and float(m.group(6)) >= 0 for m in progress)
     lines = text.splitlines()
     start = [ln for ln in lines if ln.startswith("lit-gpu: run ")]
     checkpoint = "runs/lit_gpu/version_0/checkpoints/last.ckpt"
     assert start == [
-        f"lit-gpu: run runs/lit_gpu/version_0; resume: lit-gpu fit {' '.join(SIMPLE)} "
+        f"lit-gpu: run runs/lit_gpu/version_0; resume: lit-gpu fit {' '.join(SIMPLE)} {' '.join(big)} "
         f"--trainer.max_epochs 1000 --progress_interval 0.3 --ckpt_path {checkpoint}"
     ]
     assert b"\x1b" not in log.read_bytes()  # no ANSI sequence
