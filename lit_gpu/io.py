@@ -288,8 +288,31 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     A kill during ``trainer.save_checkpoint`` can no longer leave a truncated ``last.ckpt``: readers
     see the previous complete file until the new one is fully on disk. Remote paths (``s3://``...)
-    use Lightning's own transactional save.
+    use Lightning's own transactional save. Local checkpoints are read through lit_gpu's door
+    (:func:`lit_gpu.files.checkpoint.read_for_resume`: weights-only unless the user opted out, and no
+    callback path outside the checkpoint's folder), and only files are ever removed.
     """
+
+    @override
+    def load_checkpoint(
+        self, path: Any, map_location: Any | None = None, weights_only: bool | None = None
+    ) -> Any:
+        if get_protocol(str(path)) != "file":
+            return super().load_checkpoint(path, map_location, weights_only)
+        from lit_gpu.files.checkpoint import read_for_resume
+
+        location = map_location if map_location is not None else (lambda storage, loc: storage)
+        return read_for_resume(path, location, weights_only)
+
+    @override
+    def remove_checkpoint(self, path: Any) -> None:
+        if get_protocol(str(path)) == "file" and os.path.isdir(str(path)) and not os.path.islink(str(path)):
+            from lit_gpu import messages
+
+            real = os.path.realpath(str(path))
+            messages.tell(messages.REMOVE_OUTSIDE_REFUSED.format(path=path, dirpath="a file", real=real))
+            return  # a checkpoint written by this IO is a file; never remove a folder
+        super().remove_checkpoint(path)
 
     @override
     def save_checkpoint(

@@ -134,7 +134,7 @@ NO_MATCHING_RUN = (
 NO_MATCHING_RUN_FIX = "; pass --ckpt_path FILE, or --trainer.default_root_dir DIR of that run"
 NO_CKPT_IN_DIRPATH = "--ckpt_path {which}: no {which}*.ckpt in checkpoint.dirpath {dirpath}"
 NO_CONFIG_BESIDE = (
-    "no config.yaml beside {ckpt} (looked in {folders}) to rebuild its run from; "
+    "no config.yaml for {ckpt} ({looked}) to rebuild its run from; "
     "pass the run's settings with --config FILE"
 )
 DP_NO_SUCH_NET = (
@@ -216,7 +216,19 @@ CHECKPOINT_CHOICE = "{facts}; the newest {prefix}*.ckpt in {where}"
 SKIPPED_NEWER_RUNS = "skipped newer {names}: no {prefix}*.ckpt yet"
 PICKED_RUN = "; newest matching run: {run}"
 NO_MATCHING_RUN_FIT = "; training from scratch"
-REBUILDING_FROM = "rebuilding the run from {config}"
+REBUILDING_FROM = "rebuilding the run from {config}: took {taken}; nothing else is read from it{left_out}"
+STATE_PATHS_DROPPED = (
+    "{ckpt}: ignored {count} path(s) in its callback state that lead outside {folder} ({fields}); "
+    "nothing outside the run is touched"
+)
+REMOVE_OUTSIDE_REFUSED = (
+    "not removing {path}: it is not a checkpoint file inside {dirpath} (resolved: {real}); left as it is"
+)
+CKPT_SYMLINK_LEAVES_RUN = (
+    "--ckpt_path {which}: {path} is a symlink to {target}, outside its run folder {run}; pass the target "
+    "itself if you trust it"
+)
+RUN_CONFIG_REFUSED = "{config}: {what}; nothing was read from it; pass the run's settings with --config FILE"
 MONITOR_FALLBACK = (
     "{model} does not log {monitor!r} ({logged}); keeping last.ckpt only; "
     "pick best checkpoints with --checkpoint.monitor NAME"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import lightning.pytorch as pl
@@ -31,6 +32,11 @@ class FreshLastCheckpoint(ModelCheckpoint):
     ``_last_time_checked``, ``_last_global_step_saved``); ``tests/unit/test_upstream_pins.py`` pins
     what it relies on.
 
+    Nothing outside its own folder is ever deleted: paths in restored state that resolve outside
+    ``dirpath`` (``..``, absolute, symlinks) are dropped with one line, and :meth:`_remove_checkpoint`
+    removes only what resolves inside ``dirpath`` (Lightning's own guard compares ``Path.absolute()``,
+    which keeps ``..``, then removes recursively).
+
     With :attr:`monitor_fallback` set (the ``lit-gpu`` CLI sets it for its default ``val/loss``),
     a module that never logs ``monitor`` keeps ``last.ckpt`` only, and one line says so, instead of
     Lightning's error at the end of the first validation.
@@ -59,6 +65,39 @@ class FreshLastCheckpoint(ModelCheckpoint):
             )
         )
         self.monitor, self.save_top_k, self.monitor_fallback = None, 0, False
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        from lit_gpu.files.checkpoint import drop_outside_state_paths
+
+        state = dict(state_dict)
+        # Lightning restores these paths only when the state's dirpath is this callback's own
+        restored = state.get("dirpath", self.dirpath) == self.dirpath
+        if restored and self.dirpath and "://" not in str(self.dirpath):
+            dropped = drop_outside_state_paths(state, self.dirpath)
+            if dropped:
+                messages.tell(
+                    messages.STATE_PATHS_DROPPED.format(
+                        ckpt="the checkpoint",
+                        count=len(dropped),
+                        folder=self.dirpath,
+                        fields="; ".join(dropped[:4]),
+                    )
+                )
+        super().load_state_dict(state)
+
+    @override
+    def _remove_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        from lit_gpu.files.checkpoint import inside
+
+        local = "://" not in str(filepath) and self.dirpath and "://" not in str(self.dirpath)
+        if local and not (inside(filepath, self.dirpath) and not os.path.islink(filepath)):
+            real = os.path.realpath(str(filepath))
+            messages.tell(
+                messages.REMOVE_OUTSIDE_REFUSED.format(path=filepath, dirpath=self.dirpath, real=real)
+            )
+            return
+        super()._remove_checkpoint(trainer, filepath)
 
     @override
     def on_train_batch_end(

@@ -17,7 +17,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from typing_extensions import override
 
-from lit_gpu import messages, safe_build
+from lit_gpu import messages
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
 from lit_gpu.callbacks.nan_guard import NaNGuard
@@ -217,14 +217,15 @@ class LitGpuCLI(LightningCLI):
             with warnings.catch_warnings():  # args from Python (main(argv), notebooks) are intended here
                 warnings.filterwarnings("ignore", message=r".*LightningCLI's args parameter is intended.*")
                 super().parse_arguments(parser, args)
-        resolve_ckpt_path(self.config)  # last/best -> newest run of the same model and data; files checked
+        # last/best/FILE -> one checkpoint, read once (weights-only) and compared with the config's model
+        resolve_ckpt_path(self.config)
 
     @override
     def _parse_ckpt_path(self) -> None:
         # private, pinned in tests/unit/test_upstream_pins.py. Lightning re-parses the checkpoint's
-        # hparams (class included) over --config here: instead the config decides, the checkpoint's
-        # class is only compared, and the file is read weights-only
-        safe_build.check_ckpt_path(self.config)
+        # hparams (class included) over --config here: instead the config decides; the checkpoint was
+        # read weights-only and its class compared in resolve_ckpt_path (lit_gpu.files.locate)
+        return
 
     @override
     def before_instantiate_classes(self) -> None:
@@ -259,6 +260,8 @@ class LitGpuCLI(LightningCLI):
         if self.run_folder is not None:
             trainer.callbacks.insert(0, RunFolderSync(self.run_folder))  # DDP ranks: rank 0's folder
         run_folders.adapt_checkpoint_monitor(trainer)  # default val/loss: last.ckpt only if never logged
+        parsed = self.config[self.subcommand] if self.subcommand else self.config
+        trainer.callbacks.append(run_folders.RecordModelSpec(parsed.get("model")))  # for lit-gpu export
         return trainer
 
     def before_fit(self) -> None:

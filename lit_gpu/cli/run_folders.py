@@ -3,8 +3,10 @@
 * ``--trainer.default_root_dir DIR`` (default ``runs``) holds everything: ``DIR/lit_gpu/version_N/``
   with ``config.yaml``, ``metrics.csv`` (CSV), TensorBoard events and ``checkpoints/``; ``--loggers``
   picks lit_gpu's loggers (``[csv, tensorboard]``) unless ``trainer.logger`` names other ones.
-* ``SUBCOMMAND --ckpt_path FILE`` without ``--config``: the run is rebuilt from the ``config.yaml``
-  saved beside the checkpoint (:func:`lit_gpu.runs.args_with_saved_config`).
+* ``SUBCOMMAND --ckpt_path FILE`` without ``--config``: the run is rebuilt from the model and data of
+  its run's ``config.yaml`` (:func:`lit_gpu.files.locate.args_with_saved_config`), nothing else.
+* :class:`RecordModelSpec` writes the CLI's model (and net) spec into every checkpoint, for
+  ``lit-gpu export`` of any LightningModule.
 * The progress bar redraws a few times a second (:mod:`lit_gpu.callbacks.progress`), not 100.
 * The default checkpoint monitor ``val/loss`` falls back to ``last.ckpt`` only for a module that
   never logs it.
@@ -17,11 +19,14 @@ from typing import Any, Literal
 
 import lightning.pytorch as pl
 from lightning.pytorch.cli import LightningArgumentParser
+from typing_extensions import override
 
 from lit_gpu import messages, runs
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.progress import default_progress_bar
 from lit_gpu.cli.ckpt_path import config_value, root_dir
+from lit_gpu.files import locate
+from lit_gpu.net_spec import MODEL_SPEC_KEY, NET_SPEC_KEY, plain_spec
 
 DEFAULT_MONITOR = "val/loss"
 TRAINER_DEFAULTS = {"default_root_dir": runs.DEFAULT_ROOT}
@@ -74,10 +79,13 @@ def with_saved_config(args: Any) -> Any:
     if args is not None and not isinstance(args, list | tuple):
         return args
     argv = list(sys.argv[1:] if args is None else args)
-    new, used = runs.args_with_saved_config(argv)
+    new, used = locate.args_with_saved_config(argv)
     if used is None:
         return args
-    messages.tell(messages.REBUILDING_FROM.format(config=used))
+    left_out = f" (left out: {', '.join(used.left_out[:6])}; pass them as flags)" if used.left_out else ""
+    messages.tell(
+        messages.REBUILDING_FROM.format(config=used.source, taken=used.describe(), left_out=left_out)
+    )
     return new
 
 
@@ -86,3 +94,25 @@ def adapt_checkpoint_monitor(trainer: pl.Trainer) -> None:
     for callback in trainer.checkpoint_callbacks:
         if isinstance(callback, FreshLastCheckpoint) and callback.monitor == DEFAULT_MONITOR:
             callback.monitor_fallback = True
+
+
+class RecordModelSpec(pl.Callback):
+    """Writes the CLI config's model spec (and its ``net``) into every checkpoint, for export of any module.
+
+    The spec is the config LightningCLI built the model from (plain data), not the module's internals,
+    so a researcher's own LightningModule (or Lightning's ``BoringModel``) can be exported too.
+    """
+
+    def __init__(self, model_config: Any) -> None:
+        self.model_spec = plain_spec(model_config)
+
+    @override
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        if self.model_spec is None:
+            return
+        checkpoint[MODEL_SPEC_KEY] = self.model_spec
+        net = (self.model_spec.get("init_args") or {}).get("net")
+        if isinstance(net, dict) and isinstance(net.get("class_path"), str):
+            checkpoint[NET_SPEC_KEY] = plain_spec(net)

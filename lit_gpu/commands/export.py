@@ -11,6 +11,9 @@ with ``class_path`` and ``init_args`` (``.safetensors`` files carry the same in 
 
 That recipe calls whatever the sidecar names: for files from elsewhere, build the net with
 ``lit_gpu.safe_build.build(meta)`` (checks the class first) or from your own code.
+
+Any LightningModule run by ``lit-gpu fit`` can be exported: the CLI records the model's config in every
+checkpoint (``lit_gpu_model``); a module with a ``net`` exports the net, any other the whole module.
 """
 
 from __future__ import annotations
@@ -24,33 +27,46 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from torch import nn
 
-from lit_gpu import messages, safe_build
-from lit_gpu.checkpoints import NET_SPEC_KEY, CheckpointMismatchError, clean_keys, load_into, read_checkpoint
+from lit_gpu import messages
+from lit_gpu.checkpoints import CheckpointMismatchError, clean_keys, load_into
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files import build as safe_build
+from lit_gpu.files.checkpoint import read_checkpoint
+from lit_gpu.files.run_config import config_of_checkpoint, rebuild_fields
 from lit_gpu.io import atomic_torch_save, atomic_write
+from lit_gpu.net_spec import MODEL_SPEC_KEY, NET_SPEC_KEY
 
 FORMATS = (".pt", ".pth", ".safetensors")
 
 
-def _spec_from_run_config(ckpt_path: Path) -> tuple[dict[str, Any], str] | None:
-    """``model.init_args.net`` from the ``config.yaml`` LightningCLI saved beside the run, and that file."""
-    for config in (ckpt_path.parent.parent / "config.yaml", ckpt_path.parent / "config.yaml"):
-        if not config.is_file():
-            continue
-        try:
-            data = yaml.safe_load(config.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise LitGpuError(
-                f"{config} is not valid YAML ({messages.first_line(err)}); fix or remove it"
-            ) from None
-        model = data.get("model") if isinstance(data, dict) else None
-        net = ((model if isinstance(model, dict) else {}).get("init_args") or {}).get("net")
-        if isinstance(net, dict) and "class_path" in net:
-            return {"class_path": net["class_path"], "init_args": net.get("init_args") or {}}, str(config)
+def _net_of(model: Any) -> dict[str, Any] | None:
+    net = (model.get("init_args") or {}).get("net") if isinstance(model, dict) else None
+    if isinstance(net, dict) and isinstance(net.get("class_path"), str):
+        return {"class_path": net["class_path"], "init_args": net.get("init_args") or {}}
     return None
+
+
+def _spec(checkpoint: Any, ckpt_path: Path, trust_modules: Sequence[str]) -> tuple[Any, str, str, bool]:
+    """The net spec (or the whole module's), where it came from, and whether it is the whole module."""
+    stored = checkpoint if isinstance(checkpoint, dict) else {}
+    if stored.get(NET_SPEC_KEY):
+        return stored[NET_SPEC_KEY], str(ckpt_path), NET_SPEC_KEY, False
+    model = stored.get(MODEL_SPEC_KEY)
+    if isinstance(model, dict) and model.get("class_path"):
+        net = _net_of(model)
+        if net is not None:
+            return net, str(ckpt_path), f"{MODEL_SPEC_KEY}.init_args.net", False
+        return model, str(ckpt_path), MODEL_SPEC_KEY, True
+    config = config_of_checkpoint(ckpt_path)
+    if config is not None:
+        fields = rebuild_fields(config, trust_modules)  # the model only, checked; nothing else is read
+        net = _net_of(fields.model)
+        if net is not None:
+            return net, str(config), "model.init_args.net", False
+        return fields.model, str(config), "model", True
+    return None, "", "", False
 
 
 def export_checkpoint(
@@ -61,10 +77,11 @@ def export_checkpoint(
 ) -> tuple[Path, Path]:
     """Export the net inside a lit_gpu checkpoint to ``out`` (``.pt``/``.pth`` or ``.safetensors``).
 
-    The net spec comes from the checkpoint (lit_gpu modules store it) or the run's ``config.yaml``.
-    The net is rebuilt from the spec with :func:`lit_gpu.safe_build.build` (only ``nn.Module`` classes
-    from trusted or already-imported packages, checked before any call; ``trust_modules`` adds
-    packages) and the weights loaded strictly before anything is written.
+    The net spec comes from the checkpoint (the CLI records the model's config; lit_gpu modules their
+    net) or the model of the run's ``version_N/config.yaml``; a module without a ``net`` is exported
+    whole. It is rebuilt with :func:`lit_gpu.files.build.build` (only ``nn.Module`` classes from
+    trusted packages, checked before any call; ``trust_modules`` adds packages) and the weights loaded
+    strictly before anything is written.
 
     Returns:
         ``(weights_path, sidecar_path)``.
@@ -73,21 +90,17 @@ def export_checkpoint(
     if out.suffix not in FORMATS:
         raise LitGpuError(f"--out must end in {', '.join(FORMATS)}, got {out.name}")
     checkpoint = read_checkpoint(ckpt_path, trust=trust, opt_out="pass --trust (trust=True)")
-    spec = checkpoint.get(NET_SPEC_KEY) if isinstance(checkpoint, dict) else None
-    where = (str(ckpt_path), NET_SPEC_KEY)
-    if not spec:
-        spec, config = _spec_from_run_config(ckpt_path) or (None, "")
-        where = (config, "model.init_args.net")
-    if not spec:
+    spec, source, key, whole = _spec(checkpoint, ckpt_path, trust_modules)
+    if not isinstance(spec, dict) or not spec:
         raise LitGpuError(
-            f"{ckpt_path} does not say which net it holds (no {NET_SPEC_KEY!r} entry and no config.yaml "
-            "beside the run); export checkpoints written by lit-gpu fit"
+            f"{ckpt_path} does not say which net it holds (no {NET_SPEC_KEY!r} or {MODEL_SPEC_KEY!r} entry "
+            "and no run config.yaml in its version_N folder); export checkpoints written by lit-gpu fit"
         )
     state_dict = checkpoint.get("state_dict", checkpoint) if isinstance(checkpoint, dict) else checkpoint
     state_dict = clean_keys(state_dict)
-    if any(k.startswith("net.") for k in state_dict):
+    if not whole and any(k.startswith("net.") for k in state_dict):
         state_dict = {k[len("net.") :]: v for k, v in state_dict.items() if k.startswith("net.")}
-    net = safe_build.build(spec, nn.Module, source=where[0], key=where[1], trust_modules=trust_modules)
+    net = safe_build.build(spec, nn.Module, source=source, key=key, trust_modules=trust_modules)
     try:
         load_into(net, state_dict, strict=True)
     except CheckpointMismatchError as err:

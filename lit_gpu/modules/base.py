@@ -12,9 +12,9 @@ from lightning.pytorch.utilities.model_helpers import _restricted_classmethod
 from torch import nn
 from typing_extensions import Self, override
 
-from lit_gpu import messages, safe_build
-from lit_gpu.checkpoints import NET_SPEC_KEY, net_spec
+from lit_gpu import messages
 from lit_gpu.errors import LitGpuError, net_input_mismatch
+from lit_gpu.net_spec import NET_SPEC_KEY, net_spec
 
 
 def _build(key: str, factory: Any, arg: Any) -> Any:
@@ -163,24 +163,19 @@ class LitModule(pl.LightningModule):
         weights_only: bool | None = None,
         **kwargs: Any,
     ) -> Self:
-        """Lightning's ``load_from_checkpoint``, after :func:`lit_gpu.safe_build.check_hparams`.
+        """:func:`lit_gpu.checkpoints.load_lightning_module`: Lightning's, after checking the file's hparams.
 
-        Lightning rebuilds CLI-written modules by handing the checkpoint's hyper-parameters to
-        jsonargparse, which imports and instantiates any ``class_path`` they name; lit_gpu first checks
-        them with the same policy as ``lit-gpu export`` and reads the file weights-only unless you pass
-        ``weights_only=False`` (Lightning would default to ``False`` for ``http(s)://`` paths).
+        The same function loads any LightningModule safely (``load_lightning_module(MyModule, path)``).
         """
-        weights_only = True if weights_only is None else weights_only
-        safe_build.check_hparams(
-            cls, checkpoint_path, hparams_file=hparams_file, weights_only=weights_only, passed=kwargs
-        )
-        return super().load_from_checkpoint(
-            checkpoint_path, map_location, hparams_file, strict, weights_only, **kwargs
+        from lit_gpu.checkpoints import load_lightning_module  # the loading machinery, only when loading
+
+        return load_lightning_module(
+            cls, checkpoint_path, map_location, hparams_file, strict, weights_only, **kwargs
         )
 
     @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint[NET_SPEC_KEY] = self.net_spec
+        checkpoint.setdefault(NET_SPEC_KEY, self.net_spec)  # the CLI's own record (its config) wins
 
     @override
     def configure_optimizers(self) -> Any:

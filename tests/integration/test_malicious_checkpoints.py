@@ -116,11 +116,12 @@ def side_effect_pkg(tmp_path, monkeypatch) -> tuple[str, Path]:
     [
         (
             lambda m: {"class_path": "os.system", "init_args": {"command": f"touch {m}"}},
-            "refusing to build lit_gpu_net: 'os.system' is a builtin_function_or_method, not a class",
+            "refusing to build lit_gpu_net: importing 'os' for class_path 'os.system' would run its code and "
+            "'os' is not a trusted package",
         ),
         (
             lambda m: {"class_path": "subprocess.Popen", "init_args": {"args": ["touch", str(m)]}},
-            "'subprocess.Popen' is a class but not a subclass of torch.nn.Module",
+            "'subprocess' is not a trusted package",
         ),
         (
             lambda m: {

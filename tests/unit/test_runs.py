@@ -1,4 +1,4 @@
-"""Run folders: atomic claim, failed-start cleanup, runs found by saved config, config beside a ckpt."""
+"""Run folders: atomic claim, failed-start cleanup (finding runs again: tests/unit/files/test_locate.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 import yaml
 
 from lit_gpu import runs
-from lit_gpu.errors import LitGpuError
 
 SIMPLE = {
     "model": {
@@ -103,91 +102,3 @@ def test_remove_if_unused_keeps_runs_with_results(tmp_path):
         (folder / "checkpoints").mkdir(parents=True)
         (folder / keep).write_text("x")
         assert not runs.remove_if_unused(folder) and (folder / keep).is_file()
-
-
-# ---- matching runs by their saved config ---------------------------------------------------------
-def test_signature_reads_model_and_net_classes_not_optimizers():
-    sig = runs.Signature.of(SIMPLE)
-    assert sig.model == ("lit_gpu.modules.RegressionModule", "lit_gpu.nets.SimpleModel")
-    assert sig.data == "lit_gpu.data.SyntheticRegressionDataModule"
-    assert sig.describe() == "RegressionModule(SimpleModel) + SyntheticRegressionDataModule"
-    other_optimizer = yaml.safe_load(yaml.safe_dump(SIMPLE))
-    other_optimizer["model"]["init_args"]["optimizer"]["class_path"] = "torch.optim.Adam"
-    assert runs.Signature.of(other_optimizer).matches(sig)
-    assert not runs.Signature.of(FOONET).matches(sig)
-    assert not runs.Signature.of({}).matches(runs.Signature.of({}))
-
-
-def test_pick_takes_the_newest_matching_run_not_the_newest_run(tmp_path):
-    parent = tmp_path / "lit_gpu"
-    _run(parent, 0, SIMPLE, {"last.ckpt": 100, "best-epoch01-step8.ckpt": 90})
-    _run(parent, 1, SIMPLE, {"last.ckpt": 200})
-    _run(parent, 2, FOONET, {"last.ckpt": 300})  # newest, other model
-    _run(parent, 3, None, {"last.ckpt": 400})  # no config.yaml: never matched
-    pick = runs.pick_checkpoint([parent], runs.Signature.of(SIMPLE), "last")
-    assert pick.checkpoint == parent / "version_1" / "checkpoints" / "last.ckpt"
-    best = runs.pick_checkpoint([parent], runs.Signature.of(SIMPLE), "best")
-    assert best.checkpoint == parent / "version_0" / "checkpoints" / "best-epoch01-step8.ckpt"
-    assert runs.pick_checkpoint([parent], runs.Signature.of(FOONET)).run.folder.name == "version_2"
-
-
-def test_no_match_lists_what_is_there(tmp_path):
-    parent = tmp_path / "lit_gpu"
-    _run(parent, 0, FOONET, {"last.ckpt": 100})
-    _run(parent, 1, SIMPLE)
-    (parent / "version_2").mkdir()
-    (parent / "version_2" / "config.yaml").write_text("model: [unclosed")  # unreadable: listed, not matched
-    mnist = {"model": {"class_path": "lit_gpu.modules.ClassificationModule"}}
-    pick = runs.pick_checkpoint([parent], runs.Signature.of(mnist))
-    assert pick.checkpoint is None
-    listing = pick.listing()
-    assert "version_0 (RegressionModule(FooNet) + SyntheticRegressionDataModule; last.ckpt)" in listing
-    assert "version_1 (RegressionModule(SimpleModel) + Synthetic" in listing and "; no checkpoint)" in listing
-    assert "version_2 (no config.yaml; no checkpoint)" in listing
-    assert runs.pick_checkpoint([tmp_path / "nothing"], runs.Signature.of(mnist)).listing() == "no runs"
-
-
-# ---- the config beside a checkpoint --------------------------------------------------------------
-def test_config_beside_and_root_of_a_checkpoint(tmp_path):
-    folder = _run(tmp_path / "exp1" / "lit_gpu", 3, SIMPLE, {"last.ckpt": 1})
-    ckpt = folder / "checkpoints" / "last.ckpt"
-    assert runs.config_beside(ckpt) == folder / "config.yaml"
-    assert runs.root_of_checkpoint(ckpt) == tmp_path / "exp1"
-    loose = tmp_path / "elsewhere" / "model.ckpt"
-    loose.parent.mkdir()
-    loose.write_bytes(b"x")
-    assert runs.config_beside(loose) is None and runs.root_of_checkpoint(loose) is None
-
-
-def test_args_with_saved_config_puts_it_before_the_users_flags(tmp_path):
-    folder = _run(tmp_path / "exp1" / "lit_gpu", 3, SIMPLE, {"last.ckpt": 1})
-    ckpt = str(folder / "checkpoints" / "last.ckpt")
-    argv, used = runs.args_with_saved_config(["fit", "--ckpt_path", ckpt, "--trainer.max_epochs", "3"])
-    assert used == folder / "config.yaml"
-    assert argv == [
-        "fit",
-        "--config",
-        str(folder / "config.yaml"),
-        "--trainer.default_root_dir",
-        str(tmp_path / "exp1"),
-        "--ckpt_path",
-        ckpt,
-        "--trainer.max_epochs",
-        "3",
-    ]
-    assert runs.args_with_saved_config(["test", f"--ckpt_path={ckpt}"])[1] == used
-    for unchanged in (
-        ["fit", "--config", "x.yaml", "--ckpt_path", ckpt],
-        ["fit", "--model", "my.Module", "--ckpt_path", ckpt],
-        ["fit", "--ckpt_path", "last"],
-        ["env", "--json"],
-    ):
-        assert runs.args_with_saved_config(unchanged) == (unchanged, None)
-
-
-def test_checkpoint_without_config_is_one_line(tmp_path):
-    ckpt = tmp_path / "model.ckpt"
-    ckpt.write_bytes(b"x")
-    with pytest.raises(LitGpuError, match=r"no config.yaml beside .*--config FILE") as info:
-        runs.args_with_saved_config(["predict", "--ckpt_path", str(ckpt)])
-    assert "\n" not in str(info.value)

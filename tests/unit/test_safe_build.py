@@ -1,4 +1,4 @@
-"""lit_gpu.safe_build: class_path specs from files are checked before any import or call."""
+"""lit_gpu.files.build (lit_gpu.safe_build): class_path specs from files are checked before any import or call."""
 
 from __future__ import annotations
 
@@ -18,12 +18,21 @@ from torch import nn
 
 from lit_gpu import safe_build
 from lit_gpu.cli import LitGpuCLI
+from lit_gpu.files import build as build_module
+from lit_gpu.files import locate
 from lit_gpu.errors import LitGpuError
 from lit_gpu.nets import SimpleModel
 from lit_gpu.safe_build import UnsafeBuildError, build, check, is_true_subclass
 from tests.helpers.paths import CONFIGS
 
-HERE = __name__  # this module is imported, so its classes pass the import policy
+HERE = __name__  # trusted below by the user's LIT_GPU_TRUST_MODULES (being imported trusts nothing)
+# packages the kind checks below point at: trusted by the "user", so that the kind check is what refuses
+USER_TRUSTED = "tests,os,subprocess,functools,builtins"
+
+
+@pytest.fixture(autouse=True)
+def _user_trusts_the_gadget_packages(monkeypatch):
+    monkeypatch.setenv(safe_build.TRUST_ENV, USER_TRUSTED)
 
 
 # ---- test classes (gadgets an attacker might point at, and legitimate nested nets) ---------------
@@ -166,10 +175,10 @@ def test_nested_specs_are_checked_before_the_outer_call(nested, where, needle, t
 
 
 def test_strings_stay_strings_only_where_a_loader_would_not_import_them():
-    assert not safe_build._imports_strings(str | nn.Module) and not safe_build._imports_strings(int)
-    assert not safe_build._imports_strings(Any) and not safe_build._imports_strings(list[str])
-    assert safe_build._imports_strings(Callable[..., torch.optim.Optimizer])
-    assert safe_build._imports_strings(nn.Module | None) and safe_build._imports_strings(type[nn.Module])
+    assert not build_module._imports_strings(str | nn.Module) and not build_module._imports_strings(int)
+    assert not build_module._imports_strings(Any) and not build_module._imports_strings(list[str])
+    assert build_module._imports_strings(Callable[..., torch.optim.Optimizer])
+    assert build_module._imports_strings(nn.Module | None) and build_module._imports_strings(type[nn.Module])
     with pytest.raises(UnsafeBuildError) as exc:
         build(spec(f"{HERE}.Stack", layers=[], opt="torch.optim.SGD"))
     _refused(exc, "init_args.opt: the string 'torch.optim.SGD'")
@@ -253,10 +262,37 @@ def test_private_modules_of_trusted_packages_are_not_imported():
 
 def test_already_imported_modules_are_looked_up_not_reimported(monkeypatch):
     calls = []
-    monkeypatch.setattr(safe_build.importlib, "import_module", lambda *a: calls.append(a))
+    monkeypatch.setattr(build_module.importlib, "import_module", lambda *a: calls.append(a))
     assert check(spec("lit_gpu.nets.SimpleModel")) is SimpleModel
     assert check(spec(f"{HERE}.Stack")) is Stack
     assert calls == []
+
+
+def test_being_imported_already_trusts_nothing(monkeypatch):
+    """Vector 6: torchmetrics is in sys.modules (Lightning imports it); its LPIPS downloads weights when built."""
+    monkeypatch.delenv(safe_build.TRUST_ENV)
+    import torchmetrics  # noqa: F401
+
+    for class_path, root in [
+        ("torchmetrics.image.lpip.LearnedPerceptualImagePatchSimilarity", "torchmetrics"),
+        (f"{HERE}.Stack", "tests"),
+    ]:
+        assert class_path.rsplit(".", 1)[0] in sys.modules
+        with pytest.raises(UnsafeBuildError) as exc:
+            check(spec(class_path))
+        _refused(exc, f"{root!r} is not a trusted package", f"LIT_GPU_TRUST_MODULES={root}")
+    assert check(spec(f"{HERE}.Stack", layers=[]), trust_modules=["tests"]) is Stack
+
+
+@pytest.mark.parametrize(
+    "class_path",
+    ["lightning.pytorch.demos.mnist_datamodule.MNISTDataModule", "torchvision.models.ResNet", "torch.hub.x"],
+)
+def test_modules_of_trusted_packages_that_download_stay_refused(class_path, monkeypatch):
+    monkeypatch.delenv(safe_build.TRUST_ENV)
+    with pytest.raises(UnsafeBuildError) as exc:
+        check(spec(class_path), (nn.Module, safe_build.lightning_base("data")))
+    _refused(exc, "download data or weights when built")
 
 
 def test_lightning_bases():
@@ -269,10 +305,11 @@ def test_lightning_bases():
 # ---- pickle payloads and --ckpt_path ---------------------------------------------------------------
 def test_unset_weights_only_becomes_true_for_urls():
     config = Namespace(subcommand="test", test=Namespace(ckpt_path="https://x/y.ckpt", weights_only=None))
-    safe_build.check_ckpt_path(config)
+    where = locate.Where(dirpath=None, parents=[])
+    locate.resolve(config, where)
     assert config.test.weights_only is True
     config.test.weights_only = False  # the user's explicit choice stays
-    safe_build.check_ckpt_path(config)
+    locate.resolve(config, where)
     assert config.test.weights_only is False
 
 

@@ -1,0 +1,258 @@
+"""Reading checkpoint files: the only ``torch.load`` in lit_gpu, weights-only unless the user says otherwise.
+
+* :func:`read_checkpoint`: a ``torch.save`` file or ``.safetensors`` into plain Python data; a pickle
+  payload is one line (:class:`CheckpointError`) unless the *user* passed ``trust`` (a flag, never a file).
+* :func:`read_header`: the small part of a checkpoint (step, epoch, hyper-parameters) with the tensors
+  memory-mapped, not read: what ``--ckpt_path`` resolution needs, read once.
+* :func:`read_for_resume`: what Lightning restores (``AtomicCheckpointIO.load_checkpoint``), with every
+  path in callback state that leads outside the checkpoint's own folder dropped (:func:`drop_outside_paths`).
+* :func:`inside`: whether a path, after resolving ``..``, absolute forms and symlinks, is in a folder.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import zipfile
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lit_gpu import messages
+from lit_gpu.errors import LitGpuError
+from lit_gpu.messages import first_line
+
+__all__ = [
+    "CheckpointError",
+    "STATE_PATH_KEYS",
+    "check_checkpoint_file",
+    "drop_outside_paths",
+    "inside",
+    "read_checkpoint",
+    "read_for_check",
+    "read_for_resume",
+    "read_header",
+]
+
+# fields of callback state (Lightning's ModelCheckpoint and friends) that name files; "dirpath" is only
+# compared with the callback's own folder by Lightning and never written to or deleted
+STATE_PATH_KEYS = ("best_model_path", "last_model_path", "kth_best_model_path")
+
+
+class CheckpointError(LitGpuError):
+    """A checkpoint file that cannot be read (missing, empty, truncated, corrupt, untrusted)."""
+
+
+def _corrupt(path: Any, err: BaseException) -> CheckpointError:
+    return CheckpointError(
+        messages.CORRUPT_CHECKPOINT.format(what=f"checkpoint {path}", reason=first_line(err))
+    )
+
+
+def check_checkpoint_file(path: str | os.PathLike) -> Path:
+    """Cheap sanity check of a checkpoint file without loading it (exists, non-empty, complete zip).
+
+    Raises:
+        CheckpointError: With a one-line reason.
+    """
+    path = Path(path)
+    if path.is_dir():
+        inside_ = sorted(path.rglob("*.ckpt"))
+        example = f" (e.g. {inside_[-1]})" if inside_ else ""
+        raise CheckpointError(messages.CKPT_IS_DIRECTORY.format(path=path, example=example))
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    if path.stat().st_size == 0:
+        raise CheckpointError(
+            f"checkpoint {path} is empty (0 bytes); a save was interrupted: use another one"
+        )
+    if path.suffix == ".safetensors":
+        return path
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                archive.infolist()
+        except (zipfile.BadZipFile, OSError) as err:
+            raise _corrupt(path, err) from None
+        return path
+    with open(path, "rb") as f:
+        head = f.read(2)
+    if head[:1] != b"\x80":  # neither a zip (torch >= 1.6) nor a legacy pickle
+        raise _corrupt(path, ValueError("not a torch checkpoint: no zip archive or pickle header"))
+    return path
+
+
+def _torch_load(
+    source: Any, path: Any, map_location: Any, weights_only: bool, opt_out: str, **kw: Any
+) -> Any:
+    try:
+        return torch.load(source, map_location=map_location, weights_only=weights_only, **kw)
+    except pickle.UnpicklingError as err:
+        if weights_only and "Weights only load failed" in str(err):
+            message = messages.PICKLE_REFUSED.format(path=f"checkpoint {path}", opt_out=opt_out)
+            raise CheckpointError(message) from None
+        raise _corrupt(path, err) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as err:
+        if "on a CUDA device" in str(err):  # a custom map_location that kept CUDA storages
+            raise CheckpointError(messages.SAVED_ON_GPU.format(what=f"checkpoint {path}")) from None
+        raise _corrupt(path, err) from None
+
+
+def read_checkpoint(
+    path_or_obj: Any,
+    map_location: Any = "cpu",
+    weights_only: bool = True,
+    trust: bool = False,
+    *,
+    opt_out: str = "pass trust=True",
+) -> Any:
+    """Read a checkpoint file (``torch.save`` format or ``.safetensors``) into Python objects.
+
+    Args:
+        path_or_obj: A path, a binary file object, or an already-loaded object (returned as is).
+        map_location: Where storages go (``"cpu"``, ``"meta"``, a device, a dict or a function); a
+            checkpoint written on ``cuda:0`` loads on a CPU-only machine with the default ``"cpu"``.
+        weights_only: Refuse arbitrary pickled objects (safe for untrusted files).
+        trust: Allow arbitrary pickles (sets ``weights_only=False``). Only for files you trust: the
+            caller passes the user's own choice here, never a value read from a file.
+        opt_out: How the caller's user allows pickles, for the refusal message.
+
+    Raises:
+        CheckpointError: Missing, empty, corrupt or truncated file, or pickled objects without ``trust``.
+    """
+    if not isinstance(path_or_obj, str | os.PathLike | io.IOBase):
+        return path_or_obj
+    weights_only = bool(weights_only) and not trust
+    if isinstance(path_or_obj, io.IOBase):
+        return _torch_load(path_or_obj, "from a file object", map_location, weights_only, opt_out)
+    path = check_checkpoint_file(path_or_obj)
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        device = map_location if isinstance(map_location, str) else "cpu"
+        try:
+            return load_file(str(path), device=device)
+        except Exception as err:
+            raise _corrupt(path, err) from None
+    return _torch_load(path, path, map_location, weights_only, opt_out)
+
+
+def read_header(path: str | os.PathLike, trust: bool = False, opt_out: str = "pass trust=True") -> Any:
+    """The checkpoint with its tensors memory-mapped (not read): step, epoch, hyper-parameters, state.
+
+    One weights-only read serves every question ``--ckpt_path`` resolution asks (which step, which
+    model class, a pickle payload). Legacy (non-zip) files cannot be mapped and are read whole.
+    """
+    path = check_checkpoint_file(path)
+    if path.suffix == ".safetensors":
+        return None
+    mmap = zipfile.is_zipfile(path)
+    extra = {"mmap": True} if mmap else {}
+    return _torch_load(path, path, "cpu", not trust, opt_out, **extra)
+
+
+def read_for_check(checkpoint_path: Any, weights_only: bool) -> Any:
+    """The checkpoint ``load_from_checkpoint`` is about to read, for its hyper-parameters to be checked."""
+    opt_out = "pass weights_only=False"
+    if isinstance(checkpoint_path, str | os.PathLike) and os.path.isfile(checkpoint_path):
+        return read_checkpoint(checkpoint_path, trust=not weights_only, opt_out=opt_out)
+    if hasattr(checkpoint_path, "read"):
+        from lit_gpu.files.build import UnsafeBuildError
+
+        if not (hasattr(checkpoint_path, "seekable") and checkpoint_path.seekable()):
+            raise UnsafeBuildError(
+                "cannot check the hyper-parameters of a checkpoint read from a non-seekable stream before "
+                "loading it; pass a path or a seekable file object"
+            )
+        position = checkpoint_path.tell()
+        try:
+            return read_checkpoint(checkpoint_path, trust=not weights_only, opt_out=opt_out)
+        finally:
+            checkpoint_path.seek(position)
+    from lightning.fabric.utilities.cloud_io import _load  # URLs and fsspec paths, as Lightning reads them
+
+    return _load(checkpoint_path, map_location="cpu", weights_only=weights_only)
+
+
+# ---- paths inside a checkpoint ----------------------------------------------------------------------
+def inside(path: Any, folder: str | os.PathLike) -> bool:
+    """Whether ``path`` names something strictly inside ``folder`` after resolving real paths.
+
+    ``..``, absolute paths, ``~`` and symlinks (of the path and of the folder) are resolved first;
+    a URL (``s3://``, ``file://``) or a non-string is never inside.
+    """
+    if not isinstance(path, str | os.PathLike) or not str(path) or "://" in str(path):
+        return False
+    if "\x00" in str(path):
+        return False
+    real = os.path.realpath(os.path.expanduser(str(path)))
+    base = os.path.realpath(os.path.expanduser(str(folder)))
+    return real != base and os.path.commonpath([real, base]) == base
+
+
+def drop_outside_paths(checkpoint: Any, folder: str | os.PathLike) -> list[str]:
+    """Blank every file path in ``checkpoint["callbacks"]`` state that leads outside ``folder``.
+
+    Lightning's ``ModelCheckpoint`` restores ``best_model_path``, ``last_model_path``,
+    ``kth_best_model_path`` and ``best_k_models`` from a checkpoint and later deletes "the previous"
+    of them, recursively; its guard compares ``Path.absolute()``, which keeps ``..``. A path that does
+    not resolve into ``folder`` (the checkpoint's own folder) becomes ``""``, and such ``best_k_models``
+    entries are removed. Returns ``"entry.field -> resolved path"`` for each one dropped.
+    """
+    callbacks = checkpoint.get("callbacks") if isinstance(checkpoint, Mapping) else None
+    if not isinstance(callbacks, MutableMapping):
+        return []
+    dropped: list[str] = []
+    for name, state in callbacks.items():
+        if isinstance(state, MutableMapping):
+            dropped.extend(f"{str(name)[:40]}.{what}" for what in drop_outside_state_paths(state, folder))
+    return dropped
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, str) and "://" not in value:
+        return os.path.realpath(os.path.expanduser(value))
+    return repr(value)[:80]
+
+
+def drop_outside_state_paths(state: MutableMapping[str, Any], folder: str | os.PathLike) -> list[str]:
+    """:func:`drop_outside_paths` for one callback's state; returns ``"field -> resolved path"``."""
+    dropped: list[str] = []
+    for key in STATE_PATH_KEYS:
+        value = state.get(key)
+        if value and not inside(value, folder):
+            dropped.append(f"{key} -> {_shown(value)}")
+            state[key] = ""
+    best_k = state.get("best_k_models")
+    if isinstance(best_k, MutableMapping):
+        for path in [p for p in best_k if not inside(p, folder)]:
+            dropped.append(f"best_k_models -> {_shown(path)}")
+            del best_k[path]
+    elif best_k is not None:
+        dropped.append("best_k_models (not a mapping)")
+        state["best_k_models"] = {}
+    return dropped
+
+
+def read_for_resume(
+    path: str | os.PathLike, map_location: Any = "cpu", weights_only: bool | None = None
+) -> Any:
+    """The checkpoint Lightning restores from ``path``, with callback paths outside its folder dropped.
+
+    ``weights_only`` is the user's setting (``--weights_only``, ``fit(weights_only=...)``); ``None``
+    means ``True``. One line lists what was dropped.
+    """
+    trust = weights_only is False
+    checkpoint = read_checkpoint(path, map_location, trust=trust, opt_out="pass --weights_only false")
+    folder = Path(path).resolve().parent
+    dropped = drop_outside_paths(checkpoint, folder)
+    if dropped:
+        messages.tell(
+            messages.STATE_PATHS_DROPPED.format(
+                ckpt=path, count=len(dropped), folder=folder, fields="; ".join(dropped[:4])
+            )
+        )
+    return checkpoint

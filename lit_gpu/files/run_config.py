@@ -1,0 +1,243 @@
+"""A run's saved ``config.yaml``: found only in the run's own folder, read as plain data, used for fields.
+
+LightningCLI saves the whole config of a run (``ROOT/NAME/version_N/config.yaml``). Someone else's run
+folder is data, so only two things are ever taken from it:
+
+* :func:`run_signature`: which model and data classes it names (``class_path`` strings, compared, never
+  imported), to match ``--ckpt_path last|best`` with earlier runs;
+* :func:`rebuild_fields`: the ``model`` and ``data`` entries (class paths and init args, checked by
+  :func:`lit_gpu.files.build.check` as jsonargparse would load them) to rebuild a run from a checkpoint
+  alone. Never safety switches (``weights_only``), ``ckpt_path``, trainer settings (loggers, callbacks,
+  plugins, strategies, ``default_root_dir``), ``predict_out`` or other paths: init args that name files
+  or folders (by name or by value) and ``download`` are left out and listed.
+
+:func:`config_of_checkpoint` looks only in ``version_N/`` for ``version_N/checkpoints/X.ckpt``, never in
+a shared parent folder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lit_gpu import messages
+from lit_gpu.errors import LitGpuError
+
+__all__ = [
+    "CONFIG_NAME",
+    "RebuildFields",
+    "Signature",
+    "config_of_checkpoint",
+    "rebuild_fields",
+    "run_signature",
+]
+
+CONFIG_NAME = "config.yaml"
+_VERSION_RE = re.compile(r"^version_(\d+)$")
+_SKIPPED_KEYS = re.compile(r"optim|sched", re.IGNORECASE)  # not part of "which model" for matching
+# init args that name files, folders or the network: a file must not choose where a run reads or writes
+_PATH_NAMES = re.compile(
+    r"^(.*_)?(dir|dirs|dirpath|path|paths|file|files|filename|filepath|root|output|url|uri|download)$",
+    re.IGNORECASE,
+)
+_MAX_BYTES = 1 << 20  # a config.yaml is a few KB; a bigger one is not a run's
+
+
+# ---- which model a config describes ---------------------------------------------------------------
+def _class_paths(node: Any, skip_key: str = "") -> list[str]:
+    """Every ``class_path`` in a config tree, depth first, leaving out optimizer/scheduler subtrees."""
+    if skip_key and _SKIPPED_KEYS.search(skip_key):
+        return []
+    found: list[str] = []
+    if isinstance(node, Mapping):
+        if isinstance(node.get("class_path"), str):
+            found.append(node["class_path"])
+        for key, value in node.items():
+            if key != "class_path":
+                found.extend(_class_paths(value, str(key)))
+    elif isinstance(node, list | tuple):
+        for value in node:
+            found.extend(_class_paths(value, skip_key))
+    return found
+
+
+@dataclass(frozen=True)
+class Signature:
+    """Which model (module and its nets) and which data module a config builds."""
+
+    model: tuple[str, ...]
+    data: str | None
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any] | None) -> Signature:
+        """From a config mapping with ``model`` / ``data`` entries (a parsed or a saved config)."""
+        config = config or {}
+        data = config.get("data")
+        data_class = data.get("class_path") if isinstance(data, Mapping) else None
+        return cls(
+            tuple(_class_paths(config.get("model"))), data_class if isinstance(data_class, str) else None
+        )
+
+    def matches(self, other: Signature) -> bool:
+        """Same model classes, and same data class when both name one."""
+        if not self.model or self.model != other.model:
+            return False
+        return self.data is None or other.data is None or self.data == other.data
+
+    def describe(self) -> str:
+        """``RegressionModule(SimpleModel) + SyntheticRegressionDataModule``."""
+        if not self.model:
+            return "unknown model"
+        names = [p.rsplit(".", 1)[-1][:60] for p in self.model]
+        text = names[0] + (f"({', '.join(names[1:])})" if len(names) > 1 else "")
+        return text + (f" + {self.data.rsplit('.', 1)[-1][:60]}" if self.data else "")
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    """``path`` as plain data (``yaml.safe_load``: no tags, no objects), or ``None`` if unreadable."""
+    try:
+        if not path.is_file() or path.stat().st_size > _MAX_BYTES:
+            return None
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def run_signature(folder: str | os.PathLike) -> Signature | None:
+    """The model/data classes named by the ``config.yaml`` of a ``version_N`` folder, or ``None``."""
+    saved = _read(Path(folder) / CONFIG_NAME)
+    return Signature.of(saved) if saved is not None else None
+
+
+# ---- the config of a checkpoint's run ---------------------------------------------------------------
+def config_of_checkpoint(ckpt_path: str | os.PathLike) -> Path | None:
+    """``version_N/config.yaml`` for ``.../version_N/checkpoints/X.ckpt``, else ``None``.
+
+    Only that layout: a checkpoint elsewhere (``DIR/sub/model.ckpt``) has no run config, whatever
+    ``config.yaml`` lies in a parent folder. The checkpoint must really be in that run folder.
+    """
+    ckpt = Path(ckpt_path).absolute()
+    run = ckpt.parent.parent
+    if ckpt.parent.name != "checkpoints" or not _VERSION_RE.match(run.name):
+        return None
+    from lit_gpu.files.checkpoint import inside
+
+    candidate = run / CONFIG_NAME
+    if not inside(ckpt, run) or not candidate.is_file() or candidate.is_symlink():
+        return None
+    return candidate
+
+
+def root_of_checkpoint(ckpt_path: str | os.PathLike) -> Path | None:
+    """``ROOT`` for a checkpoint at ``ROOT/NAME/version_N/checkpoints/X.ckpt``, else ``None``."""
+    ckpt = Path(ckpt_path)
+    if ckpt.parent.name != "checkpoints" or not _VERSION_RE.match(ckpt.parent.parent.name):
+        return None
+    return ckpt.parent.parent.parent.parent
+
+
+@dataclass
+class RebuildFields:
+    """What a run's ``config.yaml`` contributes to a rebuild: checked model and data specs, plain data."""
+
+    source: Path
+    model: dict[str, Any]
+    data: dict[str, Any] | None
+    left_out: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """``model RegressionModule(SimpleModel) and data SyntheticRegressionDataModule``."""
+        sig = Signature.of({"model": self.model, "data": self.data})
+        names = sig.describe().split(" + ")
+        return f"model {names[0]}" + (f" and data {names[1]}" if len(names) > 1 else "")
+
+
+def _looks_like_path(name: str, value: Any) -> bool:
+    if _PATH_NAMES.search(name):
+        return True
+    if not isinstance(value, str):
+        return False
+    text = value.strip()
+    return (
+        os.path.isabs(text)
+        or text.startswith(("~", "./", "../", "\\"))
+        or "/../" in text
+        or text.endswith("/..")
+        or text == ".."
+        or "://" in text
+    )
+
+
+def _plain_spec(node: Any, key: str, left_out: list[str]) -> dict[str, Any]:
+    """``{"class_path", "init_args"}`` of ``node`` with path-like init args (recursively) left out."""
+    spec: dict[str, Any] = {"class_path": node.get("class_path")}
+    args = node.get("init_args")
+    if isinstance(args, Mapping):
+        kept: dict[str, Any] = {}
+        for name, value in args.items():
+            where = f"{key}.init_args.{name}"
+            if _looks_like_path(str(name), value):
+                left_out.append(where)
+            elif isinstance(value, Mapping) and "class_path" in value:
+                kept[name] = _plain_spec(value, where, left_out)
+            else:
+                kept[name] = value
+        spec["init_args"] = kept
+    elif args is not None:
+        spec["init_args"] = args  # refused by the build check with its one line
+    for extra in node:
+        if extra not in ("class_path", "init_args"):
+            left_out.append(f"{key}.{extra}")
+    return spec
+
+
+def rebuild_fields(config: str | os.PathLike, trust_modules: Iterable[str] = ()) -> RebuildFields:
+    """The model and data of a run's ``config.yaml``, checked before anything is imported or built.
+
+    Raises:
+        LitGpuError: The file is unreadable, has no ``model`` spec, or names a class the build policy
+            refuses (:class:`~lit_gpu.files.build.UnsafeBuildError`); nothing was imported.
+    """
+    from lit_gpu.files import build
+
+    path = Path(config)
+    saved = _read(path)
+    if saved is None:
+        raise LitGpuError(messages.RUN_CONFIG_REFUSED.format(config=path, what="not a readable YAML mapping"))
+    model = saved.get("model")
+    if not (isinstance(model, Mapping) and isinstance(model.get("class_path"), str)):
+        raise LitGpuError(
+            messages.RUN_CONFIG_REFUSED.format(config=path, what="no model with a class_path in it")
+        )
+    left_out: list[str] = []
+    model_spec = _plain_spec(model, "model", left_out)
+    build.check(
+        model_spec,
+        build.lightning_base("model"),
+        source=str(path),
+        key="model",
+        trust_modules=trust_modules,
+        loader=True,
+    )
+    data = saved.get("data")
+    data_spec = None
+    if isinstance(data, Mapping) and isinstance(data.get("class_path"), str):
+        data_spec = _plain_spec(data, "data", left_out)
+        build.check(
+            data_spec,
+            build.lightning_base("data"),
+            source=str(path),
+            key="data",
+            trust_modules=trust_modules,
+            loader=True,
+        )
+    elif data is not None:
+        left_out.append("data")
+    return RebuildFields(path, model_spec, data_spec, left_out)
