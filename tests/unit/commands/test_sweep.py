@@ -83,7 +83,7 @@ def test_multi_process_trials_run_in_a_child(trainer, gpus_per_trial, child):
 
 def test_short_names_are_unambiguous_suffixes():
     keys = ["model.init_args.optimizer.init_args.lr", "model.init_args.net.init_args.c1", "data.init_args.lr"]
-    assert sweep._short_names(keys) == {
+    assert sweep.short_names(keys) == {
         "model.init_args.optimizer.init_args.lr": "optimizer.lr",
         "model.init_args.net.init_args.c1": "c1",
         "data.init_args.lr": "data.lr",
