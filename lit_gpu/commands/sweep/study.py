@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,24 @@ def make_storage(spec: str | None, sweep_dir: Path) -> Any:
         scheme = spec.split("://", 1)[0].split("+", 1)[0].lower()
         if scheme not in RDB_SCHEMES:
             raise LitGpuError(messages.SWEEP_UNKNOWN_STORAGE.format(spec=spec, scheme=scheme))
-        return optuna.storages.RDBStorage(spec)
+        return _rdb_storage(spec)
     path = Path(spec) if spec else sweep_dir / JOURNAL_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+
+
+def _rdb_storage(url: str, tries: int = 5) -> Any:
+    """``RDBStorage(url)``; workers that start together on a new database race to create its tables."""
+    import optuna
+
+    for attempt in range(tries):
+        try:
+            return optuna.storages.RDBStorage(url)
+        except Exception as err:  # SQLAlchemy's IntegrityError/ProgrammingError: "... already exists"
+            if attempt == tries - 1 or "already exists" not in str(err):
+                raise
+            time.sleep(0.5 + attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def make_pruner(name: str, startup_trials: int) -> Any:
