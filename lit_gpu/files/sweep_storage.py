@@ -81,7 +81,12 @@ def check_params(params: Mapping[str, Any], space: _Space, number: int, storage:
             what = "is not a key of" if param is None else "is outside"
             raise LitGpuError(
                 messages.SWEEP_VALUE_OUTSIDE.format(
-                    storage=storage, number=number, key=key, value=repr(value)[:80], what=what, space=space.path
+                    storage=storage,
+                    number=number,
+                    key=key,
+                    value=repr(value)[:80],
+                    what=what,
+                    space=space.path,
                 )
             )
     return dict(params)

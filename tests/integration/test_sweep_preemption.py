@@ -28,7 +28,11 @@ EPOCHS = ["--trainer.max_epochs", "3"]  # 12 steps, a validation (and last.ckpt)
 
 
 def slow(seconds: float) -> list[str]:
-    return ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", str(seconds)]
+    return [
+        "--trainer.callbacks+=tests.helpers.robustness.SlowSteps",
+        "--trainer.callbacks.seconds",
+        str(seconds),
+    ]
 
 
 def fixed_space(folder: Path) -> str:
@@ -101,7 +105,9 @@ def test_a_stopped_trial_is_continued_from_its_checkpoint_to_the_uninterrupted_v
     assert continued.value == reference.value  # exact resume: the very same final val/loss
     assert continued.intermediate_values == reference.intermediate_values  # each validation once
     assert sorted(continued.intermediate_values) == [0, 1, 2]
-    assert steps_in_csv(sweep_dir / "version_0") == steps_in_csv(sweep_dir / "version_1")  # one log, no repeats
+    assert steps_in_csv(sweep_dir / "version_0") == steps_in_csv(
+        sweep_dir / "version_1"
+    )  # one log, no repeats
 
     # the target is reached: the same command again runs nothing more
     assert sweep_cmd.main([*argv, "--until_complete", "2", *slow(0)]) == 0

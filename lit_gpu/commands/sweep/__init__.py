@@ -51,7 +51,11 @@ def report(study, options: SweepOptions, space: SearchSpace, fit_args: list[str]
     best = done[0]
     check_params(best.params, space, best.number, storage)  # best.yaml takes nothing else from storage
     out = write_best_config(
-        options.sweep_dir / "best.yaml", study.study_name, options.metric, best, best_config(fit_args, space, best)
+        options.sweep_dir / "best.yaml",
+        study.study_name,
+        options.metric,
+        best,
+        best_config(fit_args, space, best),
     )
     png = plot_study(study, options.sweep_dir / "sweep.png", options.metric)
     messages.tell(messages.SWEEP_WROTE_BEST.format(path=out))
@@ -72,7 +76,9 @@ def sweep(options: SweepOptions, fit_args: list[str]) -> int:
         study = open_study(options)
         worker = Worker(options, space, fit_args, child=child, study=study)
         how = ", each in a child process" if child else ""
-        more = options.n_trials if options.until_complete is None else f"until {options.until_complete} finished"
+        more = (
+            options.n_trials if options.until_complete is None else f"until {options.until_complete} finished"
+        )
         messages.tell(
             messages.SWEEP_START.format(
                 study=options.study, done=len(study.trials), more=more, folder=options.sweep_dir, how=how

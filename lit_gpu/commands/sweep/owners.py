@@ -1,9 +1,10 @@
 """Which worker runs which trial: owner records, heartbeats, and stale trials to continue.
 
-Every running trial has an owner record ``<sweep_dir>/.owners/version_N.json`` (see :mod:`lit_gpu.files.sweep_storage`):
-the worker's pid and host, the start time of that process, and a heartbeat refreshed every
-:data:`HEARTBEAT_S` seconds by a thread. A RUNNING trial of the study is *stale*, and the next worker
-that looks continues it from its ``last.ckpt``, when
+Every running trial has an owner record ``<sweep_dir>/.owners/version_N.json``
+(:mod:`lit_gpu.files.sweep_storage`): the worker's pid and host, the start time of that
+process, and a heartbeat refreshed every :data:`HEARTBEAT_S` seconds by a thread. A RUNNING
+trial of the study is *stale*, and the next worker that looks continues it from its ``last.ckpt``,
+when
 
 * its worker stopped on SIGINT/SIGTERM (record ``state: stopped``, written after ``last.ckpt``);
 * its worker ran on this host and neither it nor its trial process is alive (SIGKILL, OOM killer);
@@ -27,7 +28,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from lit_gpu.files.sweep_storage import Owner, read_owner, remove_owner, write_owner
+from lit_gpu.files.sweep_storage import Owner, remove_owner, write_owner
 
 HEARTBEAT_S = 30.0
 STALE_AFTER_S = 180.0
@@ -100,7 +101,7 @@ class Heartbeat:
         self._lock = threading.Lock()
 
     def start(self, path: Path) -> None:
-        """Claim the trial whose owner record is ``path`` (call under :func:`claims_lock`) and start beating."""
+        """Claim the trial whose owner record is ``path`` (under :func:`claims_lock`); start beating."""
         pid = os.getpid()
         self.path = path
         self.owner = Owner(pid=pid, host=socket.gethostname(), beat=time.time(), started=process_start(pid))

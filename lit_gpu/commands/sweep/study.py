@@ -85,7 +85,9 @@ def make_sampler(seed: int | None) -> Any:
             if self._shared is not None:
                 return self._shared
             if trial.number not in self._by_number:
-                self._by_number = {trial.number: optuna.samplers.TPESampler(seed=trial_seed(seed, trial.number))}
+                self._by_number = {
+                    trial.number: optuna.samplers.TPESampler(seed=trial_seed(seed, trial.number))
+                }
             return self._by_number[trial.number]
 
         def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:

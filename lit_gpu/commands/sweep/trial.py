@@ -156,7 +156,9 @@ def run_trial_child(spec: dict[str, Any]) -> int:
     if "LOCAL_RANK" not in os.environ:
         _die_with_parent()
     connect = spec["connect"]
-    callback = SweepPruning(None, spec["metric"], spec.get("reported", ()), connect=lambda: load_trial(connect))
+    callback = SweepPruning(
+        None, spec["metric"], spec.get("reported", ()), connect=lambda: load_trial(connect)
+    )
     rank = int(os.environ.get("LOCAL_RANK", "0")) + int(os.environ.get("NODE_RANK", "0"))
     result_path = Path(spec["result"])
     try:

@@ -40,7 +40,13 @@ class Worker:
     def __init__(
         self, options: SweepOptions, space: SearchSpace, fit_args: list[str], child: bool, study: Any
     ) -> None:
-        self.options, self.space, self.fit_args, self.child, self.study = options, space, fit_args, child, study
+        self.options, self.space, self.fit_args, self.child, self.study = (
+            options,
+            space,
+            fit_args,
+            child,
+            study,
+        )
         self.storage_name = options.storage or str(options.sweep_dir / JOURNAL_NAME)
         self.names = short_names([p.key for p in space.params])
         self.claims = GpuClaims(options.sweep_dir) if options.gpus_per_trial else None
@@ -48,7 +54,12 @@ class Worker:
 
     def trial_args(self, values: dict[str, Any], version: int, gpus: list[int] | None) -> list[str]:
         """The ``fit`` arguments of one trial logging to ``version_<version>``."""
-        args = ["fit", *self.fit_args, *self.space.flags(values), logger_flag(self.options.sweep_dir, version)]
+        args = [
+            "fit",
+            *self.fit_args,
+            *self.space.flags(values),
+            logger_flag(self.options.sweep_dir, version),
+        ]
         args.append("--checkpoint.dirpath=null")  # checkpoints in the trial's own folder, never shared
         if gpus is not None:
             args += ["--trainer.accelerator=gpu", f"--trainer.devices={format_value(gpus)}"]
@@ -146,7 +157,9 @@ class Worker:
             trial.set_user_attr("run_dir", str(run_dir))
             trial.set_user_attr("params", dict(values))
             messages.tell(
-                messages.SWEEP_TRIAL_START.format(number=trial.number, params=shown, gpus=where, folder=run_dir)
+                messages.SWEEP_TRIAL_START.format(
+                    number=trial.number, params=shown, gpus=where, folder=run_dir
+                )
             )
         else:
             trial.set_user_attr("resumed", pick.record.resumed + 1)

@@ -120,7 +120,14 @@ def test_asking_for_more_gpus_than_the_machine_has(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     ("devices", "accelerator", "count"),
-    [("auto", "cpu", 1), (1, "gpu", 1), ("0,1,3", "gpu", 3), ([0, 2], "gpu", 2), ("free:3", "gpu", 3), (-1, "gpu", 0)],
+    [
+        ("auto", "cpu", 1),
+        (1, "gpu", 1),
+        ("0,1,3", "gpu", 3),
+        ([0, 2], "gpu", 2),
+        ("free:3", "gpu", 3),
+        (-1, "gpu", 0),
+    ],
 )
 def test_device_count_reads_the_request_as_devices_py_does(devices, accelerator, count):
     assert sweep.device_count(devices, accelerator) == count
@@ -139,7 +146,9 @@ def test_a_fixed_seed_draws_new_points_in_a_rerun_and_the_same_ones_from_scratch
     from lit_gpu.commands.sweep.study import make_sampler
 
     def run(storage, n):
-        study = optuna.create_study(study_name="s", storage=storage, sampler=make_sampler(0), load_if_exists=True)
+        study = optuna.create_study(
+            study_name="s", storage=storage, sampler=make_sampler(0), load_if_exists=True
+        )
         study.optimize(lambda t: t.suggest_float("x", 0, 1) + t.suggest_int("k", 0, 10**6), n_trials=n)
         return [t.params for t in study.get_trials()]
 
@@ -237,3 +246,13 @@ def test_a_continued_trial_keeps_one_metrics_csv(tmp_path):
         "1,4,2,1.5",
     ]
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.csv"]
+
+
+def test_trial_children_start_without_the_working_folder_on_sys_path():
+    import sys
+
+    from lit_gpu.commands.sweep.trial import child_command
+
+    command, env = child_command()
+    assert command[:2] == [sys.executable, "-P"] and command[2:] == ["-m", "lit_gpu", "sweep"]
+    assert env["PYTHONSAFEPATH"] == "1"  # inherited by the ranks Lightning's DDP launcher starts

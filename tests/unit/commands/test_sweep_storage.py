@@ -88,7 +88,12 @@ def test_values_outside_the_search_space_are_refused(key, value, ok, space):
 
 @pytest.mark.parametrize(
     "text",
-    ["not json", "[]", '{"pid": "1", "host": "h", "beat": 1}', '{"pid": 1, "host": "h", "beat": 1, "state": "x"}'],
+    [
+        "not json",
+        "[]",
+        '{"pid": "1", "host": "h", "beat": 1}',
+        '{"pid": 1, "host": "h", "beat": 1, "state": "x"}',
+    ],
 )
 def test_a_malformed_owner_record_counts_as_absent(text, tmp_path):
     path = tmp_path / "o.json"
