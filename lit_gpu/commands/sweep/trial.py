@@ -13,8 +13,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -127,7 +128,8 @@ def run_in_child(
     if on_start is not None:
         on_start(proc.pid)
     try:
-        returncode = proc.wait()
+        with _sigterm_forwarded_to(proc):
+            returncode = proc.wait()
     except KeyboardInterrupt:  # the child got the same Ctrl+C: let it save its last.ckpt
         proc.wait()
         return TrialResult(error="interrupted", interrupted=130)
@@ -139,6 +141,25 @@ def run_in_child(
         code = returncode if returncode > 0 else 128 - returncode
         return TrialResult(error="interrupted", interrupted=code)
     return TrialResult(error=f"the trial process exited with status {returncode} (its error is above)")
+
+
+@contextlib.contextmanager
+def _sigterm_forwarded_to(proc: subprocess.Popen) -> Iterator[None]:
+    """While the worker waits for its trial process, SIGTERM goes on to that process (which saves its
+    ``last.ckpt`` and exits 143) instead of ending the worker at once; a second one does no harm."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def forward(signum: int, frame: object) -> None:
+        with contextlib.suppress(OSError):
+            proc.send_signal(signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _die_with_parent() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,8 @@ class Worker:
     # ---- picking --------------------------------------------------------------------------------
     def _records(self) -> list[tuple[Any, TrialRecord]]:
         trials = self.study.get_trials(deepcopy=False)
-        return [(t, read_trial(t, self.options.sweep_dir, self.space, self.storage_name)) for t in trials]
+        # values are checked for the trials this worker runs (a changed space may leave old ones behind)
+        return [(t, read_trial(t, self.options.sweep_dir, None, self.storage_name)) for t in trials]
 
     def finished(self) -> int:
         """Trials of the study that are complete, pruned or failed."""
@@ -185,7 +187,10 @@ class Worker:
                 }
                 return run_in_child(spec, run_dir, on_start=self.heartbeat.set_child)
             callback = SweepPruning(trial, self.options.metric, reported)
-            return run_in_process(args, callback, run_dir)
+            with warnings.catch_warnings():
+                if pick.record is not None:  # its own folder, continued on purpose
+                    warnings.filterwarnings("ignore", message=".*exists and is not empty.*")
+                return run_in_process(args, callback, run_dir)
         finally:
             if self.claims:
                 self.claims.release()
