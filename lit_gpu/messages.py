@@ -177,6 +177,19 @@ SWEEP_BAD_SPACE = (
 SWEEP_SPACE_NOT_FOUND = "search space {path} not found; pass e.g. --search configs/sweeps/simple.yaml"
 SWEEP_UNKNOWN_KEY = "search space {path}: {key} is not a setting of this run's config; {hint}"
 SWEEP_BAD_COUNT = "{flag} must be 0 ({zero}) or more, got {value}"
+SWEEP_TWO_BUDGETS = (
+    "--n_trials and --until_complete both given; pass one: --n_trials N runs N more trials, "
+    "--until_complete N runs until the study holds N finished trials"
+)
+SWEEP_NEEDS_OPTUNA = "lit-gpu sweep needs optuna ({error}); install it: pip install 'lit-gpu[sweep]'"
+SWEEP_RUN_DIR_OUTSIDE = (
+    "storage {storage}: trial {number}'s run_dir {path} is outside the sweep folder {folder}; the storage "
+    "was written by someone else: use a new --study_name or --storage"
+)
+SWEEP_VALUE_OUTSIDE = (
+    "storage {storage}: trial {number} has {key}={value}, which {what} the search space {space}; a queued "
+    "trial or a changed space: remove it from the storage, or use a new --study_name"
+)
 SWEEP_UNKNOWN_STORAGE = (
     "--storage {spec}: unknown scheme {scheme!r}; use a journal file path, sqlite:///sweep.db "
     "or postgresql://user:password@host/db"
@@ -265,9 +278,15 @@ SWEEP_TRIAL_START = "trial {number}: {params}{gpus} -> {folder}"
 SWEEP_TRIAL_FINISHED = "trial {number} finished: {metric}={value}"
 SWEEP_TRIAL_PRUNED = "trial {number} pruned after validation {step} ({metric}={value})"
 SWEEP_TRIAL_FAILED = "trial {number} failed: {reason}"
-SWEEP_INTERRUPTED = "interrupted: the running trial is recorded as failed; start the same command to continue"
+SWEEP_INTERRUPTED = (
+    "trial {number} stopped with its last.ckpt in {folder}; the same command continues it from there"
+)
+SWEEP_TRIAL_CONTINUE = "trial {number}: continuing ({why}): {params}{gpus} from {start}"
+SWEEP_WAITING = (
+    "{finished} of {target} trials finished; the others run in other workers: waiting for them "
+    "(a stale one is continued here)"
+)
 SWEEP_NOTHING_COMPLETE = "no trial of study {study} has completed yet; no best.yaml or plot written"
-SWEEP_BEST_ELSEWHERE = "best trial {number}'s config {path} is not on this machine; no best.yaml written"
 SWEEP_WROTE_BEST = "wrote {path} (run it: lit-gpu fit --config {path})"
 SWEEP_WROTE_PLOT = "wrote {path}"
 

@@ -218,12 +218,15 @@ def test_a_bad_search_space_is_one_line_and_exit_2(space_text, expected, tmp_pat
 def test_ddp_trials_run_in_a_child_process_and_prune_across_ranks(tmp_path, cli_env):
     """Two CPU processes per trial (gloo): each trial is a child `python -m lit_gpu sweep`."""
     space = _space(tmp_path, f"{LR}: {{type: float, low: 1.0e-6, high: 0.1, log: true}}\n")
-    command = [sys.executable, "-m", "lit_gpu", "sweep", *BASE, "--search", space, "--n_trials", "3"]
+    command = [sys.executable, "-P", "-m", "lit_gpu", "sweep", *BASE, "--search", space, "--n_trials", "3"]
     command += ["--seed", "0", "--pruner_startup_trials", "1", "--trainer.max_epochs", "3"]
     command += ["--trainer.devices", "2", "--trainer.strategy", "ddp"]
     env = {k: v for k, v in cli_env.items() if k not in ("MASTER_PORT", "MASTER_ADDR")}
+    marker = tmp_path / "marker"  # the trial child and the DDP rank Lightning starts never import it
+    (tmp_path / "yaml.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not marker.exists()
     assert "each in a child process" in proc.stderr
     trials = _study(tmp_path / "runs/sweeps/space", "space").get_trials()
     assert len(trials) == 3 and all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)

@@ -238,6 +238,14 @@ def test_optuna_trial__trial_id(tmp_path):
     in_child.report(0.5, 0)
     study.tell(trial, 1.0)
     assert study.trials[0].intermediate_values == {0: 0.5} and study.trials[0].value == 1.0
+    # a stopped trial is continued as itself: rebuilt from its FrozenTrial's _trial_id (sweep/worker.py)
+    stopped = study.ask()
+    stopped.suggest_float("x", 0, 1)
+    [frozen] = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.RUNNING]
+    again = optuna.trial.Trial(study, frozen._trial_id)
+    assert again.suggest_float("x", 0, 1) == stopped.params["x"]
+    study.tell(again, 2.0)
+    assert study.trials[1].value == 2.0
 
 
 def test_fit_loop_loader_state_internals_used_by_exact_resume():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from lit_gpu.commands.sweep_space import format_value, load_space
+from lit_gpu.commands.sweep.space import format_value, load_space
 from lit_gpu.errors import LitGpuError
 from tests.helpers.paths import CONFIGS
 

@@ -45,6 +45,22 @@ class Param:
     type: str
     args: dict[str, Any]
 
+    def contains(self, value: Any) -> bool:
+        """Whether ``value`` is one this parameter can take (a queued trial's value is checked so)."""
+        if self.type == "categorical":
+            return any(type(value) is type(c) and value == c for c in self.args["choices"])
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if self.type == "int" and not isinstance(value, int):
+            return False
+        low, high, step = self.args["low"], self.args["high"], self.args.get("step")
+        if not (math.isfinite(value) and low <= value <= high):
+            return False
+        if step is None:
+            return True
+        k = (value - low) / step
+        return math.isclose(k, round(k), abs_tol=1e-8)
+
 
 @dataclass
 class SearchSpace:

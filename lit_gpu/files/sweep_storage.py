@@ -1,0 +1,181 @@
+"""Sweep storages are data: the checked reader of trial attributes and of a trial's owner record.
+
+A study's storage (journal file, database) may have been written by someone else. Nothing read from
+it runs code, names a file to read, or reaches past the search space:
+
+* a trial's ``run_dir`` must resolve (``..``, absolute paths and symlinks followed) inside the sweep
+  folder, else the sweep stops with one line;
+* its parameters must be keys of the user's search space with values the space allows (a queued
+  trial's value outside the space stops the sweep with one line);
+* nothing else of the trial's attributes is used.
+
+The owner record ``<sweep_dir>/.owners/version_N.json`` (which worker runs a trial: pid, host,
+heartbeat) is read here too; a malformed one counts as absent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from lit_gpu import messages
+from lit_gpu.errors import LitGpuError
+
+OWNERS = ".owners"
+_STATES = ("running", "stopped")
+
+
+class _Param(Protocol):
+    key: str
+
+    def contains(self, value: Any) -> bool: ...
+
+
+class _Space(Protocol):
+    path: str
+    params: list[Any]
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """The checked facts of one stored trial."""
+
+    number: int
+    state: str  # optuna's TrialState name, lower case: running, complete, pruned, fail, waiting
+    value: float | None
+    params: dict[str, Any]
+    run_dir: Path
+    reported: tuple[int, ...]  # steps of its intermediate values
+    resumed: int  # times it was continued after a stop
+
+
+def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
+    """Whether ``path`` lies in ``folder`` once both are real paths (``..`` and symlinks resolved)."""
+    real, root = os.path.realpath(path), os.path.realpath(folder)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def check_run_dir(value: Any, sweep_dir: Path, number: int, storage: str) -> Path:
+    """``value`` as a folder inside ``sweep_dir``; anything else is refused with one line."""
+    if not isinstance(value, str) or not value or "\0" in value or not inside(value, sweep_dir):
+        raise LitGpuError(
+            messages.SWEEP_RUN_DIR_OUTSIDE.format(
+                storage=storage, number=number, path=str(value)[:200], folder=sweep_dir
+            )
+        )
+    return Path(value)
+
+
+def check_params(params: Mapping[str, Any], space: _Space, number: int, storage: str) -> dict[str, Any]:
+    """``params`` when every key is in ``space`` and every value one it allows; else one line."""
+    by_key = {p.key: p for p in space.params}
+    for key, value in params.items():
+        param = by_key.get(key)
+        if param is None or not param.contains(value):
+            what = "is not a key of" if param is None else "is outside"
+            raise LitGpuError(
+                messages.SWEEP_VALUE_OUTSIDE.format(
+                    storage=storage,
+                    number=number,
+                    key=key,
+                    value=repr(value)[:80],
+                    what=what,
+                    space=space.path,
+                )
+            )
+    return dict(params)
+
+
+def read_trial(trial: Any, sweep_dir: Path, space: _Space | None, storage: str) -> TrialRecord:
+    """The checked record of an Optuna ``FrozenTrial``.
+
+    ``run_dir`` defaults to ``<sweep_dir>/version_<number>`` when the attribute is missing (a trial
+    stopped before it was set). ``space=None`` skips the parameter check (reports of other spaces).
+    """
+    number = int(trial.number)
+    attrs = trial.user_attrs
+    run_dir = attrs.get("run_dir", str(sweep_dir / f"version_{number}"))
+    run_dir = check_run_dir(run_dir, sweep_dir, number, storage)
+    params = dict(trial.params)
+    if space is not None:
+        check_params(params, space, number, storage)
+    value = trial.value if isinstance(trial.value, int | float) else None
+    resumed = attrs.get("resumed", 0)
+    return TrialRecord(
+        number=number,
+        state=trial.state.name.lower(),
+        value=float(value) if value is not None and math.isfinite(value) else value,
+        params=params,
+        run_dir=run_dir,
+        reported=tuple(sorted(int(s) for s in trial.intermediate_values)),
+        resumed=resumed if isinstance(resumed, int) and not isinstance(resumed, bool) else 0,
+    )
+
+
+@dataclass
+class Owner:
+    """Who runs a trial: the worker's pid and host, its processes' start marks, the last heartbeat."""
+
+    pid: int
+    host: str
+    beat: float  # time.time() of the last heartbeat
+    state: str = "running"  # "stopped": the worker saved last.ckpt after SIGINT/SIGTERM and let go
+    started: str | None = None  # /proc start time of pid (tells a reused pid apart)
+    child_pid: int | None = None
+    child_started: str | None = None
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def owner_path(sweep_dir: Path, run_dir: Path) -> Path:
+    """Where the owner record of the trial in ``run_dir`` lives (outside it: the run folder stays clean)."""
+    return sweep_dir / OWNERS / f"{run_dir.name}.json"
+
+
+def read_owner(path: Path) -> Owner | None:
+    """The owner record at ``path``; ``None`` when absent or malformed."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    ok = (
+        _int(data.get("pid"))
+        and isinstance(data.get("host"), str)
+        and isinstance(data.get("beat"), int | float)
+        and data.get("state", "running") in _STATES
+        and all(data.get(k) is None or isinstance(data.get(k), str) for k in ("started", "child_started"))
+        and (data.get("child_pid") is None or _int(data.get("child_pid")))
+    )
+    if not ok:
+        return None
+    fields = ("pid", "host", "beat", "state", "started", "child_pid", "child_started")
+    return Owner(**{k: data[k] for k in fields if k in data})
+
+
+def write_owner(path: Path, owner: Owner) -> None:
+    """Write the owner record atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(asdict(owner)))
+    os.replace(tmp, path)
+
+
+def remove_owner(path: Path) -> None:
+    """Drop the owner record (the trial is finished)."""
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+def trial_params_flags(params: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    """``params`` in the order of ``keys`` (the search space's order), for the trial's flags."""
+    return {k: params[k] for k in keys if k in params}

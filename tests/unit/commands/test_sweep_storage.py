@@ -1,0 +1,113 @@
+"""``lit_gpu.files.sweep_storage``: trial attributes and owner records are checked data."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import optuna
+import pytest
+
+from lit_gpu.commands.sweep.space import load_space
+from lit_gpu.errors import LitGpuError
+from lit_gpu.files import sweep_storage
+
+LR = "model.init_args.optimizer.init_args.lr"
+
+
+@pytest.fixture
+def space(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text(
+        f"{LR}: {{type: float, low: 1.0e-4, high: 0.3, log: true}}\n"
+        "data.init_args.batch_size: {type: categorical, choices: [16, 32]}\n"
+        "trainer.max_epochs: {type: int, low: 2, high: 8, step: 2}\n"
+    )
+    return load_space(path)
+
+
+def _trial(**attrs):
+    return optuna.trial.create_trial(
+        params={LR: 0.01},
+        distributions={LR: optuna.distributions.FloatDistribution(1e-4, 0.3, log=True)},
+        value=1.0,
+        user_attrs=attrs,
+    )
+
+
+def test_a_run_dir_inside_the_sweep_folder_is_read(tmp_path, space):
+    sweep_dir = tmp_path / "runs/sweeps/s"
+    record = sweep_storage.read_trial(_trial(run_dir=str(sweep_dir / "version_0")), sweep_dir, space, "j")
+    assert record.run_dir == sweep_dir / "version_0" and record.params == {LR: 0.01}
+    missing = sweep_storage.read_trial(_trial(), sweep_dir, space, "j")
+    assert missing.run_dir == sweep_dir / f"version_{missing.number}"  # not yet set: from its number
+
+
+@pytest.mark.parametrize("form", ["absolute", "dotdot", "symlink", "not-a-string"])
+def test_a_run_dir_outside_the_sweep_folder_is_refused(form, tmp_path, space):
+    sweep_dir = tmp_path / "runs/sweeps/s"
+    sweep_dir.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    value = {
+        "absolute": str(victim),
+        "dotdot": str(sweep_dir / ".." / ".." / ".." / "victim"),
+        "symlink": str(sweep_dir / "version_9"),
+        "not-a-string": ["x"],
+    }[form]
+    os.symlink(victim, sweep_dir / "version_9")
+    with pytest.raises(LitGpuError, match="is outside the sweep folder") as err:
+        sweep_storage.read_trial(_trial(run_dir=value), sweep_dir, space, "j")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "ok"),
+    [
+        (LR, 0.01, True),
+        (LR, 5.0, False),
+        (LR, float("nan"), False),
+        (LR, "0.01", False),
+        ("data.init_args.batch_size", 32, True),
+        ("data.init_args.batch_size", 64, False),
+        ("data.init_args.batch_size", 32.0, False),
+        ("trainer.max_epochs", 4, True),
+        ("trainer.max_epochs", 5, False),  # off the step grid
+        ("trainer.max_epochs", True, False),
+        ("trainer.callbacks", "x", False),  # not a key of the space
+    ],
+)
+def test_values_outside_the_search_space_are_refused(key, value, ok, space):
+    if ok:
+        assert sweep_storage.check_params({key: value}, space, 3, "j") == {key: value}
+    else:
+        with pytest.raises(LitGpuError, match=r"trial 3 has .* the search space"):
+            sweep_storage.check_params({key: value}, space, 3, "j")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        "[]",
+        '{"pid": "1", "host": "h", "beat": 1}',
+        '{"pid": 1, "host": "h", "beat": 1, "state": "x"}',
+    ],
+)
+def test_a_malformed_owner_record_counts_as_absent(text, tmp_path):
+    path = tmp_path / "o.json"
+    path.write_text(text)
+    assert sweep_storage.read_owner(path) is None
+
+
+def test_owner_records_round_trip(tmp_path):
+    owner = sweep_storage.Owner(pid=12, host="h", beat=3.5, child_pid=13)
+    path = tmp_path / ".owners" / "version_1.json"
+    sweep_storage.write_owner(path, owner)
+    assert sweep_storage.read_owner(path) == owner
+    assert json.loads(path.read_text())["state"] == "running"
+    sweep_storage.remove_owner(path)
+    assert not path.exists() and sweep_storage.owner_path(Path("s"), Path("s/version_1")) == Path(
+        "s/.owners/version_1.json"
+    )
