@@ -1,4 +1,4 @@
-"""Write a pip constraints file pinning every ``[project] dependencies`` entry of pyproject.toml to its lower bound.
+"""Write pip constraints pinning each ``[project] dependencies`` entry of pyproject.toml to its lower bound.
 
 CI installs a second environment with it (``.ci/run``), so the bounds pyproject.toml declares are the ones
 tested: there is no second list to drift. Packages named with ``--reuse`` (torch, torchvision: gigabytes) are
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tomllib
 from importlib import metadata
 from pathlib import Path
 
+import tomllib
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -32,12 +32,12 @@ def lower_bound(req: Requirement) -> Version:
     """The smallest version ``req`` allows: its ``>=``, ``==`` or ``~=`` version (an error if it has none)."""
     floors = [Version(s.version) for s in req.specifier if s.operator in (">=", "==", "~=")]
     if not floors:
-        raise SystemExit(f"lower_bounds.py: {req} has no lower bound (>=, == or ~=): declare one in {PYPROJECT}")
+        raise SystemExit(f"lower_bounds.py: {req} has no lower bound; declare one in {PYPROJECT}")
     return max(floors)
 
 
 def floors_of(reused: list[str]) -> dict[str, tuple[Version, str]]:
-    """``name -> (version, why)``: the lowest version each reused distribution requires of its dependencies."""
+    """``name -> (version, why)``: the least each reused distribution requires of a dependency."""
     env = default_environment()
     out: dict[str, tuple[Version, str]] = {}
     for dist in reused:
@@ -67,7 +67,8 @@ def constraints(dependencies: list[str], reuse: list[str]) -> list[str]:
         if req.marker is not None and not req.marker.evaluate():
             continue
         if name in reused:
-            lines.append(f"# {name}: reused as installed ({metadata.version(name)}), declared {req.specifier}")
+            found = metadata.version(name)
+            lines.append(f"# {name}: reused as installed ({found}), declared {req.specifier}")
             continue
         pin = lower_bound(req)
         floor = floors.get(name)

@@ -27,7 +27,7 @@ _CLASS_PATHS = re.compile(
 )
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
 _NO_ATTRIBUTE = re.compile(r"module '([^']+)' has no attribute '([^']+)'")
-# jsonargparse >= 4.44 wording first, then 4.39-4.43's ("Key 'x' is not expected", "Key "x" is required but...")
+# jsonargparse >= 4.44 wording, or 4.39-4.43's ("Key 'x' is not expected", "Key "x" is required but ...")
 _NOT_ACCEPTED = re.compile(r"(?:Option|Key) '([^']+)' is not (?:accepted|expected)")
 _REQUIRED = re.compile(
     r"the following arguments are required: ([\w., ]+)|Key \"([\w.]+)\" is required but not included"
