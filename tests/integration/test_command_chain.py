@@ -53,7 +53,8 @@ def test_fit_resume_last_test_export_sweep(tmp_path, monkeypatch, capsys):
     state = torch.load(last, map_location="cpu", weights_only=True)["state_dict"]
     assert exported.keys() and all(torch.equal(v, state[f"net.{k}"]) for k, v in exported.items())
 
-    _run("sweep", *BASE, "--search", str(CONFIGS / "sweeps" / "simple.yaml"), "--n_trials", "2", "--seed", "1")
+    space = str(CONFIGS / "sweeps" / "simple.yaml")
+    _run("sweep", *BASE, "--search", space, "--n_trials", "2", "--seed", "1")
     sweep_dir = Path("runs/sweeps/simple")
     study = optuna.load_study(study_name="simple", storage=sweep_cmd.make_storage(None, sweep_dir))
     assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
