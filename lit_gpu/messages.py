@@ -271,6 +271,7 @@ EXPORTED = "exported {weights} (metadata: {sidecar})"
 WROTE_PLOT = "wrote {path} ({width}x{height} px)"
 FREE_GPUS_CHOSEN = "free:{n} chose {ranks}; CUDA_VISIBLE_DEVICES={visible}, devices={devices}"
 FREE_GPU_OF_RANK = "local rank {rank} -> GPU {index} {name} ({uuid})"
+DEPENDENCY_OUT_OF_RANGE = "{name} {found}: lit-gpu supports {supported}; pip install '{requirement}'"
 
 # ---- lit-gpu sweep (progress lines) -------------------------------------------------------------
 SWEEP_START = "study {study} ({done} trials so far), {more} more; runs in {folder}{how}"

@@ -27,8 +27,11 @@ _CLASS_PATHS = re.compile(
 )
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
 _NO_ATTRIBUTE = re.compile(r"module '([^']+)' has no attribute '([^']+)'")
-_NOT_ACCEPTED = re.compile(r"Option '([^']+)' is not accepted")
-_REQUIRED = re.compile(r"the following arguments are required: ([\w., ]+)")
+# jsonargparse >= 4.44 wording, or 4.39-4.43's ("Key 'x' is not expected", "Key "x" is required but ...")
+_NOT_ACCEPTED = re.compile(r"(?:Option|Key) '([^']+)' is not (?:accepted|expected)")
+_REQUIRED = re.compile(
+    r"the following arguments are required: ([\w., ]+)|Key \"([\w.]+)\" is required but not included"
+)
 _CLASS_PATH_VALUE = re.compile(r"class_path='([^']+)'")
 _NOT_SUBCLASS = re.compile(r"does not correspond to a subclass of (\w+)")
 _CLASS_REPR = re.compile(r"<class '([\w.]+)'>")
@@ -125,7 +128,8 @@ def explain_cause(message: str) -> str | None:
         return _not_accepted(key, match.group(1), _class_after(message, match.end(), candidates))
     if match := _REQUIRED.search(message):
         class_path = _class_after(message, match.end(), candidates)
-        names = [n.strip().rpartition(".")[2] for n in match.group(1).split(",") if n.strip()]
+        required = match.group(1) or match.group(2)
+        names = [n.strip().rpartition(".")[2] for n in required.split(",") if n.strip()]
         return messages.MISSING_INIT_ARGS.format(
             key=key, class_path=class_path, names=", ".join(names), example=f"--{key}.init_args.{names[0]}"
         )

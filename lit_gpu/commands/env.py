@@ -16,7 +16,12 @@ import sys
 from importlib import metadata
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
 from lit_gpu import devices, messages
+
+DIST = "lit-gpu"
 
 
 def _version(dist: str) -> str | None:
@@ -24,6 +29,43 @@ def _version(dist: str) -> str | None:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
+
+
+def dependency_versions(dist: str = DIST) -> dict[str, Any]:
+    """Each dependency's installed version against the range ``dist``'s metadata declares.
+
+    ``{"source": "lit-gpu 0.1.0", "dependencies": [{"name", "found", "supported", "ok", "requirement"}]}``;
+    ``source`` is None (and the list empty) when ``dist`` is not installed (a source tree on PYTHONPATH).
+    """
+    try:
+        requires, source = metadata.requires(dist) or [], f"{dist} {metadata.version(dist)}"
+    except metadata.PackageNotFoundError:
+        return {"source": None, "dependencies": []}
+    rows = []
+    for line in requires:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue  # an extra's dependency (dev tools), or another platform's
+        found = _version(req.name)
+        try:
+            ok = found is not None and req.specifier.contains(Version(found), prereleases=True)
+        except InvalidVersion:
+            ok = False
+        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+        supported = ",".join(sorted(map(str, req.specifier), key=lambda s: not s.startswith((">", "=", "~"))))
+        rows.append(
+            {
+                "name": req.name,
+                "found": found,
+                "supported": supported,
+                "ok": ok,
+                "requirement": f"{req.name}{extras}{supported}",
+            }
+        )
+    return {"source": source, "dependencies": rows}
 
 
 def _nvcc_version() -> str | None:
@@ -108,6 +150,16 @@ def advice(report: dict[str, Any]) -> list[str]:
     """Actionable lines derived from a :func:`collect` report."""
     lines: list[str] = []
     torch_info, gpus = report["torch"], report["gpus"]
+    for dep in report["versions"]["dependencies"]:
+        if not dep["ok"]:
+            lines.append(
+                messages.DEPENDENCY_OUT_OF_RANGE.format(
+                    name=dep["name"],
+                    found=dep["found"] or "not installed",
+                    supported=dep["supported"] or "any version",
+                    requirement=dep["requirement"],
+                )
+            )
     visible = [g for g in gpus if g["cuda_ordinal"] is not None]
     cvd = report["cuda_visible_devices"]
     if gpus and torch_info["cpu_only_build"]:
@@ -160,6 +212,7 @@ def collect(env: dict[str, str] | None = None) -> dict[str, Any]:
         "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
         "cpu": _cpu_info(),
         "packages": {name: _version(name) for name in ("lightning", "torchvision", "torchmetrics")},
+        "versions": dependency_versions(),
     }
     report["advice"] = advice(report)
     return report
@@ -190,8 +243,18 @@ def render(report: dict[str, Any]) -> None:
     facts.add_row("CUDA_VISIBLE_DEVICES", "(unset)" if cvd is None else repr(cvd))
     cpu = report["cpu"]
     facts.add_row("CPU", f"{cpu['machine']}, {cpu['cores']} cores, bf16 {'yes' if cpu['bf16'] else 'no'}")
-    facts.add_row("packages", ", ".join(f"{k} {v or '-'}" for k, v in report["packages"].items()))
     console.print(facts)
+    versions = report["versions"]
+    if versions["source"] is None:
+        console.print(f"dependencies: {DIST} is not installed (no metadata), supported ranges unknown")
+    else:
+        table = Table(title=f"dependencies (supported: {versions['source']})", title_justify="left")
+        for col in ("package", "found", "supported", ""):
+            table.add_column(col)
+        for dep in versions["dependencies"]:
+            status = "ok" if dep["ok"] else "[bold red]OUT OF RANGE[/]"
+            table.add_row(dep["name"], dep["found"] or "-", dep["supported"] or "any", status)
+        console.print(table)
     if report["gpus"]:
         table = Table(title="GPUs", title_justify="left")
         for col in ("cuda", "nvml", "name", "total", "free", "capability", "bf16"):

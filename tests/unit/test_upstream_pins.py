@@ -1,27 +1,35 @@
 """Pins of the upstream private APIs lit_gpu still relies on: one test per API, named after it.
 
 When a Lightning or jsonargparse upgrade changes one of them, the test named after it fails first and says
-which lit_gpu code to revisit. Public APIs replaced the others (``fsspec.utils.get_protocol`` for local
-paths, ``MPSAccelerator``/``XLAAccelerator.is_available`` for ``accelerator: auto``, the documented
+which lit_gpu code to revisit. Each test carries ``@pins(dist)``: a failure names the version of ``dist``
+found, the range the pins held on (pyproject.toml's lower bound, checked by CI's lower-bound stage, up to
+``VERIFIED_UP_TO``) and what the test pins. Public APIs replaced the others (``fsspec.utils.get_protocol``
+for local paths, ``MPSAccelerator``/``XLAAccelerator.is_available`` for ``accelerator: auto``, the documented
 ``JSONARGPARSE_DEBUG`` variable).
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import inspect
 import sys
 import textwrap
 import uuid
+from collections.abc import Callable
+from importlib import metadata
 
 import lightning.pytorch as pl
 import pytest
+import tomllib
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, ThroughputMonitor
 from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.demos.boring_classes import BoringModel
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.trainer.states import RunningStage
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 from lit_gpu.cli import LitGpuCLI
 from lit_gpu.cli.trainer import allow_auto_precision
@@ -29,10 +37,67 @@ from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
 from lit_gpu.strategies import DataParallelStrategy
 from tests.helpers.dp import dp_data, dp_module
-from tests.helpers.paths import CONFIGS
+from tests.helpers.paths import CONFIGS, REPO_ROOT
 from tests.helpers.trainers import quiet_trainer
 
+# the newest release of each package every pin here passed on; bump it after a green run on a newer one
+VERIFIED_UP_TO = {"lightning": "2.6.6", "jsonargparse": "4.53.0", "optuna": "5.0.0"}
 
+
+def _lower_bound(dist: str) -> str:
+    with open(REPO_ROOT / "pyproject.toml", "rb") as f:
+        for line in tomllib.load(f)["project"]["dependencies"]:
+            req = Requirement(line)
+            if req.name == dist:
+                return next(s.version for s in req.specifier if s.operator == ">=")
+    raise LookupError(f"{dist} is not in pyproject.toml's [project] dependencies")
+
+
+def changed_message(dist: str, test: Callable, err: BaseException) -> str:
+    """What a failed pin says: the upstream version found, the range the pins held on, what is pinned."""
+    found, low, high = metadata.version(dist), _lower_bound(dist), VERIFIED_UP_TO[dist]
+    if Version(found) < Version(low):
+        what = f"{dist} {found} is older than the lower bound {low} in pyproject.toml"
+    else:
+        what = f"{dist} {found} changed an API lit_gpu pins (held on {dist} {low} to {high})"
+    doc = (inspect.getdoc(test) or test.__name__).splitlines()[0]
+    cause = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{what}: {test.__name__}: {doc} [{type(err).__name__}: {cause}]"
+
+
+def pins(dist: str) -> Callable[[Callable], Callable]:
+    """Mark a test as pinning ``dist``'s internals: its failure names the upstream version that changed."""
+
+    def wrap(test: Callable) -> Callable:
+        @functools.wraps(test)
+        def run(*args, **kwargs):
+            try:
+                return test(*args, **kwargs)
+            except Exception as err:  # pytest.skip/fail are BaseException: they pass through
+                raise AssertionError(changed_message(dist, test, err)) from err
+
+        return run
+
+    return wrap
+
+
+def test_a_failed_pin_names_the_upstream_version_found_and_the_range_it_held_on():
+    @pins("lightning")
+    def test_example():
+        """lit_gpu.example reads ``Trainer._example``."""
+        assert hasattr(pl.Trainer, "_example_never_there")
+
+    with pytest.raises(AssertionError) as info:
+        test_example()
+    low, high = _lower_bound("lightning"), VERIFIED_UP_TO["lightning"]
+    assert str(info.value).startswith(
+        f"lightning {pl.__version__} changed an API lit_gpu pins (held on lightning {low} to {high}): "
+        "test_example: lit_gpu.example reads ``Trainer._example``."
+    )
+    assert isinstance(info.value.__cause__, AssertionError)
+
+
+@pins("lightning")
 def test_model_checkpoint__save_topk_checkpoint__save_last_checkpoint__last_global_step_saved(tmp_path):
     """lit_gpu.callbacks.FreshLastCheckpoint extends both hooks and reads ``_last_global_step_saved``."""
     calls: list[tuple[str, int, bool]] = []
@@ -62,6 +127,7 @@ def test_model_checkpoint__save_topk_checkpoint__save_last_checkpoint__last_glob
     assert cb._last_global_step_saved == 6
 
 
+@pins("lightning")
 def test_trainer__logger_connector_should_update_logs(tmp_path):
     """lit_gpu.modules.LitModule logs ``train/loss_step`` only on the steps Lightning's loggers record."""
     flags: dict[int, bool] = {}
@@ -82,6 +148,7 @@ def test_trainer__logger_connector_should_update_logs(tmp_path):
     assert logged and len(logged) < len(flags)
 
 
+@pins("lightning")
 def test_strategy__configure_launcher__setup_model(tmp_path):
     """DataParallelStrategy checks devices in ``_configure_launcher``, wraps the net in ``_setup_model``."""
     seen: dict[str, object] = {}
@@ -101,6 +168,7 @@ def test_strategy__configure_launcher__setup_model(tmp_path):
     assert seen["setup_model"] == "RegressionModule"
 
 
+@pins("lightning")
 def test_throughput_monitor__compute__throughputs__samples__batches(tmp_path):
     """lit_gpu.commands.bench reads the rates from ``_throughputs`` in its ``_compute`` override."""
     rates: list[dict[str, float]] = []
@@ -119,6 +187,7 @@ def test_throughput_monitor__compute__throughputs__samples__batches(tmp_path):
     assert monitor._samples[RunningStage.TRAINING] == 4 * 16 and monitor._batches[RunningStage.TRAINING] == 4
 
 
+@pins("lightning")
 def test_hparams_mixin__given_hyperparameters():
     """lit_gpu.checkpoints.net_spec reads the CLI's ``net`` config while LightningCLI builds the module."""
     from lit_gpu.cli import LitGpuCLI
@@ -132,6 +201,7 @@ def test_hparams_mixin__given_hyperparameters():
     assert cli.model.net_spec["init_args"]["layers"] == 4
 
 
+@pins("jsonargparse")
 def test_jsonargparse_action__typehint():
     """lit_gpu.cli.trainer.allow_auto_precision widens ``trainer.precision``'s ``_typehint`` to auto."""
     parser = LightningArgumentParser(exit_on_error=False)
@@ -146,6 +216,7 @@ class _Stop(Exception):
         self.config = config
 
 
+@pins("lightning")
 def test_lightning_cli__parse_ckpt_path(tmp_path, monkeypatch):
     """LitGpuCLI overrides it (lit_gpu.safe_build.check_ckpt_path): upstream, the checkpoint decides.
 
@@ -176,12 +247,14 @@ def test_lightning_cli__parse_ckpt_path(tmp_path, monkeypatch):
     assert model.init_args.scheduler_interval == "step"
 
 
+@pins("lightning")
 def test_model_helpers__restricted_classmethod():
     """LitModule.load_from_checkpoint keeps Lightning's class-only decorator."""
     with pytest.raises(TypeError, match="cannot be called on an instance"):
         RegressionModule(SimpleModel()).load_from_checkpoint("unused.ckpt")
 
 
+@pins("lightning")
 def test_saving__load_from_checkpoint(tmp_path, monkeypatch):
     """Why LitModule.load_from_checkpoint checks first: Lightning's loader imports nested class_paths.
 
@@ -224,6 +297,7 @@ def test_saving__load_from_checkpoint(tmp_path, monkeypatch):
         sys.modules.pop(name, None)
 
 
+@pins("optuna")
 def test_optuna_trial__trial_id(tmp_path):
     """lit_gpu.commands.sweep hands ``trial._trial_id`` to a trial's child process (DDP trials), which
     rebuilds the trial as ``optuna.trial.Trial(study, trial_id)`` to report each validation."""
@@ -248,6 +322,7 @@ def test_optuna_trial__trial_id(tmp_path):
     assert study.trials[1].value == 2.0
 
 
+@pins("lightning")
 def test_fit_loop_loader_state_internals_used_by_exact_resume():
     """lit_gpu.data.stateful (the #20550 guard, batch-counter sync, interrupt rewind) reads these.
 
@@ -265,6 +340,7 @@ def test_fit_loop_loader_state_internals_used_by_exact_resume():
     assert hasattr(CombinedLoader, "flattened")
 
 
+@pins("lightning")
 def test_model_checkpoint_trigger_state_used_by_fresh_last():
     """FreshLastCheckpoint.on_train_batch_end reads Lightning's step/time trigger state."""
     cb = ModelCheckpoint(every_n_train_steps=3)
@@ -272,6 +348,7 @@ def test_model_checkpoint_trigger_state_used_by_fresh_last():
     assert callable(cb._monitor_candidates) and callable(cb._should_skip_saving_checkpoint)
 
 
+@pins("lightning")
 def test_trainer__signal_connector_received_sigterm_and_original_handlers(tmp_path):
     """lit_gpu.callbacks.CheckpointOnInterrupt sets ``_signal_connector.received_sigterm`` to stop at the
     step boundary (the loops raise ``SIGTERMException``), and edits ``_original_handlers`` so Lightning's

@@ -8,6 +8,7 @@ import stat
 import pytest
 import torch
 
+from lit_gpu import messages
 from lit_gpu.cli import main
 from lit_gpu.commands import env
 from tests.helpers.fake_nvml import FakeGpu, install
@@ -113,6 +114,7 @@ def test_json_output_is_machine_readable(monkeypatch, capsys, cuda_torch, fake_n
     assert data["gpus"][0]["free_bytes"] == int(12.5 * 2**30)
     assert data["nvcc"] == "12.4"
     assert {"python", "torch", "driver", "gpus", "cuda_visible_devices", "packages", "advice"} <= set(data)
+    assert data["versions"]["source"].startswith("lit-gpu ")
 
 
 def test_screen_output_shows_gpu_table_and_advice(monkeypatch, capsys, cuda_torch, fake_nvcc):
@@ -135,3 +137,90 @@ def test_real_machine_report_works(capsys):
     assert data["torch"]["version"] == torch.__version__
     assert data["advice"], "there is always at least one advice line"
     assert not torch.cuda.is_initialized()  # no CUDA context was created
+
+
+_REQUIRES = [
+    "torch>=2.4",
+    "lightning<3,>=2.6.0",
+    "jsonargparse[signatures]>=4.39.0",
+    "optuna>=4.0",
+    "pytest>=8; extra == 'dev'",
+]
+_FOUND = {"torch": "2.15.0+cu132", "lightning": "2.5.6", "jsonargparse": "4.53.0", "optuna": None}
+
+
+@pytest.fixture
+def fake_metadata(monkeypatch):
+    """lit-gpu's declared requirements and the versions found, as an environment with lightning too old."""
+    real_requires, real_version = env.metadata.requires, env.metadata.version
+
+    def requires(dist):
+        return list(_REQUIRES) if dist == "lit-gpu" else real_requires(dist)
+
+    def version(dist):
+        if dist == "lit-gpu":
+            return "0.1.0"
+        if dist in _FOUND:
+            if _FOUND[dist] is None:
+                raise env.metadata.PackageNotFoundError(dist)
+            return _FOUND[dist]
+        return real_version(dist)
+
+    monkeypatch.setattr(env.metadata, "requires", requires)
+    monkeypatch.setattr(env.metadata, "version", version)
+
+
+def test_versions_are_checked_against_the_declared_ranges(fake_metadata):
+    versions = env.dependency_versions()
+    assert versions["source"] == "lit-gpu 0.1.0"
+    rows = {row["name"]: row for row in versions["dependencies"]}
+    assert list(rows) == ["torch", "lightning", "jsonargparse", "optuna"]  # extras' tools are not checked
+    assert rows["torch"]["ok"] is True  # a local version label (+cu132) is in range
+    assert rows["lightning"] == {
+        "name": "lightning",
+        "found": "2.5.6",
+        "supported": ">=2.6.0,<3",
+        "ok": False,
+        "requirement": "lightning>=2.6.0,<3",
+    }
+    assert rows["jsonargparse"]["ok"] is True
+    assert rows["jsonargparse"]["requirement"] == "jsonargparse[signatures]>=4.39.0"
+    assert rows["optuna"]["found"] is None and rows["optuna"]["ok"] is False
+
+
+def test_out_of_range_versions_become_advice_and_are_flagged_on_screen(
+    fake_metadata, monkeypatch, capsys, cuda_torch
+):
+    install(monkeypatch, [], fail_init=True)
+    report = env.collect(env={})
+    assert report["advice"][:2] == [
+        messages.DEPENDENCY_OUT_OF_RANGE.format(
+            name="lightning", found="2.5.6", supported=">=2.6.0,<3", requirement="lightning>=2.6.0,<3"
+        ),
+        "optuna not installed: lit-gpu supports >=4.0; pip install 'optuna>=4.0'",
+    ]
+    monkeypatch.setenv("COLUMNS", "160")
+    assert env.main([]) == 0
+    out = capsys.readouterr().out
+    lightning_row = next(line for line in out.splitlines() if "lightning" in line and "2.5.6" in line)
+    assert ">=2.6.0,<3" in lightning_row and "OUT OF RANGE" in lightning_row
+    torch_row = next(line for line in out.splitlines() if line.startswith("│ torch "))
+    assert "2.15.0+cu132" in torch_row and "ok" in torch_row and "OUT OF RANGE" not in torch_row
+
+
+def test_without_lit_gpu_metadata_the_ranges_are_unknown(monkeypatch, capsys):
+    def requires(dist):
+        raise env.metadata.PackageNotFoundError(dist)
+
+    monkeypatch.setattr(env.metadata, "requires", requires)
+    assert env.dependency_versions() == {"source": None, "dependencies": []}
+    assert env.main([]) == 0
+    assert "lit-gpu is not installed (no metadata), supported ranges unknown" in capsys.readouterr().out
+
+
+def test_this_environment_is_in_the_supported_range():
+    """The environment the tests run in (newest resolved, or CI's lower bounds) is one lit-gpu supports."""
+    versions = env.dependency_versions()
+    assert versions["source"] is not None, "install lit-gpu (pip install -e .) to read its declared ranges"
+    out_of_range = [row for row in versions["dependencies"] if not row["ok"]]
+    assert not out_of_range, out_of_range
