@@ -511,6 +511,10 @@ class RunFolder:
         self.root = self.root if root is None else root
         self.name = self.name if name is None else name
 
+    def remove_if_unused(self) -> bool:
+        """Remove the folder this process claimed if the run left nothing in it (a failed start)."""
+        return self.claimed is not None and remove_if_unused(self.claimed)
+
 
 def make_loggers(kinds: Sequence[str], run: RunFolder) -> list[Any]:
     """lit_gpu's loggers, all writing into ``run``'s one folder.

@@ -50,7 +50,7 @@ class RunConfigSaver(SaveConfigCallback):
             old = yaml.safe_load(saved[-1].read_text()) or {}
         except (OSError, yaml.YAMLError, UnicodeDecodeError):
             old = {}
-        new = yaml.safe_load(self.parser.dump(self.config, skip_none=False)) or {}
+        new = yaml.safe_load(self.parser.dump(self.config)) or {}  # None values read as missing ones
         changes = runs.config_changes(old if isinstance(old, dict) else {}, new)
         if not changes:
             return
