@@ -31,6 +31,7 @@ import torch
 import yaml
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch import Callback
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
@@ -659,3 +660,19 @@ class RunFolderSync(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         where = (self.run.version, self.run.root, self.run.name) if trainer.is_global_zero else None
         self.run.adopt(*trainer.strategy.broadcast(where, src=0))
+
+    @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """In a continued run, the ``last.ckpt`` already there is this run's: overwrite it, no ``last-v1.ckpt``.
+
+        Lightning adds ``-vN`` to a ``last`` name that exists and is not its ``last_model_path``,
+        which a checkpoint restores only when its folder path is unchanged (and a stop by signal
+        saves before it is set). Runs after the checkpoint state was restored.
+        """
+        if self.run.continues is None:
+            return
+        for callback in trainer.checkpoint_callbacks:
+            if isinstance(callback, ModelCheckpoint) and callback.dirpath:
+                last = os.path.join(callback.dirpath, callback.CHECKPOINT_NAME_LAST + callback.FILE_EXTENSION)
+                if os.path.isfile(last) and Path(callback.dirpath).parent == self.run.path:
+                    callback.last_model_path = last

@@ -87,3 +87,65 @@ def test_requeue_loop_keeps_one_folder_with_each_step_once(tmp_path, cli_env, re
     assert [s for s, _ in tb] == STEPS
     assert [v for _, v in tb] == pytest.approx([v for _, v in reference["train/loss_step"]], rel=1e-6)
     assert plot_main([str(run)]) == 0 and (run / "curves.png").is_file()
+    assert sorted(p.name for p in (run / "checkpoints").glob("last*")) == ["last.ckpt"]
+
+
+def test_new_run_flag_starts_a_new_folder_and_a_changed_config_is_kept_beside(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    LitGpuCLI(args=["fit", *SIMPLE, "--trainer.max_epochs", "1"])
+    run = tmp_path / RUN / "version_0"
+    first_config = (run / "config.yaml").read_text()
+    metrics = (run / "metrics.csv").read_text()
+    LitGpuCLI(args=["fit", *SIMPLE, "--trainer.max_epochs", "2", "--ckpt_path", "last", "--new_run", "true"])
+    assert _versions(tmp_path / RUN) == ["version_0", "version_1"]
+    assert (run / "metrics.csv").read_text() == metrics  # the old folder is left alone
+    capsys.readouterr()
+
+    # the same run, continued with more epochs: config.yaml stays, the change is saved beside and named
+    fit = LitGpuCLI(args=["fit", *SIMPLE, "--trainer.max_epochs", "3", "--ckpt_path", str(run / "checkpoints" / "last.ckpt")])
+    err = capsys.readouterr().err
+    assert fit.trainer.global_step == 12 and _versions(tmp_path / RUN) == ["version_0", "version_1"]
+    assert (run / "config.yaml").read_text() == first_config
+    saved = yaml.safe_load((run / "config.1.yaml").read_text())
+    assert saved["trainer"]["max_epochs"] == 3
+    lines = [ln for ln in err.splitlines() if "config differs" in ln]
+    assert lines == [
+        "lit-gpu: the config differs from config.yaml (trainer.max_epochs: 1 -> 3); saved it beside as config.1.yaml"
+    ]
+    assert [s for s, _ in read_metrics(run)["train/loss_step"]] == STEPS
+    # the checkpoint alone rebuilds from the newest config: nothing changed, nothing new saved
+    LitGpuCLI(args=["fit", "--ckpt_path", str(run / "checkpoints" / "last.ckpt")])
+    assert sorted(p.name for p in run.glob("config*.yaml")) == ["config.1.yaml", "config.yaml"]
+
+
+def test_checkpoint_copied_from_another_machine_continues_where_it_is(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    LitGpuCLI(args=["fit", *SIMPLE, "--trainer.max_epochs", "1", "--trainer.default_root_dir", "cluster/runs"])
+    copied = tmp_path / "laptop" / "runs"
+    shutil.copytree(tmp_path / "cluster" / "runs", copied)
+    shutil.rmtree(tmp_path / "cluster")  # the other machine's path does not exist here
+    run = copied / "lit_gpu" / "version_0"
+    LitGpuCLI(args=["fit", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), "--trainer.max_epochs", "2"])
+    assert not (tmp_path / "cluster").exists() and _versions(copied / "lit_gpu") == ["version_0"]
+    assert [s for s, _ in read_metrics(run)["train/loss_step"]] == list(range(8))
+    assert sorted(p.name for p in (run / "checkpoints").glob("last*")) == ["last.ckpt"]  # no last-v1.ckpt
+
+
+def test_ddp_ranks_continue_one_folder(tmp_path, cli_env):
+    cmd = [sys.executable, "-m", "lit_gpu", "fit", *SIMPLE, "--trainer.strategy", "ddp", "--trainer.devices", "2"]
+    for epochs in ("1", "2"):
+        done = subprocess.run(
+            [*cmd, "--trainer.max_epochs", epochs, "--ckpt_path", "last"],
+            cwd=tmp_path,
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.count("lit-gpu: continuing the run in") == 1  # said once, by rank 0
+    assert _versions(tmp_path / RUN) == ["version_0"]
+    run = tmp_path / RUN / "version_0"
+    steps = _steps_once(run / "metrics.csv")
+    assert steps["train/loss_step"] == list(range(8))  # 2 epochs x 4 batches, each step once
+    assert sorted(p.name for p in run.glob("config*.yaml")) == ["config.1.yaml", "config.yaml"]
