@@ -217,7 +217,9 @@ SKIPPED_NEWER_RUNS = "skipped newer {names}: no {prefix}*.ckpt yet"
 PICKED_RUN = "; newest matching run: {run}"
 NO_MATCHING_RUN_FIT = "; training from scratch"
 REBUILDING_FROM = "rebuilding the run from {config}"
-CONTINUING_RUN = "continuing the run in {folder} from step {step}{dropped}; --new_run true starts a new folder"
+CONTINUING_RUN = (
+    "continuing the run in {folder} from step {step}{dropped}; --new_run true starts a new folder"
+)
 CONTINUING_DROPPED = " (dropped {rows} metrics.csv rows logged after that step by the stopped attempt)"
 CONFIG_CHANGED = "the config differs from {old} ({changes}); saved it beside as {new}"
 MONITOR_FALLBACK = (

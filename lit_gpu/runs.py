@@ -663,7 +663,7 @@ class RunFolderSync(Callback):
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """In a continued run, the ``last.ckpt`` already there is this run's: overwrite it, no ``last-v1.ckpt``.
+        """In a continued run, the ``last.ckpt`` there is this run's: overwrite it (no ``last-v1.ckpt``).
 
         Lightning adds ``-vN`` to a ``last`` name that exists and is not its ``last_model_path``,
         which a checkpoint restores only when its folder path is unchanged (and a stop by signal

@@ -219,7 +219,9 @@ class LitGpuCLI(LightningCLI):
     @override
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
-        loggers, self.run_folder = run_folders.trainer_loggers(config, self.subcommand)  # CSV + TB, one folder
+        loggers, self.run_folder = run_folders.trainer_loggers(
+            config, self.subcommand
+        )  # CSV + TB, one folder
         if loggers is not None:
             kwargs.setdefault("logger", loggers)
         callbacks = run_folders.progress_bar_callbacks(config)  # redrawn 4x a second, not 100x

@@ -27,7 +27,7 @@ def continued_run(trainer: pl.Trainer) -> runs.RunFolder | None:
 
 
 class RunConfigSaver(SaveConfigCallback):
-    """Lightning's config saver; in a continued run folder it keeps ``config.yaml`` and saves changes beside."""
+    """Lightning's config saver; a continued run folder keeps ``config.yaml``, a change is saved beside."""
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -56,4 +56,6 @@ class RunConfigSaver(SaveConfigCallback):
             return
         path = runs.next_config_path(folder)
         self.parser.save(self.config, path, skip_none=False, overwrite=False, multifile=self.multifile)
-        messages.tell(messages.CONFIG_CHANGED.format(old=saved[-1].name, changes="; ".join(changes), new=path.name))
+        messages.tell(
+            messages.CONFIG_CHANGED.format(old=saved[-1].name, changes="; ".join(changes), new=path.name)
+        )

@@ -47,7 +47,9 @@ def add_arguments(parser: LightningArgumentParser) -> None:
     )
 
 
-def trainer_loggers(config: Any, subcommand: str | None = None) -> tuple[list[Any] | None, runs.RunFolder | None]:
+def trainer_loggers(
+    config: Any, subcommand: str | None = None
+) -> tuple[list[Any] | None, runs.RunFolder | None]:
     """lit_gpu's loggers for this run and their shared folder, or ``(None, None)`` for the user's own.
 
     ``trainer.logger`` null/true means lit_gpu's ``--loggers`` (an empty list: no logger). A fit
@@ -61,7 +63,9 @@ def trainer_loggers(config: Any, subcommand: str | None = None) -> tuple[list[An
         return [], None
     continues = None
     if subcommand == "fit" and not config_value(config, "new_run", False):
-        continues = runs.continuation(config_value(config, "ckpt_path"))  # the ckpt's folder, found from the file
+        continues = runs.continuation(
+            config_value(config, "ckpt_path")
+        )  # the ckpt's folder, found from the file
     folder = runs.RunFolder(root_dir(config), runs.DEFAULT_NAME, continues=continues)
     return runs.make_loggers(kinds, folder), folder
 

@@ -230,14 +230,21 @@ def _torchrun_agents(argv: list[str], cwd: Path, env: dict[str, str], port: int)
         log = open(cwd / f"node{node}.log", "wb")  # noqa: SIM115 - closed when the test reads it
         agents.append(
             subprocess.Popen(
-                [*cmd, "-m", "lit_gpu", *argv], cwd=cwd, env=env, stdout=log, stderr=log, start_new_session=True
+                [*cmd, "-m", "lit_gpu", *argv],
+                cwd=cwd,
+                env=env,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
             )
         )
         log.close()
     return agents
 
 
-def test_sigterm_to_two_torchrun_agents_saves_at_one_step_and_resumes_exactly(tmp_path, cli_env, fake_mnist_dir):
+def test_sigterm_to_two_torchrun_agents_saves_at_one_step_and_resumes_exactly(
+    tmp_path, cli_env, fake_mnist_dir
+):
     """torchrun forwards SIGTERM to its worker's session (DataLoader workers included): all ranks stop at one
     step, rank 0 saves ``last.ckpt`` with one line, and the resume equals an uninterrupted 2-node run."""
     from tests.helpers.ports import free_port

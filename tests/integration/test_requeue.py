@@ -102,7 +102,16 @@ def test_new_run_flag_starts_a_new_folder_and_a_changed_config_is_kept_beside(tm
     capsys.readouterr()
 
     # the same run, continued with more epochs: config.yaml stays, the change is saved beside and named
-    fit = LitGpuCLI(args=["fit", *SIMPLE, "--trainer.max_epochs", "3", "--ckpt_path", str(run / "checkpoints" / "last.ckpt")])
+    fit = LitGpuCLI(
+        args=[
+            "fit",
+            *SIMPLE,
+            "--trainer.max_epochs",
+            "3",
+            "--ckpt_path",
+            str(run / "checkpoints" / "last.ckpt"),
+        ]
+    )
     err = capsys.readouterr().err
     assert fit.trainer.global_step == 12 and _versions(tmp_path / RUN) == ["version_0", "version_1"]
     assert (run / "config.yaml").read_text() == first_config
@@ -110,7 +119,8 @@ def test_new_run_flag_starts_a_new_folder_and_a_changed_config_is_kept_beside(tm
     assert saved["trainer"]["max_epochs"] == 3
     lines = [ln for ln in err.splitlines() if "config differs" in ln]
     assert lines == [
-        "lit-gpu: the config differs from config.yaml (trainer.max_epochs: 1 -> 3); saved it beside as config.1.yaml"
+        "lit-gpu: the config differs from config.yaml (trainer.max_epochs: 1 -> 3); "
+        "saved it beside as config.1.yaml"
     ]
     assert [s for s, _ in read_metrics(run)["train/loss_step"]] == STEPS
     # the checkpoint alone rebuilds from the newest config: nothing changed, nothing new saved
@@ -120,19 +130,33 @@ def test_new_run_flag_starts_a_new_folder_and_a_changed_config_is_kept_beside(tm
 
 def test_checkpoint_copied_from_another_machine_continues_where_it_is(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    LitGpuCLI(args=["fit", *SIMPLE, "--trainer.max_epochs", "1", "--trainer.default_root_dir", "cluster/runs"])
+    LitGpuCLI(
+        args=["fit", *SIMPLE, "--trainer.max_epochs", "1", "--trainer.default_root_dir", "cluster/runs"]
+    )
     copied = tmp_path / "laptop" / "runs"
     shutil.copytree(tmp_path / "cluster" / "runs", copied)
     shutil.rmtree(tmp_path / "cluster")  # the other machine's path does not exist here
     run = copied / "lit_gpu" / "version_0"
-    LitGpuCLI(args=["fit", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), "--trainer.max_epochs", "2"])
+    LitGpuCLI(
+        args=["fit", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), "--trainer.max_epochs", "2"]
+    )
     assert not (tmp_path / "cluster").exists() and _versions(copied / "lit_gpu") == ["version_0"]
     assert [s for s, _ in read_metrics(run)["train/loss_step"]] == list(range(8))
     assert sorted(p.name for p in (run / "checkpoints").glob("last*")) == ["last.ckpt"]  # no last-v1.ckpt
 
 
 def test_ddp_ranks_continue_one_folder(tmp_path, cli_env):
-    cmd = [sys.executable, "-m", "lit_gpu", "fit", *SIMPLE, "--trainer.strategy", "ddp", "--trainer.devices", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "lit_gpu",
+        "fit",
+        *SIMPLE,
+        "--trainer.strategy",
+        "ddp",
+        "--trainer.devices",
+        "2",
+    ]
     for epochs in ("1", "2"):
         done = subprocess.run(
             [*cmd, "--trainer.max_epochs", epochs, "--ckpt_path", "last"],

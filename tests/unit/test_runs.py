@@ -207,7 +207,10 @@ METRICS = """epoch,step,train/loss_step,val/loss
 def _header(stepped: int, at_batch_end: bool, global_step: int) -> dict:
     done = 5 if at_batch_end else 6
     total = {"ready": 6, "started": 6, "processed": 6, "completed": done}
-    loop = {"epoch_loop.state_dict": {"_batches_that_stepped": stepped}, "epoch_loop.batch_progress": {"total": total}}
+    loop = {
+        "epoch_loop.state_dict": {"_batches_that_stepped": stepped},
+        "epoch_loop.batch_progress": {"total": total},
+    }
     return {"global_step": global_step, "loops": {"fit_loop": loop}}
 
 
