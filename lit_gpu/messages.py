@@ -242,6 +242,11 @@ CKPT_SYMLINK_LEAVES_RUN = (
     "itself if you trust it"
 )
 RUN_CONFIG_REFUSED = "{config}: {what}; nothing was read from it; pass the run's settings with --config FILE"
+CONTINUING_RUN = (
+    "continuing the run in {folder} from step {step}{dropped}; --new_run true starts a new folder"
+)
+CONTINUING_DROPPED = " (dropped {rows} metrics.csv rows logged after that step by the stopped attempt)"
+CONFIG_CHANGED = "the config differs from {old} ({changes}); saved it beside as {new}"
 MONITOR_FALLBACK = (
     "{model} does not log {monitor!r} ({logged}); keeping last.ckpt only; "
     "pick best checkpoints with --checkpoint.monitor NAME"

@@ -8,27 +8,44 @@
 * :func:`remove_if_unused` removes the folder of a run that failed before it logged or saved anything;
 * finding earlier runs and reading their ``config.yaml`` is :mod:`lit_gpu.files.locate` and
   :mod:`lit_gpu.files.run_config` (files someone else may have written are read there only).
+* :func:`continuation` / :func:`continue_run`: a fit resumed from a checkpoint in a run folder
+  continues in that folder (``metrics.csv`` and TensorBoard events appended, rows a stopped attempt
+  wrote after the checkpoint dropped), unless ``--new_run true``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import os
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch import Callback
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.loggers.logger import rank_zero_experiment
 from typing_extensions import override
+
+from lit_gpu import messages
+from lit_gpu.errors import LitGpuError
+from lit_gpu.files.checkpoint import read_header
+from lit_gpu.files.run_config import CONFIG_N_RE, saved_configs
+from lit_gpu.io import atomic_file
 
 DEFAULT_ROOT = "runs"
 DEFAULT_NAME = "lit_gpu"
 LOGGER_KINDS = ("csv", "tensorboard")
 CONFIG_NAME = "config.yaml"
+METRICS_NAME = "metrics.csv"
 
 _VERSION_RE = re.compile(r"^version_(\d+)$")
 # what a run leaves behind before its first logged metric or checkpoint
@@ -87,6 +104,132 @@ def remove_if_unused(folder: str | os.PathLike) -> bool:
     return not folder.exists()
 
 
+# ---- continuing a run in its folder ------------------------------------------------------------------
+def run_folder_of(ckpt_path: str | os.PathLike) -> Path | None:
+    """The run folder of a checkpoint at ``.../version_N/checkpoints/X.ckpt``, from where the file is.
+
+    Paths stored inside the checkpoint or its ``config.yaml`` (another machine's) are not used.
+    """
+    ckpt = Path(ckpt_path)
+    if not ckpt.is_file() or ckpt.parent.name != "checkpoints" or version_number(ckpt.parent.parent) is None:
+        return None
+    return ckpt.parent.parent
+
+
+def resume_log_step(checkpoint: Mapping[str, Any]) -> int | None:
+    """The first step a fit resumed from ``checkpoint`` logs metrics at; ``None`` if it cannot tell.
+
+    Lightning logs at ``_batches_that_stepped`` (batches with an optimizer step; the checkpoint holds
+    it), plus one when the save happened at a training batch end (before the counter moved).
+    Checkpoints without loop state fall back to ``global_step``.
+    """
+    with contextlib.suppress(KeyError, TypeError):
+        loop = checkpoint["loops"]["fit_loop"]
+        stepped = int(loop["epoch_loop.state_dict"]["_batches_that_stepped"])
+        total = loop["epoch_loop.batch_progress"]["total"]
+        at_batch_end = total["ready"] == total["started"] == total["processed"] == total["completed"] + 1
+        return stepped + int(at_batch_end)
+    step = checkpoint.get("global_step") if isinstance(checkpoint, Mapping) else None
+    return int(step) if isinstance(step, int) else None
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """A fit resumed from a checkpoint of ``folder`` logs there again, from ``step`` on."""
+
+    folder: Path
+    step: int
+
+
+def continuation(ckpt_path: str | os.PathLike | None) -> Continuation | None:
+    """How a fit resumed from ``ckpt_path`` continues its run folder, or ``None`` (a new folder).
+
+    Only a checkpoint inside a run folder (``version_N/checkpoints/``) continues it; its header (the
+    small pickle, read with ``mmap``; tensors are not loaded) gives the step.
+    """
+    folder = run_folder_of(ckpt_path) if ckpt_path else None
+    if folder is None:
+        return None
+    try:
+        header = read_header(ckpt_path)
+    except LitGpuError:  # the resume's own load reports a bad file properly
+        return None
+    step = resume_log_step(header) if isinstance(header, Mapping) else None
+    return None if step is None else Continuation(folder, step)
+
+
+def continue_run(run_dir: str | os.PathLike, step: int) -> int:
+    """Prepare ``run_dir`` for a fit that logs again from ``step``: drop later ``metrics.csv`` rows.
+
+    Rows with a step at or after ``step`` were written by an attempt that was stopped after the
+    checkpoint was saved; the resumed fit logs those steps again. The file is rewritten atomically.
+    TensorBoard events are purged by the writer (``purge_step``). Call on global rank 0 only.
+
+    Returns:
+        The number of rows dropped.
+    """
+    path = Path(run_dir) / METRICS_NAME
+    if not path.is_file():
+        return 0
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        header = list(reader.fieldnames or [])
+        rows = list(reader)
+    kept = [row for row in rows if not _step_at_or_after(row.get("step"), step)]
+    if len(kept) == len(rows):
+        return 0
+    with atomic_file(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(kept)
+    return len(rows) - len(kept)
+
+
+def _step_at_or_after(cell: str | None, step: int) -> bool:
+    try:
+        return float(cell or "") >= step
+    except ValueError:
+        return False
+
+
+# how a run was started and where it lives, not what it trains
+_IGNORED_CONFIG_KEYS = ("ckpt_path", "weights_only", "new_run", "free_gpus", "trainer.default_root_dir")
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, Mapping) and node:
+        flat: dict[str, Any] = {}
+        for key, value in node.items():
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: node}
+
+
+def config_changes(old: Mapping[str, Any], new: Mapping[str, Any], limit: int = 3) -> list[str]:
+    """What differs between two saved configs, as ``key: old -> new`` (at most ``limit``, then a count).
+
+    Where a run lives and how it was started (``ckpt_path``, ``weights_only``, ``new_run``,
+    ``free_gpus``, ``trainer.default_root_dir``) are not changes of the run.
+    """
+    before, after = _flatten(old), _flatten(new)
+    keys = [
+        k
+        for k in dict.fromkeys([*before, *after])
+        if before.get(k) != after.get(k) and not k.startswith(_IGNORED_CONFIG_KEYS)
+    ]
+    shown = [f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in keys[:limit]]
+    if len(keys) > limit:
+        shown.append(f"and {len(keys) - limit} more")
+    return shown
+
+
+def next_config_path(folder: str | os.PathLike) -> Path:
+    """``config.<n>.yaml`` with the next free ``n`` (from 1) in a run folder."""
+    saved = saved_configs(folder)
+    numbers = [int(m.group(1)) for p in saved if (m := CONFIG_N_RE.match(p.name))]
+    return Path(folder) / f"config.{max(numbers, default=0) + 1}.yaml"
+
+
 # ---- the default loggers -----------------------------------------------------------------------------
 def _rank() -> int:
     return int(getattr(rank_zero_only, "rank", 0) or 0)
@@ -97,28 +240,46 @@ class RunFolder:
 
     The claim happens when a logger first needs its folder (Lightning creates the loggers'
     experiments on rank 0 when a run starts), so building a Trainer claims nothing, and other ranks
-    never create folders: :class:`RunFolderSync` hands them rank 0's ``version`` at setup.
+    never create folders: :class:`RunFolderSync` hands them rank 0's folder at setup.
+
+    A fit resumed from a checkpoint of a run folder (``continues``) uses that folder instead:
+    rank 0 drops the ``metrics.csv`` rows logged after the checkpoint (:func:`continue_run`), and
+    the TensorBoard logger purges those events.
 
     Args:
         root: ``trainer.default_root_dir``.
         name: Folder between the root and the version folders.
+        continues: The run folder to continue (:func:`continuation`); ``root`` and ``name`` then
+            come from where that folder is.
     """
 
-    def __init__(self, root: str | os.PathLike, name: str = DEFAULT_NAME) -> None:
+    def __init__(
+        self, root: str | os.PathLike, name: str = DEFAULT_NAME, continues: Continuation | None = None
+    ) -> None:
+        if continues is not None:
+            root, name = continues.folder.parent.parent, continues.folder.parent.name
         self.root = str(root)
         self.name = name
+        self.continues = continues
         self.claimed: Path | None = None  # the folder this process created
         self._version: str | None = None
 
     @property
     def version(self) -> str:
-        """``version_N``; claims the folder on rank 0 the first time it is asked for."""
+        """``version_N``; claims (or continues) the folder on rank 0 the first time it is asked for."""
         if self._version is None:
             rank = _rank()
             if rank != 0:
                 return f"version_pending_rank{rank}"  # replaced by rank 0's at setup; never created
-            self.claimed = claim_version(self.root, self.name)
-            self._version = self.claimed.name
+            if self.continues is not None:
+                folder, step = self.continues.folder, self.continues.step
+                dropped = continue_run(folder, step)
+                self._version = folder.name
+                note = messages.CONTINUING_DROPPED.format(rows=dropped) if dropped else ""
+                messages.tell(messages.CONTINUING_RUN.format(folder=folder, step=step, dropped=note))
+            else:
+                self.claimed = claim_version(self.root, self.name)
+                self._version = self.claimed.name
         return self._version
 
     @property
@@ -126,9 +287,11 @@ class RunFolder:
         """The run folder."""
         return Path(self.root) / self.name / self.version
 
-    def adopt(self, version: str) -> None:
-        """Use the folder another rank claimed."""
+    def adopt(self, version: str, root: str | None = None, name: str | None = None) -> None:
+        """Use the folder another rank claimed (or continues)."""
         self._version = version
+        self.root = self.root if root is None else root
+        self.name = self.name if name is None else name
 
     def remove_if_unused(self) -> bool:
         """Remove the folder this process claimed if the run left nothing in it (a failed start)."""
@@ -165,30 +328,132 @@ class _SharedRunVersion:
         return self.run.version
 
 
+class MetricsWriter:
+    """``metrics.csv`` (and ``hparams.yaml``) of a run folder; appends to the file already there.
+
+    What Lightning's CSV experiment writer does, except that an existing ``metrics.csv`` (a continued
+    run's) is kept and appended to, with its columns; a new column rewrites the file atomically.
+
+    Args:
+        log_dir: The run folder.
+    """
+
+    NAME_METRICS_FILE = METRICS_NAME
+    NAME_HPARAMS_FILE = "hparams.yaml"
+
+    def __init__(self, log_dir: str) -> None:
+        self.log_dir = log_dir
+        self.metrics_file_path = os.path.join(log_dir, METRICS_NAME)
+        self.metrics: list[dict[str, Any]] = []
+        self.hparams: dict[str, Any] = {}
+        os.makedirs(log_dir, exist_ok=True)
+        self.metrics_keys: list[str] = self._header()
+
+    def _header(self) -> list[str]:
+        try:
+            with open(self.metrics_file_path, newline="") as f:
+                return list(next(csv.reader(f), []))
+        except OSError:
+            return []
+
+    def log_hparams(self, params: dict[str, Any]) -> None:
+        """Record hyperparameters in ``hparams.yaml``."""
+        self.hparams.update(params)
+        save_hparams_to_yaml(os.path.join(self.log_dir, self.NAME_HPARAMS_FILE), self.hparams)
+
+    def log_metrics(self, metrics_dict: dict[str, Any], step: int | None = None) -> None:
+        """Record one row (written by :meth:`save`)."""
+        row = {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics_dict.items()}
+        row["step"] = len(self.metrics) if step is None else step
+        self.metrics.append(row)
+
+    def save(self) -> None:
+        """Append the recorded rows; rewrite the file first when they bring new columns."""
+        if not self.metrics:
+            return
+        new_keys = sorted({k for row in self.metrics for k in row} - set(self.metrics_keys))
+        exists = os.path.isfile(self.metrics_file_path)
+        if new_keys:
+            self.metrics_keys = sorted([*self.metrics_keys, *new_keys])
+            if exists:
+                with open(self.metrics_file_path, newline="") as f:
+                    old_rows = list(csv.DictReader(f))
+                with atomic_file(self.metrics_file_path, "w", newline="") as f:
+                    writer = csv.DictWriter(f, fieldnames=self.metrics_keys)
+                    writer.writeheader()
+                    writer.writerows(old_rows)
+        with open(self.metrics_file_path, "a" if exists else "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self.metrics_keys)
+            if not exists:
+                writer.writeheader()
+            writer.writerows(self.metrics)
+        self.metrics = []
+
+
 class RunCSVLogger(_SharedRunVersion, CSVLogger):
-    """Lightning's ``CSVLogger`` whose version is the shared :class:`RunFolder`'s."""
+    """Lightning's ``CSVLogger`` whose version is the shared :class:`RunFolder`'s.
+
+    Its :class:`MetricsWriter` appends to the ``metrics.csv`` of a continued run (Lightning's own
+    writer deletes an existing one).
+    """
 
     def __init__(self, run: RunFolder, **kwargs: Any) -> None:
         self.run = run
+        self._writer: MetricsWriter | None = None
         super().__init__(save_dir=run.root, name=run.name, **kwargs)
+
+    @property
+    @override
+    @rank_zero_experiment
+    def experiment(self) -> MetricsWriter:
+        if self._writer is None:
+            self._writer = MetricsWriter(self.log_dir)
+        return self._writer
+
+    @override
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        if self._writer is not None:
+            self.save()
 
 
 class RunTensorBoardLogger(_SharedRunVersion, TensorBoardLogger):
-    """Lightning's ``TensorBoardLogger`` whose version is the shared :class:`RunFolder`'s."""
+    """Lightning's ``TensorBoardLogger`` whose version is the shared :class:`RunFolder`'s.
+
+    In a continued run, its writer purges the events logged after the checkpoint (``purge_step``).
+    """
 
     def __init__(self, run: RunFolder, **kwargs: Any) -> None:
         self.run = run
         kwargs.setdefault("default_hp_metric", False)
+        if run.continues is not None:
+            kwargs.setdefault("purge_step", run.continues.step)
         super().__init__(save_dir=run.root, name=run.name, **kwargs)
 
 
 class RunFolderSync(Callback):
-    """At setup, every rank adopts the run folder rank 0 claimed (DDP, multi-node, torchrun)."""
+    """At setup, every rank adopts the run folder rank 0 claimed or continues (DDP, multi-node, torchrun)."""
 
     def __init__(self, run: RunFolder) -> None:
         self.run = run
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        version = self.run.version if trainer.is_global_zero else None
-        self.run.adopt(trainer.strategy.broadcast(version, src=0))
+        where = (self.run.version, self.run.root, self.run.name) if trainer.is_global_zero else None
+        self.run.adopt(*trainer.strategy.broadcast(where, src=0))
+
+    @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """In a continued run, the ``last.ckpt`` there is this run's: overwrite it (no ``last-v1.ckpt``).
+
+        Lightning adds ``-vN`` to a ``last`` name that exists and is not its ``last_model_path``,
+        which a checkpoint restores only when its folder path is unchanged (and a stop by signal
+        saves before it is set). Runs after the checkpoint state was restored.
+        """
+        if self.run.continues is None:
+            return
+        for callback in trainer.checkpoint_callbacks:
+            if isinstance(callback, ModelCheckpoint) and callback.dirpath:
+                last = os.path.join(callback.dirpath, callback.CHECKPOINT_NAME_LAST + callback.FILE_EXTENSION)
+                if os.path.isfile(last) and Path(callback.dirpath).parent == self.run.path:
+                    callback.last_model_path = last

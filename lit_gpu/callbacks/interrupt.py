@@ -310,11 +310,11 @@ class CheckpointOnInterrupt(Callback):
             return
         last = ModelCheckpoint.CHECKPOINT_NAME_LAST + ModelCheckpoint.FILE_EXTENSION
         path = checkpoint_folder(trainer) / last
-        with _job_signals_ignored():  # a second signal must not abort the save that keeps the run
-            trainer.save_checkpoint(path, weights_only=False)  # full: weights, optimizer, loops
-        for cb in trainer.checkpoint_callbacks:
+        for cb in trainer.checkpoint_callbacks:  # before the save: the saved state names it too
             if isinstance(cb, ModelCheckpoint):
                 cb.last_model_path = str(path)
+        with _job_signals_ignored():  # a second signal must not abort the save that keeps the run
+            trainer.save_checkpoint(path, weights_only=False)  # full: weights, optimizer, loops
         messages.tell(
             messages.STOPPED_BY_SIGNAL.format(
                 signal=name, step=trainer.global_step, epoch=trainer.current_epoch, path=path

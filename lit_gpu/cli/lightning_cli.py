@@ -30,6 +30,7 @@ from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.cli import run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, resolve_ckpt_path
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
+from lit_gpu.cli.run_config import RunConfigSaver
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import install_atomic_checkpoint_io
@@ -171,6 +172,7 @@ class LitGpuCLI(LightningCLI):
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("auto_configure_optimizers", False)
         kwargs.setdefault("parser_class", ConciseErrorParser)  # one-line config errors
+        kwargs.setdefault("save_config_callback", RunConfigSaver)  # a continued run keeps its config.yaml
         trainer_defaults = dict(run_folders.TRAINER_DEFAULTS)  # default_root_dir: runs
         trainer_defaults.update(kwargs.pop("trainer_defaults", None) or {})
         # the command line, so that a device error can name the flag or file that asked for a GPU
@@ -237,7 +239,9 @@ class LitGpuCLI(LightningCLI):
     @override
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
-        loggers, self.run_folder = run_folders.trainer_loggers(config)  # CSV + TensorBoard, one folder
+        loggers, self.run_folder = run_folders.trainer_loggers(
+            config, self.subcommand
+        )  # CSV + TB, one folder
         if loggers is not None:
             kwargs.setdefault("logger", loggers)
         callbacks = run_folders.progress_bar_callbacks(config)  # redrawn 4x a second, not 100x

@@ -27,3 +27,5 @@ def install() -> None:
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     # Every resume/test into a new run folder triggers it; best/last paths are resolved by the CLI.
     warnings.filterwarnings("ignore", message=r".*The dirpath has changed from.*")
+    # A fit resumed from a checkpoint continues its run folder, checkpoints/ included.
+    warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty.*")

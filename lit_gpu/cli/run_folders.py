@@ -7,6 +7,7 @@
   its run's ``config.yaml`` (:func:`lit_gpu.files.locate.args_with_saved_config`), nothing else.
 * :class:`RecordModelSpec` writes the CLI's model (and net) spec into every checkpoint, for
   ``lit-gpu export`` of any LightningModule.
+* ``fit --ckpt_path last|FILE`` continues the checkpoint's run folder (``--new_run true``: a new one).
 * The progress bar redraws a few times a second (:mod:`lit_gpu.callbacks.progress`), not 100.
 * The default checkpoint monitor ``val/loss`` falls back to ``last.ckpt`` only for a module that
   never logs it.
@@ -42,12 +43,22 @@ def add_arguments(parser: LightningArgumentParser) -> None:
         "lit-gpu plot; tensorboard: tensorboard --logdir DEFAULT_ROOT_DIR); used when trainer.logger "
         "is null or true",
     )
+    parser.add_argument(
+        "--new_run",
+        type=bool,
+        default=False,
+        help="fit --ckpt_path: log into a new version_N folder; by default a fit resumed from a checkpoint "
+        "of a run folder continues that folder (metrics.csv, TensorBoard events, checkpoints)",
+    )
 
 
-def trainer_loggers(config: Any) -> tuple[list[Any] | None, runs.RunFolder | None]:
+def trainer_loggers(
+    config: Any, subcommand: str | None = None
+) -> tuple[list[Any] | None, runs.RunFolder | None]:
     """lit_gpu's loggers for this run and their shared folder, or ``(None, None)`` for the user's own.
 
-    ``trainer.logger`` null/true means lit_gpu's ``--loggers`` (an empty list: no logger).
+    ``trainer.logger`` null/true means lit_gpu's ``--loggers`` (an empty list: no logger). A fit
+    resumed from a checkpoint inside a run folder continues that folder unless ``--new_run true``.
     """
     logger = config_value(config, "trainer.logger")
     if logger is not None and logger is not True:
@@ -55,7 +66,12 @@ def trainer_loggers(config: Any) -> tuple[list[Any] | None, runs.RunFolder | Non
     kinds = list(config_value(config, "loggers", runs.LOGGER_KINDS))
     if not kinds:
         return [], None
-    folder = runs.RunFolder(root_dir(config), runs.DEFAULT_NAME)
+    continues = None
+    if subcommand == "fit" and not config_value(config, "new_run", False):
+        continues = runs.continuation(
+            config_value(config, "ckpt_path")
+        )  # the ckpt's folder, found from the file
+    folder = runs.RunFolder(root_dir(config), runs.DEFAULT_NAME, continues=continues)
     return runs.make_loggers(kinds, folder), folder
 
 

@@ -60,9 +60,11 @@ def read_metrics(run_dir: str | os.PathLike) -> Series:
     """Every numeric column of a run's ``metrics.csv`` as ``{name: [(step, value), ...]}``.
 
     Empty cells are skipped (Lightning writes step and epoch metrics on separate rows). The x value
-    is the ``step`` column, or the row number when there is none.
+    is the ``step`` column, or the row number when there is none. Points come sorted by step, one per
+    step: where a step repeats (a file that several attempts of a restarted run appended to), the
+    later row wins, as the resumed attempt's value is the one the run continued from.
     """
-    series: Series = {}
+    points: dict[str, dict[float, float]] = {}
     with open(find_metrics(run_dir), newline="") as f:
         for row_number, row in enumerate(csv.DictReader(f)):
             step = _number(row.get("step"))
@@ -71,8 +73,8 @@ def read_metrics(run_dir: str | os.PathLike) -> Series:
                 value = _number(cell)
                 if name in ("step", "epoch") or name is None or value is None:
                     continue
-                series.setdefault(name, []).append((x, value))
-    return series
+                points.setdefault(name, {})[x] = value
+    return {name: sorted(by_step.items()) for name, by_step in points.items()}
 
 
 def _number(cell: str | None) -> float | None:

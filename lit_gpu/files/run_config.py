@@ -34,12 +34,15 @@ __all__ = [
     "RebuildFields",
     "Signature",
     "config_of_checkpoint",
+    "read_plain",
     "rebuild_fields",
     "run_signature",
+    "saved_configs",
 ]
 
 CONFIG_NAME = "config.yaml"
 _VERSION_RE = re.compile(r"^version_(\d+)$")
+CONFIG_N_RE = re.compile(r"^config\.(\d+)\.yaml$")  # a continued run's changed config, beside config.yaml
 _SKIPPED_KEYS = re.compile(r"optim|sched", re.IGNORECASE)  # not part of "which model" for matching
 # init args that name files, folders or the network: a file must not choose where a run reads or writes
 _PATH_NAMES = re.compile(
@@ -110,6 +113,11 @@ def _read(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def read_plain(path: str | os.PathLike) -> dict[str, Any] | None:
+    """A run's saved config file as plain data (mappings, lists, scalars), or ``None`` if unreadable."""
+    return _read(Path(path))
+
+
 def run_signature(folder: str | os.PathLike) -> Signature | None:
     """The model/data classes named by the ``config.yaml`` of a ``version_N`` folder, or ``None``."""
     saved = _read(Path(folder) / CONFIG_NAME)
@@ -129,10 +137,23 @@ def config_of_checkpoint(ckpt_path: str | os.PathLike) -> Path | None:
         return None
     from lit_gpu.files.checkpoint import inside
 
-    candidate = run / CONFIG_NAME
-    if not inside(ckpt, run) or not candidate.is_file() or candidate.is_symlink():
+    if not inside(ckpt, run):
         return None
-    return candidate
+    saved = [p for p in saved_configs(run) if not p.is_symlink()]
+    return saved[-1] if saved and saved[0].name == CONFIG_NAME else None  # the newest one ran last
+
+
+def saved_configs(folder: str | os.PathLike) -> list[Path]:
+    """``config.yaml`` and the ``config.<n>.yaml`` a continued run saved beside it, oldest first."""
+    folder = Path(folder)
+    if not (folder / CONFIG_NAME).is_file():
+        return []
+    numbered = []
+    for path in folder.glob("config.*.yaml"):
+        match = CONFIG_N_RE.match(path.name)
+        if match and path.is_file():
+            numbered.append((int(match.group(1)), path))
+    return [folder / CONFIG_NAME] + [path for _, path in sorted(numbered)]
 
 
 def root_of_checkpoint(ckpt_path: str | os.PathLike) -> Path | None:

@@ -98,3 +98,16 @@ class KillAtStep(pl.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step == self.step:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KillAtStepFromEnv(pl.Callback):
+    """:class:`KillAtStep` at the step in ``$LIT_GPU_TEST_KILL_AT`` (unset or empty: never).
+
+    The command line (and so the saved config) stays the same from attempt to attempt, as a
+    requeued job's does.
+    """
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        step = os.environ.get("LIT_GPU_TEST_KILL_AT", "")
+        if step and trainer.global_step == int(step):
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -133,7 +133,9 @@ def test_signal_to_process_group_saves_last_ckpt_and_resumes(
         in out
     )
     assert "skipped newer version_1: no last*.ckpt yet" in out
-    final = torch.load(tmp_path / RUN / "version_2" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert f"lit-gpu: continuing the run in {RUN / 'version_0'} from step {stopped_at};" in out
+    assert sorted(p.name for p in ckpt_dir.glob("last*")) == ["last.ckpt"]
+    final = torch.load(ckpt_dir / "last.ckpt", weights_only=True)  # the run went on in its own folder
     assert final["global_step"] == LIMIT
     _assert_bit_identical(final, reference)  # dropout, 2 workers: the resume continues exactly
 
@@ -217,3 +219,78 @@ def test_next_fit_removes_the_temp_file_of_a_save_killed_in_an_earlier_run(tmp_p
         in err
     )
     assert not litter.exists() and (tmp_path / RUN / "version_1" / "checkpoints" / "last.ckpt").is_file()
+
+
+def _torchrun_agents(argv: list[str], cwd: Path, env: dict[str, str], port: int) -> list[subprocess.Popen]:
+    """Two torchrun agents on loopback (two "nodes" of one process each), each in its own session."""
+    agents = []
+    for node in (0, 1):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1"]
+        cmd += ["--node_rank", str(node), "--master_addr", "127.0.0.1", "--master_port", str(port)]
+        log = open(cwd / f"node{node}.log", "wb")  # noqa: SIM115 - closed when the test reads it
+        agents.append(
+            subprocess.Popen(
+                [*cmd, "-m", "lit_gpu", *argv],
+                cwd=cwd,
+                env=env,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        )
+        log.close()
+    return agents
+
+
+def test_sigterm_to_two_torchrun_agents_saves_at_one_step_and_resumes_exactly(
+    tmp_path, cli_env, fake_mnist_dir
+):
+    """torchrun forwards SIGTERM to its worker's session (DataLoader workers included): all ranks stop at one
+    step, rank 0 saves ``last.ckpt`` with one line, and the resume equals an uninterrupted 2-node run."""
+    from tests.helpers.ports import free_port
+
+    two_nodes = ["--trainer.devices", "1", "--trainer.num_nodes", "2", "--trainer.strategy", "ddp"]
+    argv = _mnist_argv(fake_mnist_dir)[3:] + two_nodes  # configs/mnist.yaml: num_workers 2
+    slow = ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0.3"]
+    env = {k: v for k, v in cli_env.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    for agent in _torchrun_agents(argv, reference, env, free_port()):
+        assert agent.wait(timeout=180) == 0, (reference / "node0.log").read_text()[-3000:]
+
+    agents = _torchrun_agents(argv + slow, tmp_path, env, free_port())
+    progress = tmp_path / "progress.txt"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (progress.exists() and int(progress.read_text() or 0) >= 3):
+        assert all(a.poll() is None for a in agents), (tmp_path / "node0.log").read_text()[-3000:]
+        time.sleep(0.05)
+    for agent in agents:
+        os.killpg(agent.pid, signal.SIGTERM)  # each node's process group, as Slurm/Kubernetes do
+    try:
+        codes = [agent.wait(timeout=90) for agent in agents]
+    except subprocess.TimeoutExpired:
+        for agent in agents:
+            os.killpg(agent.pid, signal.SIGKILL)
+        pytest.fail("a node hung after SIGTERM")
+    logs = [(tmp_path / f"node{n}.log").read_text() for n in (0, 1)]
+    assert all(code != 0 for code in codes), codes  # torchrun's agent ends with its SignalException
+    lines = [ln for log in logs for ln in log.splitlines() if ln.startswith("lit-gpu:")]
+    assert len(lines) == 1 and lines[0].startswith("lit-gpu: stopped by SIGTERM at global step "), logs
+    for log in logs:
+        assert "DataLoader worker" not in log and "shared memory" not in log and "lit-gpu: error" not in log
+
+    ckpt_dir = tmp_path / RUN / "version_0" / "checkpoints"
+    assert [p.name for p in ckpt_dir.iterdir()] == ["last.ckpt"] and not list(tmp_path.rglob("*.tmp"))
+    ckpt = torch.load(ckpt_dir / "last.ckpt", weights_only=True)
+    stopped_at = ckpt["global_step"]
+    assert 3 <= stopped_at < LIMIT and f"global step {stopped_at} " in lines[0]
+
+    for agent in _torchrun_agents(argv + ["--ckpt_path", "last"], tmp_path, env, free_port()):
+        assert agent.wait(timeout=180) == 0, (tmp_path / "node0.log").read_text()[-3000:]
+    assert sorted(p.name for p in (tmp_path / RUN).iterdir()) == ["version_0"]  # one folder for the run
+    assert sorted(p.name for p in ckpt_dir.glob("last*")) == ["last.ckpt"]
+    final = torch.load(ckpt_dir / "last.ckpt", weights_only=True)
+    want = torch.load(reference / RUN / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert final["global_step"] == LIMIT
+    _assert_bit_identical(final, want)

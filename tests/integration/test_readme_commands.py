@@ -32,7 +32,7 @@ DEBUG = ["--config", "configs/debug.yaml"]
 RUN = [
     "lit-gpu fit --config configs/simple.yaml",
     "lit-gpu fit --config configs/simple.yaml --ckpt_path last",
-    "lit-gpu fit --ckpt_path runs/lit_gpu/version_1/checkpoints/last.ckpt --trainer.max_epochs 4",
+    "lit-gpu fit --ckpt_path runs/lit_gpu/version_0/checkpoints/last.ckpt --trainer.max_epochs 4",
     "lit-gpu plot runs/lit_gpu/version_0",
     "lit-gpu export runs/lit_gpu/version_0/checkpoints/last.ckpt --out model.safetensors",
     "lit-gpu predict --config configs/simple.yaml --ckpt_path last --predict_out preds.csv",
@@ -184,8 +184,10 @@ def test_representative_readme_commands_run_on_cpu(readme_text, scratch, capsys)
 
     run0 = scratch / "runs" / "lit_gpu" / "version_0"
     assert (run0 / "curves.png").stat().st_size > 0
-    assert (scratch / "runs" / "lit_gpu" / "version_1" / "checkpoints" / "last.ckpt").is_file()
-    resumed = scratch / "runs" / "lit_gpu" / "version_2" / "config.yaml"  # rebuilt from version_1's config
+    assert (run0 / "checkpoints" / "last.ckpt").is_file()
+    # both resumes continued version_0; each changed config is saved beside its config.yaml
+    assert "max_epochs: 3" in (run0 / "config.1.yaml").read_text()
+    resumed = run0 / "config.2.yaml"  # rebuilt from the newest saved config, config.1.yaml
     assert "max_epochs: 4" in resumed.read_text() and "limit_train_batches: 4" in resumed.read_text()
     assert (scratch / "model.safetensors").is_file() and (scratch / "model.safetensors.json").is_file()
     header = (scratch / "preds.csv").read_text().splitlines()[0]

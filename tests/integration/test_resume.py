@@ -81,7 +81,8 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, cli_e
     _, ref_err = ref.communicate(timeout=240)
     assert ref.returncode == 0, ref_err[-3000:]
 
-    got = _ckpt(killed / "runs" / "lit_gpu" / "version_1")
+    assert "lit-gpu: continuing the run in runs/lit_gpu/version_0 from step 4" in resumed.stderr
+    got = _ckpt(killed / "runs" / "lit_gpu" / "version_0")  # the resume went on in the run's folder
     want = _ckpt(reference / "runs" / "lit_gpu" / "version_0")
     assert got["global_step"] == want["global_step"] == 16
     assert got["state_dict"].keys() == want["state_dict"].keys()

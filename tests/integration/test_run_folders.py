@@ -106,7 +106,7 @@ def test_checkpoint_alone_rebuilds_the_run_and_flags_override(tmp_path, monkeypa
     assert "rebuilding the run from" in capsys.readouterr().err
     assert type(fit.model.net).__name__ == "FooNet" and fit.trainer.max_epochs == 3
     assert fit.trainer.global_step == 12  # 2 epochs resumed + 1 more, 4 batches each
-    assert _versions(tmp_path / "exp1" / "lit_gpu") == ["version_0", "version_1"]
+    assert _versions(tmp_path / "exp1" / "lit_gpu") == ["version_0"]  # the resumed fit continued its run
     assert not any(elsewhere.iterdir())
     for sub in ("test", "validate"):
         cli = LitGpuCLI(args=[sub, "--ckpt_path", str(ckpt), "--trainer.logger", "false"])

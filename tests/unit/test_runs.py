@@ -7,9 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from lit_gpu import runs
+from lit_gpu.files.run_config import config_of_checkpoint
 
 SIMPLE = {
     "model": {
@@ -102,3 +104,114 @@ def test_remove_if_unused_keeps_runs_with_results(tmp_path):
         (folder / "checkpoints").mkdir(parents=True)
         (folder / keep).write_text("x")
         assert not runs.remove_if_unused(folder) and (folder / keep).is_file()
+
+
+# ---- continuing a run in its folder --------------------------------------------------------------
+METRICS = """epoch,step,train/loss_step,val/loss
+0,0,1.0,
+0,1,0.9,
+0,1,,0.95
+1,2,0.8,
+1,3,0.7,
+"""
+
+
+def _header(stepped: int, at_batch_end: bool, global_step: int) -> dict:
+    done = 5 if at_batch_end else 6
+    total = {"ready": 6, "started": 6, "processed": 6, "completed": done}
+    loop = {
+        "epoch_loop.state_dict": {"_batches_that_stepped": stepped},
+        "epoch_loop.batch_progress": {"total": total},
+    }
+    return {"global_step": global_step, "loops": {"fit_loop": loop}}
+
+
+def test_resume_log_step_is_where_lightning_logs_again():
+    # saved at a training batch end (every_n_train_steps): the counter has not moved yet
+    assert runs.resume_log_step(_header(5, True, 6)) == 6
+    # saved after the batch (epoch end, SIGTERM stop): the counter already moved
+    assert runs.resume_log_step(_header(4, False, 4)) == 4
+    # two optimizers step per batch (manual optimization): the logged step counts batches
+    assert runs.resume_log_step(_header(5, True, 12)) == 6
+    assert runs.resume_log_step({"global_step": 7}) == 7  # no loop state: global_step
+    assert runs.resume_log_step({}) is None
+
+
+def test_continuation_is_found_from_where_the_checkpoint_is(tmp_path):
+    folder = _run(tmp_path / "copied" / "lit_gpu", 4, SIMPLE)
+    ckpt = folder / "checkpoints" / "last.ckpt"
+    # paths inside the checkpoint name another machine's folder; only the file's place counts
+    torch.save({**_header(5, True, 6), "callbacks": {"dirpath": "/other/machine/runs"}}, ckpt)
+    assert runs.continuation(ckpt) == runs.Continuation(folder, 6)
+    loose = tmp_path / "loose.ckpt"
+    torch.save({"global_step": 3}, loose)
+    assert runs.continuation(loose) is None and runs.continuation(None) is None
+    assert runs.continuation(tmp_path / "missing" / "checkpoints" / "last.ckpt") is None
+    (folder / "checkpoints" / "bad.ckpt").write_bytes(b"not a checkpoint")
+    assert runs.continuation(folder / "checkpoints" / "bad.ckpt") is None  # Lightning reports it
+
+
+def test_continue_run_drops_the_rows_logged_after_the_checkpoint(tmp_path):
+    (tmp_path / "metrics.csv").write_text(METRICS)
+    assert runs.continue_run(tmp_path, 2) == 2
+    assert (tmp_path / "metrics.csv").read_text().splitlines() == METRICS.splitlines()[:4]
+    assert runs.continue_run(tmp_path, 2) == 0  # nothing left to drop
+    assert runs.continue_run(tmp_path / "nothing_here", 2) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.csv"]  # no temp file left
+
+
+def _scalars(folder: Path, tag: str) -> list[tuple[int, float]]:
+    """What TensorBoard shows: the event files of a folder read as TensorBoard reads them (purges applied)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    return [(e.step, round(e.value, 6)) for e in acc.Scalars(tag)]
+
+
+def test_continued_run_folder_appends_to_its_metrics(tmp_path, capsys):
+    from torch.utils.tensorboard import SummaryWriter
+
+    folder = _run(tmp_path / "lit_gpu", 2, SIMPLE)
+    (folder / "metrics.csv").write_text(METRICS)
+    killed = SummaryWriter(str(folder))  # the stopped attempt logged steps 0..3
+    for step, value in enumerate((1.0, 0.9, 0.8, 0.7)):
+        killed.add_scalar("train/loss_step", value, step)
+    killed.close()
+    run = runs.RunFolder(tmp_path / "elsewhere", continues=runs.Continuation(folder, 2))
+    csv_logger, tb_logger = runs.make_loggers(["csv", "tensorboard"], run)
+    assert csv_logger.log_dir == tb_logger.log_dir == str(folder)  # no new version_N, no claim
+    assert run.claimed is None and runs.list_versions(tmp_path / "lit_gpu") == [folder]
+    assert not (tmp_path / "elsewhere").exists()
+    err = capsys.readouterr().err
+    assert f"lit-gpu: continuing the run in {folder} from step 2 (dropped 2 metrics.csv rows" in err
+    csv_logger.log_metrics({"train/loss_step": 0.5}, step=2)
+    csv_logger.log_metrics({"train/acc": 0.25}, step=3)  # a new column: the file is rewritten
+    csv_logger.finalize("success")
+    lines = (folder / "metrics.csv").read_text().splitlines()
+    assert lines[0] == "epoch,step,train/acc,train/loss_step,val/loss"
+    assert lines[1:] == ["0,0,,1.0,", "0,1,,0.9,", "0,1,,,0.95", ",2,,0.5,", ",3,0.25,,"]
+    tb_logger.log_metrics({"train/loss_step": 0.5}, step=2)
+    tb_logger.log_metrics({"train/loss_step": 0.4}, step=3)
+    tb_logger.finalize("success")
+    # the events the stopped attempt logged from step 2 on are purged: each step once, the new values
+    assert _scalars(folder, "train/loss_step") == [(0, 1.0), (1, 0.9), (2, 0.5), (3, 0.4)]
+    assert not run.remove_if_unused()  # a continued folder is never removed
+
+
+def test_saved_configs_and_changes(tmp_path):
+    folder = _run(tmp_path, 0, {"trainer": {"max_epochs": 3}, "ckpt_path": None})
+    ckpt = folder / "checkpoints" / "last.ckpt"
+    ckpt.write_bytes(b"x")
+    assert runs.next_config_path(folder) == folder / "config.1.yaml"
+    (folder / "config.1.yaml").write_text("trainer: {max_epochs: 5}\n")
+    (folder / "config.10.yaml").write_text("trainer: {max_epochs: 6}\n")
+    (folder / "config.old.yaml").write_text("ignored\n")
+    assert [p.name for p in runs.saved_configs(folder)] == ["config.yaml", "config.1.yaml", "config.10.yaml"]
+    assert config_of_checkpoint(ckpt) == folder / "config.10.yaml"  # the newest config ran last
+    assert runs.next_config_path(folder) == folder / "config.11.yaml"
+    old = {"trainer": {"max_epochs": 3, "default_root_dir": "/other/machine"}, "ckpt_path": None, "a": 1}
+    new = {"trainer": {"max_epochs": 5, "default_root_dir": "runs"}, "ckpt_path": "x.ckpt", "b": 2}
+    assert runs.config_changes(old, new) == ["trainer.max_epochs: 3 -> 5", "a: 1 -> None", "b: None -> 2"]
+    assert runs.config_changes(old, new, limit=1) == ["trainer.max_epochs: 3 -> 5", "and 2 more"]
+    assert runs.config_changes(old, {**old, "ckpt_path": "y", "new_run": True}) == []

@@ -371,3 +371,23 @@ def test_trainer__signal_connector_received_sigterm_and_original_handlers(tmp_pa
     assert trainer.global_step == 2 and trainer.received_sigterm
     originals = seen["originals"]
     assert isinstance(originals, dict) and signal.SIGTERM in originals
+
+
+def test_checkpoint_loop_state_read_by_resume_log_step(tmp_path):
+    """lit_gpu.runs.resume_log_step reads ``_batches_that_stepped`` and the batch progress of a saved
+    checkpoint, to drop the metrics a stopped attempt logged after it; Lightning logs again from there."""
+    from lit_gpu.runs import resume_log_step
+
+    cb = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1, filename="{step}")
+    trainer = quiet_trainer(
+        tmp_path, max_epochs=1, limit_train_batches=4, callbacks=[cb], enable_checkpointing=True
+    )
+    trainer.fit(dp_module(), dp_data())
+    mid = torch.load(tmp_path / "step=3.ckpt", weights_only=True)  # saved at a training batch end
+    loop = mid["loops"]["fit_loop"]
+    assert loop["epoch_loop.state_dict"]["_batches_that_stepped"] == 2
+    assert set(loop["epoch_loop.batch_progress"]["total"]) >= {"ready", "started", "processed", "completed"}
+    assert resume_log_step(mid) == 3 == mid["global_step"]
+    trainer.save_checkpoint(tmp_path / "end.ckpt")  # after the fit: the counter already moved
+    end = torch.load(tmp_path / "end.ckpt", weights_only=True)
+    assert resume_log_step(end) == 4 == end["global_step"]

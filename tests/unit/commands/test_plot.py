@@ -54,6 +54,14 @@ def test_read_metrics_skips_empty_cells(run_dir):
     assert "step" not in series and "epoch" not in series
 
 
+def test_read_metrics_keeps_one_point_per_step_the_later_row_winning(run_dir):
+    # a file two attempts of a restarted run appended to (as older lit_gpu versions left them)
+    with open(run_dir / "metrics.csv", "a") as f:
+        f.write("1,2,,,1.10,0.01,,\n1,3,,,0.85,0.01,,\n2,4,,,0.70,0.01,,\n")
+    series = read_metrics(run_dir)
+    assert series["train/loss_step"] == [(0, 2.3), (1, 1.9), (2, 1.1), (3, 0.85), (4, 0.7)]
+
+
 def test_plot_run_writes_png_of_fixed_size(run_dir):
     out = plot_run(run_dir)
     assert out == run_dir / "curves.png"

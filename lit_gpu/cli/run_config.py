@@ -1,0 +1,59 @@
+"""``config.yaml`` of a run folder: saved when the run starts; a continued run keeps it.
+
+A fit resumed from a checkpoint continues the checkpoint's run folder (:mod:`lit_gpu.runs`). Its
+``config.yaml`` stays as it is; a config that differs from the newest one saved there is written
+beside it as ``config.<n>.yaml``, and one line names the change.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning.pytorch as pl
+import yaml
+from lightning.pytorch.cli import SaveConfigCallback
+from typing_extensions import override
+
+from lit_gpu import messages, runs
+from lit_gpu.files.run_config import read_plain
+
+
+def continued_run(trainer: pl.Trainer) -> runs.RunFolder | None:
+    """The run folder lit_gpu's loggers continue, or ``None`` (a new folder, or other loggers)."""
+    for logger in trainer.loggers:
+        run = getattr(logger, "run", None)
+        if isinstance(run, runs.RunFolder):
+            return run if run.continues is not None else None
+    return None
+
+
+class RunConfigSaver(SaveConfigCallback):
+    """Lightning's config saver; a continued run folder keeps ``config.yaml``, a change is saved beside."""
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self.already_saved or not self.save_to_log_dir or continued_run(trainer) is None:
+            super().setup(trainer, pl_module, stage)
+            return
+        log_dir = trainer.log_dir  # broadcast from rank 0, as Lightning's saver does
+        if trainer.is_global_zero:
+            self._save_beside(Path(str(log_dir)))
+            self.save_config(trainer, pl_module, stage)
+        self.already_saved = trainer.strategy.broadcast(True)
+
+    def _save_beside(self, folder: Path) -> None:
+        saved = runs.saved_configs(folder)
+        if not saved:
+            folder.mkdir(parents=True, exist_ok=True)
+            self.parser.save(self.config, folder / self.config_filename, skip_none=False, overwrite=True)
+            return
+        old = read_plain(saved[-1]) or {}
+        new = yaml.safe_load(self.parser.dump(self.config)) or {}  # None values read as missing ones
+        changes = runs.config_changes(old if isinstance(old, dict) else {}, new)
+        if not changes:
+            return
+        path = runs.next_config_path(folder)
+        self.parser.save(self.config, path, skip_none=False, overwrite=False, multifile=self.multifile)
+        messages.tell(
+            messages.CONFIG_CHANGED.format(old=saved[-1].name, changes="; ".join(changes), new=path.name)
+        )

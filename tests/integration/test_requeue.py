@@ -1,0 +1,175 @@
+"""A run stopped and restarted keeps one folder (issue 20).
+
+The requeue loop (the same ``fit --ckpt_path last`` command after every stop) continues the
+checkpoint's run folder: ``metrics.csv`` and TensorBoard hold each step once, with the values of an
+uninterrupted run, and ``lit-gpu plot`` reads all of them. ``--new_run true`` starts a new folder; a
+changed config is saved beside the first one; DDP ranks continue the same folder.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lit_gpu.cli import LitGpuCLI
+from lit_gpu.commands.plot import main as plot_main
+from lit_gpu.commands.plot import read_metrics
+from tests.helpers.paths import CONFIGS
+
+SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
+# 3 epochs x 4 batches; a step checkpoint every 2 steps besides the epoch-end ones
+ARGS = [*SIMPLE, "--trainer.max_epochs", "3", "--checkpoint.every_n_train_steps", "2"]
+STEPS = list(range(12))
+RUN = Path("runs") / "lit_gpu"
+
+
+def _versions(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.glob("version_*"))
+
+
+def _scalars(folder: Path, tag: str) -> list[tuple[int, float]]:
+    """The scalars of a folder's event files as TensorBoard shows them (purged events left out)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
+def _steps_once(csv_path: Path) -> dict[str, list[int]]:
+    """Per metric column, the steps of the rows holding a value (in file order)."""
+    import csv
+
+    steps: dict[str, list[int]] = {}
+    with open(csv_path, newline="") as f:
+        for row in csv.DictReader(f):
+            for name, cell in row.items():
+                if name not in ("step", "epoch") and cell:
+                    steps.setdefault(name, []).append(int(row["step"]))
+    return steps
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict:
+    """metrics of the same run, uninterrupted."""
+    root = tmp_path_factory.mktemp("reference")
+    LitGpuCLI(args=["fit", *ARGS, "--trainer.default_root_dir", str(root)])
+    return read_metrics(root / "lit_gpu" / "version_0")
+
+
+def test_requeue_loop_keeps_one_folder_with_each_step_once(tmp_path, cli_env, reference):
+    cmd = [sys.executable, "-m", "lit_gpu", "fit", *ARGS, "--ckpt_path", "last"]
+    cmd += ["--trainer.callbacks+=tests.helpers.robustness.KillAtStepFromEnv"]
+    # SIGKILL (node loss) one step after a checkpoint, three times: the killed attempts logged
+    # steps past their checkpoint (2, 6, 10), which the next attempt logs again
+    for kill_at in ("3", "7", "11", ""):
+        env = dict(cli_env, LIT_GPU_TEST_KILL_AT=kill_at)
+        done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == (0 if not kill_at else -9), done.stderr[-3000:]
+        if kill_at != "3":  # the first attempt found no checkpoint and started the folder
+            assert f"lit-gpu: continuing the run in {RUN / 'version_0'} from step " in done.stderr
+
+    assert _versions(tmp_path / RUN) == ["version_0"]
+    run = tmp_path / RUN / "version_0"
+    assert sorted(p.name for p in run.glob("config*.yaml")) == ["config.yaml"]  # same command: one config
+    for name, steps in _steps_once(run / "metrics.csv").items():
+        assert len(steps) == len(set(steps)), (name, steps)  # no duplicate, no rewound step
+    series = read_metrics(run)  # what lit-gpu plot draws
+    assert [s for s, _ in series["train/loss_step"]] == STEPS
+    assert series["train/loss_step"] == reference["train/loss_step"]  # the exact resume's values
+    assert series["val/loss"] == reference["val/loss"]
+    tb = _scalars(run, "train/loss_step")  # TensorBoard: purged events of the killed attempts
+    assert [s for s, _ in tb] == STEPS
+    assert [v for _, v in tb] == pytest.approx([v for _, v in reference["train/loss_step"]], rel=1e-6)
+    assert plot_main([str(run)]) == 0 and (run / "curves.png").is_file()
+    assert sorted(p.name for p in (run / "checkpoints").glob("last*")) == ["last.ckpt"]
+
+
+def test_new_run_flag_starts_a_new_folder_and_a_changed_config_is_kept_beside(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    LitGpuCLI(args=["fit", *SIMPLE, "--trainer.max_epochs", "1"])
+    run = tmp_path / RUN / "version_0"
+    first_config = (run / "config.yaml").read_text()
+    metrics = (run / "metrics.csv").read_text()
+    LitGpuCLI(args=["fit", *SIMPLE, "--trainer.max_epochs", "2", "--ckpt_path", "last", "--new_run", "true"])
+    assert _versions(tmp_path / RUN) == ["version_0", "version_1"]
+    assert (run / "metrics.csv").read_text() == metrics  # the old folder is left alone
+    capsys.readouterr()
+
+    # the same run, continued with more epochs: config.yaml stays, the change is saved beside and named
+    fit = LitGpuCLI(
+        args=[
+            "fit",
+            *SIMPLE,
+            "--trainer.max_epochs",
+            "3",
+            "--ckpt_path",
+            str(run / "checkpoints" / "last.ckpt"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert fit.trainer.global_step == 12 and _versions(tmp_path / RUN) == ["version_0", "version_1"]
+    assert (run / "config.yaml").read_text() == first_config
+    saved = yaml.safe_load((run / "config.1.yaml").read_text())
+    assert saved["trainer"]["max_epochs"] == 3
+    lines = [ln for ln in err.splitlines() if "config differs" in ln]
+    assert lines == [
+        "lit-gpu: the config differs from config.yaml (trainer.max_epochs: 1 -> 3); "
+        "saved it beside as config.1.yaml"
+    ]
+    assert [s for s, _ in read_metrics(run)["train/loss_step"]] == STEPS
+    # the checkpoint alone rebuilds from the newest config: nothing changed, nothing new saved
+    LitGpuCLI(args=["fit", "--ckpt_path", str(run / "checkpoints" / "last.ckpt")])
+    assert sorted(p.name for p in run.glob("config*.yaml")) == ["config.1.yaml", "config.yaml"]
+
+
+def test_checkpoint_copied_from_another_machine_continues_where_it_is(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    LitGpuCLI(
+        args=["fit", *SIMPLE, "--trainer.max_epochs", "1", "--trainer.default_root_dir", "cluster/runs"]
+    )
+    copied = tmp_path / "laptop" / "runs"
+    shutil.copytree(tmp_path / "cluster" / "runs", copied)
+    shutil.rmtree(tmp_path / "cluster")  # the other machine's path does not exist here
+    run = copied / "lit_gpu" / "version_0"
+    LitGpuCLI(
+        args=["fit", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), "--trainer.max_epochs", "2"]
+    )
+    assert not (tmp_path / "cluster").exists() and _versions(copied / "lit_gpu") == ["version_0"]
+    assert [s for s, _ in read_metrics(run)["train/loss_step"]] == list(range(8))
+    assert sorted(p.name for p in (run / "checkpoints").glob("last*")) == ["last.ckpt"]  # no last-v1.ckpt
+
+
+def test_ddp_ranks_continue_one_folder(tmp_path, cli_env):
+    cmd = [
+        sys.executable,
+        "-m",
+        "lit_gpu",
+        "fit",
+        *SIMPLE,
+        "--trainer.strategy",
+        "ddp",
+        "--trainer.devices",
+        "2",
+    ]
+    for epochs in ("1", "2"):
+        done = subprocess.run(
+            [*cmd, "--trainer.max_epochs", epochs, "--ckpt_path", "last"],
+            cwd=tmp_path,
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.count("lit-gpu: continuing the run in") == 1  # said once, by rank 0
+    assert _versions(tmp_path / RUN) == ["version_0"]
+    run = tmp_path / RUN / "version_0"
+    steps = _steps_once(run / "metrics.csv")
+    assert steps["train/loss_step"] == list(range(8))  # 2 epochs x 4 batches, each step once
+    assert sorted(p.name for p in run.glob("config*.yaml")) == ["config.1.yaml", "config.yaml"]
