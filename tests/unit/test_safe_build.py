@@ -1,4 +1,4 @@
-"""lit_gpu.files.build (lit_gpu.safe_build): class_path specs from files are checked before any import or call."""
+"""lit_gpu.files.build: class_path specs from files are checked before any import or call."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from torch import nn
 
 from lit_gpu import safe_build
 from lit_gpu.cli import LitGpuCLI
+from lit_gpu.errors import LitGpuError
 from lit_gpu.files import build as build_module
 from lit_gpu.files import locate
-from lit_gpu.errors import LitGpuError
 from lit_gpu.nets import SimpleModel
 from lit_gpu.safe_build import UnsafeBuildError, build, check, is_true_subclass
 from tests.helpers.paths import CONFIGS
@@ -269,7 +269,7 @@ def test_already_imported_modules_are_looked_up_not_reimported(monkeypatch):
 
 
 def test_being_imported_already_trusts_nothing(monkeypatch):
-    """Vector 6: torchmetrics is in sys.modules (Lightning imports it); its LPIPS downloads weights when built."""
+    """Vector 6: torchmetrics is in sys.modules (Lightning imports it); its LPIPS downloads when built."""
     monkeypatch.delenv(safe_build.TRUST_ENV)
     import torchmetrics  # noqa: F401
 
