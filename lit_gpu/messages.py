@@ -253,6 +253,13 @@ SWEEP_BEST_ELSEWHERE = "best trial {number}'s config {path} is not on this machi
 SWEEP_WROTE_BEST = "wrote {path} (run it: lit-gpu fit --config {path})"
 SWEEP_WROTE_PLOT = "wrote {path}"
 
+# ---- shipped recipes (lit_gpu:NAME), lit-gpu configs, lit-gpu init --------------------------------
+NO_SUCH_RECIPE = "no shipped config named {name}{suggestion}; lit-gpu configs lists them"
+INIT_WOULD_OVERWRITE = (
+    "lit-gpu init {folder}: {files} already exist; nothing was written; pick an empty or new folder"
+)
+INIT_WROTE = "wrote {files} into {folder}; next: {next}"
+
 
 def first_line(err: BaseException) -> str:
     """The first line of an exception's message, or its type name when the message is empty."""

@@ -41,7 +41,7 @@ import yaml
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from lit_gpu import messages
+from lit_gpu import messages, recipes
 from lit_gpu.commands.sweep_space import SearchSpace, format_value, load_space
 from lit_gpu.errors import LitGpuError, explain
 from lit_gpu.messages import tell
@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_argv(argv: Sequence[str]) -> tuple[SweepOptions, list[str]]:
     """Split the command line into the sweep's options and the arguments for each trial's ``fit``."""
-    args = list(argv)
+    args = recipes.resolve_argv(argv)  # --config / --search lit_gpu:NAME -> the shipped file's path
     if args and args[0] == "fit":
         args = args[1:]
     namespace, fit_args = build_parser().parse_known_args(args)
