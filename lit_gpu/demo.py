@@ -24,7 +24,7 @@ __all__ = ["DATA_DIR_ENV", "STANDIN_ENV", "has_mnist", "mnist_or_standin", "work
 
 DATA_DIR_ENV = "LIT_GPU_DATA_DIR"  # a folder holding MNIST/raw/*-ubyte (the real files)
 STANDIN_ENV = "LIT_GPU_FAKE_MNIST"  # "1": use the stand-in even where real MNIST is found (CI, tests)
-_RAW = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+_RAW = [f"{split}-{kind}-ubyte" for split in ("train", "t10k") for kind in ("images-idx3", "labels-idx1")]
 
 
 def _write_idx(path: Path, array: np.ndarray) -> None:

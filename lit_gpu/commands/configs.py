@@ -1,8 +1,8 @@
 """``lit-gpu configs``: the shipped recipes by name, with their first comment line; ``NAME``: the file.
 
-    lit-gpu configs                      # name + what it is, one line each
-    lit-gpu configs mnist > my.yaml      # the recipe's text, to copy and edit
-    lit-gpu configs --path trainer/gpu   # where the file is
+lit-gpu configs                      # name + what it is, one line each
+lit-gpu configs mnist > my.yaml      # the recipe's text, to copy and edit
+lit-gpu configs --path trainer/gpu   # where the file is
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def main(argv: Sequence[str]) -> int:
         description="The configs shipped with lit_gpu; use one as --config lit_gpu:NAME "
         "(compose several: --config lit_gpu:simple --config lit_gpu:trainer/cpu).",
     )
-    parser.add_argument("name", nargs="?", default=None, help="print this recipe's YAML (e.g. mnist, trainer/gpu)")
+    parser.add_argument("name", nargs="?", default=None, help="print this recipe's YAML (e.g. trainer/gpu)")
     parser.add_argument("--path", action="store_true", help="print the file's path instead of its text")
     args = parser.parse_args(list(argv))
     if args.name is None:

@@ -67,7 +67,7 @@ class HuberRegression(RegressionModule):
         return F.huber_loss(outputs.float(), targets.float(), delta=self.delta)
 '''
 
-CONFIG = f"""# Your classes on lit_gpu's shipped recipe lit_gpu:simple (lit-gpu configs simple shows it). From this folder:
+CONFIG = f"""# Your classes on the shipped recipe lit_gpu:simple (`lit-gpu configs simple` shows it). Run:
 #   {FIT}
 # A YAML file cannot include another: the recipes are composed on the command line, later ones win.
 # Here only what differs: your module and net (init_args they do not name come from the recipe), the data's
@@ -87,12 +87,16 @@ trainer:
   max_epochs: 5
 """
 
-README = f"""# {{title}}: your net and loss (`{MODULE}.py`) on lit_gpu's shipped recipes (`lit-gpu configs` lists them)
-Train, from this folder (`PYTHONPATH=.` lets lit-gpu import `{MODULE}`): `{FIT}`
-Runs land in `runs/lit_gpu/version_N/`: `lit-gpu plot` draws the newest; `notebook.ipynb` does the same from Python.
-On a GPU put `lit_gpu:trainer/gpu` (or `trainer/ddp`, `trainer/bf16`, ...) in place of `lit_gpu:trainer/cpu`.
-Test the last checkpoint: `PYTHONPATH=. lit-gpu test {shlex.join(FIT_ARGS)} --ckpt_path last`
-"""
+README = "\n".join(
+    [
+        f"# {{title}}: your net and loss (`{MODULE}.py`) on lit_gpu's recipes (`lit-gpu configs` lists them)",
+        f"Train, from this folder (`PYTHONPATH=.` lets lit-gpu import `{MODULE}`): `{FIT}`",
+        "Runs: `runs/lit_gpu/version_N/` (`lit-gpu plot` draws the newest); `notebook.ipynb` trains it too.",
+        "On a GPU: `lit_gpu:trainer/gpu` (or `trainer/ddp`, `bf16`...) in place of `lit_gpu:trainer/cpu`.",
+        f"Test the last checkpoint: `PYTHONPATH=. lit-gpu test {shlex.join(FIT_ARGS)} --ckpt_path last`",
+        "",
+    ]
+)
 
 NOTEBOOK_CELLS = [
     (
@@ -118,7 +122,8 @@ def notebook() -> str:
     """The project's notebook (nbformat 4, outputs empty) as JSON text."""
     cells = []
     for kind, text in NOTEBOOK_CELLS:
-        cell = {"cell_type": kind, "id": f"cell-{len(cells)}", "metadata": {}, "source": text.splitlines(True)}
+        cell = {"cell_type": kind, "id": f"cell-{len(cells)}", "metadata": {}}
+        cell["source"] = text.splitlines(True)
         if kind == "code":
             cell.update(execution_count=None, outputs=[])
         cells.append(cell)
@@ -126,7 +131,8 @@ def notebook() -> str:
         "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
         "language_info": {"name": "python"},
     }
-    return json.dumps({"cells": cells, "metadata": metadata, "nbformat": 4, "nbformat_minor": 5}, indent=1) + "\n"
+    content = {"cells": cells, "metadata": metadata, "nbformat": 4, "nbformat_minor": 5}
+    return json.dumps(content, indent=1) + "\n"
 
 
 def project_files(title: str) -> dict[str, str]:

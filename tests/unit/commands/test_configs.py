@@ -15,7 +15,8 @@ def test_lists_every_name_with_its_description(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == [f"lit_gpu:{n}" for n in recipes.names()]
     gpu = next(line for line in lines if line.startswith("lit_gpu:trainer/gpu "))
-    assert gpu.split(None, 1)[1] == (CONFIGS / "trainer" / "gpu.yaml").read_text().splitlines()[0].lstrip("# ")
+    first_line = (CONFIGS / "trainer" / "gpu.yaml").read_text().splitlines()[0]
+    assert gpu.split(None, 1)[1] == first_line.lstrip("# ")
 
 
 def test_name_prints_the_file_and_path_prints_where_it_is(capsys):

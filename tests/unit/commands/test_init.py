@@ -68,7 +68,8 @@ def test_the_projects_first_fit_uses_its_classes_on_the_recipe(tmp_path, monkeyp
 
     module = my_research.HuberRegression(my_research.ResidualMLP(), delta=0.5)
     outputs, targets = torch.zeros(4, 10), torch.full((4, 10), 2.0)
-    assert module.compute_loss(outputs, targets) == F.huber_loss(outputs, targets, delta=0.5) == 0.5 * (2 - 0.25)
+    loss = module.compute_loss(outputs, targets)
+    assert loss == F.huber_loss(outputs, targets, delta=0.5) == 0.5 * (2 - 0.25)  # delta * (|d| - delta / 2)
     sys.modules.pop("my_research")
     metrics = (tmp_path / "runs/lit_gpu/version_0/metrics.csv").read_text()
     assert "val/loss" in metrics
