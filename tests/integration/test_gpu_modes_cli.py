@@ -52,7 +52,7 @@ def test_gpu_yaml_without_gpu_is_one_line_subprocess(tmp_path, cli_env):
     assert proc.returncode == 2
     line = _one_error_line(proc.stderr)
     assert "configs/trainer/gpu.yaml (trainer.accelerator: gpu)" in line
-    assert "--config configs/trainer/cpu.yaml" in line and "--trainer.accelerator cpu" in line
+    assert "--config lit_gpu:trainer/cpu " in line and "--trainer.accelerator cpu" in line
 
 
 @no_cuda
