@@ -258,6 +258,7 @@ NO_SUCH_RECIPE = "no shipped config named {name}{suggestion}; lit-gpu configs li
 INIT_WOULD_OVERWRITE = (
     "lit-gpu init {folder}: {files} already exist; nothing was written; pick an empty or new folder"
 )
+INIT_NOT_A_FOLDER = "lit-gpu init {folder}: {folder} is a file, not a folder; name a new or empty folder"
 INIT_WROTE = "wrote {files} into {folder}; next: {next}"
 
 

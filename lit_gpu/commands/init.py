@@ -154,6 +154,8 @@ def init(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     files = project_files(folder.resolve().name or MODULE)
     taken = [name for name in files if (folder / name).exists()]
+    if folder.exists() and not folder.is_dir():
+        raise LitGpuError(messages.INIT_NOT_A_FOLDER.format(folder=folder))
     if taken:
         raise LitGpuError(messages.INIT_WOULD_OVERWRITE.format(folder=folder, files=", ".join(taken)))
     folder.mkdir(parents=True, exist_ok=True)

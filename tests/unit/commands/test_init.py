@@ -45,6 +45,8 @@ def test_refuses_to_overwrite_and_writes_nothing(tmp_path, capsys):
     )
     assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
     assert (tmp_path / "config.yaml").read_text() == "mine: true\n"
+    assert _exit_code(["init", str(tmp_path / "config.yaml")]) == 2
+    assert capsys.readouterr().err.endswith("is a file, not a folder; name a new or empty folder\n")
 
 
 def test_the_projects_first_fit_uses_its_classes_on_the_recipe(tmp_path, monkeypatch, capsys):
