@@ -120,8 +120,7 @@ def advice(report: dict[str, Any]) -> list[str]:
         )
     if not gpus:
         lines.append(
-            "no GPU: training runs on CPU (lit_gpu:trainer/cpu; precision auto = "
-            f"{devices.cpu_precision()})"
+            f"no GPU: training runs on CPU (lit_gpu:trainer/cpu; precision auto = {devices.cpu_precision()})"
         )
     elif not visible:
         lines.append(f"CUDA_VISIBLE_DEVICES={cvd!r} hides all GPUs: unset it or list GPU indices")
