@@ -13,7 +13,7 @@ from typing import TextIO
 PREFIX = "lit-gpu: "
 
 # ---- fixes that several answers share -----------------------------------------------------------
-CPU_FIX = "to run on CPU use --config configs/trainer/cpu.yaml or --trainer.accelerator cpu"
+CPU_FIX = "to run on CPU use --config lit_gpu:trainer/cpu or --trainer.accelerator cpu"
 
 # ---- error answers ------------------------------------------------------------------------------
 CORRUPT_CHECKPOINT = (
@@ -31,8 +31,8 @@ STATE_DICT_MISMATCH = (
 OUT_OF_MEMORY = (
     "out of memory during {what}{detail}. Next steps: (1) a smaller batch, e.g. --data.batch_size {half}; "
     "(2) keep the effective batch with --trainer.accumulate_grad_batches 2 (or more); "
-    "(3) mixed precision: --config configs/trainer/amp.yaml (or bf16.yaml); "
-    "(4) a model too big for one GPU: --config configs/trainer/fsdp.yaml; "
+    "(3) mixed precision: --config lit_gpu:trainer/amp (or lit_gpu:trainer/bf16); "
+    "(4) a model too big for one GPU: --config lit_gpu:trainer/fsdp; "
     "(5) let Lightning find the largest batch that fits: lit-gpu fit ... --tune_batch_size true; "
     "(6) recover instead of stopping: --oom_recovery true halves the micro-batch and retries the step"
 )
@@ -174,7 +174,7 @@ SWEEP_BAD_SPACE = (
     "search space {where}: {what}; write e.g. 'model.init_args.optimizer.init_args.lr: "
     "{{type: float, low: 1.0e-4, high: 0.1, log: true}}' (types: float, int, categorical)"
 )
-SWEEP_SPACE_NOT_FOUND = "search space {path} not found; pass e.g. --search configs/sweeps/simple.yaml"
+SWEEP_SPACE_NOT_FOUND = "search space {path} not found; pass e.g. --search lit_gpu:sweeps/simple"
 SWEEP_UNKNOWN_KEY = "search space {path}: {key} is not a setting of this run's config; {hint}"
 SWEEP_BAD_COUNT = "{flag} must be 0 ({zero}) or more, got {value}"
 SWEEP_TWO_BUDGETS = (
@@ -295,6 +295,14 @@ SWEEP_WAITING = (
 SWEEP_NOTHING_COMPLETE = "no trial of study {study} has completed yet; no best.yaml or plot written"
 SWEEP_WROTE_BEST = "wrote {path} (run it: lit-gpu fit --config {path})"
 SWEEP_WROTE_PLOT = "wrote {path}"
+
+# ---- shipped recipes (lit_gpu:NAME), lit-gpu configs, lit-gpu init --------------------------------
+NO_SUCH_RECIPE = "no shipped config named {name}{suggestion}; lit-gpu configs lists them"
+INIT_WOULD_OVERWRITE = (
+    "lit-gpu init {folder}: {files} already exist; nothing was written; pick an empty or new folder"
+)
+INIT_NOT_A_FOLDER = "lit-gpu init {folder}: {folder} is a file, not a folder; name a new or empty folder"
+INIT_WROTE = "wrote {files} into {folder}; next: {next}"
 
 
 def first_line(err: BaseException) -> str:

@@ -17,7 +17,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from typing_extensions import override
 
-from lit_gpu import messages
+from lit_gpu import messages, recipes
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
 from lit_gpu.callbacks.nan_guard import NaNGuard
@@ -175,6 +175,7 @@ class LitGpuCLI(LightningCLI):
         kwargs.setdefault("save_config_callback", RunConfigSaver)  # a continued run keeps its config.yaml
         trainer_defaults = dict(run_folders.TRAINER_DEFAULTS)  # default_root_dir: runs
         trainer_defaults.update(kwargs.pop("trainer_defaults", None) or {})
+        args = recipes.resolve_args(args)  # --config lit_gpu:NAME -> the shipped file's path
         # the command line, so that a device error can name the flag or file that asked for a GPU
         self.argv = as_argv(sys.argv[1:] if args is None else args)
         self.run_folder: RunFolder | None = None

@@ -172,8 +172,7 @@ def advice(report: dict[str, Any]) -> list[str]:
         )
     if not gpus:
         lines.append(
-            "no GPU: training runs on CPU (configs/trainer/cpu.yaml; precision auto = "
-            f"{devices.cpu_precision()})"
+            f"no GPU: training runs on CPU (lit_gpu:trainer/cpu; precision auto = {devices.cpu_precision()})"
         )
     elif not visible:
         lines.append(f"CUDA_VISIBLE_DEVICES={cvd!r} hides all GPUs: unset it or list GPU indices")
@@ -189,7 +188,7 @@ def advice(report: dict[str, Any]) -> list[str]:
         lines.append(f"no bf16 on {names}: precision auto uses 16-mixed (fp16 + GradScaler)")
     if len(visible) > 1:
         lines.append(
-            f"{len(visible)} GPUs: prefer configs/trainer/ddp.yaml over dp (faster, see docs/gpu_modes.md); "
+            f"{len(visible)} GPUs: prefer lit_gpu:trainer/ddp over dp (faster, see docs/gpu_modes.md); "
             "devices 'free:N' picks the N with most free memory"
         )
     if visible and not lines:

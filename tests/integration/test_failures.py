@@ -228,8 +228,8 @@ def test_oom_gives_next_steps(tmp_path, monkeypatch, capsys):
         "tried to allocate 2.00 GiB",
         "--data.batch_size",
         "--trainer.accumulate_grad_batches",
-        "configs/trainer/amp.yaml",
-        "configs/trainer/fsdp.yaml",
+        "--config lit_gpu:trainer/amp",
+        "--config lit_gpu:trainer/fsdp;",
         "--tune_batch_size true",
     ):
         assert step in lines[0], step

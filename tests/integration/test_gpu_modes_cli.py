@@ -52,7 +52,7 @@ def test_gpu_yaml_without_gpu_is_one_line_subprocess(tmp_path, cli_env):
     assert proc.returncode == 2
     line = _one_error_line(proc.stderr)
     assert "configs/trainer/gpu.yaml (trainer.accelerator: gpu)" in line
-    assert "--config configs/trainer/cpu.yaml" in line and "--trainer.accelerator cpu" in line
+    assert "--config lit_gpu:trainer/cpu " in line and "--trainer.accelerator cpu" in line
 
 
 @no_cuda
@@ -61,7 +61,7 @@ def test_accelerator_flag_without_gpu_names_the_flag(capsys):
         main(["fit", *SIMPLE, "--trainer.accelerator", "gpu"])
     assert info.value.code == 2
     line = _one_error_line(capsys.readouterr().err)
-    assert "--trainer.accelerator gpu asks for a GPU" in line and "cpu.yaml" in line
+    assert "--trainer.accelerator gpu asks for a GPU" in line and "lit_gpu:trainer/cpu" in line
 
 
 def test_devices_above_present_is_one_line(monkeypatch, capsys):
@@ -76,7 +76,7 @@ def test_devices_above_present_is_one_line(monkeypatch, capsys):
     assert info.value.code == 2
     line = _one_error_line(capsys.readouterr().err)
     assert "--trainer.devices 4 asks for GPUs [0, 1, 2, 3], but only 1 is visible [0]" in line
-    assert "--trainer.devices 1" in line and "cpu.yaml" in line
+    assert "--trainer.devices 1" in line and "lit_gpu:trainer/cpu" in line
 
 
 def test_dp_on_several_cpus_is_one_line(capsys):

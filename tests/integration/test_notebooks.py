@@ -18,8 +18,7 @@ NOTEBOOK_BUDGET_S = 240  # each takes ~10-40 s on a 2-core CPU
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
-    monkeypatch.setenv("LIT_GPU_REPO", str(REPO_ROOT))
-    monkeypatch.setenv("LIT_GPU_FAKE_MNIST", "1")  # CI has no MNIST; the notebook writes a fake one
+    monkeypatch.setenv("LIT_GPU_FAKE_MNIST", "1")  # CI has no MNIST: lit_gpu.demo writes its stand-in
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebook's work dir (runs/, PNGs) lands here
     notebook = nbformat.read(path, as_version=4)

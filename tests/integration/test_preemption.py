@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from lit_gpu.cli import main
-from tests.helpers.paths import CONFIGS
+from tests.helpers.paths import CONFIGS, REPO_ROOT
 
 RUN = Path("runs") / "lit_gpu"
 LIMIT = 12  # training batches of the (only) epoch
@@ -46,7 +46,7 @@ def reference(tmp_path_factory, fake_mnist_dir) -> dict:
     """last.ckpt of the same run, uninterrupted."""
     root = tmp_path_factory.mktemp("reference")
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = str(CONFIGS.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     done = subprocess.run(_mnist_argv(fake_mnist_dir), cwd=root, env=env, capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     return torch.load(root / RUN / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)

@@ -97,7 +97,7 @@ def test_asking_for_more_gpus_than_visible_is_a_clear_error(monkeypatch):
 def test_no_visible_gpu_points_to_cpu(monkeypatch):
     install(monkeypatch, _gpus(10))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    with pytest.raises(LitGpuError, match=r"none is visible.*configs/trainer/cpu\.yaml"):
+    with pytest.raises(LitGpuError, match=r"none is visible.*--config lit_gpu:trainer/cpu "):
         devices.pick_free_gpus(1)
 
 

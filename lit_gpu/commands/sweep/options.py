@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lit_gpu import messages
+from lit_gpu import messages, recipes
 from lit_gpu.errors import LitGpuError
 
 SWEEPS_ROOT = "runs/sweeps"
@@ -98,7 +98,7 @@ def _check_count(flag: str, zero: str, value: int) -> None:
 
 def parse_argv(argv: Sequence[str]) -> tuple[SweepOptions, list[str]]:
     """Split the command line into the sweep's options and the arguments for each trial's ``fit``."""
-    args = list(argv)
+    args = recipes.resolve_argv(argv)  # --config / --search lit_gpu:NAME -> the shipped file's path
     if args and args[0] == "fit":
         args = args[1:]
     namespace, fit_args = build_parser().parse_known_args(args)

@@ -51,7 +51,7 @@ def test_report_lists_gpus_driver_and_versions(monkeypatch, cuda_torch, fake_nvc
     assert report["packages"]["lightning"]
     assert report["cuda_visible_devices"] is None
     assert any("no bf16 on cuda:1 Tesla V100" in line and "16-mixed" in line for line in report["advice"])
-    assert any("prefer configs/trainer/ddp.yaml" in line for line in report["advice"])
+    assert any("prefer lit_gpu:trainer/ddp over dp" in line for line in report["advice"])
 
 
 def test_gpu_with_cpu_only_torch_advises_the_cuda_wheel(monkeypatch):

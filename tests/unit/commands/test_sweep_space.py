@@ -84,5 +84,5 @@ def test_bad_spaces_are_one_line_errors(tmp_path, text, message):
 
 
 def test_missing_space_file(tmp_path):
-    with pytest.raises(LitGpuError, match="not found; pass e.g. --search configs/sweeps/simple.yaml"):
+    with pytest.raises(LitGpuError, match="not found; pass e.g. --search lit_gpu:sweeps/simple"):
         load_space(tmp_path / "nope.yaml")
