@@ -31,6 +31,7 @@ from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import install_atomic_checkpoint_io
+from lit_gpu.profilers import skip_idle_profiler
 from lit_gpu.runs import RunFolder, RunFolderSync
 
 # ---- parser ---------------------------------------------------------------------------------------
@@ -104,8 +105,9 @@ def add_extra_arguments(parser: LightningArgumentParser) -> None:
 
 # ---- around the trainer ---------------------------------------------------------------------------
 def configure_trainer(trainer: pl.Trainer, config: Any, subcommand: str | None) -> None:
-    """Atomic checkpoint IO, RNG state + interrupt checkpoint callbacks, and the predict writer."""
+    """Atomic checkpoint IO, RNG state + interrupt callbacks, the predict writer, no idle profiler."""
     install_atomic_checkpoint_io(trainer)
+    skip_idle_profiler(trainer)  # Lightning's default profiles nothing but costs ~8 calls per hook
     if subcommand == "fit":
         clean_run_folders(config[subcommand])  # temp files of saves killed in earlier runs
     trainer.callbacks.extend([RNGStateCallback(), CheckpointOnInterrupt()])
