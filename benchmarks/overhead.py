@@ -64,6 +64,7 @@ from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt  # noqa: E402
 from lit_gpu.callbacks.nan_guard import NaNGuard  # noqa: E402
 from lit_gpu.callbacks.rng_state import RNGStateCallback  # noqa: E402
 from lit_gpu.callbacks.speed import SpeedLevers  # noqa: E402
+from lit_gpu.callbacks.step_path import SkipIdleHooks  # noqa: E402
 from lit_gpu.data.tensor_loader import TensorLoader  # noqa: E402
 from lit_gpu.nets import FastMnistNet  # noqa: E402
 from lit_gpu.runs import RunFolderSync  # noqa: E402
@@ -239,6 +240,7 @@ COMPONENTS: dict[str, tuple[list[str], Callable[[pl.Trainer], None] | None, str,
     "run_folder_sync": ([], _drop(RunFolderSync), "tensor", "lit"),
     "speed_levers": ([], _drop(SpeedLevers), "tensor", "lit"),
     "atomic_io": ([], _plain_checkpoint_io, "tensor", "lit"),
+    "skip_idle_hooks": ([], _drop(SkipIdleHooks), "tensor", "lit"),
     "no_profiler": ([], _lightning_profiler, "tensor", "lit"),
     "stateful_loader": ([], None, "plain", "lit"),
     "module": ([], None, "tensor", "minimal"),
@@ -454,7 +456,7 @@ def main() -> None:
     parser.add_argument(
         "--components",
         default="all",
-        help=f"components to switch off one at a time, comma-separated, 'all' or 'none': {', '.join(COMPONENTS)}",
+        help="switch these off one at a time (comma-separated), 'all' or 'none': " + ", ".join(COMPONENTS),
     )
     parser.add_argument("--max-load", type=float, default=MAX_LOAD, help="no ratios above this load average")
     parser.add_argument("--count-calls", action="store_true", help="Python calls per step instead of timing")

@@ -25,6 +25,7 @@ from lit_gpu.callbacks.oom_recovery import OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
+from lit_gpu.callbacks.step_path import SkipIdleHooks
 from lit_gpu.cli import run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, resolve_ckpt_path
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
@@ -111,6 +112,7 @@ def configure_trainer(trainer: pl.Trainer, config: Any, subcommand: str | None) 
     if subcommand == "fit":
         clean_run_folders(config[subcommand])  # temp files of saves killed in earlier runs
     trainer.callbacks.extend([RNGStateCallback(), CheckpointOnInterrupt()])
+    trainer.callbacks.append(SkipIdleHooks())  # Lightning skips no-op per-batch hooks of its own + ours
     if subcommand == "fit" and config_value(config, "fit.oom_recovery", False):
         trainer.callbacks.append(OOMRecovery())
     predict_out = config_value(config, f"{subcommand}.predict_out") if subcommand else None

@@ -286,3 +286,27 @@ def test_trainer__signal_connector_received_sigterm_and_original_handlers(tmp_pa
     assert trainer.global_step == 2 and trainer.received_sigterm
     originals = seen["originals"]
     assert isinstance(originals, dict) and signal.SIGTERM in originals
+
+
+def test_call_callback_hooks__call_lightning_module_hook__skip_a_non_callable_hook(tmp_path):
+    """lit_gpu.callbacks.step_path.SkipIdleHooks hides no-op hooks by setting them to ``None`` on the instance:
+    Lightning's dispatch (``trainer/call.py``) must skip a hook attribute that is not callable."""
+    from lightning.pytorch.trainer import call
+
+    assert "callable(fn)" in inspect.getsource(call._call_callback_hooks)
+    assert "callable(fn)" in inspect.getsource(call._call_lightning_module_hook)
+
+    class Counting(pl.Callback):
+        def __init__(self) -> None:
+            self.starts = 0
+
+        def on_train_batch_start(self, *args) -> None:
+            self.starts += 1
+
+    hidden, shown = Counting(), Counting()
+    hidden.on_train_batch_start = None  # type: ignore[assignment]
+    model = BoringModel()
+    object.__setattr__(model, "on_after_backward", None)
+    trainer = quiet_trainer(tmp_path, max_steps=3, callbacks=[hidden, shown])
+    trainer.fit(model)
+    assert (hidden.starts, shown.starts) == (0, 3)
