@@ -289,8 +289,8 @@ def test_trainer__signal_connector_received_sigterm_and_original_handlers(tmp_pa
 
 
 def test_call_callback_hooks__call_lightning_module_hook__skip_a_non_callable_hook(tmp_path):
-    """lit_gpu.callbacks.step_path.SkipIdleHooks hides no-op hooks by setting them to ``None`` on the instance:
-    Lightning's dispatch (``trainer/call.py``) must skip a hook attribute that is not callable."""
+    """lit_gpu.callbacks.step_path.SkipIdleHooks sets no-op hooks to ``None`` on the instance: Lightning's
+    dispatch (``trainer/call.py``) must skip a hook attribute that is not callable."""
     from lightning.pytorch.trainer import call
 
     assert "callable(fn)" in inspect.getsource(call._call_callback_hooks)
