@@ -7,8 +7,9 @@ hooks a training step that is a few hundred Python calls of pure bookkeeping. Th
 an attribute that is not callable, so :class:`SkipIdleHooks` sets the per-batch hooks that a
 callback (or the module) leaves as Lightning's no-op to ``None`` on that instance for the run, and
 removes them again at teardown. Only objects of lit_gpu's and Lightning's own classes are touched
-(a user's callback is left as it is), and only hooks their class does not override: what runs
-is exactly what ran before.
+(a user's callback is left as it is), only hooks their class does not override (what runs is
+exactly what ran before), and on the module only the training hooks (Lightning reads the
+signatures of its evaluation batch hooks).
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ BATCH_HOOKS = (
     "on_predict_batch_end",
 )
 
+#: the module's subset: Lightning inspects the signatures of the module's evaluation batch hooks
+#: (``dataloader_idx``), so only training hooks are hidden there
+MODULE_HOOKS = BATCH_HOOKS[:6]
+
 _OWN_PACKAGES = ("lit_gpu.", "lightning.pytorch.", "lightning.fabric.")
 
 
@@ -43,12 +48,12 @@ def _own(obj: object) -> bool:
     return type(obj).__module__.startswith(_OWN_PACKAGES)
 
 
-def idle_hooks(obj: object, base: type) -> list[str]:
-    """The per-batch hooks that ``obj``'s class inherits unchanged from ``base`` (empty there)."""
+def idle_hooks(obj: object, base: type, hooks: tuple[str, ...] = BATCH_HOOKS) -> list[str]:
+    """The ``hooks`` that ``obj``'s class inherits unchanged from ``base`` (empty there)."""
     cls = type(obj)
     return [
         name
-        for name in BATCH_HOOKS
+        for name in hooks
         if hasattr(base, name) and getattr(cls, name, None) is getattr(base, name) and name not in vars(obj)
     ]
 
@@ -68,11 +73,13 @@ class SkipIdleHooks(Callback):
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._restore()
-        targets: list[tuple[Any, type]] = [(cb, Callback) for cb in trainer.callbacks if _own(cb)]
+        targets: list[tuple[Any, type, tuple[str, ...]]] = [
+            (cb, Callback, BATCH_HOOKS) for cb in trainer.callbacks if _own(cb)
+        ]
         if isinstance(pl_module, pl.LightningModule) and _own(pl_module):
-            targets.append((pl_module, ModelHooks))
-        for obj, base in targets:
-            for name in idle_hooks(obj, base):
+            targets.append((pl_module, ModelHooks, MODULE_HOOKS))
+        for obj, base, hooks in targets:
+            for name in idle_hooks(obj, base, hooks):
                 object.__setattr__(obj, name, None)  # the dispatch checks callable(); nn.Module too
                 self._hidden.append((obj, name))
 

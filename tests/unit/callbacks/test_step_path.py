@@ -78,3 +78,13 @@ def test_a_run_with_hidden_hooks_trains_exactly_like_one_without(tmp_path):
 
     plain, skipping = fit([NaNGuard()]), fit([SkipIdleHooks(), NaNGuard()])
     assert all(torch.equal(plain[k], skipping[k]) for k in plain)
+
+
+def test_validate_test_and_predict_after_fit_with_hidden_hooks(tmp_path):
+    """Lightning reads the module's evaluation batch hook signatures: those are never hidden."""
+    module = RegressionModule(SimpleModel())
+    trainer = quiet_trainer(tmp_path, max_steps=2, callbacks=[SkipIdleHooks(), NaNGuard()])
+    trainer.fit(module, train_dataloaders=_loader(), val_dataloaders=_loader())
+    assert set(trainer.test(module, _loader(), verbose=False)[0]) == {"test/loss"}
+    assert trainer.validate(module, _loader(), verbose=False)[0]["val/loss"] >= 0
+    assert len(trainer.predict(module, _loader())) == 4
