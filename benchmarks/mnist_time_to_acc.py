@@ -1,6 +1,7 @@
 """Time to 99.0 % MNIST test accuracy: lit_gpu's fast recipe against the classic PyTorch recipe.
 
     python benchmarks/mnist_time_to_acc.py [--data-dir ../shared/data] [--device cpu|cuda] [--threads 1]
+    python benchmarks/mnist_time_to_acc.py --whole-process --seeds 0 1 2 --threads 1   # issue 22's figure
 
 Both run in this one process, one after the other, on the same machine state:
 
@@ -11,11 +12,21 @@ Both run in this one process, one after the other, on the same machine state:
   the CLI classes; time = ``trainer.fit`` (data setup included) + ``trainer.test``.
 
 Prints both times and the ratio lit_gpu / classic (issue #5 target on CPU: <= 0.15).
+
+``--whole-process`` (issue 22, target <= 0.10): each recipe runs in a fresh ``python`` process timed
+from spawn to exit, start-up included (interpreter, imports, CLI parsing, data, training, test):
+lit_gpu once per ``--seeds`` seed (its test accuracy must average >= 99.0 %, each >= 98.9 %), the
+classic recipe once (``--seed``); the ratio is the median lit_gpu process over the classic process.
+The load average before and after is printed; above ``--max-load`` (1.5) the ratio is marked noise.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -89,6 +100,67 @@ def classic(data_dir: str, device: str, max_epochs: int, seed: int) -> dict[str,
     return {"seconds": time.perf_counter() - start, "acc": acc, "epochs": epoch, "reached": acc >= TARGET}
 
 
+MAX_LOAD = 1.5
+
+
+def _child(kind: str, args: argparse.Namespace, seed: int) -> tuple[float, dict]:
+    """Run one recipe in a fresh process; (wall seconds from spawn to exit, the JSON it printed)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--seed", str(seed)]
+    cmd += ["--data-dir", args.data_dir, "--device", args.device, "--config", args.config]
+    cmd += ["--max-epochs", str(args.max_epochs)] + (["--threads", str(args.threads)] if args.threads else [])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package has its bytecode cached
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    seconds = time.perf_counter() - t0
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        sys.exit(f"{kind} recipe failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+    return seconds, json.loads(lines[-1])
+
+
+def run_child(kind: str, args: argparse.Namespace) -> None:
+    """Inside the child process: run one recipe, print its result as one JSON line."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if kind == "lit":
+        result = run_recipe(args.config, args.data_dir, args.device, args.seed)
+        print(json.dumps({"acc": result["test_acc"], "fit_s": result["fit_s"]}))
+    else:
+        result = classic(args.data_dir, args.device, args.max_epochs, args.seed)
+        print(json.dumps({"acc": result["acc"], "epochs": result["epochs"], "reached": result["reached"]}))
+
+
+def whole_process(args: argparse.Namespace) -> None:
+    load_before = os.getloadavg()[0]
+    lit: list[tuple[float, dict]] = []
+    for seed in args.seeds:
+        lit.append(_child("lit", args, seed))
+        print(f"  lit_gpu seed {seed}: {100 * lit[-1][1]['acc']:.2f} % in {lit[-1][0]:.1f} s", flush=True)
+    base_s, base = _child("classic", args, args.seed)
+    print(f"  classic seed {args.seed}: {100 * base['acc']:.2f} % ({base['epochs']} epochs), {base_s:.1f} s")
+    load_after = os.getloadavg()[0]
+    accs = [100 * r["acc"] for _, r in lit]
+    lit_s = statistics.median(s for s, _ in lit)
+    print(f"\nload average (1 min): before {load_before:.2f}, after {load_after:.2f}")
+    print("\n| recipe (whole process) | test acc (%) | seconds |")
+    print("|---|---:|---:|")
+    print(f"| classic PyTorch loop, seed {args.seed} | {100 * base['acc']:.2f} | {base_s:.1f} |")
+    cells = ", ".join(f"{a:.2f}" for a in accs)
+    spread = f"{min(s for s, _ in lit):.1f}-{max(s for s, _ in lit):.1f}"
+    name = f"lit_gpu {Path(args.config).name}, seeds {args.seeds}"
+    print(f"| {name} | {cells} (mean {statistics.mean(accs):.2f}) | {lit_s:.1f} (median; {spread}) |")
+    ok = statistics.mean(accs) >= 99.0 and min(accs) >= 98.9 and base["reached"]
+    noisy = max(load_before, load_after) > args.max_load
+    if noisy:
+        print(f"\nratio: noise: load {max(load_before, load_after):.2f} (not reported above {args.max_load})")
+    else:
+        verdict = "meets" if ok and lit_s / base_s <= 0.10 else "misses"
+        print(f"\nratio lit_gpu / classic = {lit_s / base_s:.3f}x (target <= 0.10x with mean >= 99.0 %, "
+              f"each >= 98.9 %: {verdict})")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -101,7 +173,22 @@ def main() -> None:
     parser.add_argument("--config", default=str(REPO / "configs" / "mnist_fast.yaml"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: PyTorch's)")
+    parser.add_argument(
+        "--whole-process", action="store_true", help="time fresh processes, start-up included"
+    )
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", default=[0, 1, 2], help="lit_gpu seeds (--whole-process)"
+    )
+    parser.add_argument("--max-load", type=float, default=MAX_LOAD)
+    parser.add_argument("--child", choices=["lit", "classic"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        run_child(args.child, args)
+        return
+    if args.whole_process:
+        print(f"# {machine()}")
+        whole_process(args)
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"# {machine()}")

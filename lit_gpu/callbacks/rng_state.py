@@ -24,7 +24,7 @@ def _capture() -> dict[str, Any]:
         "numpy": np.random.get_state(),
         "python": random.getstate(),
     }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_initialized():  # implies available; is_available() itself costs a device query
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 

@@ -27,6 +27,7 @@ from lit_gpu.callbacks.progress import use_progress_log
 from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
+from lit_gpu.callbacks.step_path import SkipIdleHooks
 from lit_gpu.cli import run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, resolve_ckpt_path
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
@@ -34,6 +35,7 @@ from lit_gpu.cli.run_config import RunConfigSaver
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import install_atomic_checkpoint_io
+from lit_gpu.profilers import skip_idle_profiler
 from lit_gpu.runs import RunFolder, RunFolderSync
 
 # ---- parser ---------------------------------------------------------------------------------------
@@ -122,11 +124,13 @@ def add_extra_arguments(parser: LightningArgumentParser) -> None:
 
 # ---- around the trainer ---------------------------------------------------------------------------
 def configure_trainer(trainer: pl.Trainer, config: Any, subcommand: str | None) -> None:
-    """Atomic checkpoint IO, RNG state + interrupt checkpoint callbacks, and the predict writer."""
+    """Atomic checkpoint IO, RNG state + interrupt callbacks, the predict writer, no idle profiler."""
     install_atomic_checkpoint_io(trainer)
+    skip_idle_profiler(trainer)  # Lightning's default profiles nothing but costs ~8 calls per hook
     if subcommand == "fit":
         clean_run_folders(config[subcommand])  # temp files of saves killed in earlier runs
     trainer.callbacks.extend([RNGStateCallback(), CheckpointOnInterrupt()])
+    trainer.callbacks.append(SkipIdleHooks())  # Lightning skips no-op per-batch hooks of its own + ours
     if subcommand and config_value(config, f"{subcommand}.oom_recovery", False):
         trainer.callbacks.append(OOMRecovery())  # in every loop; also names the loop of an OOM it gives up on
     else:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset, random_split
-from torchvision import transforms
-from torchvision.datasets import MNIST
 from typing_extensions import override
 
 from lit_gpu import messages
@@ -117,9 +116,22 @@ class MNISTDataModule(pl.LightningDataModule):
         self.storage = storage
         self.drop_last = drop_last
         self._tensors: dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor]] = {}
-        self.transform = transforms.Compose(
-            [transforms.ToTensor(), transforms.Normalize((MNIST_MEAN,), (MNIST_STD,))]
-        )
+        self._transform: Any = None
+
+    @property
+    def transform(self) -> Any:
+        """torchvision's ``ToTensor`` then ``Normalize`` (built, and torchvision imported, on first use)."""
+        if self._transform is None:
+            from torchvision import transforms
+
+            self._transform = transforms.Compose(
+                [transforms.ToTensor(), transforms.Normalize((MNIST_MEAN,), (MNIST_STD,))]
+            )
+        return self._transform
+
+    @transform.setter
+    def transform(self, value: Any) -> None:
+        self._transform = value
 
     # ---- files --------------------------------------------------------------------------
     def _layout_hint(self) -> str:
@@ -138,6 +150,8 @@ class MNISTDataModule(pl.LightningDataModule):
             return
         if not self.download:
             raise self._not_found(missing)
+        from torchvision.datasets import MNIST  # only some commands need torchvision: imported here
+
         try:
             MNIST(self.data_dir, train=True, download=True)
             MNIST(self.data_dir, train=False, download=True)
@@ -157,6 +171,8 @@ class MNISTDataModule(pl.LightningDataModule):
             problem = idx_file_problem(raw / name)
             if problem:
                 raise LitGpuError(problem)
+        from torchvision.datasets import MNIST
+
         return MNIST(self.data_dir, train=train, download=False, transform=self.transform)
 
     @override

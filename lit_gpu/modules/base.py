@@ -64,6 +64,7 @@ class LitModule(pl.LightningModule):
         self.scale_lr_by_world_size = scale_lr_by_world_size
         self._train_loss_sum: torch.Tensor | None = None
         self._train_loss_count = 0
+        self._train_losses: list[tuple[torch.Tensor, int]] = []  # (step loss, batch size) not yet summed
 
     # ---- things a researcher overrides -------------------------------------------------
     def compute_loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -113,26 +114,47 @@ class LitModule(pl.LightningModule):
         small MNIST step (docs/benchmarks.md, "lit_gpu overhead"). So the step value is logged on
         the steps the loggers record (every ``log_every_n_steps``), and the epoch mean is kept in
         two on-device accumulators and logged once in :meth:`on_train_epoch_end`. The keys stay
-        Lightning's: ``train/loss_step``, ``train/loss_epoch`` and ``train/loss``.
+        Lightning's: ``train/loss_step``, ``train/loss_epoch`` and ``train/loss``. A step only keeps
+        its loss tensor; they are summed every :attr:`LOSS_FOLD` steps (one device op for many, no
+        host sync), so the step path launches no kernel for it.
         """
-        if self._train_loss_sum is None:
-            self._train_loss_sum = torch.zeros((), device=loss.device, dtype=torch.float32)
-        self._train_loss_sum += loss.float() * batch_size
+        self._train_losses.append((loss, batch_size))
         self._train_loss_count += batch_size
+        if len(self._train_losses) >= self.LOSS_FOLD:
+            self._fold_train_losses()
         # private, pinned in tests/unit/test_upstream_pins.py (no public "will loggers record this step?")
         connector = getattr(self._trainer, "_logger_connector", None)
         if connector is None or connector.should_update_logs:
             self.log("train/loss_step", loss, on_step=True, on_epoch=False, prog_bar=True)
             self.log("train/loss", loss, on_step=True, on_epoch=False, logger=False)
 
+    #: steps whose losses are kept before they are summed into the epoch total
+    LOSS_FOLD = 128
+
+    def _fold_train_losses(self) -> None:
+        """Add the kept step losses, weighted by their batch sizes, to the epoch's on-device sum."""
+        if not self._train_losses:
+            return
+        losses = torch.stack([loss.float() for loss, _ in self._train_losses])
+        sizes = {size for _, size in self._train_losses}
+        if len(sizes) == 1:
+            total = losses.sum() * sizes.pop()
+        else:  # the epoch's last, smaller batch; or OOM-recovery micro-batches
+            weights = torch.tensor([size for _, size in self._train_losses], dtype=torch.float32)
+            total = (losses * weights.to(losses.device, non_blocking=True)).sum()
+        self._train_loss_sum = total if self._train_loss_sum is None else self._train_loss_sum + total
+        self._train_losses.clear()
+
     @override
     def on_train_epoch_end(self) -> None:
         """Log the epoch mean of ``train/loss`` (subclasses overriding this call ``super()``)."""
+        self._fold_train_losses()
         if self._train_loss_count:
             mean = self._train_loss_sum / self._train_loss_count
             self.log("train/loss_epoch", mean, on_epoch=True, sync_dist=True)
             self.log("train/loss", mean, on_epoch=True, sync_dist=True, logger=False)
         self._train_loss_sum, self._train_loss_count = None, 0
+        self._train_losses.clear()
 
     @override
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:

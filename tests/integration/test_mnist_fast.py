@@ -87,3 +87,40 @@ def test_speed_levers_apply(monkeypatch):
     assert "channels_last" in levers.describe() and "compile(reduce-overhead)" in levers.describe()
     with pytest.raises(ValueError, match="matmul_precision"):
         SpeedLevers(matmul_precision="tf32")
+
+
+def test_mnist_gpu_recipe_parses_and_trains_two_steps_on_cpu(
+    fake_mnist_dir: Path, tmp_path: Path, monkeypatch
+):
+    """configs/mnist_gpu.yaml (the H100 speed recipe): its levers are set; on a CPU it still trains."""
+    monkeypatch.chdir(tmp_path)
+    before = torch.get_float32_matmul_precision()
+    cli = LitGpuCLI(
+        args=["--config", str(CONFIGS / "mnist_gpu.yaml"), "--data.data_dir", str(fake_mnist_dir),
+              "--data.val_size", "100", "--data.batch_size", "50", "--trainer.max_steps", "2",
+              "--trainer.enable_progress_bar", "false", "--trainer.accelerator", "cpu",
+              "--speed.compile", "false"],  # compiling takes minutes on a CPU; the GPU run compiles
+        run=False,
+    )  # fmt: skip
+    try:
+        assert cli.datamodule.storage == "gpu" and cli.datamodule.batch_size == 50  # 512 in the file
+        levers = next(cb for cb in cli.trainer.callbacks if isinstance(cb, SpeedLevers))
+        assert levers.compile_mode == "reduce-overhead" and levers.matmul_precision == "high"
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+        optimizer = cli.trainer.optimizers[0]
+        assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["fused"] is True
+        assert cli.trainer.global_step == 2
+        assert isinstance(cli.trainer.train_dataloader, TensorLoader)  # storage gpu on a CPU: tensors
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def test_mnist_gpu_recipe_schedule_matches_its_step_count():
+    """total_steps of OneCycle = max_steps = 2 epochs x (55000 // batch_size): change them together."""
+    import yaml
+
+    config = yaml.safe_load((CONFIGS / "mnist_gpu.yaml").read_text())
+    batch = config["data"]["init_args"]["batch_size"]
+    steps = config["trainer"]["max_epochs"] * (55000 // batch)
+    assert config["model"]["init_args"]["scheduler"]["init_args"]["total_steps"] == steps
+    assert config["trainer"]["max_steps"] == steps

@@ -391,3 +391,27 @@ def test_checkpoint_loop_state_read_by_resume_log_step(tmp_path):
     trainer.save_checkpoint(tmp_path / "end.ckpt")  # after the fit: the counter already moved
     end = torch.load(tmp_path / "end.ckpt", weights_only=True)
     assert resume_log_step(end) == 4 == end["global_step"]
+
+
+def test_call_callback_hooks__call_lightning_module_hook__skip_a_non_callable_hook(tmp_path):
+    """lit_gpu.callbacks.step_path.SkipIdleHooks sets no-op hooks to ``None`` on the instance: Lightning's
+    dispatch (``trainer/call.py``) must skip a hook attribute that is not callable."""
+    from lightning.pytorch.trainer import call
+
+    assert "callable(fn)" in inspect.getsource(call._call_callback_hooks)
+    assert "callable(fn)" in inspect.getsource(call._call_lightning_module_hook)
+
+    class Counting(pl.Callback):
+        def __init__(self) -> None:
+            self.starts = 0
+
+        def on_train_batch_start(self, *args) -> None:
+            self.starts += 1
+
+    hidden, shown = Counting(), Counting()
+    hidden.on_train_batch_start = None  # type: ignore[assignment]
+    model = BoringModel()
+    object.__setattr__(model, "on_after_backward", None)
+    trainer = quiet_trainer(tmp_path, max_steps=3, callbacks=[hidden, shown])
+    trainer.fit(model)
+    assert (hidden.starts, shown.starts) == (0, 3)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from lit_gpu.callbacks import CSVPredictionWriter, NaNGuard, NonFiniteLossError, RNGStateCallback
+from tests.helpers.run_if import RunIf
 
 
 def _fake_trainer(step: int) -> SimpleNamespace:
@@ -88,3 +89,30 @@ def test_csv_writer_classification_and_raw(tmp_path):
     _write(CSVPredictionWriter(tmp_path / "r.csv"), trainer, [torch.tensor([[2.0, -1.0]])])
     rows = _read(tmp_path / "r.csv")
     assert rows == [["index", "output_0", "output_1"], ["0", "2", "-1"]]
+
+
+@pytest.mark.gpu
+@RunIf(min_cuda_gpus=1)
+@pytest.mark.parametrize("value, kind", [(float("nan"), "NaN"), (float("inf"), "inf")])
+def test_nan_guard_on_the_gpu_checks_without_a_sync_and_names_the_bad_step(value, kind):
+    guard = NaNGuard()
+    torch.cuda.set_sync_debug_mode("error")  # any host-device wait in the step path raises
+    try:
+        guard.on_before_backward(_fake_trainer(5), None, torch.tensor(0.5, device="cuda"))
+        guard.on_before_backward(_fake_trainer(6), None, torch.tensor(value, device="cuda"))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    with pytest.raises(
+        NonFiniteLossError, match=f"loss became {kind} at global step 6 .*before any checkpoint"
+    ):
+        guard.on_save_checkpoint(_fake_trainer(7), None, {})  # a save waits for the verdict first
+
+
+@pytest.mark.gpu
+@RunIf(min_cuda_gpus=1)
+def test_nan_guard_on_the_gpu_lets_finite_losses_through():
+    guard = NaNGuard()
+    for step in range(4):
+        guard.on_before_backward(_fake_trainer(step), None, torch.tensor(0.5, device="cuda"))
+    guard.on_train_end(_fake_trainer(4), None)  # waits for all verdicts: none is bad
+    assert not guard._pending

@@ -114,3 +114,28 @@ def test_an_invalid_optimizer_argument_is_one_line_naming_the_key(lr):
     module = RegressionModule(net=SimpleModel(), optimizer=partial(torch.optim.SGD, lr=lr))
     with pytest.raises(LitGpuError, match=rf"^model.optimizer: Invalid learning rate: {lr}"):
         module.configure_optimizers()
+
+
+@pytest.mark.parametrize("fold", [1, 3, 128])
+def test_train_loss_epoch_is_the_sample_weighted_mean_of_the_step_losses(tmp_path, fold, monkeypatch):
+    """Step losses are kept and summed every LOSS_FOLD steps; the epoch mean weights each by its batch."""
+    monkeypatch.setattr(RegressionModule, "LOSS_FOLD", fold)
+    steps: list[tuple[float, int]] = []
+
+    class Recording(RegressionModule):
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            steps.append((loss.item(), len(batch[0])))
+            return loss
+
+    g = torch.Generator().manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(70, 4, generator=g), torch.randn(70, 2, generator=g))
+    loader = torch.utils.data.DataLoader(data, batch_size=16)  # 4 batches of 16, one of 6
+    module = Recording(SimpleModel(4, 2), optimizer=lambda p: torch.optim.SGD(p, lr=0.01))
+    trainer = _trainer(tmp_path, max_epochs=1, log_every_n_steps=1)
+    trainer.fit(module, loader)
+    expected = sum(loss * n for loss, n in steps) / sum(n for _, n in steps)
+    assert [n for _, n in steps] == [16, 16, 16, 16, 6]
+    logged = trainer.callback_metrics["train/loss_epoch"].item()
+    torch.testing.assert_close(logged, expected, rtol=1e-6, atol=0)
+    assert module._train_losses == []

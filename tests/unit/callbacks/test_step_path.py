@@ -1,0 +1,90 @@
+"""SkipIdleHooks: no-op per-batch hooks of lit_gpu's and Lightning's own objects leave the dispatch."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from lit_gpu.callbacks import RNGStateCallback
+from lit_gpu.callbacks.nan_guard import NaNGuard
+from lit_gpu.callbacks.step_path import SkipIdleHooks, idle_hooks
+from lit_gpu.modules import RegressionModule
+from lit_gpu.nets import SimpleModel
+from tests.helpers.trainers import quiet_trainer
+
+
+class UserCallback(Callback):
+    """A user's callback (defined outside lit_gpu and Lightning): never touched."""
+
+    def __init__(self) -> None:
+        self.ends = 0
+
+    def on_train_batch_end(self, *args) -> None:
+        self.ends += 1
+
+
+class Seen(Callback):
+    """Records which of the watched objects' hooks are hidden while training runs."""
+
+    def __init__(self, watched: list[object]) -> None:
+        self.watched = watched
+        self.hidden: list[list[str]] = []
+
+    def on_train_batch_end(self, trainer, pl_module, *args) -> None:
+        if not self.hidden:
+            self.hidden = [sorted(k for k, v in vars(o).items() if k.startswith("on_") and v is None)
+                           for o in self.watched]  # fmt: skip
+
+
+def _loader() -> torch.utils.data.DataLoader:
+    g = torch.Generator().manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(32, 10, generator=g), torch.randn(32, 10, generator=g))
+    return torch.utils.data.DataLoader(data, batch_size=8)
+
+
+def test_idle_hooks_are_those_the_class_leaves_empty():
+    assert "on_before_backward" not in idle_hooks(NaNGuard(), Callback)  # overridden: it checks the loss
+    assert "on_train_batch_end" not in idle_hooks(RNGStateCallback(), Callback)
+    assert {"on_before_backward", "on_after_backward", "on_train_batch_start"} <= set(
+        idle_hooks(RNGStateCallback(), Callback)
+    )
+
+
+def test_hooks_hidden_during_the_run_only_for_own_objects_and_everything_still_runs(tmp_path):
+    module = RegressionModule(SimpleModel())
+    guard, rng, user = NaNGuard(), RNGStateCallback(), UserCallback()
+    seen = Seen([guard, rng, user, module])
+    trainer = quiet_trainer(tmp_path, max_steps=4, callbacks=[SkipIdleHooks(), guard, rng, user, seen])
+    trainer.fit(module, train_dataloaders=_loader())
+    hidden_guard, hidden_rng, hidden_user, hidden_module = seen.hidden
+    assert "on_before_backward" not in hidden_guard and "on_after_backward" in hidden_guard
+    assert "on_train_batch_end" not in hidden_rng and "on_before_backward" in hidden_rng
+    assert hidden_user == []  # a user's callback is left alone
+    assert "on_after_backward" in hidden_module and "on_train_batch_start" not in hidden_module
+    assert user.ends == 4  # the hooks that do something still ran every step
+    assert rng._step_state is not None
+    for obj in (guard, rng, user, module):  # after the run the instances are as they were
+        assert not [k for k, v in vars(obj).items() if k.startswith("on_") and v is None]
+
+
+def test_a_run_with_hidden_hooks_trains_exactly_like_one_without(tmp_path):
+    def fit(callbacks: list[Callback]) -> dict[str, torch.Tensor]:
+        pl.seed_everything(0)
+        module = RegressionModule(SimpleModel())
+        trainer = quiet_trainer(tmp_path, max_steps=4, callbacks=callbacks)
+        trainer.fit(module, train_dataloaders=_loader())
+        return module.state_dict()
+
+    plain, skipping = fit([NaNGuard()]), fit([SkipIdleHooks(), NaNGuard()])
+    assert all(torch.equal(plain[k], skipping[k]) for k in plain)
+
+
+def test_validate_test_and_predict_after_fit_with_hidden_hooks(tmp_path):
+    """Lightning reads the module's evaluation batch hook signatures: those are never hidden."""
+    module = RegressionModule(SimpleModel())
+    trainer = quiet_trainer(tmp_path, max_steps=2, callbacks=[SkipIdleHooks(), NaNGuard()])
+    trainer.fit(module, train_dataloaders=_loader(), val_dataloaders=_loader())
+    assert set(trainer.test(module, _loader(), verbose=False)[0]) == {"test/loss"}
+    assert trainer.validate(module, _loader(), verbose=False)[0]["val/loss"] >= 0
+    assert len(trainer.predict(module, _loader())) == 4
