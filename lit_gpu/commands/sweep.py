@@ -284,7 +284,7 @@ def _describe_error(err: BaseException) -> str:
 
 def _trial_cli(args: list[str], callback: SweepPruning) -> Any:
     """Run ``lit-gpu fit`` with ``args`` in this process, ``callback`` added to the Trainer."""
-    from lit_gpu.cli import LitGpuCLI
+    from lit_gpu.cli.lightning_cli import LitGpuCLI
 
     class TrialCLI(LitGpuCLI):
         @override
@@ -590,7 +590,7 @@ def parse_fit_args(args: list[str]) -> Any:
 
     A wrong key or value ends here with the CLI's one-line ``lit-gpu: error:`` and exit status 2.
     """
-    from lit_gpu.cli import LitGpuCLI
+    from lit_gpu.cli.lightning_cli import LitGpuCLI
 
     class CheckCLI(LitGpuCLI):
         @override

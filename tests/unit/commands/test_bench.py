@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_gpu.commands import COMMANDS, bench
+from lit_gpu.cli.main import COMMANDS
+from lit_gpu.commands import bench
 
 
 def _no_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
