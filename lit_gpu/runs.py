@@ -394,12 +394,14 @@ class RunTensorBoardLogger(_SharedRunVersion, TensorBoardLogger):
 
 
 class RunFolderSync(Callback):
-    """At setup, every rank adopts the run folder rank 0 claimed (DDP, multi-node, torchrun)."""
+    """At setup, every rank adopts the run folder rank 0 claimed (DDP, multi-node, torchrun).
 
-    def __init__(self, run: RunFolder) -> None:
-        self.run = run
+    The folder is the one lit_gpu's loggers share (found on the trainer); without them it does nothing.
+    """
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        version = self.run.version if trainer.is_global_zero else None
-        self.run.adopt(trainer.strategy.broadcast(version, src=0))
+        run = next((lg.run for lg in trainer.loggers if isinstance(lg, _SharedRunVersion)), None)
+        if run is not None:
+            version = run.version if trainer.is_global_zero else None
+            run.adopt(trainer.strategy.broadcast(version, src=0))

@@ -102,15 +102,32 @@ def add_extra_arguments(parser: LightningArgumentParser) -> None:
     )
 
 
+# ---- lit_gpu's default callbacks ----------------------------------------------------------------------
+# trainer.callbacks' default, so that --print_config shows them and YAML can remove or replace them:
+# `trainer: {callbacks: [...]}` replaces the list, `trainer: {callbacks+: [...]}` and
+# `--trainer.callbacks+=X` append to it. A config whose callbacks are null (written before they were
+# listed) gets them too; `callbacks: []` runs without any.
+DEFAULT_CALLBACKS: tuple[type[pl.Callback], ...] = (
+    RunFolderSync,  # DDP ranks write into rank 0's run folder
+    RNGStateCallback,  # RNG states in checkpoints: exact resume
+    CheckpointOnInterrupt,  # SIGINT/SIGTERM: stop at a step boundary, save last.ckpt
+)
+
+
+def default_callbacks() -> list[dict[str, str]]:
+    """:data:`DEFAULT_CALLBACKS` as config entries (``class_path`` only)."""
+    return [{"class_path": f"{cls.__module__}.{cls.__qualname__}"} for cls in DEFAULT_CALLBACKS]
+
+
 # ---- around the trainer ---------------------------------------------------------------------------
 def configure_trainer(trainer: pl.Trainer, config: Any, subcommand: str | None) -> None:
-    """Atomic checkpoint IO, RNG state + interrupt checkpoint callbacks, and the predict writer."""
+    """Atomic checkpoint IO, ``--oom_recovery``'s callback, and the predict writer."""
     install_atomic_checkpoint_io(trainer)
     if subcommand == "fit":
         clean_run_folders(config[subcommand])  # temp files of saves killed in earlier runs
-    trainer.callbacks.extend([RNGStateCallback(), CheckpointOnInterrupt()])
-    if subcommand == "fit" and config_value(config, "fit.oom_recovery", False):
-        trainer.callbacks.append(OOMRecovery())
+    oom_listed = any(isinstance(cb, OOMRecovery) for cb in trainer.callbacks)
+    if subcommand == "fit" and config_value(config, "fit.oom_recovery", False) and not oom_listed:
+        trainer.callbacks.append(OOMRecovery())  # same as --trainer.callbacks+=OOMRecovery
     predict_out = config_value(config, f"{subcommand}.predict_out") if subcommand else None
     if subcommand == "predict" and predict_out and os.path.isdir(predict_out):
         example = os.path.join(predict_out, "predictions.csv")
@@ -179,6 +196,7 @@ class LitGpuCLI(LightningCLI):
         run_folders.add_arguments(parser)  # --loggers
         parser.set_defaults(
             {
+                "trainer.callbacks": default_callbacks(),  # RunFolderSync, RNGStateCallback, ...
                 "checkpoint.monitor": "val/loss",
                 "checkpoint.mode": "min",
                 "checkpoint.save_last": True,
@@ -217,6 +235,8 @@ class LitGpuCLI(LightningCLI):
     @override
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        if config_value(config, "trainer") is not None and config.trainer.get("callbacks", []) is None:
+            config.trainer.callbacks = [cls() for cls in DEFAULT_CALLBACKS]  # a config older than the list
         loggers, self.run_folder = run_folders.trainer_loggers(config)  # CSV + TensorBoard, one folder
         if loggers is not None:
             kwargs.setdefault("logger", loggers)
@@ -230,9 +250,7 @@ class LitGpuCLI(LightningCLI):
             if message is None:
                 raise
             raise LitGpuError(message) from err
-        configure_trainer(trainer, self.config, self.subcommand)  # atomic IO, RNG, Ctrl+C, CSV
-        if self.run_folder is not None:
-            trainer.callbacks.insert(0, RunFolderSync(self.run_folder))  # DDP ranks: rank 0's folder
+        configure_trainer(trainer, self.config, self.subcommand)  # atomic IO, --oom_recovery, CSV
         run_folders.adapt_checkpoint_monitor(trainer)  # default val/loss: last.ckpt only if never logged
         return trainer
 

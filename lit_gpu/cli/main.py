@@ -103,13 +103,14 @@ def _front_door(args: list[str]) -> int | None:
     return 2
 
 
-def _run(args: list[str], from_python: bool) -> int:
+def _run(args: list[str], from_python: bool) -> int | None:
+    """A tool's exit status; None after a LightningCLI subcommand (``main`` returns, as LightningCLI)."""
     if args[0] in COMMANDS and args[0] not in LIGHTNING_SUBCOMMANDS:  # a tool: import it now, run it
         return int(importlib.import_module(COMMANDS[args[0]][0]).main(args[1:]) or 0)
     from lit_gpu.cli.lightning_cli import LitGpuCLI
 
     LitGpuCLI(args=args if from_python else None)
-    return 0
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -126,7 +127,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     forget_interrupts()
     try:
-        sys.exit(_run(args, from_python=argv is not None))
+        code = _run(args, from_python=argv is not None)
+        if code is not None:
+            sys.exit(code)
     except BrokenPipeError:  # `lit-gpu env --json | head`: the reader left; no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
