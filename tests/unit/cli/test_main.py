@@ -81,6 +81,7 @@ def test_every_tool_module_has_a_main():
             assert callable(importlib.import_module(module).main), name
 
 
+@pytest.mark.integration
 def test_help_imports_no_tool_and_no_lightning_cli(cli_env):
     """``lit-gpu --help`` answers without importing the tool modules (optuna, matplotlib) or LitGpuCLI."""
     code = (

@@ -51,6 +51,7 @@ def test_markdown_speedup_column():
     assert "skipped: no CUDA device" in md
 
 
+@pytest.mark.integration
 def test_bench_cpu_run_and_gpu_skip(fake_mnist_dir: Path, tmp_path: Path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
