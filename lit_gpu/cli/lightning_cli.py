@@ -19,7 +19,7 @@ from typing_extensions import override
 
 from lit_gpu import messages, safe_build
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
-from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
+from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt, stop_exit_code
 from lit_gpu.callbacks.nan_guard import NaNGuard
 from lit_gpu.callbacks.oom_recovery import OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
@@ -182,9 +182,12 @@ class LitGpuCLI(LightningCLI):
                 args=args,
                 **kwargs,
             )
-        except BaseException:
+        except BaseException as err:
             if self.run_folder is not None:  # a failed start leaves no empty version_N behind
                 self.run_folder.remove_if_unused()
+            code = stop_exit_code(getattr(self, "trainer", None)) if isinstance(err, SystemExit) else None
+            if code is not None:  # stopped by SIGINT/SIGTERM, last.ckpt saved: exit 130 / 143
+                raise SystemExit(code) from err
             raise
 
     @override

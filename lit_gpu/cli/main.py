@@ -122,22 +122,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     answered = _front_door(args)
     if answered is not None:
         sys.exit(answered)
-    from lit_gpu.callbacks.interrupt import INTERRUPT_EXIT_CODE, forget_interrupts, interrupt_exit_code
+    from lit_gpu.callbacks.interrupt import INTERRUPT_EXIT_CODE
     from lit_gpu.errors import explain
 
-    forget_interrupts()
-    try:
+    try:  # a run stopped by SIGINT/SIGTERM exits 130 / 143 (LitGpuCLI reads it from the trainer's state)
         code = _run(args, from_python=argv is not None)
         if code is not None:
             sys.exit(code)
     except BrokenPipeError:  # `lit-gpu env --json | head`: the reader left; no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
-    except SystemExit:
-        code = interrupt_exit_code()  # SIGINT/SIGTERM during a run: last.ckpt saved; 130 / 143
-        if code is not None:
-            sys.exit(code)
-        raise
     except KeyboardInterrupt:  # Ctrl+C outside a run (parsing, setup): nothing to save
         messages.tell(messages.INTERRUPTED_OUTSIDE_RUN)
         sys.exit(INTERRUPT_EXIT_CODE)

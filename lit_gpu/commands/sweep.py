@@ -298,13 +298,13 @@ def _trial_cli(args: list[str], callback: SweepPruning) -> Any:
 
 def run_in_process(args: list[str], trial: Any, metric: str, run_dir: Path) -> TrialResult:
     """One single-process trial inside the sweep process."""
-    from lit_gpu.callbacks.interrupt import was_interrupted
+    from lit_gpu.callbacks.interrupt import is_signal_stop
 
     callback = SweepPruning(trial, metric)
     try:
         _trial_cli(args, callback)
     except (Exception, SystemExit) as err:
-        if isinstance(err, SystemExit) and was_interrupted():
+        if is_signal_stop(err):
             return TrialResult(error="interrupted", interrupted=True)
         _write_error(run_dir)
         return TrialResult(error=_describe_error(err))
@@ -361,9 +361,9 @@ def run_trial_child(spec: dict[str, Any]) -> int:
     try:
         _trial_cli(list(spec["args"]), callback)
     except (Exception, SystemExit) as err:
-        from lit_gpu.callbacks.interrupt import was_interrupted
+        from lit_gpu.callbacks.interrupt import is_signal_stop
 
-        if isinstance(err, SystemExit) and was_interrupted():
+        if is_signal_stop(err):
             return 130
         if rank == 0:
             _write_error(result_path.parent)
