@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if answered is not None:
         sys.exit(answered)
     from lit_gpu.callbacks.interrupt import INTERRUPT_EXIT_CODE
-    from lit_gpu.errors import explain
+    from lit_gpu.translate import explain
 
     try:  # a run stopped by SIGINT/SIGTERM exits 130 / 143 (LitGpuCLI reads it from the trainer's state)
         code = _run(args, from_python=argv is not None)

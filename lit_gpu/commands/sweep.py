@@ -43,8 +43,9 @@ from typing_extensions import override
 
 from lit_gpu import messages
 from lit_gpu.commands.sweep_space import SearchSpace, format_value, load_space
-from lit_gpu.errors import LitGpuError, explain
+from lit_gpu.errors import LitGpuError
 from lit_gpu.messages import tell
+from lit_gpu.translate import explain
 
 SWEEPS_ROOT = "runs/sweeps"
 JOURNAL_NAME = "optuna_journal.log"

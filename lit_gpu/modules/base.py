@@ -14,7 +14,8 @@ from typing_extensions import Self, override
 from lit_gpu import messages, safe_build
 from lit_gpu.callbacks.upstream import loggers_record_this_step, restricted_classmethod
 from lit_gpu.checkpoints import NET_SPEC_KEY, net_spec
-from lit_gpu.errors import LitGpuError, net_input_mismatch
+from lit_gpu.errors import LitGpuError
+from lit_gpu.translate import net_input_mismatch
 
 
 def _build(key: str, factory: Any, arg: Any) -> Any:
