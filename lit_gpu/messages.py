@@ -134,8 +134,7 @@ NO_MATCHING_RUN = (
 NO_MATCHING_RUN_FIX = "; pass --ckpt_path FILE, or --trainer.default_root_dir DIR of that run"
 NO_CKPT_IN_DIRPATH = "--ckpt_path {which}: no {which}*.ckpt in checkpoint.dirpath {dirpath}"
 NO_CONFIG_BESIDE = (
-    "no config.yaml for {ckpt} ({looked}) to rebuild its run from; "
-    "pass the run's settings with --config FILE"
+    "no config.yaml for {ckpt} ({looked}) to rebuild its run from; pass the run's settings with --config FILE"
 )
 DP_NO_SUCH_NET = (
     "strategy 'dp' parallelises the sub-module {attr!r}, which {model} does not have; its sub-modules: "

@@ -432,15 +432,21 @@ class RunTensorBoardLogger(_SharedRunVersion, TensorBoardLogger):
 
 
 class RunFolderSync(Callback):
-    """At setup, every rank adopts the run folder rank 0 claimed or continues (DDP, multi-node, torchrun)."""
+    """At setup, every rank adopts the run folder rank 0 claimed or continues (DDP, multi-node, torchrun).
 
-    def __init__(self, run: RunFolder) -> None:
-        self.run = run
+    The folder is the one lit_gpu's loggers share (found on the trainer); without them it does nothing.
+    """
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        where = (self.run.version, self.run.root, self.run.name) if trainer.is_global_zero else None
-        self.run.adopt(*trainer.strategy.broadcast(where, src=0))
+        run = self._run(trainer)
+        if run is not None:
+            where = (run.version, run.root, run.name) if trainer.is_global_zero else None
+            run.adopt(*trainer.strategy.broadcast(where, src=0))
+
+    @staticmethod
+    def _run(trainer: pl.Trainer) -> RunFolder | None:
+        return next((lg.run for lg in trainer.loggers if isinstance(lg, _SharedRunVersion)), None)
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -450,10 +456,11 @@ class RunFolderSync(Callback):
         which a checkpoint restores only when its folder path is unchanged (and a stop by signal
         saves before it is set). Runs after the checkpoint state was restored.
         """
-        if self.run.continues is None:
+        run = self._run(trainer)
+        if run is None or run.continues is None:
             return
         for callback in trainer.checkpoint_callbacks:
             if isinstance(callback, ModelCheckpoint) and callback.dirpath:
                 last = os.path.join(callback.dirpath, callback.CHECKPOINT_NAME_LAST + callback.FILE_EXTENSION)
-                if os.path.isfile(last) and Path(callback.dirpath).parent == self.run.path:
+                if os.path.isfile(last) and Path(callback.dirpath).parent == run.path:
                     callback.last_model_path = last

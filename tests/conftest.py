@@ -13,6 +13,29 @@ from tests.helpers.fake_mnist import make_fake_mnist
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.ports import free_port
 
+# ---- tiers: `pytest` runs everything (as CI); `pytest --fast` leaves out the `integration` tests -------
+INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="the inner-loop tier: leave out tests marked integration (every test in tests/integration/, "
+        "and unit tests that start processes or train for seconds)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_DIR in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)
+    if config.getoption("--fast"):
+        slow = [item for item in items if item.get_closest_marker("integration")]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if not item.get_closest_marker("integration")]
+
 
 @pytest.fixture(autouse=True)
 def _restore_gpu_env(monkeypatch: pytest.MonkeyPatch):

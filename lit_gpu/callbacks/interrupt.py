@@ -46,27 +46,17 @@ INTERRUPT_EXIT_CODE = 128 + signal.SIGINT  # 130
 SIGTERM_EXIT_CODE = 128 + signal.SIGTERM  # 143
 
 _JOB_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_interrupted: list[int] = []  # exit codes of fits in this process stopped by a signal
+_EXIT_CODE_ATTR = "lit_gpu_exit_code"  # on trainer.state: how a run stopped by a signal should exit
 
 
-def was_interrupted() -> bool:
-    """Whether a fit in this process was stopped by SIGINT/SIGTERM (see :class:`CheckpointOnInterrupt`)."""
-    return bool(_interrupted)
+def stop_exit_code(trainer: pl.Trainer | None) -> int | None:
+    """Exit status for ``trainer``'s last run if a signal stopped it (130 SIGINT, 143 SIGTERM), else None."""
+    return None if trainer is None else getattr(trainer.state, _EXIT_CODE_ATTR, None)
 
 
-def interrupt_exit_code() -> int | None:
-    """Exit status of the last run stopped by a signal (130 SIGINT, 143 SIGTERM), else ``None``.
-
-    Reading it clears it, so a later run in the same process (a notebook) starts clean.
-    """
-    code = _interrupted[-1] if _interrupted else None
-    _interrupted.clear()
-    return code
-
-
-def forget_interrupts() -> None:
-    """Forget earlier stops (the CLI calls this when it starts)."""
-    _interrupted.clear()
+def is_signal_stop(err: BaseException) -> bool:
+    """Whether ``err`` is the exit of a run stopped by SIGINT/SIGTERM (LitGpuCLI raises it with 130/143)."""
+    return isinstance(err, SystemExit) and err.code in (INTERRUPT_EXIT_CODE, SIGTERM_EXIT_CODE)
 
 
 class _DropSignalLogs(logging.Filter):
@@ -244,6 +234,7 @@ class CheckpointOnInterrupt(Callback):
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._trainer, self._signal, self._stage = trainer, None, stage
+        setattr(trainer.state, _EXIT_CODE_ATTR, None)  # a new run of this trainer starts clean
         _protect_dataloader_workers(trainer)  # every stage: a worker crash report hides the signal
         if stage == "fit" and trainer.is_global_zero:
             for removed in clean_stale_temp_files(checkpoint_folder(trainer)):
@@ -297,7 +288,7 @@ class CheckpointOnInterrupt(Callback):
         signum = self._signal or default
         self._uninstall()
         name = signal.Signals(signum).name
-        _interrupted.append(128 + int(signum))
+        setattr(trainer.state, _EXIT_CODE_ATTR, 128 + int(signum))  # read with stop_exit_code(trainer)
         where = None
         if trainer.state.fn != TrainerFn.FITTING:
             where = f"during {trainer.state.fn.value}"

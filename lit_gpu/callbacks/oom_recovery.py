@@ -63,8 +63,9 @@ from torch import Tensor, nn
 from typing_extensions import override
 
 from lit_gpu import messages
-from lit_gpu.errors import LitGpuError, is_out_of_memory
+from lit_gpu.errors import LitGpuError
 from lit_gpu.strategies.dp import DataParallelStrategy
+from lit_gpu.translate import is_out_of_memory
 
 __all__ = ["LOOP_ATTRIBUTE", "OOMLoopName", "OOMRecovery", "has_batchnorm", "loop_words"]
 

@@ -1,4 +1,9 @@
-"""Save and restore the global RNG states in checkpoints so a resumed run draws the same numbers."""
+"""Save and restore the global RNG states in checkpoints so a resumed run draws the same numbers.
+
+Also the fit-loop surgery that exact resume needs with lit_gpu's resumable loaders
+(:mod:`lit_gpu.data.stateful`): Lightning's private fit-loop attributes are read here, next to the
+callback that needs them, and pinned in tests/unit/test_upstream_pins.py.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +16,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from lit_gpu.data.stateful import (
-    batches_in_flight,
-    patch_interrupted_loader_state,
-    sync_resumed_train_loader,
-)
+from lit_gpu.data.stateful import GlobalPosition
 
 
 def _capture() -> dict[str, Any]:
@@ -59,7 +60,7 @@ class RNGStateCallback(Callback):
     or not the run was resumed.
 
     At ``on_train_start`` it also makes sure a resumed fit continues at the checkpoint's sample
-    with lit_gpu's resumable loaders (:func:`lit_gpu.data.stateful.sync_resumed_train_loader`:
+    with lit_gpu's resumable loaders (:func:`sync_resumed_train_loader`:
     Lightning issue #20550, and a resume with another global batch). The sample order itself and
     the per-sample random streams of DataLoader workers are the loaders' state
     (:mod:`lit_gpu.data.stateful`), so together they resume exactly at any step.
@@ -120,3 +121,65 @@ class RNGStateCallback(Callback):
         version, internal, gauss = state["python"]
         state["python"] = (version, tuple(internal), gauss)
         _restore(state)
+
+
+# ---- the fit loop and lit_gpu's resumable train loader (Lightning internals) ----------------------
+def sync_resumed_train_loader(trainer: Any) -> None:
+    """Make sure a resumed fit continues at the checkpoint's sample (call at ``on_train_start``).
+
+    * Lightning issue #20550: when ``trainer.estimated_stepping_batches`` is read before the
+      checkpoint is restored (e.g. to size ``OneCycleLR`` in ``configure_optimizers``), the fit
+      loop builds the train loader early and never hands it the saved loader state. The pending
+      state is loaded here, before the first batch is fetched (the loaders read their position when
+      iteration starts).
+    * A resume with another global batch (another batch size or world size): Lightning's batch
+      counters of the current epoch are moved so that the epoch ends exactly when the loader has
+      yielded its remaining batches.
+    """
+    fit_loop = trainer.fit_loop
+    combined = fit_loop._combined_loader  # private (pinned), as the two below
+    if combined is None:
+        return
+    if fit_loop._combined_loader_states_to_load and fit_loop.restarting:
+        fit_loop._load_combined_loader_states()
+    loader = _resumable_train_loader(trainer)
+    if loader is None or not loader.position_state.restored_mid_epoch:
+        return
+    done = max(0, len(loader) - loader.remaining_batches())
+    progress = fit_loop.epoch_loop.batch_progress.current
+    delta = done - progress.ready
+    if delta:
+        progress.ready += delta
+        progress.started += delta
+        progress.processed += delta
+        progress.completed += delta
+
+
+def batches_in_flight(trainer: Any) -> int:
+    """Batches the train loader handed out whose training step did not finish (an interrupt mid-step).
+
+    0 at every ordinary save point (after a step). Compares the loader's batch count in the epoch
+    with Lightning's ``processed`` counter (incremented right after the optimizer step).
+    """
+    loader = _resumable_train_loader(trainer)
+    if loader is None or not trainer.training:
+        return 0
+    state = loader.position_state
+    handed_out = len(loader) - loader.remaining_batches() + state.yielded_batches
+    return max(0, handed_out - trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+
+
+def patch_interrupted_loader_state(trainer: Any, checkpoint: dict[str, Any], in_flight: int) -> None:
+    """In ``checkpoint``, count only the batches whose step finished as consumed."""
+    loader = _resumable_train_loader(trainer)
+    fit_state = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {})
+    if loader is not None and in_flight > 0 and "combined_loader" in fit_state:
+        fit_state["combined_loader"] = [loader.position_state.state_without(in_flight)]
+
+
+def _resumable_train_loader(trainer: Any) -> Any:
+    combined = trainer.fit_loop._combined_loader
+    if combined is None or len(combined.flattened) != 1:
+        return None
+    loader = combined.flattened[0]
+    return loader if isinstance(getattr(loader, "position_state", None), GlobalPosition) else None

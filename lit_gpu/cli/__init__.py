@@ -1,14 +1,31 @@
 """The ``lit-gpu`` command line: :func:`main` (entry point) and :class:`LitGpuCLI` (LightningCLI).
 
-* :mod:`lit_gpu.cli.main`: dispatch to a tool command or LitGpuCLI, quieting, error lines, exit codes.
-* :mod:`lit_gpu.cli.lightning_cli`: LitGpuCLI, its parser and the extra arguments.
+* :mod:`lit_gpu.cli.main`: the command table, ``--help``/``--version``, dispatch, error lines, exit codes.
+* :mod:`lit_gpu.cli.lightning_cli`: LitGpuCLI, its parser, default callbacks and the extra arguments.
 * :mod:`lit_gpu.cli.ckpt_path`: ``--ckpt_path last`` / ``best`` (the newest run of the same model).
 * :mod:`lit_gpu.cli.run_folders`: loggers under ``trainer.default_root_dir``, rebuild from a checkpoint.
 * :mod:`lit_gpu.cli.trainer`: ``devices: free:N``, ``precision: auto``, device errors.
 * :mod:`lit_gpu.cli.quiet`: the warning/logging filters ``main`` installs.
+
+``LitGpuCLI`` is imported on first use, so that ``lit-gpu --help`` does not build LightningCLI's machinery.
 """
 
-from lit_gpu.cli.lightning_cli import LitGpuCLI
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from lit_gpu.cli.main import main
+
+if TYPE_CHECKING:
+    from lit_gpu.cli.lightning_cli import LitGpuCLI
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LitGpuCLI":
+        from lit_gpu.cli.lightning_cli import LitGpuCLI
+
+        return LitGpuCLI
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["LitGpuCLI", "main"]

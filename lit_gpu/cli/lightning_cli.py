@@ -19,7 +19,7 @@ from typing_extensions import override
 
 from lit_gpu import messages, recipes
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
-from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
+from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt, stop_exit_code
 from lit_gpu.callbacks.nan_guard import NaNGuard
 from lit_gpu.callbacks.oom_recovery import OOMLoopName, OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
@@ -122,16 +122,34 @@ def add_extra_arguments(parser: LightningArgumentParser) -> None:
     )
 
 
+# ---- lit_gpu's default callbacks ----------------------------------------------------------------------
+# trainer.callbacks' default, so that --print_config shows them and YAML can remove or replace them:
+# `trainer: {callbacks: [...]}` replaces the list, `trainer: {callbacks+: [...]}` and
+# `--trainer.callbacks+=X` append to it. A config whose callbacks are null (written before they were
+# listed) gets them too; `callbacks: []` runs without any.
+DEFAULT_CALLBACKS: tuple[type[pl.Callback], ...] = (
+    RunFolderSync,  # DDP ranks write into rank 0's run folder
+    RNGStateCallback,  # RNG states in checkpoints: exact resume
+    CheckpointOnInterrupt,  # SIGINT/SIGTERM: stop at a step boundary, save last.ckpt
+)
+
+
+def default_callbacks() -> list[dict[str, str]]:
+    """:data:`DEFAULT_CALLBACKS` as config entries (``class_path`` only)."""
+    return [{"class_path": f"{cls.__module__}.{cls.__qualname__}"} for cls in DEFAULT_CALLBACKS]
+
+
 # ---- around the trainer ---------------------------------------------------------------------------
 def configure_trainer(trainer: pl.Trainer, config: Any, subcommand: str | None) -> None:
-    """Atomic checkpoint IO, RNG state + interrupt callbacks, the predict writer, no idle profiler."""
+    """Atomic checkpoint IO, no idle profiler or hooks, OOM recovery or naming, the predict writer."""
     install_atomic_checkpoint_io(trainer)
     skip_idle_profiler(trainer)  # Lightning's default profiles nothing but costs ~8 calls per hook
     if subcommand == "fit":
         clean_run_folders(config[subcommand])  # temp files of saves killed in earlier runs
-    trainer.callbacks.extend([RNGStateCallback(), CheckpointOnInterrupt()])
     trainer.callbacks.append(SkipIdleHooks())  # Lightning skips no-op per-batch hooks of its own + ours
-    if subcommand and config_value(config, f"{subcommand}.oom_recovery", False):
+    if any(isinstance(cb, OOMRecovery) for cb in trainer.callbacks):
+        pass  # listed in trainer.callbacks (--trainer.callbacks+=OOMRecovery)
+    elif subcommand and config_value(config, f"{subcommand}.oom_recovery", False):
         trainer.callbacks.append(OOMRecovery())  # in every loop; also names the loop of an OOM it gives up on
     else:
         trainer.callbacks.append(OOMLoopName())  # "out of memory during validation": names the loop
@@ -191,9 +209,12 @@ class LitGpuCLI(LightningCLI):
                 args=args,
                 **kwargs,
             )
-        except BaseException:
+        except BaseException as err:
             if self.run_folder is not None:  # a failed start leaves no empty version_N behind
                 self.run_folder.remove_if_unused()
+            code = stop_exit_code(getattr(self, "trainer", None)) if isinstance(err, SystemExit) else None
+            if code is not None:  # stopped by SIGINT/SIGTERM, last.ckpt saved: exit 130 / 143
+                raise SystemExit(code) from err
             raise
 
     @override
@@ -205,6 +226,7 @@ class LitGpuCLI(LightningCLI):
         run_folders.add_arguments(parser)  # --loggers
         parser.set_defaults(
             {
+                "trainer.callbacks": default_callbacks(),  # RunFolderSync, RNGStateCallback, ...
                 "checkpoint.monitor": "val/loss",
                 "checkpoint.mode": "min",
                 "checkpoint.save_last": True,
@@ -244,6 +266,8 @@ class LitGpuCLI(LightningCLI):
     @override
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        if config_value(config, "trainer") is not None and config.trainer.get("callbacks", []) is None:
+            config.trainer.callbacks = [cls() for cls in DEFAULT_CALLBACKS]  # a config older than the list
         loggers, self.run_folder = run_folders.trainer_loggers(
             config, self.subcommand
         )  # CSV + TB, one folder
@@ -259,15 +283,13 @@ class LitGpuCLI(LightningCLI):
             if message is None:
                 raise
             raise LitGpuError(message) from err
-        configure_trainer(trainer, self.config, self.subcommand)  # atomic IO, RNG, Ctrl+C, CSV
+        configure_trainer(trainer, self.config, self.subcommand)  # atomic IO, OOM, CSV predictions
         use_progress_log(  # plain lines (or JSON) in place of the live bar when stdout is not a terminal
             trainer,
             interval=config_value(config, "progress_interval", DEFAULT_INTERVAL),
             format=config_value(config, "progress_format", "text"),
             command=self.argv,
         )
-        if self.run_folder is not None:
-            trainer.callbacks.insert(0, RunFolderSync(self.run_folder))  # DDP ranks: rank 0's folder
         run_folders.adapt_checkpoint_monitor(trainer)  # default val/loss: last.ckpt only if never logged
         parsed = self.config[self.subcommand] if self.subcommand else self.config
         trainer.callbacks.append(run_folders.RecordModelSpec(parsed.get("model")))  # for lit-gpu export

@@ -1,36 +1,139 @@
-"""``lit-gpu``: the tool commands, else LitGpuCLI; known failures as one line and exit 2."""
+"""``lit-gpu``: the front door. Lists the commands, runs a tool command or LitGpuCLI, and turns known
+failures into one line and exit 2.
+
+The commands are one table, :data:`COMMANDS`: name -> (module whose ``main(argv) -> int`` runs it, one
+line of help). Tool modules are imported only when their command runs, so ``lit-gpu --help`` and
+``lit-gpu env`` import neither LitGpuCLI nor optuna or matplotlib, and no module of
+:mod:`lit_gpu.commands` imports this dispatcher (commands sit above :mod:`lit_gpu.cli`).
+"""
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import os
+import platform
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 
 from lit_gpu import messages
-from lit_gpu.callbacks.interrupt import INTERRUPT_EXIT_CODE, forget_interrupts, interrupt_exit_code
-from lit_gpu.cli import quiet
-from lit_gpu.cli.lightning_cli import LitGpuCLI
-from lit_gpu.commands import COMMANDS
-from lit_gpu.errors import explain
+
+# LightningCLI's own subcommands (run by LitGpuCLI), then lit_gpu's tools (module path + main(argv)).
+LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "fit": ("lit_gpu.cli.lightning_cli", "train (and validate) a model from configs and flags"),
+    "validate": ("lit_gpu.cli.lightning_cli", "run the validation set once on a model or checkpoint"),
+    "test": ("lit_gpu.cli.lightning_cli", "evaluate a model or checkpoint on the test set"),
+    "predict": ("lit_gpu.cli.lightning_cli", "write a model's predictions to a CSV file"),
+    "env": ("lit_gpu.commands.env", "torch build, GPUs and their free memory, advice (--json)"),
+    "bench": ("lit_gpu.commands.bench", "one job in several device modes: samples/s, epoch time, memory"),
+    "export": ("lit_gpu.commands.export", "a checkpoint's net (weights + class) to load without lit_gpu"),
+    "plot": ("lit_gpu.commands.plot", "a run's metrics.csv as a PNG of its loss and accuracy curves"),
+    "sweep": ("lit_gpu.commands.sweep", "hyperparameter search (Optuna) over a search-space file"),
+    "configs": ("lit_gpu.commands.configs", "list the recipes shipped with lit_gpu (--config lit_gpu:NAME)"),
+    "init": ("lit_gpu.commands.init", "write a research project folder: a module, a config, a README"),
+}
+
+# the distributions `--version` reports besides lit-gpu itself
+KEY_DEPENDENCIES = ("torch", "lightning", "torchmetrics", "jsonargparse", "optuna", "nvidia-ml-py")
+
+USAGE = "usage: lit-gpu COMMAND [options]     (lit-gpu COMMAND --help: that command's options)"
+UNKNOWN_COMMAND = "unknown command {name!r}{hint} (all commands are listed above)"
+DID_YOU_MEAN = "; did you mean {suggestion!r}?"
+NO_COMMAND = "no command given (all commands are listed above)"
+
+
+def help_text() -> str:
+    """The usage line and every command with its one line of help."""
+    width = max(len(name) for name in COMMANDS) + 2
+    lines = [USAGE, "", "commands:"]
+    lines += [f"  {name:<{width}}{text}" for name, (_, text) in COMMANDS.items()]
+    lines += [
+        "",
+        "options:",
+        f"  {'-h, --help':<{width + 2}}this list",
+        f"  {'--version':<{width + 2}}the versions of lit_gpu and of its key dependencies",
+        "",
+        "Start with: lit-gpu fit --config configs/simple.yaml   (README.md: every mode, one example each)",
+    ]
+    return "\n".join(lines)
+
+
+def closest_command(name: str) -> str | None:
+    """The command ``name`` most likely meant (difflib), or None when none is close."""
+    match = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.5)
+    return match[0] if match else None
+
+
+def _version_of(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def version_text() -> str:
+    """lit_gpu's version, Python's, and those of its key dependencies, read from package metadata."""
+    from lit_gpu import __version__
+
+    lines = [f"lit-gpu {__version__} (Python {platform.python_version()}, {sys.platform})"]
+    lines += [f"  {name:<14}{_version_of(name)}" for name in KEY_DEPENDENCIES]
+    return "\n".join(lines)
+
+
+def _front_door(args: list[str]) -> int | None:
+    """Answer ``--help``, ``--version``, no command or an unknown one; None: a command to run."""
+    if not args:
+        print(help_text(), file=sys.stderr)
+        messages.tell_error(NO_COMMAND)
+        return 2
+    first = args[0]
+    if first in ("-h", "--help"):
+        print(help_text())
+        return 0
+    if first == "--version":
+        print(version_text())
+        return 0
+    if first.startswith("-") or first in COMMANDS:  # top-level LightningCLI options, e.g. --config
+        return None
+    suggestion = closest_command(first)
+    print(help_text(), file=sys.stderr)
+    hint = DID_YOU_MEAN.format(suggestion=suggestion) if suggestion else ""
+    messages.tell_error(UNKNOWN_COMMAND.format(name=first, hint=hint))
+    return 2
+
+
+def _run(args: list[str], from_python: bool) -> int | None:
+    """A tool's exit status; None after a LightningCLI subcommand (``main`` returns, as LightningCLI)."""
+    if args[0] in COMMANDS and args[0] not in LIGHTNING_SUBCOMMANDS:  # a tool: import it now, run it
+        return int(importlib.import_module(COMMANDS[args[0]][0]).main(args[1:]) or 0)
+    from lit_gpu.cli.lightning_cli import LitGpuCLI
+
+    LitGpuCLI(args=args if from_python else None)
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``lit-gpu`` and ``python -m lit_gpu``; exits with the command's status."""
+    from lit_gpu.cli import quiet
+
     quiet.install()  # here only: importing lit_gpu leaves warning and logging filters alone
     args = list(sys.argv[1:] if argv is None else argv)
-    forget_interrupts()
-    try:
-        if args and args[0] in COMMANDS:
-            sys.exit(int(COMMANDS[args[0]](args[1:]) or 0))
-        LitGpuCLI(args=None if argv is None else args)
+    answered = _front_door(args)
+    if answered is not None:
+        sys.exit(answered)
+    from lit_gpu.callbacks.interrupt import INTERRUPT_EXIT_CODE
+    from lit_gpu.translate import explain
+
+    try:  # a run stopped by SIGINT/SIGTERM exits 130 / 143 (LitGpuCLI reads it from the trainer's state)
+        code = _run(args, from_python=argv is not None)
+        if code is not None:
+            sys.exit(code)
     except BrokenPipeError:  # `lit-gpu env --json | head`: the reader left; no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
-    except SystemExit:
-        code = interrupt_exit_code()  # SIGINT/SIGTERM during a run: last.ckpt saved; 130 / 143
-        if code is not None:
-            sys.exit(code)
-        raise
     except KeyboardInterrupt:  # Ctrl+C outside a run (parsing, setup): nothing to save
         messages.tell(messages.INTERRUPTED_OUTSIDE_RUN)
         sys.exit(INTERRUPT_EXIT_CODE)

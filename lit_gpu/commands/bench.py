@@ -188,7 +188,7 @@ def run_worker(argv: list[str]) -> int:
     import lightning.pytorch as pl
 
     from lit_gpu.callbacks.speed import SpeedLevers
-    from lit_gpu.cli import LitGpuCLI
+    from lit_gpu.cli.lightning_cli import LitGpuCLI
 
     plan = plan_mode(args.mode)
     # A throwaway CLI trainer on CPU: we only want the model, datamodule and speed levers.

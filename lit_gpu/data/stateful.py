@@ -35,13 +35,13 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, get_worker_info
 
 __all__ = [
+    "GlobalPosition",
     "ResumableDataLoader",
     "ResumableSampler",
     "SeededSamples",
     "epoch_order",
     "sample_seed",
     "shard_positions",
-    "sync_resumed_train_loader",
 ]
 
 _MASK64 = (1 << 64) - 1
@@ -122,7 +122,7 @@ class SeededSamples(Dataset):
         return self.dataset[index]
 
 
-class _GlobalPosition:
+class GlobalPosition:
     """Epoch, permutation seed and global position of a training loader; shared state logic.
 
     ``start`` is where the current pass over the epoch begins (a restored position, else 0);
@@ -150,6 +150,11 @@ class _GlobalPosition:
             self.start = self.position = self._yielded = 0
             self.restored_mid_epoch = False
         self.epoch = epoch
+
+    @property
+    def yielded_batches(self) -> int:
+        """Batches handed out in the current pass (trained on or in flight)."""
+        return self._yielded
 
     def order(self) -> torch.Tensor:
         """The current epoch's order (all ranks agree on it)."""
@@ -216,7 +221,7 @@ class _GlobalPosition:
         self.restored_mid_epoch = 0 < self.position < self.num_items
 
 
-class ResumableSampler(_GlobalPosition, DistributedSampler):
+class ResumableSampler(GlobalPosition, DistributedSampler):
     """This rank's share of the epoch order from the current position, as ``(index, seed)`` keys.
 
     A ``DistributedSampler`` subclass so that Lightning never swaps in its own under DDP; it owns
@@ -294,7 +299,7 @@ class ResumableDataLoader(DataLoader):
         )
 
     @property
-    def position_state(self) -> _GlobalPosition:
+    def position_state(self) -> GlobalPosition:
         """The sampler, which holds the epoch / seed / position state."""
         return self.sampler  # type: ignore[return-value]
 
@@ -312,73 +317,12 @@ class ResumableDataLoader(DataLoader):
         state._finish_pass()
 
     def state_dict(self) -> dict[str, Any]:
-        """See :meth:`_GlobalPosition.state_dict`."""
+        """See :meth:`GlobalPosition.state_dict`."""
         return self.position_state.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """See :meth:`_GlobalPosition.load_state_dict`."""
+        """See :meth:`GlobalPosition.load_state_dict`."""
         self.position_state.load_state_dict(state)
-
-
-def sync_resumed_train_loader(trainer: Any) -> None:
-    """Make sure a resumed fit continues at the checkpoint's sample (call at ``on_train_start``).
-
-    * Lightning issue #20550: when ``trainer.estimated_stepping_batches`` is read before the
-      checkpoint is restored (e.g. to size ``OneCycleLR`` in ``configure_optimizers``), the fit
-      loop builds the train loader early and never hands it the saved loader state. The pending
-      state is loaded here, before the first batch is fetched (the loaders read their position when
-      iteration starts).
-    * A resume with another global batch (another batch size or world size): Lightning's batch
-      counters of the current epoch are moved so that the epoch ends exactly when the loader has
-      yielded its remaining batches.
-    """
-    fit_loop = trainer.fit_loop
-    combined = fit_loop._combined_loader
-    if combined is None:
-        return
-    if fit_loop._combined_loader_states_to_load and fit_loop.restarting:
-        fit_loop._load_combined_loader_states()
-    loader = _resumable_train_loader(trainer)
-    if loader is None or not loader.position_state.restored_mid_epoch:
-        return
-    done = max(0, len(loader) - loader.remaining_batches())
-    progress = fit_loop.epoch_loop.batch_progress.current
-    delta = done - progress.ready
-    if delta:
-        progress.ready += delta
-        progress.started += delta
-        progress.processed += delta
-        progress.completed += delta
-
-
-def batches_in_flight(trainer: Any) -> int:
-    """Batches the train loader handed out whose training step did not finish (an interrupt mid-step).
-
-    0 at every ordinary save point (after a step). Compares the loader's batch count in the epoch
-    with Lightning's ``processed`` counter (incremented right after the optimizer step).
-    """
-    loader = _resumable_train_loader(trainer)
-    if loader is None or not trainer.training:
-        return 0
-    state = loader.position_state
-    handed_out = len(loader) - loader.remaining_batches() + state._yielded
-    return max(0, handed_out - trainer.fit_loop.epoch_loop.batch_progress.current.processed)
-
-
-def patch_interrupted_loader_state(trainer: Any, checkpoint: dict[str, Any], in_flight: int) -> None:
-    """In ``checkpoint``, count only the batches whose step finished as consumed."""
-    loader = _resumable_train_loader(trainer)
-    fit_state = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {})
-    if loader is not None and in_flight > 0 and "combined_loader" in fit_state:
-        fit_state["combined_loader"] = [loader.position_state.state_without(in_flight)]
-
-
-def _resumable_train_loader(trainer: Any) -> Any:
-    combined = trainer.fit_loop._combined_loader
-    if combined is None or len(combined.flattened) != 1:
-        return None
-    loader = combined.flattened[0]
-    return loader if isinstance(getattr(loader, "position_state", None), _GlobalPosition) else None
 
 
 def batches_for(samples: int, batch_size: int, drop_last: bool) -> int:

@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import torch
 
-from lit_gpu.data.stateful import _GlobalPosition, batches_for
+from lit_gpu.data.stateful import GlobalPosition, batches_for
 
 
-class TensorLoader(_GlobalPosition):
+class TensorLoader(GlobalPosition):
     """An iterable "dataloader" over tensors that share their first dimension.
 
     Each epoch it draws one permutation from a ``torch.Generator`` seeded by ``(seed, epoch)``, so

@@ -8,13 +8,14 @@ from typing import IO, Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
-from lightning.pytorch.utilities.model_helpers import _restricted_classmethod
 from torch import nn
 from typing_extensions import Self, override
 
 from lit_gpu import messages
-from lit_gpu.errors import LitGpuError, net_input_mismatch
+from lit_gpu.callbacks.upstream import loggers_record_this_step, restricted_classmethod
+from lit_gpu.errors import LitGpuError
 from lit_gpu.net_spec import NET_SPEC_KEY, net_spec
+from lit_gpu.translate import net_input_mismatch
 
 
 def _build(key: str, factory: Any, arg: Any) -> Any:
@@ -122,9 +123,7 @@ class LitModule(pl.LightningModule):
         self._train_loss_count += batch_size
         if len(self._train_losses) >= self.LOSS_FOLD:
             self._fold_train_losses()
-        # private, pinned in tests/unit/test_upstream_pins.py (no public "will loggers record this step?")
-        connector = getattr(self._trainer, "_logger_connector", None)
-        if connector is None or connector.should_update_logs:
+        if loggers_record_this_step(self._trainer):  # no public API says it (lit_gpu.callbacks.upstream)
             self.log("train/loss_step", loss, on_step=True, on_epoch=False, prog_bar=True)
             self.log("train/loss", loss, on_step=True, on_epoch=False, logger=False)
 
@@ -173,8 +172,7 @@ class LitModule(pl.LightningModule):
         inputs = batch[0] if isinstance(batch, list | tuple) else batch
         return self._forward_batch(inputs)
 
-    # private decorator, pinned in tests/unit/test_upstream_pins.py: Lightning's own (class-only) classmethod
-    @_restricted_classmethod
+    @restricted_classmethod  # Lightning's own class-only classmethod (lit_gpu.callbacks.upstream)
     @override
     def load_from_checkpoint(
         cls,

@@ -37,7 +37,7 @@ COMMON = [
 def _recorder_config(tmp_path: Path) -> list[str]:
     cfg = tmp_path / "recorder.yaml"
     cfg.write_text(
-        "trainer:\n  callbacks:\n    - class_path: tests.helpers.recorder.BatchRecorder\n"
+        "trainer:\n  callbacks+:\n    - class_path: tests.helpers.recorder.BatchRecorder\n"
         f"      init_args:\n        out_dir: {tmp_path / 'batches'}\n"
     )
     return ["--config", str(cfg)]

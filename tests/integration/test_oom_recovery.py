@@ -108,7 +108,7 @@ def test_ddp_only_rank_1_runs_out_both_ranks_switch(phase, reference, tmp_path, 
     """
     recorder = tmp_path / "recorder.yaml"
     recorder.write_text(
-        "trainer:\n  callbacks:\n    - class_path: tests.helpers.recorder.MicroBatchRecorder\n"
+        "trainer:\n  callbacks+:\n    - class_path: tests.helpers.recorder.MicroBatchRecorder\n"
         f"      init_args:\n        out_dir: {tmp_path / 'micro'}\n"
         "    - class_path: lit_gpu.testing.OOMAbove\n"
         "      init_args:\n        batch_size: 16\n        ranks: [1]\n        from_step: 3\n"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from lit_gpu.cli import LitGpuCLI, main
-from lit_gpu.commands import COMMANDS
+from lit_gpu.cli.main import COMMANDS
 from tests.helpers.paths import REPO_ROOT
 
 README = REPO_ROOT / "README.md"
@@ -146,7 +146,7 @@ def test_every_readme_command_parses(readme_text, scratch):
             code, out = _call(LitGpuCLI, args)
             if redirect:  # e.g. `--print_config > my_run.yaml`, used by a later command
                 Path(redirect).write_text(out)
-        elif name in COMMANDS:
+        elif name in COMMANDS:  # a tool command
             code, out = _call(main, [name, "--help"])
             flags = [a.split("=")[0] for a in argv if a.startswith("--")]
             if name in ("bench", "sweep"):  # own flags, then job flags (--config, --data.*) for `fit`
@@ -159,6 +159,8 @@ def test_every_readme_command_parses(readme_text, scratch):
             unknown = [f for f in flags if f not in out]
             if unknown:
                 failures.append(f"lit-gpu {' '.join(argv)}: --help of {name} lacks {unknown}")
+        elif name in ("--help", "--version"):  # the front door itself
+            code, out = _call(main, argv)
         else:
             failures.append(f"unknown lit-gpu sub-command in README: {' '.join(argv)}")
             continue

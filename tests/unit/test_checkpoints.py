@@ -56,6 +56,7 @@ def test_lightning_checkpoint_loads_into_plain_net_and_back(tmp_path):
     assert _same_weights(fresh.net, module.net)
 
 
+@pytest.mark.integration
 def test_dataparallel_and_compiled_state_dicts_load(tmp_path):
     src = FooNet(5, 2)
     dp_state = nn.DataParallel(src).state_dict()  # CPU-only: wraps without GPUs, keys "module.*"

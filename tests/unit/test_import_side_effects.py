@@ -6,7 +6,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers.paths import REPO_ROOT
+
+pytestmark = pytest.mark.integration  # every test here starts a fresh interpreter
 
 SNAPSHOT = """
 import json, logging, pkgutil, importlib, warnings, sys

@@ -125,6 +125,7 @@ def _temp_of(pid: int, folder: Path, token: str | None = None) -> Path:
     return path
 
 
+@pytest.mark.integration
 def test_sigkilled_save_leaves_a_temp_that_the_next_cleanup_removes(tmp_path):
     code = (
         "import os, signal, sys; from lit_gpu.io import atomic_write\n"

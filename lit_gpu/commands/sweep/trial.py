@@ -23,7 +23,7 @@ from typing import Any
 from typing_extensions import override
 
 from lit_gpu.commands.sweep.pruning import SweepPruning
-from lit_gpu.errors import explain
+from lit_gpu.translate import explain
 
 TRIAL_ENV = "LIT_GPU_SWEEP_TRIAL"
 RESULT_NAME = "sweep_trial.json"

@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_gpu.callbacks import CheckpointOnInterrupt
-from lit_gpu.callbacks.interrupt import interrupt_exit_code
+from lit_gpu.callbacks.interrupt import stop_exit_code
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
@@ -39,11 +39,16 @@ def _fit(tmp_path, *callbacks: pl.Callback) -> pl.Trainer:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_mid_step_finishes_the_step_saves_and_restores_handlers(signum, tmp_path, capsys):
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    trainer = quiet_trainer(
+        tmp_path, max_epochs=3, callbacks=[CheckpointOnInterrupt(), _SignalDuringStep(signum, 5)]
+    )
+    data = SyntheticRegressionDataModule(in_features=4, out_features=2, num_samples=256, batch_size=16)
     with pytest.raises(SIGTERMException):
-        _fit(tmp_path, _SignalDuringStep(signum, at=5))
+        trainer.fit(RegressionModule(SimpleModel(4, 2)), datamodule=data)
     assert {s: signal.getsignal(s) for s in before} == before
-    assert interrupt_exit_code() == 128 + signum
-    assert interrupt_exit_code() is None  # read once: a later run in this process starts clean
+    assert stop_exit_code(trainer) == 128 + signum  # on the trainer's state, not in a module global
+    trainer.validate(RegressionModule(SimpleModel(4, 2)), datamodule=data)
+    assert stop_exit_code(trainer) is None  # a later run of the same trainer starts clean
     ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["global_step"] == 6  # the step that was running when the signal came completed
     batches = ckpt["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]
@@ -72,6 +77,6 @@ def test_sigterm_during_predict_stops_it_and_says_so(tmp_path, capsys):
     data = SyntheticRegressionDataModule(in_features=4, out_features=2, num_samples=256, batch_size=16)
     with pytest.raises(SystemExit):  # Lightning's KeyboardInterrupt shutdown; the predict loop never checks
         trainer.predict(RegressionModule(SimpleModel(4, 2)), datamodule=data)
-    assert interrupt_exit_code() == 143
+    assert stop_exit_code(trainer) == 143
     assert {s: signal.getsignal(s) for s in before} == before
     assert "lit-gpu: stopped by SIGTERM during predict; nothing to save" in capsys.readouterr().err

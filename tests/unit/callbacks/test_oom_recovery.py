@@ -43,6 +43,7 @@ def _fp16_with_grad_scaler() -> MixedPrecision:
     return MixedPrecision("16-mixed", device="cpu", scaler=torch.amp.GradScaler("cpu", init_scale=1024.0))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "phase, accumulate, fp16",
     [("forward", 1, False), ("backward", 1, False), ("backward", 2, False), ("forward", 1, True)],
@@ -71,6 +72,7 @@ def test_with_recovery_and_no_oom_the_run_is_bit_identical():
     assert _max_diff(model, reference) == 0.0
 
 
+@pytest.mark.integration
 def test_halves_down_to_one_sample_then_gives_up(capsys):
     recovery = OOMRecovery()
     with pytest.raises(torch.OutOfMemoryError, match="simulated by lit_gpu.testing.OOMAbove"):
@@ -87,6 +89,7 @@ def test_halves_down_to_one_sample_then_gives_up(capsys):
     ]
 
 
+@pytest.mark.integration
 def test_batchnorm_nets_are_named_in_the_adapt_line(capsys):
     def make_net() -> nn.Module:
         return nn.Sequential(nn.Linear(10, 16), nn.BatchNorm1d(16), nn.Linear(16, 10))
@@ -129,6 +132,7 @@ def test_delivered_gradients_are_adopted_not_copied():
     assert param.grad.tolist() == [0.0, 0.5, 1.0, 1.5] and param.grad.data_ptr() == address
 
 
+@pytest.mark.integration
 def test_dp_strategy_splits_what_dataparallel_sees():
     from lit_gpu.strategies.dp import DataParallelStrategy
 
@@ -178,6 +182,7 @@ def test_real_cuda_oom_is_recovered_on_the_gpu():
     assert val_loss == pytest.approx(reference_trainer.logged_metrics["val/loss"].item(), rel=1e-5)
 
 
+@pytest.mark.integration
 def test_batch_size_finder_still_sees_its_ooms(tmp_path):
     from lightning.pytorch.tuner import Tuner
 

@@ -3,9 +3,11 @@
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from lit_gpu.cli import LitGpuCLI, main
+from lit_gpu.cli.lightning_cli import DEFAULT_CALLBACKS
 from tests.helpers.paths import CONFIGS
 
 FULL_CONFIGS = sorted(p for p in CONFIGS.glob("*.yaml") if "model" in yaml.safe_load(p.read_text()))
@@ -101,3 +103,85 @@ def test_args_from_python_give_no_misfiring_warning(monkeypatch, tmp_path, recwa
         args=["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")], run=False
     )
     assert not [w for w in recwarn if "args parameter is intended" in str(w.message)]
+
+
+# ---- lit_gpu's default callbacks: declared, printed, removable -------------------------------------
+SIMPLE_DEBUG = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
+
+
+def _lit_gpu_callbacks(cli: LitGpuCLI) -> list[str]:
+    """Names of the callbacks of lit_gpu (and tests) on the trainer, in order."""
+    return [
+        type(cb).__name__
+        for cb in cli.trainer.callbacks
+        if type(cb).__module__.startswith(("lit_gpu", "tests"))
+    ]
+
+
+def test_print_config_lists_every_callback_lit_gpu_adds(tmp_path, monkeypatch, capsys):
+    """Each callback lit_gpu puts on the trainer is in --print_config, as a trainer.callbacks entry or
+    as its own group (checkpoint, nan_guard, speed), except the progress bar (trainer.enable_progress_bar)."""
+    monkeypatch.chdir(tmp_path)
+    printed = yaml.safe_load(print_config(["--config", str(CONFIGS / "simple.yaml")], capsys))
+    listed = [entry["class_path"].rsplit(".", 1)[-1] for entry in printed["trainer"]["callbacks"]]
+    assert listed == [cls.__name__ for cls in DEFAULT_CALLBACKS]
+    assert listed == ["RunFolderSync", "RNGStateCallback", "CheckpointOnInterrupt"]
+    groups = {"FreshLastCheckpoint": "checkpoint", "NaNGuard": "nan_guard", "SpeedLevers": "speed"}
+    assert set(groups.values()) <= set(printed)
+    cli = LitGpuCLI(args=["--config", str(CONFIGS / "simple.yaml")], run=False)
+    on_trainer = [n for n in _lit_gpu_callbacks(cli) if n != "LitProgressBar"]
+    assert sorted(on_trainer) == sorted(listed + list(groups))
+
+
+def test_removing_a_default_callback_in_yaml_removes_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(
+        "trainer:\n  callbacks:\n  - class_path: lit_gpu.runs.RunFolderSync\n"
+        "  - class_path: lit_gpu.callbacks.RNGStateCallback\n"
+    )
+    cli = LitGpuCLI(args=[*SIMPLE_DEBUG, "--config", str(mine)], run=False)
+    assert "CheckpointOnInterrupt" not in _lit_gpu_callbacks(cli)
+    assert {"RunFolderSync", "RNGStateCallback"} <= set(_lit_gpu_callbacks(cli))
+    mine.write_text("trainer:\n  callbacks: []\n")  # none at all
+    cli = LitGpuCLI(args=[*SIMPLE_DEBUG, "--config", str(mine)], run=False)
+    assert not {cls.__name__ for cls in DEFAULT_CALLBACKS} & set(_lit_gpu_callbacks(cli))
+
+
+def test_appending_keeps_the_defaults(tmp_path, monkeypatch):
+    """``callbacks+:`` in YAML and ``--trainer.callbacks+=`` append; null (older configs): the defaults."""
+    monkeypatch.chdir(tmp_path)
+    defaults = [cls.__name__ for cls in DEFAULT_CALLBACKS]
+    flag = LitGpuCLI(args=[*SIMPLE_DEBUG, "--trainer.callbacks+=lit_gpu.callbacks.OOMRecovery"], run=False)
+    assert _lit_gpu_callbacks(flag)[:4] == [*defaults, "OOMRecovery"]
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("trainer:\n  callbacks+:\n  - class_path: lit_gpu.callbacks.OOMRecovery\n")
+    yaml_append = LitGpuCLI(args=[*SIMPLE_DEBUG, "--config", str(mine)], run=False)
+    assert _lit_gpu_callbacks(yaml_append)[:4] == [*defaults, "OOMRecovery"]
+    mine.write_text("trainer:\n  callbacks: null\n")
+    old = LitGpuCLI(args=[*SIMPLE_DEBUG, "--config", str(mine)], run=False)
+    assert _lit_gpu_callbacks(old)[:3] == defaults
+
+
+def test_oom_recovery_flag_adds_its_callback_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    both = ["--oom_recovery", "true", "--trainer.callbacks+=lit_gpu.callbacks.OOMRecovery"]
+    for extra in (["--oom_recovery", "true"], both):
+        cli = LitGpuCLI(args=["fit", *SIMPLE_DEBUG, *extra, "--trainer.max_steps", "1"])
+        assert _lit_gpu_callbacks(cli).count("OOMRecovery") == 1
+
+
+def test_print_config_then_fit_from_it_behaves_the_same(tmp_path, monkeypatch, capsys):
+    """The round trip LightningCLI promises: a fit from the printed config equals the fit from flags."""
+    monkeypatch.chdir(tmp_path)
+    args = [*SIMPLE_DEBUG, "--trainer.max_epochs", "1", "--trainer.callbacks+=lit_gpu.callbacks.OOMRecovery"]
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(print_config(args, capsys))
+    direct = LitGpuCLI(args=["fit", *args])
+    again = LitGpuCLI(args=["fit", "--config", str(printed)])
+    assert _lit_gpu_callbacks(again) == _lit_gpu_callbacks(direct)
+    assert again.trainer.global_step == direct.trainer.global_step > 0
+    want = direct.model.state_dict()
+    assert again.model.state_dict().keys() == want.keys()
+    for name, got in again.model.state_dict().items():
+        assert torch.equal(got, want[name]), name

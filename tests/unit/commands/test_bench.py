@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_gpu.commands import COMMANDS, bench
+from lit_gpu.cli.main import COMMANDS
+from lit_gpu.commands import bench
 
 
 def _no_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,6 +51,7 @@ def test_markdown_speedup_column():
     assert "skipped: no CUDA device" in md
 
 
+@pytest.mark.integration
 def test_bench_cpu_run_and_gpu_skip(fake_mnist_dir: Path, tmp_path: Path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")

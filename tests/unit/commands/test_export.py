@@ -58,6 +58,7 @@ TORCH_ONLY = textwrap.dedent(
 )
 
 
+@pytest.mark.integration
 def test_export_round_trip_is_identical_with_torch_alone(cnn_checkpoint, tmp_path):
     ckpt, net = cnn_checkpoint
     outs = [tmp_path / "model.pt", tmp_path / "model.safetensors"]

@@ -157,11 +157,8 @@ def test_plain_dataloader_still_gets_lightnings_warning(tmp_path):
         _fit(tmp_path, resume=True, data_cls=PlainLoaderData)
 
 
-def test_ctrl_c_in_the_middle_of_a_step_resumes_exactly(tmp_path, monkeypatch):
+def test_ctrl_c_in_the_middle_of_a_step_resumes_exactly(tmp_path):
     """The interrupted step drew random numbers and took a batch: the save rewinds both to its start."""
-    from lit_gpu.callbacks import interrupt
-
-    monkeypatch.setattr(interrupt, "_interrupted", [])  # process-wide "was interrupted" flag
     ref_model, ref_samples = _fit(tmp_path / "ref", module_cls=NoisyRegression)
     handler = signal.getsignal(signal.SIGINT)
     try:

@@ -50,6 +50,7 @@ def _wait_dead(pid: int, timeout: float = 10.0) -> bool:
     return False
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("protected", [True, False], ids=["protected", "stock"])
 def test_job_sigterm_from_outside_does_not_kill_a_protected_worker(protected):
     loader = DataLoader(_Pids(), batch_size=4, num_workers=1, persistent_workers=True)

@@ -19,6 +19,7 @@ def test_regression_loss_is_mse():
     torch.testing.assert_close(module.compute_loss(out, y), F.mse_loss(out, y))
 
 
+@pytest.mark.integration
 def test_regression_loss_falls_on_synthetic_data(tmp_path):
     pl.seed_everything(0)
     dm = SyntheticRegressionDataModule(in_features=10, out_features=10, num_samples=512, batch_size=32)

@@ -45,6 +45,7 @@ def test_nets_have_no_lightning_imports():
         assert "import lightning" not in text and "from lightning" not in text, path.name
 
 
+@pytest.mark.integration
 def test_nets_import_with_torch_alone(tmp_path):
     """An exported net rebuilds where only torch is installed (Lightning imports are blocked)."""
     import subprocess

@@ -1,0 +1,25 @@
+"""Lightning internals that code outside ``callbacks/``, ``strategies/`` and ``cli/`` needs, in one place.
+
+lit_gpu's rule: private Lightning APIs are used only in those three packages, each pinned by a test in
+tests/unit/test_upstream_pins.py. A module or data module that needs one imports it from here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Lightning's class-only classmethod (``model.load_from_checkpoint(...)`` on an instance raises):
+# lit_gpu's LitModule.load_from_checkpoint keeps it; pinned by test_model_helpers__restricted_classmethod
+from lightning.pytorch.utilities.model_helpers import _restricted_classmethod as restricted_classmethod
+
+
+def loggers_record_this_step(trainer: Any) -> bool:
+    """Whether the loggers record the current training step (``log_every_n_steps``); True without a trainer.
+
+    Pinned by test_trainer__logger_connector_should_update_logs: no public API says it.
+    """
+    connector = getattr(trainer, "_logger_connector", None)
+    return connector is None or bool(connector.should_update_logs)
+
+
+__all__ = ["loggers_record_this_step", "restricted_classmethod"]

@@ -1,0 +1,248 @@
+"""Known failures as one line: :func:`explain` and its :data:`TRANSLATORS` (raise: lit_gpu.errors).
+
+``lit-gpu`` prints what :func:`explain` returns as ``lit-gpu: error: ...`` and exits 2; anything it
+does not recognise keeps its traceback (a lit_gpu bug). Each translator below takes an exception and
+returns a one-line answer (texts in :mod:`lit_gpu.messages`) or ``None``. Device errors are rewritten
+where the trainer is built (:mod:`lit_gpu.cli.trainer`), where the config that asked for them is known.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import zipfile
+from collections.abc import Callable
+
+import torch
+
+from lit_gpu import messages
+from lit_gpu.errors import LitGpuError
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is a CUDA (or host) out-of-memory error: ``torch.OutOfMemoryError`` or its text."""
+    if isinstance(err, torch.OutOfMemoryError):
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and (
+        "CUDA out of memory" in text or "out of memory" in text.lower()[:80]
+    )
+
+
+def out_of_memory(err: BaseException, batch_size: int | None = None) -> str | None:
+    """Next steps for a CUDA (or host) out-of-memory error."""
+    if not is_out_of_memory(err):
+        return None
+    text = str(err)
+    match = re.search(r"Tried to allocate ([\d.]+ \w+)", text)
+    detail = f" (tried to allocate {match.group(1)})" if match else ""
+    half = max(1, batch_size // 2) if batch_size else "<half the current value>"
+    what = getattr(err, "lit_gpu_loop", "training")  # set by lit_gpu.callbacks.oom_recovery.OOMLoopName
+    return messages.OUT_OF_MEMORY.format(what=what, detail=detail, half=half)
+
+
+_KEYS = re.compile(r'"([^"]+)"')
+_SIZE_MISMATCH = re.compile(
+    r"size mismatch for ([^:]+): copying a param with shape torch\.Size\(\[([^\]]*)\]\) from "
+    r"checkpoint, the shape in current model is torch\.Size\(\[([^\]]*)\]\)"
+)
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def state_dict_mismatch(err: BaseException) -> str | None:
+    """torch's ``Error(s) in loading state_dict`` wall as one line of missing/unexpected/mis-shaped keys."""
+    text = str(err)
+    if not isinstance(err, RuntimeError) or "Error(s) in loading state_dict" not in text:
+        return None
+    from lit_gpu.load_report import LoadReport  # a leaf: no import circle with checkpoints
+
+    report = LoadReport()
+    for line in (ln.strip() for ln in text.splitlines()):
+        if line.startswith("Missing key(s)"):
+            report.missing = _KEYS.findall(line)
+        elif line.startswith("Unexpected key(s)"):
+            report.unexpected = _KEYS.findall(line)
+        elif match := _SIZE_MISMATCH.match(line):
+            report.shape_mismatches[match.group(1)] = (_shape(match.group(2)), _shape(match.group(3)))
+    target = re.search(r"loading state_dict for (\w+)", text)
+    return messages.STATE_DICT_MISMATCH.format(
+        target=target.group(1) if target else "the model", summary=report.summary()
+    )
+
+
+def dataloader_worker_died(err: BaseException) -> str | None:
+    """A DataLoader worker killed by a signal (often /dev/shm or host memory)."""
+    text = str(err)
+    died = "exited unexpectedly" in text or "killed by signal" in text
+    if isinstance(err, RuntimeError) and "DataLoader worker" in text and died:
+        return messages.DATALOADER_WORKER_DIED.format(reason=messages.first_line(err))
+    return None
+
+
+def bad_checkpoint_file(err: BaseException) -> str | None:
+    """torch.load's errors for truncated/corrupt files and for GPU checkpoints on a CPU-only machine."""
+    text = str(err)
+    if isinstance(err, RuntimeError):
+        if "PytorchStreamReader failed" in text or "failed finding central directory" in text:
+            return messages.CORRUPT_CHECKPOINT.format(what="the checkpoint", reason=messages.first_line(err))
+        if "Attempting to deserialize object on a CUDA device" in text:
+            return messages.SAVED_ON_GPU.format(what="the checkpoint")
+    if isinstance(err, pickle.UnpicklingError | EOFError | zipfile.BadZipFile) and (
+        "Weights only load failed" not in text
+    ):
+        return messages.CORRUPT_CHECKPOINT.format(what="the checkpoint", reason=messages.first_line(err))
+    return None
+
+
+def weights_only_refused(err: BaseException) -> str | None:
+    """torch's "Weights only load failed" wall (a pickle payload in a checkpoint) as one line."""
+    if isinstance(err, pickle.UnpicklingError) and "Weights only load failed" in str(err):
+        return messages.PICKLE_REFUSED.format(
+            path="the checkpoint", opt_out="pass --weights_only false (export: --trust)"
+        )
+    return None
+
+
+def dataset_raised_in_worker(err: BaseException) -> str | None:
+    """An exception re-raised from a DataLoader worker: the dataset's own error, with how to see it."""
+    text = str(err)
+    if "in DataLoader worker process" not in text:
+        return None
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    reason = lines[-1].strip() if lines else messages.first_line(err)
+    return messages.DATASET_RAISED_IN_WORKER.format(kind=type(err).__name__, reason=reason)
+
+
+_SHAPE_ERRORS = re.compile(
+    r"mat1 and mat2 shapes cannot be multiplied|to have \d+ channels, but got \d+ channels"
+    r"|Expected \d+D \(unbatched\) or \d+D \(batched\) input"
+)
+_CONVS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+
+
+def _first_layer(net: torch.nn.Module) -> tuple[str, torch.nn.Module] | None:
+    for name, module in net.named_modules():
+        if isinstance(module, torch.nn.modules.lazy.LazyModuleMixin):
+            return None  # sizes not known before the first batch
+        if isinstance(module, (torch.nn.Linear, *_CONVS)):
+            return name, module
+    return None
+
+
+def net_input_mismatch(net: torch.nn.Module, inputs: object, err: BaseException) -> str | None:
+    """One line when ``net(inputs)`` failed because the batch does not fit the net's first layer.
+
+    Only torch's shape errors, and only when the first ``Linear``/``Conv`` really does not take this
+    batch; a shape error deeper in a net that took its input stays a traceback (it may be a bug).
+    """
+    if not isinstance(err, RuntimeError) or not _SHAPE_ERRORS.search(str(err)):
+        return None
+    if not isinstance(inputs, torch.Tensor) or (first := _first_layer(net)) is None:
+        return None
+    name, layer = first
+    shape = tuple(inputs.shape)
+    if isinstance(layer, torch.nn.Linear):
+        if inputs.dim() >= 1 and shape[-1] == layer.in_features:
+            return None
+        expects = f"inputs of shape (B, {layer.in_features})"
+        described = f"{name}: Linear, in_features={layer.in_features}"
+    else:
+        spatial = len(layer.kernel_size)
+        if inputs.dim() == spatial + 2 and shape[1] == layer.in_channels:
+            return None
+        dims = ", ".join(["B", str(layer.in_channels), *"DHW"[-spatial:]] if spatial <= 3 else [])
+        expects = f"inputs of shape ({dims})"
+        described = f"{name}: {type(layer).__name__}, in_channels={layer.in_channels}"
+    images = isinstance(layer, torch.nn.Linear) and inputs.dim() > 2
+    return messages.NET_INPUT_MISMATCH.format(
+        net=type(net).__name__,
+        got=shape,
+        layer=described,
+        expects=expects,
+        reason=messages.first_line(err),
+        fix=messages.NET_INPUT_FIX_IMAGES if images else messages.NET_INPUT_FIX,
+    )
+
+
+_MONITOR = re.compile(
+    r"ModelCheckpoint\(monitor='([^']+)'\)` could not find the monitored key[^\[]*\[([^\]]*)\]"
+)
+
+
+def monitor_not_logged(err: BaseException) -> str | None:
+    """Lightning's ``ModelCheckpoint(monitor=...)`` naming a metric the model never logs."""
+    match = _MONITOR.search(str(err))
+    if match is None or type(err).__name__ != "MisconfigurationException":
+        return None
+    logged = ", ".join(
+        k.strip(" '") for k in match.group(2).split(",") if k.strip(" '") not in ("epoch", "step")
+    )
+    return messages.MONITOR_NOT_LOGGED.format(monitor=match.group(1), logged=logged)
+
+
+def _raised_in_lightning_trainer(err: BaseException) -> bool:
+    tb = err.__traceback__
+    last = None
+    while tb is not None:
+        last, tb = tb.tb_frame.f_code.co_filename, tb.tb_next
+    where = (last or "").replace("\\", "/")
+    return "lightning/pytorch/trainer/" in where or "lightning/pytorch/loops/" in where
+
+
+def trainer_argument_error(err: BaseException) -> str | None:
+    """A Trainer argument Lightning refuses only once it sees the data (``val_check_interval`` too large)."""
+    if not isinstance(err, ValueError | TypeError) or not _raised_in_lightning_trainer(err):
+        return None
+    import inspect
+
+    from lightning.pytorch import Trainer
+
+    params = set(inspect.signature(Trainer.__init__).parameters)
+    named = [n for n in re.findall(r"`(\w+)`", str(err)) if n in params]
+    if not named:
+        return None
+    reason = messages.first_line(err).strip().rstrip(".")
+    return messages.BAD_TRAINER_SETTING.format(source=f"trainer.{named[0]}", reason=reason)
+
+
+Translator = Callable[[BaseException], "str | None"]
+
+# Tried in order; the first answer wins.
+TRANSLATORS: tuple[Translator, ...] = (
+    out_of_memory,
+    state_dict_mismatch,
+    dataloader_worker_died,
+    bad_checkpoint_file,
+    weights_only_refused,
+    dataset_raised_in_worker,
+    monitor_not_logged,
+    trainer_argument_error,
+)
+
+
+def _lit_gpu_cause(err: BaseException) -> LitGpuError | None:
+    """The :class:`LitGpuError` an exception was explicitly raised from (``raise ... from``), if any."""
+    seen: set[int] = set()
+    cause = err.__cause__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, LitGpuError):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__
+    return None
+
+
+def explain(err: BaseException) -> str | None:
+    """One-line, actionable message for a :class:`LitGpuError` or a known failure, else ``None``."""
+    if isinstance(err, LitGpuError):
+        return str(err)
+    if (cause := _lit_gpu_cause(err)) is not None:  # e.g. jsonargparse wraps errors raised in __init__
+        return str(cause)
+    for translate in TRANSLATORS:
+        message = translate(err)
+        if message:
+            return message
+    return None
