@@ -131,6 +131,8 @@ DEFAULT_CALLBACKS: tuple[type[pl.Callback], ...] = (
     RunFolderSync,  # DDP ranks write into rank 0's run folder
     RNGStateCallback,  # RNG states in checkpoints: exact resume
     CheckpointOnInterrupt,  # SIGINT/SIGTERM: stop at a step boundary, save last.ckpt
+    OOMLoopName,  # "out of memory during validation": the one-line OOM message names its loop
+    SkipIdleHooks,  # Lightning skips no-op per-batch hooks of its own callbacks and lit_gpu's (speed)
 )
 
 
@@ -146,13 +148,9 @@ def configure_trainer(trainer: pl.Trainer, config: Any, subcommand: str | None) 
     skip_idle_profiler(trainer)  # Lightning's default profiles nothing but costs ~8 calls per hook
     if subcommand == "fit":
         clean_run_folders(config[subcommand])  # temp files of saves killed in earlier runs
-    trainer.callbacks.append(SkipIdleHooks())  # Lightning skips no-op per-batch hooks of its own + ours
-    if any(isinstance(cb, OOMRecovery) for cb in trainer.callbacks):
-        pass  # listed in trainer.callbacks (--trainer.callbacks+=OOMRecovery)
-    elif subcommand and config_value(config, f"{subcommand}.oom_recovery", False):
-        trainer.callbacks.append(OOMRecovery())  # in every loop; also names the loop of an OOM it gives up on
-    else:
-        trainer.callbacks.append(OOMLoopName())  # "out of memory during validation": names the loop
+    oom_listed = any(isinstance(cb, OOMRecovery) for cb in trainer.callbacks)  # --trainer.callbacks+=
+    if subcommand and config_value(config, f"{subcommand}.oom_recovery", False) and not oom_listed:
+        trainer.callbacks.append(OOMRecovery())  # in every loop
     predict_out = config_value(config, f"{subcommand}.predict_out") if subcommand else None
     if subcommand == "predict" and predict_out and os.path.isdir(predict_out):
         example = os.path.join(predict_out, "predictions.csv")

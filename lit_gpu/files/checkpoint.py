@@ -160,10 +160,8 @@ def read_for_check(checkpoint_path: Any, weights_only: bool) -> Any:
     if isinstance(checkpoint_path, str | os.PathLike) and os.path.isfile(checkpoint_path):
         return read_checkpoint(checkpoint_path, trust=not weights_only, opt_out=opt_out)
     if hasattr(checkpoint_path, "read"):
-        from lit_gpu.files.build import UnsafeBuildError
-
         if not (hasattr(checkpoint_path, "seekable") and checkpoint_path.seekable()):
-            raise UnsafeBuildError(
+            raise CheckpointError(
                 "cannot check the hyper-parameters of a checkpoint read from a non-seekable stream before "
                 "loading it; pass a path or a seekable file object"
             )
