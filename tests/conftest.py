@@ -69,7 +69,10 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
             "CUDA_VISIBLE_DEVICES": "",
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(free_port()),
-            "PYTHONPATH": str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+            # no empty entry (an empty entry is the working folder)
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(REPO_ROOT), *env.get("PYTHONPATH", "").split(os.pathsep)) if p
+            ),
             "OMP_NUM_THREADS": "1",
         }
     )

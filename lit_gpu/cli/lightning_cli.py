@@ -237,8 +237,7 @@ class LitGpuCLI(LightningCLI):
     @override
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         rebuilt = run_folders.with_saved_config(args)  # --ckpt_path FILE alone: config.yaml beside it first
-        if rebuilt is not args:  # parse exactly this argv (sys.argv holds only the user's part of it)
-            self.argv = as_argv(rebuilt)
+        if rebuilt is not args:  # parse exactly this argv; self.argv stays the user's (the resume line)
             self.config = parser.parse_args(rebuilt)
         else:
             with warnings.catch_warnings():  # args from Python (main(argv), notebooks) are intended here

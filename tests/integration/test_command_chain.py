@@ -40,10 +40,10 @@ def test_fit_resume_last_test_export_sweep(tmp_path, monkeypatch, capsys):
     _run("fit", *BASE)  # debug.yaml: 2 epochs x 4 batches
     assert _step(runs / "version_0" / "checkpoints" / "last.ckpt") == 8
 
-    _run("fit", *BASE, "--trainer.max_epochs", "3", "--ckpt_path", "last")  # one epoch more, in version_1
+    _run("fit", *BASE, "--trainer.max_epochs", "3", "--ckpt_path", "last")  # one epoch more, same folder
     assert "resuming from runs/lit_gpu/version_0/checkpoints/last.ckpt" in capsys.readouterr().err
-    last = runs / "version_1" / "checkpoints" / "last.ckpt"
-    assert _step(last) == 12
+    last = runs / "version_0" / "checkpoints" / "last.ckpt"
+    assert _step(last) == 12 and not (runs / "version_1").exists()  # the run continued its folder
 
     _run("test", *BASE, "--ckpt_path", "last", "--trainer.logger", "false")
     assert "test/loss" in capsys.readouterr().out

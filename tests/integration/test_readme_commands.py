@@ -172,8 +172,10 @@ def test_every_readme_command_parses(readme_text, scratch):
 def test_representative_readme_commands_run_on_cpu(readme_text, scratch, capsys):
     for command in RUN:
         argv = shlex.split(command)[1:]
-        if argv[0] in ("fit", "test", "predict") and "--config" in argv:  # else: the saved config
+        if argv[0] in ("fit", "test", "predict") and "--config" in argv:
             argv = argv + DEBUG
+        elif argv[0] in ("fit", "test", "predict"):  # a checkpoint alone: model + data of its config.yaml
+            argv = argv + ["--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "2"]
         if command.endswith("--ckpt_path last") and argv[0] == "fit":
             argv = argv + ["--trainer.max_epochs", "3"]  # one epoch more than the first run's
         code, _ = _call(main, argv)

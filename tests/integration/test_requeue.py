@@ -123,9 +123,19 @@ def test_new_run_flag_starts_a_new_folder_and_a_changed_config_is_kept_beside(tm
         "saved it beside as config.1.yaml"
     ]
     assert [s for s, _ in read_metrics(run)["train/loss_step"]] == STEPS
-    # the checkpoint alone rebuilds from the newest config: nothing changed, nothing new saved
-    LitGpuCLI(args=["fit", "--ckpt_path", str(run / "checkpoints" / "last.ckpt")])
-    assert sorted(p.name for p in run.glob("config*.yaml")) == ["config.1.yaml", "config.yaml"]
+    # the checkpoint alone takes only model and data from the newest config (files are data): the
+    # trainer settings of this call differ, so they are kept beside as config.2.yaml, in the same folder
+    LitGpuCLI(
+        args=["fit", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), "--trainer.max_epochs", "3"]
+    )
+    assert sorted(p.name for p in run.glob("config*.yaml")) == [
+        "config.1.yaml",
+        "config.2.yaml",
+        "config.yaml",
+    ]
+    rebuilt = yaml.safe_load((run / "config.2.yaml").read_text())
+    assert rebuilt["model"] == saved["model"] and rebuilt["data"] == saved["data"]
+    assert _versions(tmp_path / RUN) == ["version_0", "version_1"]
 
 
 def test_checkpoint_copied_from_another_machine_continues_where_it_is(tmp_path, monkeypatch, capsys):
@@ -137,9 +147,16 @@ def test_checkpoint_copied_from_another_machine_continues_where_it_is(tmp_path, 
     shutil.copytree(tmp_path / "cluster" / "runs", copied)
     shutil.rmtree(tmp_path / "cluster")  # the other machine's path does not exist here
     run = copied / "lit_gpu" / "version_0"
-    LitGpuCLI(
-        args=["fit", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), "--trainer.max_epochs", "2"]
-    )
+    # the checkpoint alone rebuilds model and data only; trainer settings come from the command line
+    trainer = [
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.limit_train_batches",
+        "4",
+        "--trainer.log_every_n_steps",
+        "1",
+    ]
+    LitGpuCLI(args=["fit", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), *trainer])
     assert not (tmp_path / "cluster").exists() and _versions(copied / "lit_gpu") == ["version_0"]
     assert [s for s, _ in read_metrics(run)["train/loss_step"]] == list(range(8))
     assert sorted(p.name for p in (run / "checkpoints").glob("last*")) == ["last.ckpt"]  # no last-v1.ckpt

@@ -53,6 +53,12 @@ def _last(run_root: Path, version: int) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
+def _resumed(run_root: Path) -> dict:
+    """The resumed fit continued its run folder (version_0); no second folder."""
+    assert not (run_root / "runs" / "lit_gpu" / "version_1").exists()
+    return _last(run_root, 0)
+
+
 def _max_diff(got: dict, want: dict) -> float:
     return max((got[k].double() - want[k].double()).abs().max().item() for k in want)
 
@@ -95,7 +101,7 @@ def test_max_steps_mid_epoch_then_resume_is_bit_identical(
     assert stopped["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["position"] == 3 * 64
     resumed = _run(tmp_path, cli_env, [*args, "--ckpt_path", "last"])
     assert "unreliable" not in resumed.stderr  # Lightning's warning: these loaders do resume
-    _assert_identical(_last(tmp_path, 1), reference)
+    _assert_identical(_resumed(tmp_path), reference)
 
 
 @pytest.mark.parametrize("storage", ["dataset", "tensor"])
@@ -110,7 +116,7 @@ def test_sigkill_after_a_step_checkpoint_then_resume_is_bit_identical(
     stopped = _last(tmp_path, 0)
     assert stopped["global_step"] == 12  # the last step checkpoint, mid-epoch 1; steps 13-14 were lost
     _run(tmp_path, cli_env, [*args, "--ckpt_path", "last"])
-    _assert_identical(_last(tmp_path, 1), reference)
+    _assert_identical(_resumed(tmp_path), reference)
 
 
 # ---- elastic: another number of processes, the same global batch --------------------------------
@@ -146,7 +152,7 @@ def test_elastic_resume_on_another_number_of_processes(before, after, tmp_path, 
     assert stopped["global_step"] == 17
     assert stopped["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["position"] == 5 * GLOBAL_BATCH
     _run(tmp_path, cli_env, [*_simple(after), "--ckpt_path", "last"])
-    resumed = _last(tmp_path, 1)
+    resumed = _resumed(tmp_path)
     assert resumed["global_step"] == simple_reference["global_step"] == 24
     for key, value in simple_reference["state_dict"].items():
         torch.testing.assert_close(resumed["state_dict"][key], value, atol=1e-5, rtol=0)

@@ -102,14 +102,16 @@ def test_checkpoint_alone_rebuilds_the_run_and_flags_override(tmp_path, monkeypa
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # the root comes from the checkpoint's place, not the working dir
     capsys.readouterr()
-    fit = LitGpuCLI(args=["fit", "--ckpt_path", str(ckpt), "--trainer.max_epochs", "3"])
+    # model and data come from the run's config.yaml, trainer settings only from the command line
+    limits = ["--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "2"]
+    fit = LitGpuCLI(args=["fit", "--ckpt_path", str(ckpt), "--trainer.max_epochs", "3", *limits])
     assert "rebuilding the run from" in capsys.readouterr().err
     assert type(fit.model.net).__name__ == "FooNet" and fit.trainer.max_epochs == 3
     assert fit.trainer.global_step == 12  # 2 epochs resumed + 1 more, 4 batches each
     assert _versions(tmp_path / "exp1" / "lit_gpu") == ["version_0"]  # the resumed fit continued its run
     assert not any(elsewhere.iterdir())
     for sub in ("test", "validate"):
-        cli = LitGpuCLI(args=[sub, "--ckpt_path", str(ckpt), "--trainer.logger", "false"])
+        cli = LitGpuCLI(args=[sub, "--ckpt_path", str(ckpt), "--trainer.logger", "false", *limits])
         assert any(k.startswith(("test/", "val/")) for k in cli.trainer.callback_metrics)
     LitGpuCLI(args=["predict", "--ckpt_path", str(ckpt), "--predict_out", "p.csv", "--loggers", "[]"])
     assert len((elsewhere / "p.csv").read_text().splitlines()) > 1

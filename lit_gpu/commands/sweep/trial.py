@@ -56,11 +56,14 @@ def _describe_error(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def _interrupt_code() -> int | None:
-    """130/143 when the fit just run in this process was stopped by SIGINT/SIGTERM, else ``None``."""
-    from lit_gpu.callbacks.interrupt import interrupt_exit_code
+def _interrupt_code(err: BaseException) -> int | None:
+    """130/143 when the fit just run in this process was stopped by SIGINT/SIGTERM, else ``None``.
 
-    return interrupt_exit_code()
+    ``LitGpuCLI`` ends such a fit (``last.ckpt`` saved) with ``SystemExit(130 | 143)``.
+    """
+    from lit_gpu.callbacks.interrupt import is_signal_stop
+
+    return int(err.code) if isinstance(err, SystemExit) and is_signal_stop(err) else None
 
 
 def trial_cli(args: list[str], callback: SweepPruning) -> Any:
@@ -95,19 +98,22 @@ def run_in_process(args: list[str], callback: SweepPruning, run_dir: Path) -> Tr
     try:
         trial_cli(args, callback)
     except (Exception, SystemExit) as err:
-        code = _interrupt_code()
-        if isinstance(err, SystemExit) and code is not None:
+        code = _interrupt_code(err)
+        if code is not None:
             return TrialResult(error="interrupted", interrupted=code)
         _write_error(run_dir)
         return TrialResult(error=_describe_error(err))
     except KeyboardInterrupt:
-        return TrialResult(error="interrupted", interrupted=_interrupt_code() or 130)
+        return TrialResult(error="interrupted", interrupted=130)
     return TrialResult(callback.last_value, callback.pruned_at, callback.logged)
 
 
 def child_command() -> tuple[list[str], dict[str, str]]:
     """``python -P -m lit_gpu sweep`` and its environment: the working folder stays off ``sys.path``."""
     env = {**os.environ, "PYTHONSAFEPATH": "1"}  # inherited by Lightning's DDP ranks too
+    if "PYTHONPATH" in env:  # an empty or relative entry is the working folder: keep absolute ones only
+        kept = [p for p in env["PYTHONPATH"].split(os.pathsep) if p and os.path.isabs(p)]
+        env["PYTHONPATH"] = os.pathsep.join(kept)
     safe = ["-P"] if sys.version_info >= (3, 11) else []
     return [sys.executable, *safe, "-m", "lit_gpu", "sweep"], env
 
@@ -185,8 +191,8 @@ def run_trial_child(spec: dict[str, Any]) -> int:
     try:
         trial_cli(list(spec["args"]), callback)
     except (Exception, SystemExit) as err:
-        code = _interrupt_code()
-        if isinstance(err, SystemExit) and code is not None:
+        code = _interrupt_code(err)
+        if code is not None:
             return code
         if rank == 0:
             _write_error(result_path.parent)

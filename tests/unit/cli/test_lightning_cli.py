@@ -125,7 +125,13 @@ def test_print_config_lists_every_callback_lit_gpu_adds(tmp_path, monkeypatch, c
     printed = yaml.safe_load(print_config(["--config", str(CONFIGS / "simple.yaml")], capsys))
     listed = [entry["class_path"].rsplit(".", 1)[-1] for entry in printed["trainer"]["callbacks"]]
     assert listed == [cls.__name__ for cls in DEFAULT_CALLBACKS]
-    assert listed == ["RunFolderSync", "RNGStateCallback", "CheckpointOnInterrupt", "OOMLoopName", "SkipIdleHooks"]
+    assert listed == [
+        "RunFolderSync",
+        "RNGStateCallback",
+        "CheckpointOnInterrupt",
+        "OOMLoopName",
+        "SkipIdleHooks",
+    ]
     groups = {"FreshLastCheckpoint": "checkpoint", "NaNGuard": "nan_guard", "SpeedLevers": "speed"}
     assert set(groups.values()) <= set(printed)
     cli = LitGpuCLI(args=["--config", str(CONFIGS / "simple.yaml")], run=False)

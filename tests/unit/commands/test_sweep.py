@@ -256,3 +256,13 @@ def test_trial_children_start_without_the_working_folder_on_sys_path():
     command, env = child_command()
     assert command[:2] == [sys.executable, "-P"] and command[2:] == ["-m", "lit_gpu", "sweep"]
     assert env["PYTHONSAFEPATH"] == "1"  # inherited by the ranks Lightning's DDP launcher starts
+
+
+def test_trial_children_get_no_working_folder_on_their_path(monkeypatch):
+    """An empty or relative PYTHONPATH entry means the working folder: the child's env drops them."""
+    from lit_gpu.commands.sweep.trial import child_command
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/abs/one", "", ".", "rel/dir", "/abs/two"]))
+    command, env = child_command()
+    assert env["PYTHONPATH"] == os.pathsep.join(["/abs/one", "/abs/two"])
+    assert env["PYTHONSAFEPATH"] == "1" and command[1:4] == ["-P", "-m", "lit_gpu"]
