@@ -27,11 +27,10 @@ def net_spec(net: nn.Module) -> dict[str, Any]:
     Outside the CLI, init args are read from same-named attributes of ``net`` when they exist (others
     keep their defaults); exporters verify the rebuilt net's keys and shapes before writing.
     """
-    # private, pinned in tests/unit/test_upstream_pins.py: the CLI config of the module being built
-    from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+    from lit_gpu.callbacks.upstream import given_hyperparameters  # the CLI config of the module being built
 
     class_path = f"{type(net).__module__}.{type(net).__qualname__}"
-    given = _given_hyperparameters.get()
+    given = given_hyperparameters()
     config = given.get("net") if isinstance(given, Mapping) else None
     if (
         isinstance(config, Mapping)

@@ -13,6 +13,16 @@ from typing import Any
 from lightning.pytorch.utilities.model_helpers import _restricted_classmethod as restricted_classmethod
 
 
+def given_hyperparameters() -> Any:
+    """The init args LightningCLI is instantiating the current module with (a mapping), else None.
+
+    Pinned by test_hparams_mixin__given_hyperparameters: no public API gives the CLI config there.
+    """
+    from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+
+    return _given_hyperparameters.get()
+
+
 def loggers_record_this_step(trainer: Any) -> bool:
     """Whether the loggers record the current training step (``log_every_n_steps``); True without a trainer.
 
@@ -22,4 +32,4 @@ def loggers_record_this_step(trainer: Any) -> bool:
     return connector is None or bool(connector.should_update_logs)
 
 
-__all__ = ["loggers_record_this_step", "restricted_classmethod"]
+__all__ = ["given_hyperparameters", "loggers_record_this_step", "restricted_classmethod"]

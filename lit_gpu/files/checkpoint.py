@@ -170,9 +170,10 @@ def read_for_check(checkpoint_path: Any, weights_only: bool) -> Any:
             return read_checkpoint(checkpoint_path, trust=not weights_only, opt_out=opt_out)
         finally:
             checkpoint_path.seek(position)
-    from lightning.fabric.utilities.cloud_io import _load  # URLs and fsspec paths, as Lightning reads them
+    from lightning.fabric.utilities.cloud_io import get_filesystem  # URLs and fsspec paths, as Lightning
 
-    return _load(checkpoint_path, map_location="cpu", weights_only=weights_only)
+    with get_filesystem(checkpoint_path).open(checkpoint_path, "rb") as f:
+        return _torch_load(f, checkpoint_path, "cpu", weights_only, opt_out)
 
 
 # ---- paths inside a checkpoint ----------------------------------------------------------------------

@@ -21,3 +21,39 @@ def test_lint_imports_keeps_every_contract():
     done = subprocess.run([exe], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "0 broken" in done.stdout
+
+
+UPSTREAM = ("lightning", "jsonargparse", "optuna", "torchmetrics")
+ROOMS = ("callbacks", "strategies", "cli")  # where private upstream APIs may be used, each pinned
+
+
+def _private_upstream_imports(path: Path) -> list[str]:
+    """``from lightning... import _x`` / ``import lightning.x._y`` in one module: private upstream names."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in UPSTREAM:
+            parts = (node.module or "").split(".")
+            names = [a.name for a in node.names]
+            if any(p.startswith("_") for p in parts) or any(n.startswith("_") for n in names):
+                found.append(f"{node.lineno}: from {node.module} import {', '.join(names)}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] in UPSTREAM and any(p.startswith("_") for p in parts):
+                    found.append(f"{node.lineno}: import {alias.name}")
+    return found
+
+
+def test_private_upstream_apis_only_in_three_rooms():
+    """Lightning/jsonargparse/Optuna internals are imported only in callbacks/, strategies/ and cli/."""
+    package = REPO_ROOT / "lit_gpu"
+    outside = {
+        str(path.relative_to(REPO_ROOT)): hits
+        for path in sorted(package.rglob("*.py"))
+        if path.relative_to(package).parts[0] not in ROOMS and (hits := _private_upstream_imports(path))
+    }
+    assert outside == {}, "import it from lit_gpu/callbacks/upstream.py (pinned) instead"
+    inside = [p for room in ROOMS for p in (package / room).rglob("*.py") if _private_upstream_imports(p)]
+    assert inside, "the scan finds nothing at all: it is broken"

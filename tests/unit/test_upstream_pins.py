@@ -417,17 +417,6 @@ def test_call_callback_hooks__call_lightning_module_hook__skip_a_non_callable_ho
     assert (hidden.starts, shown.starts) == (0, 3)
 
 
-def test_cloud_io__load(tmp_path):
-    """lit_gpu.safe_build reads checkpoint files (local, URL, fsspec) with Lightning's ``cloud_io._load``."""
-    from lightning.fabric.utilities.cloud_io import _load
-
-    params = inspect.signature(_load).parameters
-    assert list(params)[:2] == ["path_or_url", "map_location"] and "weights_only" in params
-    torch.save({"w": torch.arange(3)}, tmp_path / "x.ckpt")
-    loaded = _load(str(tmp_path / "x.ckpt"), map_location="cpu", weights_only=True)
-    assert torch.equal(loaded["w"], torch.arange(3))
-
-
 def test_strategy_registry__register():
     """lit_gpu.strategies.dp registers ``"dp"`` through ``register_strategies(_StrategyRegistry)``."""
     from lightning.fabric.strategies import _StrategyRegistry
