@@ -195,6 +195,8 @@ class LitGpuCLI(LightningCLI):
         kwargs.setdefault("save_config_callback", RunConfigSaver)  # a continued run keeps its config.yaml
         trainer_defaults = dict(run_folders.TRAINER_DEFAULTS)  # default_root_dir: runs
         trainer_defaults.update(kwargs.pop("trainer_defaults", None) or {})
+        # the command line as the user typed it (lit_gpu:NAME kept): the resume line in the log
+        self.command_line = as_argv(sys.argv[1:] if args is None else args)
         args = recipes.resolve_args(args)  # --config lit_gpu:NAME -> the shipped file's path
         # the command line, so that a device error can name the flag or file that asked for a GPU
         self.argv = as_argv(sys.argv[1:] if args is None else args)
@@ -237,7 +239,7 @@ class LitGpuCLI(LightningCLI):
     @override
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         rebuilt = run_folders.with_saved_config(args)  # --ckpt_path FILE alone: config.yaml beside it first
-        if rebuilt is not args:  # parse exactly this argv; self.argv stays the user's (the resume line)
+        if rebuilt is not args:  # parse exactly this argv; the resume line stays the user's
             self.config = parser.parse_args(rebuilt)
         else:
             with warnings.catch_warnings():  # args from Python (main(argv), notebooks) are intended here
@@ -285,7 +287,7 @@ class LitGpuCLI(LightningCLI):
             trainer,
             interval=config_value(config, "progress_interval", DEFAULT_INTERVAL),
             format=config_value(config, "progress_format", "text"),
-            command=self.argv,
+            command=self.command_line,
         )
         run_folders.adapt_checkpoint_monitor(trainer)  # default val/loss: last.ckpt only if never logged
         parsed = self.config[self.subcommand] if self.subcommand else self.config

@@ -111,8 +111,10 @@ def run_in_process(args: list[str], callback: SweepPruning, run_dir: Path) -> Tr
 def child_command() -> tuple[list[str], dict[str, str]]:
     """``python -P -m lit_gpu sweep`` and its environment: the working folder stays off ``sys.path``."""
     env = {**os.environ, "PYTHONSAFEPATH": "1"}  # inherited by Lightning's DDP ranks too
-    if "PYTHONPATH" in env:  # an empty or relative entry is the working folder: keep absolute ones only
-        kept = [p for p in env["PYTHONPATH"].split(os.pathsep) if p and os.path.isabs(p)]
+    if "PYTHONPATH" in env:  # an empty entry (`:$PYTHONPATH` with none set) is the working folder: dropped
+        kept = [
+            os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p
+        ]  # `.`: the user's choice
         env["PYTHONPATH"] = os.pathsep.join(kept)
     safe = ["-P"] if sys.version_info >= (3, 11) else []
     return [sys.executable, *safe, "-m", "lit_gpu", "sweep"], env

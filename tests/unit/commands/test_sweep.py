@@ -258,11 +258,15 @@ def test_trial_children_start_without_the_working_folder_on_sys_path():
     assert env["PYTHONSAFEPATH"] == "1"  # inherited by the ranks Lightning's DDP launcher starts
 
 
-def test_trial_children_get_no_working_folder_on_their_path(monkeypatch):
-    """An empty or relative PYTHONPATH entry means the working folder: the child's env drops them."""
+def test_trial_children_get_no_working_folder_on_their_path(monkeypatch, tmp_path):
+    """An empty PYTHONPATH entry (often a stray ``:``) means the working folder: the child's env drops it.
+
+    An explicit ``.`` (``PYTHONPATH=. lit-gpu sweep`` for the user's own module) is the user's choice.
+    """
     from lit_gpu.commands.sweep.trial import child_command
 
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/abs/one", "", ".", "rel/dir", "/abs/two"]))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/abs/one", "", ".", "/abs/two", ""]))
     command, env = child_command()
-    assert env["PYTHONPATH"] == os.pathsep.join(["/abs/one", "/abs/two"])
+    assert env["PYTHONPATH"] == os.pathsep.join(["/abs/one", str(tmp_path), "/abs/two"])
     assert env["PYTHONSAFEPATH"] == "1" and command[1:4] == ["-P", "-m", "lit_gpu"]
