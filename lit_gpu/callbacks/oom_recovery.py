@@ -280,6 +280,7 @@ class _MetricGuard:
     """
 
     def __init__(self, module: nn.Module) -> None:
+        self.module = module
         self.metrics = _metrics(module)
         self.watched = list(self.metrics)
         self._counts: list[int] = []
@@ -291,16 +292,24 @@ class _MetricGuard:
         self.watched = [m for m, n in zip(self.metrics, self._counts, strict=True) if m.update_count != n]
 
     def snapshot(self) -> list[tuple[Any, dict[str, Any]]]:
-        return [
+        states = [
             (m, {k: v.clone() if isinstance(v, Tensor) else list(v) for k, v in m.metric_state.items()})
             for m in self.watched
         ]
+        # a module's own running sums (lit_gpu's LitModule: the epoch's train loss) are undone as well
+        mark = getattr(self.module, "train_loss_mark", None)
+        if callable(mark):
+            states.append((self.module, {"train_loss_mark": mark()}))
+        return states
 
     @staticmethod
     def restore(snapshot: list[tuple[Any, dict[str, Any]]]) -> None:
-        for metric, state in snapshot:
+        for owner, state in snapshot:
+            if "train_loss_mark" in state and not hasattr(owner, "metric_state"):
+                owner.rewind_train_loss(state["train_loss_mark"])
+                continue
             for name, value in state.items():
-                setattr(metric, name, value)
+                setattr(owner, name, value)
 
 
 class OOMRecovery(OOMLoopName):

@@ -127,6 +127,17 @@ class LitModule(pl.LightningModule):
             self.log("train/loss_step", loss, on_step=True, on_epoch=False, prog_bar=True)
             self.log("train/loss", loss, on_step=True, on_epoch=False, logger=False)
 
+    def train_loss_mark(self) -> tuple[list[tuple[torch.Tensor, int]], int, torch.Tensor | None]:
+        """The epoch's train-loss bookkeeping now, for :meth:`rewind_train_loss` (OOM recovery retries)."""
+        return list(self._train_losses), self._train_loss_count, self._train_loss_sum
+
+    def rewind_train_loss(
+        self, mark: tuple[list[tuple[torch.Tensor, int]], int, torch.Tensor | None]
+    ) -> None:
+        """Forget the train losses kept since ``mark``: a step retried after an OOM counts once."""
+        losses, self._train_loss_count, self._train_loss_sum = mark
+        self._train_losses[:] = losses
+
     #: steps whose losses are kept before they are summed into the epoch total
     LOSS_FOLD = 128
 

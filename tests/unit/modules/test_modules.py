@@ -140,3 +140,25 @@ def test_train_loss_epoch_is_the_sample_weighted_mean_of_the_step_losses(tmp_pat
     logged = trainer.callback_metrics["train/loss_epoch"].item()
     torch.testing.assert_close(logged, expected, rtol=1e-6, atol=0)
     assert module._train_losses == []
+
+
+def test_train_loss_rewind_forgets_a_retried_step():
+    """OOM recovery retries a step whose backward ran out of memory: its first try's loss is forgotten."""
+    import torch
+
+    from lit_gpu.modules import RegressionModule
+    from lit_gpu.nets import SimpleModel
+
+    module = RegressionModule(SimpleModel(2, 2))
+    module._train_losses.append((torch.tensor(1.0), 4))
+    module._train_loss_count = 4
+    mark = module.train_loss_mark()
+    module._train_losses.append((torch.tensor(9.0), 4))  # the failed try
+    module._train_loss_count += 4
+    module.rewind_train_loss(mark)
+    assert [(loss.item(), n) for loss, n in module._train_losses] == [(1.0, 4)]
+    assert module._train_loss_count == 4
+    module._train_losses.append((torch.tensor(3.0), 2))
+    module._train_loss_count += 2
+    module._fold_train_losses()  # weighted by batch size: 1*4 + 3*2
+    assert module._train_loss_sum.item() == 10.0 and module._train_loss_count == 6
