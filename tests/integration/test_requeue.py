@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from lit_gpu.cli import LitGpuCLI
+from lit_gpu.commands import plot as plot_cmd
 from lit_gpu.commands.plot import main as plot_main
 from lit_gpu.commands.plot import read_metrics
 from tests.helpers.paths import CONFIGS
@@ -62,7 +63,23 @@ def reference(tmp_path_factory) -> dict:
     return read_metrics(root / "lit_gpu" / "version_0")
 
 
-def test_requeue_loop_keeps_one_folder_with_each_step_once(tmp_path, cli_env, reference):
+def _record_plotted_lines(monkeypatch) -> dict[str, dict]:
+    """What ``lit-gpu plot`` draws, per panel: ``{title: {label: (xs, ys, xlim)}}``."""
+    drawn: dict[str, dict] = {}
+    real_panel = plot_cmd._panel
+
+    def panel(ax, series, names, title) -> None:
+        real_panel(ax, series, names, title)
+        drawn[title] = {
+            line.get_label(): ([float(x) for x in line.get_xdata()], list(line.get_ydata()), ax.get_xlim())
+            for line in ax.get_lines()
+        }
+
+    monkeypatch.setattr(plot_cmd, "_panel", panel)
+    return drawn
+
+
+def test_requeue_loop_keeps_one_folder_with_each_step_once(tmp_path, cli_env, reference, monkeypatch):
     cmd = [sys.executable, "-m", "lit_gpu", "fit", *ARGS, "--ckpt_path", "last"]
     cmd += ["--trainer.callbacks+=tests.helpers.robustness.KillAtStepFromEnv"]
     # SIGKILL (node loss) one step after a checkpoint, three times: the killed attempts logged
@@ -86,7 +103,13 @@ def test_requeue_loop_keeps_one_folder_with_each_step_once(tmp_path, cli_env, re
     tb = _scalars(run, "train/loss_step")  # TensorBoard: purged events of the killed attempts
     assert [s for s, _ in tb] == STEPS
     assert [v for _, v in tb] == pytest.approx([v for _, v in reference["train/loss_step"]], rel=1e-6)
+    drawn = _record_plotted_lines(monkeypatch)
     assert plot_main([str(run)]) == 0 and (run / "curves.png").is_file()
+    xs, ys, (left, right) = drawn["loss"]["train/loss (step)"]  # the plot covers every step of the run
+    assert xs == STEPS and left <= 0 and right >= STEPS[-1]
+    assert ys == [v for _, v in reference["train/loss_step"]]
+    assert drawn["loss"]["val/loss"][0] == [s for s, _ in reference["val/loss"]]  # 3 epochs' validations
+    assert len(drawn["loss"]["val/loss"][0]) == 3
     assert sorted(p.name for p in (run / "checkpoints").glob("last*")) == ["last.ckpt"]
 
 
