@@ -221,6 +221,13 @@ def test_next_fit_removes_the_temp_file_of_a_save_killed_in_an_earlier_run(tmp_p
     assert not litter.exists() and (tmp_path / RUN / "version_1" / "checkpoints" / "last.ckpt").is_file()
 
 
+def _descendants(pid: int) -> list[int]:
+    found = []
+    for child in _children(pid):
+        found += [child, *_descendants(child)]
+    return found
+
+
 def _torchrun_agents(argv: list[str], cwd: Path, env: dict[str, str], port: int) -> list[subprocess.Popen]:
     """Two torchrun agents on loopback (two "nodes" of one process each), each in its own session."""
     agents = []
@@ -242,6 +249,7 @@ def _torchrun_agents(argv: list[str], cwd: Path, env: dict[str, str], port: int)
     return agents
 
 
+@pytest.mark.integration
 def test_sigterm_to_two_torchrun_agents_saves_at_one_step_and_resumes_exactly(
     tmp_path, cli_env, fake_mnist_dir
 ):
@@ -250,7 +258,9 @@ def test_sigterm_to_two_torchrun_agents_saves_at_one_step_and_resumes_exactly(
     from tests.helpers.ports import free_port
 
     two_nodes = ["--trainer.devices", "1", "--trainer.num_nodes", "2", "--trainer.strategy", "ddp"]
-    argv = _mnist_argv(fake_mnist_dir)[3:] + two_nodes  # configs/mnist.yaml: num_workers 2
+    # a periodic last.ckpt every 2 steps (as a long run has): the save at SIGTERM must come after it
+    periodic = ["--checkpoint.every_n_train_steps", "2", "--checkpoint.save_top_k", "0"]
+    argv = _mnist_argv(fake_mnist_dir)[3:] + two_nodes + periodic  # configs/mnist.yaml: num_workers 2
     slow = ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0.3"]
     env = {k: v for k, v in cli_env.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
 
@@ -265,6 +275,9 @@ def test_sigterm_to_two_torchrun_agents_saves_at_one_step_and_resumes_exactly(
     while time.monotonic() < deadline and not (progress.exists() and int(progress.read_text() or 0) >= 3):
         assert all(a.poll() is None for a in agents), (tmp_path / "node0.log").read_text()[-3000:]
         time.sleep(0.05)
+    for agent in agents:  # agent -> training process -> its 2 DataLoader workers, on each node
+        assert len(_descendants(agent.pid)) >= 3, (agent.pid, _descendants(agent.pid))
+    reached = int(progress.read_text())
     for agent in agents:
         os.killpg(agent.pid, signal.SIGTERM)  # each node's process group, as Slurm/Kubernetes do
     try:
@@ -285,6 +298,10 @@ def test_sigterm_to_two_torchrun_agents_saves_at_one_step_and_resumes_exactly(
     ckpt = torch.load(ckpt_dir / "last.ckpt", weights_only=True)
     stopped_at = ckpt["global_step"]
     assert 3 <= stopped_at < LIMIT and f"global step {stopped_at} " in lines[0]
+    # the step reached, not the periodic save before it (step 2 * (reached // 2), below it when odd)
+    assert stopped_at >= reached
+    progress_state = ckpt["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]
+    assert progress_state["completed"] == progress_state["ready"] == stopped_at  # a step boundary
 
     for agent in _torchrun_agents(argv + ["--ckpt_path", "last"], tmp_path, env, free_port()):
         assert agent.wait(timeout=180) == 0, (tmp_path / "node0.log").read_text()[-3000:]
