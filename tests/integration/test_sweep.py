@@ -138,6 +138,36 @@ def test_sqlite_storage(tmp_path, monkeypatch):
     assert (tmp_path / "runs/sweeps/db/best.yaml").is_file()
 
 
+def test_the_same_command_with_a_fixed_seed_samples_new_points_and_until_complete_is_a_target(
+    tmp_path, monkeypatch, capsys
+):
+    """A requeued job starts the identical command: with ``--seed 0`` it must not draw the earlier trials'
+    parameters again, and ``--until_complete N`` stops once the study holds N finished trials."""
+    monkeypatch.chdir(tmp_path)
+    command = ["--search", SPACE, "--seed", "0", "--pruner", "none", "--trainer.max_epochs", "1"]
+    assert _sweep(*command, "--n_trials", "2") == 0
+    assert _sweep(*command, "--n_trials", "2") == 0  # the very same command again
+    sweep_dir = Path("runs/sweeps/simple")
+    params = [t.params for t in _study(sweep_dir, "simple").get_trials()]
+    assert len(params) == 4
+    assert all(p not in params[:2] for p in params[2:]), params  # new points, not trials 0 and 1 again
+    assert len({p[LR] for p in params}) == 4
+    # reproducible from scratch: a new study with the same seed draws the same sequence
+    (tmp_path / "fresh").mkdir()
+    monkeypatch.chdir(tmp_path / "fresh")
+    assert _sweep(*command, "--n_trials", "4") == 0
+    assert [t.params for t in _study(Path("runs/sweeps/simple"), "simple").get_trials()] == params
+
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    for _ in range(2):  # a requeued job: the same command, however often; the study ends with 5 trials
+        assert _sweep(*command, "--until_complete", "5") == 0
+    trials = _study(sweep_dir, "simple").get_trials()
+    assert len(trials) == 5 and all(t.state == TrialState.COMPLETE for t in trials)
+    assert trials[4].params not in params
+    assert capsys.readouterr().err.count(" finished: ") == 1  # the second call ran no trial
+
+
 def test_a_crashing_trial_is_recorded_failed_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     # out_features 3 against 10 regression targets: the loss raises inside fit
