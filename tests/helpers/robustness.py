@@ -30,6 +30,18 @@ class SlowSteps(pl.Callback):
         time.sleep(self.seconds)
 
 
+class RecordStartStep(pl.Callback):
+    """Rank 0 appends the global step each fit starts training at to ``record_file``, one a line."""
+
+    def __init__(self, record_file: str = "start_steps.txt") -> None:
+        self.record_file = Path(record_file)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero:
+            with open(self.record_file, "a") as f:
+                f.write(f"{trainer.global_step}\n")
+
+
 class NaNAtStepModule(RegressionModule):
     """A regression module whose training loss becomes NaN (or inf) at global step ``bad_step``."""
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import torch
 from optuna.trial import TrialState
 
 from lit_gpu.commands import sweep as sweep_cmd
@@ -89,13 +90,19 @@ def test_a_stopped_trial_is_continued_from_its_checkpoint_to_the_uninterrupted_v
         assert sorted(stopped.intermediate_values) == [0]  # validation after step 4 reported
     else:
         assert worker.returncode == -signal.SIGKILL
-    assert (sweep_dir / "version_0/checkpoints/last.ckpt").is_file()
+    last = sweep_dir / "version_0/checkpoints/last.ckpt"
+    saved_step = torch.load(last, weights_only=True)["global_step"]
+    # SIGTERM: saved at the step reached (6 or more); SIGKILL: the epoch-end save at step 4 or 8 stays
+    assert saved_step >= 6 if sig == signal.SIGTERM else saved_step in (4, 8), saved_step
 
     # the same command again (a requeued job), asking for 2 finished trials: trial 0 is continued,
     # then trial 1 runs uninterrupted with the same parameters
     monkeypatch.chdir(tmp_path)
-    assert sweep_cmd.main([*argv, "--until_complete", "2", *slow(0)]) == 0
+    record = ["--trainer.callbacks+=tests.helpers.robustness.RecordStartStep"]
+    assert sweep_cmd.main([*argv, "--until_complete", "2", *slow(0), *record]) == 0
     err = capsys.readouterr().err
+    # trial 0 trained on from its checkpoint's step, not from 0; trial 1 from the start
+    assert (tmp_path / "start_steps.txt").read_text().split() == [str(saved_step), "0"]
     why = "stopped by a signal" if sig == signal.SIGTERM else "its worker (pid"
     assert f"trial 0: continuing ({why}" in err and "version_0/checkpoints/last.ckpt" in err
     continued, reference = load(sweep_dir, "fixed").get_trials()
