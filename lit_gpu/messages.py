@@ -236,6 +236,10 @@ STATE_PATHS_DROPPED = (
 REMOVE_OUTSIDE_REFUSED = (
     "not removing {path}: it is not a checkpoint file inside {dirpath} (resolved: {real}); left as it is"
 )
+RUN_FOLDER_LINKS_OUT = (
+    "not continuing the run in {folder}: it holds links that lead outside it ({links}), so writing there "
+    "would write outside; remove them, or pass --new_run true to log into a new folder"
+)
 CKPT_SYMLINK_LEAVES_RUN = (
     "--ckpt_path {which}: {path} is a symlink to {target}, outside its run folder {run}; pass the target "
     "itself if you trust it"

@@ -38,6 +38,7 @@ from typing_extensions import override
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.checkpoint import read_header
+from lit_gpu.files.locate import refuse_links_out_of
 from lit_gpu.files.run_config import CONFIG_N_RE, saved_configs
 from lit_gpu.io import atomic_file
 
@@ -150,6 +151,7 @@ def continuation(ckpt_path: str | os.PathLike | None) -> Continuation | None:
     folder = run_folder_of(ckpt_path) if ckpt_path else None
     if folder is None:
         return None
+    refuse_links_out_of(folder)  # hparams.yaml, metrics.csv, config.N.yaml... are written there
     try:
         header = read_header(ckpt_path)
     except LitGpuError:  # the resume's own load reports a bad file properly

@@ -42,6 +42,8 @@ __all__ = [
     "Run",
     "SUBCOMMANDS",
     "args_with_saved_config",
+    "escaping_links",
+    "refuse_links_out_of",
     "check_checkpoint",
     "explain_choice",
     "find_last_checkpoint",
@@ -81,6 +83,39 @@ def refuse_escaping_link(path: str | os.PathLike, which: str) -> None:
                     which=which, path=path, target=os.path.realpath(ckpt), run=run
                 )
             )
+
+
+def escaping_links(run: str | os.PathLike) -> list[str]:
+    """Entries of a run folder (and of its ``checkpoints/``) that are symlinks leading outside it.
+
+    A fit that continues a run folder writes there (``hparams.yaml``, ``metrics.csv``, ``config.N.yaml``,
+    checkpoints); through such a link it would write outside. Dangling links count (their target is
+    where a write would go). The run folder itself may be reached through links (``runs/`` on a
+    scratch disk): only links inside it are checked. Returns ``"name -> target"`` texts.
+    """
+    folder = Path(run)
+    found = []
+    for parent in (folder, folder / "checkpoints"):
+        try:
+            entries = sorted(parent.iterdir()) if parent.is_dir() else []
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_symlink() and not inside(entry, folder):
+                found.append(f"{entry.relative_to(folder)} -> {os.path.realpath(entry)}")
+    return found
+
+
+def refuse_links_out_of(run: str | os.PathLike) -> None:
+    """Refuse to continue (write into) a run folder holding symlinks that lead outside it.
+
+    Raises:
+        LitGpuError: One line naming the links and the fix.
+    """
+    links = escaping_links(run)
+    if links:
+        shown = ", ".join(links[:3]) + (f" and {len(links) - 3} more" if len(links) > 3 else "")
+        raise LitGpuError(messages.RUN_FOLDER_LINKS_OUT.format(folder=run, links=shown))
 
 
 # ---- finding earlier runs ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lit_gpu.cli import LitGpuCLI
+from lit_gpu.cli import LitGpuCLI, main
 from lit_gpu.commands import plot as plot_cmd
 from lit_gpu.commands.plot import main as plot_main
 from lit_gpu.commands.plot import read_metrics
@@ -213,3 +213,25 @@ def test_ddp_ranks_continue_one_folder(tmp_path, cli_env):
     steps = _steps_once(run / "metrics.csv")
     assert steps["train/loss_step"] == list(range(8))  # 2 epochs x 4 batches, each step once
     assert sorted(p.name for p in run.glob("config*.yaml")) == ["config.1.yaml", "config.yaml"]
+
+
+def test_a_run_folder_with_links_out_of_it_is_not_continued(tmp_path, monkeypatch, capsys):
+    """Issue 18: continuing writes hparams.yaml, metrics.csv, config.N.yaml into the folder; a planted
+    link there would make that a write outside. One line, exit 2, the victim untouched; --new_run works."""
+    monkeypatch.chdir(tmp_path)
+    LitGpuCLI(args=["fit", *SIMPLE, "--trainer.max_epochs", "1"])
+    run = tmp_path / RUN / "version_0"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (run / "hparams.yaml").unlink()
+    (run / "hparams.yaml").symlink_to(victim)
+    (run / "config.1.yaml").symlink_to(tmp_path / "created.yaml")  # dangling: a write would create it
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main(["fit", *SIMPLE, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("lit-gpu: error")]
+    assert info.value.code == 2 and len(err) == 1 and "links that lead outside it" in err[0]
+    assert victim.read_text() == "precious" and not (tmp_path / "created.yaml").exists()
+    LitGpuCLI(args=["fit", *SIMPLE, "--trainer.max_epochs", "2", "--ckpt_path", "last", "--new_run", "true"])
+    assert _versions(tmp_path / RUN) == ["version_0", "version_1"]
+    assert victim.read_text() == "precious" and not (tmp_path / "created.yaml").exists()

@@ -144,3 +144,29 @@ def test_checkpoint_without_config_is_one_line(tmp_path):
     with pytest.raises(LitGpuError, match=r"no config.yaml for .*version_N.*--config FILE") as info:
         locate.args_with_saved_config(["predict", "--ckpt_path", str(ckpt)])
     assert "\n" not in str(info.value)
+
+
+def test_links_leading_out_of_a_run_folder_are_found(tmp_path):
+    """A continued run writes into its folder: links there that lead outside (dangling too) are named."""
+    from lit_gpu.files.locate import escaping_links, refuse_links_out_of
+
+    run = tmp_path / "runs" / "lit_gpu" / "version_0"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "metrics.csv").write_text("step\n")
+    (run / "inner.txt").symlink_to(run / "metrics.csv")  # inside: fine
+    refuse_links_out_of(run)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (run / "hparams.yaml").symlink_to(outside / "victim.txt")  # dangling: a write would create it
+    (run / "checkpoints" / "best.ckpt").symlink_to(outside / "x.ckpt")
+    assert escaping_links(run) == [
+        f"hparams.yaml -> {outside / 'victim.txt'}",
+        f"checkpoints/best.ckpt -> {outside / 'x.ckpt'}",
+    ]
+    with pytest.raises(LitGpuError, match="not continuing the run in .*--new_run true"):
+        refuse_links_out_of(run)
+    linked_root = tmp_path / "scratch_link"  # runs/ reached through a link (a scratch disk): fine
+    linked_root.symlink_to(tmp_path / "runs")
+    (run / "hparams.yaml").unlink()
+    (run / "checkpoints" / "best.ckpt").unlink()
+    assert escaping_links(linked_root / "lit_gpu" / "version_0") == []
