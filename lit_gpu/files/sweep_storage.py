@@ -27,6 +27,28 @@ from typing import Any, Protocol
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 
+_MAX_SPACE_BYTES = 1 << 20  # a search space is a few dozen lines
+
+
+def read_space_file(path: str | os.PathLike) -> Any:
+    """A search-space YAML file as plain data (``yaml.safe_load``: no tags, no objects).
+
+    Raises:
+        FileNotFoundError: No such file.
+        OSError, ValueError: Unreadable, too big (over 1 MiB) or not YAML (``yaml.YAMLError`` is a
+            ``ValueError`` here, with its first line as the message).
+    """
+    import yaml
+
+    file = Path(path)
+    if file.stat().st_size > _MAX_SPACE_BYTES:
+        raise ValueError(f"{file.stat().st_size} bytes; a search space is a few dozen lines")
+    try:
+        return yaml.safe_load(file.read_text())
+    except (yaml.YAMLError, RecursionError, UnicodeDecodeError) as err:
+        raise ValueError(str(err).splitlines()[0] if str(err) else type(err).__name__) from None
+
+
 OWNERS = ".owners"
 _STATES = ("running", "stopped")
 

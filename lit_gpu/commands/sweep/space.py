@@ -19,13 +19,11 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files.sweep_storage import read_space_file
 
 TYPES = ("float", "int", "categorical")
 _FIELDS = {
@@ -165,10 +163,10 @@ def load_space(path: str | os.PathLike) -> SearchSpace:
     """
     text_path = str(path)
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = read_space_file(path)  # lit_gpu.files: files someone else may have written are read there
     except FileNotFoundError:
         raise LitGpuError(messages.SWEEP_SPACE_NOT_FOUND.format(path=text_path)) from None
-    except (OSError, yaml.YAMLError) as err:
+    except (OSError, ValueError) as err:
         raise _fail(text_path, None, f"cannot read it ({str(err).splitlines()[0]})") from None
     if not isinstance(data, dict) or not data:
         raise _fail(text_path, None, "must be a non-empty mapping of dotted config keys")
