@@ -83,9 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reuse", default="", help="comma-separated distributions to keep as installed")
     parser.add_argument("--pyproject", type=Path, default=PYPROJECT)
+    parser.add_argument("--extras", default="", help="comma-separated optional-dependency groups to pin too")
     args = parser.parse_args(argv)
     with open(args.pyproject, "rb") as f:
-        dependencies = tomllib.load(f)["project"]["dependencies"]
+        project = tomllib.load(f)["project"]
+    dependencies = list(project["dependencies"])
+    for extra in (e.strip() for e in args.extras.split(",") if e.strip()):
+        dependencies += project.get("optional-dependencies", {})[extra]  # a KeyError names a wrong one
     reuse = [n.strip() for n in args.reuse.split(",") if n.strip()]
     print("\n".join(constraints(dependencies, reuse)))
     return 0

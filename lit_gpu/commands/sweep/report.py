@@ -82,14 +82,16 @@ def plot_study(study: Any, out: Path, metric: str) -> Path:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "too few trials": the bars say so themselves
-                scores = optuna.importance.get_param_importances(study)
+                # PED-ANOVA: optuna 5's default, pure Python; 4.x defaulted to fANOVA, which needs sklearn
+                evaluator = optuna.importance.PedAnovaImportanceEvaluator()
+                scores = optuna.importance.get_param_importances(study, evaluator=evaluator)
         except (ValueError, RuntimeError) as err:
             why = str(err).splitlines()[0] if str(err) else type(err).__name__
     if scores:
         names = short_names(list(scores))
         labels = [names[k] for k in scores][::-1]
         importance.barh(labels, list(scores.values())[::-1], color="tab:green")
-        importance.set_xlabel("importance (Optuna's default evaluator, sums to 1)")
+        importance.set_xlabel("importance (Optuna's PED-ANOVA, sums to 1)")
     else:
         importance.text(0.5, 0.5, why, ha="center", va="center", wrap=True, transform=importance.transAxes)
         importance.set_axis_off()
