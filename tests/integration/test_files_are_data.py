@@ -259,3 +259,40 @@ def test_6_load_from_checkpoint_does_not_build_it_from_hparams_either(work):
     with pytest.raises(LitGpuError, match="'torchmetrics' is not a trusted package"):
         RegressionModule.load_from_checkpoint(ckpt)
     _assert_untouched(work, before)
+
+
+# ---- the same guarantees for any LightningModule -------------------------------------------------------
+BORING = "lightning.pytorch.demos.boring_classes"
+
+
+def test_any_lightning_module_loads_safely_and_exports(tmp_path, monkeypatch, capsys):
+    """Lightning's BoringModel (no lit_gpu base class) trained by lit-gpu: loaded with
+    ``lit_gpu.checkpoints.load_lightning_module`` and exported; a tampered hparams class is refused."""
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    from lit_gpu.checkpoints import load_lightning_module
+    from lit_gpu.errors import LitGpuError
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["lit-gpu"])
+    args = ["--model", f"{BORING}.BoringModel", "--data", f"{BORING}.BoringDataModule"]
+    main(["fit", *args, "--config", str(CONFIGS / "debug.yaml")])
+    ckpt = tmp_path / RUN / "checkpoints" / "last.ckpt"
+    model = load_lightning_module(BoringModel, ckpt)
+    state = torch.load(ckpt, weights_only=True)["state_dict"]
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items())
+
+    code, lines, _ = _lit_gpu(["export", str(ckpt), "--out", str(tmp_path / "boring.pt")], capsys)
+    assert code == 0 and (tmp_path / "boring.pt").is_file(), lines
+
+    marker = tmp_path / "marker"
+    checkpoint = torch.load(ckpt, weights_only=True)
+    checkpoint["hyper_parameters"] = {  # as LightningCLI records them, with the class swapped
+        "_instantiator": "lightning.pytorch.cli.instantiate_module",
+        "_class_path": "subprocess.Popen",
+        "args": ["touch", str(marker)],
+    }
+    torch.save(checkpoint, tmp_path / "tampered.ckpt")
+    with pytest.raises(LitGpuError):
+        load_lightning_module(BoringModel, tmp_path / "tampered.ckpt")
+    assert not marker.exists()
