@@ -20,6 +20,7 @@ import torch
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
+from lit_gpu.io import atomic_file
 
 DPI = 100
 CURVES_FIGSIZE = (12.0, 4.5)  # inches
@@ -141,7 +142,9 @@ def plot_run(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -
     fig.tight_layout()
     out_path = Path(out) if out is not None else csv_path.parent / "curves.png"
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_path, dpi=DPI)  # no bbox_inches="tight": the pixel size stays fixed
+    # atomically, replacing the file (a symlink planted as curves.png is replaced, not written through)
+    with atomic_file(out_path) as f:
+        fig.savefig(f, dpi=DPI, format="png")  # no bbox_inches="tight": the pixel size stays fixed
     return out_path
 
 
@@ -209,7 +212,8 @@ def plot_confusion_matrix(
     fig.tight_layout()
     out_path = Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_path, dpi=DPI)
+    with atomic_file(out_path) as f:  # replaces a planted symlink instead of writing through it
+        fig.savefig(f, dpi=DPI, format="png")
     return out_path
 
 

@@ -296,3 +296,16 @@ def test_any_lightning_module_loads_safely_and_exports(tmp_path, monkeypatch, ca
     with pytest.raises(LitGpuError):
         load_lightning_module(BoringModel, tmp_path / "tampered.ckpt")
     assert not marker.exists()
+
+
+def test_plot_replaces_a_planted_link_instead_of_writing_through_it(work, capsys):
+    """``lit-gpu plot RUN`` writes curves.png into someone else's run folder: atomically, replacing a
+    symlink planted there, so the file it pointed to is untouched."""
+    victim = work / "important_project_data" / "thesis.tex"
+    (work / RUN / "curves.png").symlink_to(victim)
+    before = _outside_run(work)
+    code, lines, out = _lit_gpu(["plot", str(work / RUN)], capsys)
+    assert code == 0, lines
+    png = work / RUN / "curves.png"
+    assert not png.is_symlink() and png.read_bytes()[:4] == b"\x89PNG"
+    _assert_untouched(work, before)
