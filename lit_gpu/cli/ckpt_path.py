@@ -16,6 +16,7 @@ from jsonargparse import Namespace
 
 from lit_gpu import messages, runs
 from lit_gpu.files import locate
+from lit_gpu.files.checkpoint import inside
 from lit_gpu.io import clean_stale_temp_files
 
 
@@ -71,9 +72,14 @@ def clean_run_folders(config: Namespace) -> None:
     """Remove temp files left by killed saves in every checkpoint folder of this config's runs.
 
     A fit starts a new ``version_N``; the litter is in the earlier runs' folders. Only files whose
-    writer is gone are removed (:func:`lit_gpu.io.clean_stale_temp_files`).
+    writer is gone are removed (:func:`lit_gpu.io.clean_stale_temp_files`). A checkpoint folder that
+    is a link leading out of its run folder is skipped: lit_gpu deletes nothing outside a run (the
+    user's own ``--checkpoint.dirpath`` is theirs to place anywhere).
     """
+    dirpath = config_value(config, "checkpoint.dirpath")
     for pattern in checkpoint_dirs(config):
         for folder in sorted(glob.glob(pattern)):
+            if not dirpath and not inside(folder, Path(folder).parent):
+                continue
             for removed in clean_stale_temp_files(folder):
                 messages.tell(messages.REMOVED_STALE_TEMP.format(file=removed))

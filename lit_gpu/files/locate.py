@@ -328,8 +328,8 @@ def resolve(config: Any, where: Where) -> None:
         return
     if which not in ("last", "best"):
         if which not in _SPECIAL_CKPT and "://" not in str(which):
-            check_checkpoint_file(which)
             refuse_escaping_link(which, str(which))
+            check_checkpoint_file(which)
             check_checkpoint(which, sub)
         return
     if which == "best" and subcommand == "fit":
@@ -339,6 +339,7 @@ def resolve(config: Any, where: Where) -> None:
         found = find_last_checkpoint([where.dirpath], prefix=which)
         if found is None:
             raise LitGpuError(messages.NO_CKPT_IN_DIRPATH.format(which=which, dirpath=where.dirpath))
+        refuse_escaping_link(found, which)
         header = check_checkpoint(found, sub)
         messages.tell(text.format(path=found, why=explain_choice(found, [where.dirpath], which, header)))
         config[key] = str(found)

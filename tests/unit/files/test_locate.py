@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from jsonargparse import dict_to_namespace
 
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files import locate
@@ -170,3 +171,22 @@ def test_links_leading_out_of_a_run_folder_are_found(tmp_path):
     (run / "hparams.yaml").unlink()
     (run / "checkpoints" / "best.ckpt").unlink()
     assert escaping_links(linked_root / "lit_gpu" / "version_0") == []
+
+
+@pytest.mark.parametrize("how", ["last", "file", "dirpath"])
+def test_symlinked_last_ckpt_leaving_its_run_is_refused_naming_the_target(tmp_path, how):
+    """``last.ckpt`` planted as a link to a file elsewhere is not read, whichever way it is named."""
+    parent = tmp_path / "runs" / "lit_gpu"
+    run = _run(parent, 0, SIMPLE)
+    elsewhere = tmp_path / "elsewhere.ckpt"
+    elsewhere.write_bytes(b"not read")
+    link = run / "checkpoints" / "last.ckpt"
+    link.symlink_to(elsewhere)
+    which = str(link) if how == "file" else "last"
+    config = dict_to_namespace(
+        {"subcommand": "test", "test": {**SIMPLE, "ckpt_path": which, "weights_only": None}}
+    )
+    where = locate.Where(dirpath=str(run / "checkpoints") if how == "dirpath" else None, parents=[parent])
+    with pytest.raises(LitGpuError, match="is a symlink to .*elsewhere.ckpt, outside its run folder") as info:
+        locate.resolve(config, where)
+    assert "\n" not in str(info.value)
