@@ -9,8 +9,6 @@ changed config is saved beside the first one; DDP ranks continue the same folder
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from lit_gpu.cli import LitGpuCLI, main
 from lit_gpu.commands import plot as plot_cmd
 from lit_gpu.commands.plot import main as plot_main
 from lit_gpu.commands.plot import read_metrics
+from tests.helpers.forked_cli import run_cli
 from tests.helpers.paths import CONFIGS
 
 SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
@@ -80,13 +79,13 @@ def _record_plotted_lines(monkeypatch) -> dict[str, dict]:
 
 
 def test_requeue_loop_keeps_one_folder_with_each_step_once(tmp_path, cli_env, reference, monkeypatch):
-    cmd = [sys.executable, "-m", "lit_gpu", "fit", *ARGS, "--ckpt_path", "last"]
+    cmd = ["fit", *ARGS, "--ckpt_path", "last"]
     cmd += ["--trainer.callbacks+=tests.helpers.robustness.KillAtStepFromEnv"]
     # SIGKILL (node loss) one step after a checkpoint, three times: the killed attempts logged
     # steps past their checkpoint (2, 6, 10), which the next attempt logs again
     for kill_at in ("3", "7", "11", ""):
         env = dict(cli_env, LIT_GPU_TEST_KILL_AT=kill_at)
-        done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        done = run_cli(cmd, tmp_path, env, timeout=300)  # forked: tests/helpers/forked_cli.py
         assert done.returncode == (0 if not kill_at else -9), done.stderr[-3000:]
         if kill_at != "3":  # the first attempt found no checkpoint and started the folder
             assert f"lit-gpu: continuing the run in {RUN / 'version_0'} from step " in done.stderr
@@ -187,9 +186,6 @@ def test_checkpoint_copied_from_another_machine_continues_where_it_is(tmp_path, 
 
 def test_ddp_ranks_continue_one_folder(tmp_path, cli_env):
     cmd = [
-        sys.executable,
-        "-m",
-        "lit_gpu",
         "fit",
         *SIMPLE,
         "--trainer.strategy",
@@ -198,13 +194,8 @@ def test_ddp_ranks_continue_one_folder(tmp_path, cli_env):
         "2",
     ]
     for epochs in ("1", "2"):
-        done = subprocess.run(
-            [*cmd, "--trainer.max_epochs", epochs, "--ckpt_path", "last"],
-            cwd=tmp_path,
-            env=cli_env,
-            capture_output=True,
-            text=True,
-            timeout=300,
+        done = run_cli(
+            [*cmd, "--trainer.max_epochs", epochs, "--ckpt_path", "last"], tmp_path, cli_env, timeout=300
         )
         assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr.count("lit-gpu: continuing the run in") == 1  # said once, by rank 0

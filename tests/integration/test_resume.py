@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import torch
 
+from tests.helpers.forked_cli import popen, run_cli
 from tests.helpers.paths import CONFIGS
 
 # 4 steps per epoch, 4 epochs, shuffled data, SGD with momentum, deterministic algorithms.
@@ -24,14 +24,7 @@ SLOW = ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.ca
 
 
 def _fit(cwd: Path, env: dict, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "lit_gpu", *BASE, *extra],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    return run_cli([*BASE, *extra], cwd, env, timeout=240)  # forked: tests/helpers/forked_cli.py
 
 
 def _ckpt(run: Path) -> dict:
@@ -44,18 +37,8 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, cli_e
     reference.mkdir()
 
     # the uninterrupted reference run goes alongside
-    ref = subprocess.Popen(
-        [sys.executable, "-m", "lit_gpu", *BASE], cwd=reference, env=cli_env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lit_gpu", *BASE, *SLOW],
-        cwd=killed,
-        env=cli_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    ref = popen(BASE, reference, cli_env, stdout=subprocess.DEVNULL, text=True)
+    proc = popen([*BASE, *SLOW], killed, cli_env, stdout=subprocess.DEVNULL, text=True)
     last = killed / "runs" / "lit_gpu" / "version_0" / "checkpoints" / "last.ckpt"
     progress = killed / "progress.txt"
     deadline = time.monotonic() + 180
@@ -69,7 +52,7 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, cli_e
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
+    assert proc.returncode == -signal.SIGKILL, proc.communicate()[1]
     assert step % 4 != 0, "the kill must land mid-epoch"
     # the kill left a complete, loadable last.ckpt (atomic writes), from the end of epoch 0
     assert _ckpt(last.parent.parent)["global_step"] == 4

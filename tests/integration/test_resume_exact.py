@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.helpers.forked_cli import run_cli
 from tests.helpers.paths import CONFIGS
 
 QUIET = [
@@ -41,8 +41,7 @@ def _mnist(data_dir: Path, storage: str) -> list[str]:
 
 def _run(cwd: Path, env: dict, args: list[str], check: bool = True) -> subprocess.CompletedProcess:
     cwd.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "lit_gpu", *args]
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=400)
+    proc = run_cli(args, cwd, env, timeout=400)  # a forked process: see tests/helpers/forked_cli.py
     if check:
         assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
