@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from lit_gpu.cli import main
+from tests.helpers.forked_cli import ForkedRun, popen, run_cli
 from tests.helpers.paths import CONFIGS, REPO_ROOT
 
 RUN = Path("runs") / "lit_gpu"
@@ -29,7 +30,7 @@ LIMIT = 12  # training batches of the (only) epoch
 def _mnist_argv(data_dir: Path) -> list[str]:
     """configs/mnist.yaml (num_workers: 2, dropout) made small: fake MNIST, tiny net, 12 steps."""
     return [
-        sys.executable, "-m", "lit_gpu", "fit",
+        "fit",
         "--config", str(CONFIGS / "mnist.yaml"),
         "--data.data_dir", str(data_dir), "--data.download", "false",
         "--data.val_size", "100", "--data.batch_size", "16",
@@ -47,8 +48,8 @@ def reference(tmp_path_factory, fake_mnist_dir) -> dict:
     root = tmp_path_factory.mktemp("reference")
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run(_mnist_argv(fake_mnist_dir), cwd=root, env=env, capture_output=True, timeout=120)
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    done = run_cli(_mnist_argv(fake_mnist_dir), root, env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
     return torch.load(root / RUN / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
 
 
@@ -62,19 +63,12 @@ def _assert_bit_identical(got: dict, want: dict) -> None:
             assert torch.equal(torch.as_tensor(got_value), torch.as_tensor(value)), (index, name)
 
 
-def _start_group_job(argv: list[str], tmp_path: Path, env: dict[str, str], step: int = 3) -> subprocess.Popen:
-    """Start ``argv`` in its own process group (like a batch job); return once it reached ``step``.
+def _start_group_job(argv: list[str], tmp_path: Path, env: dict[str, str], step: int = 3) -> ForkedRun:
+    """Start ``lit_gpu ARGV`` in its own process group (like a batch job); return once it reached ``step``.
 
     ``tests.helpers.robustness.SlowSteps`` in ``argv`` writes the step reached to ``progress.txt``.
     """
-    proc = subprocess.Popen(
-        argv,
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    proc = popen(argv, tmp_path, env, stdout=subprocess.DEVNULL)  # forked, own process group
     progress = tmp_path / "progress.txt"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and proc.poll() is None:
@@ -123,10 +117,8 @@ def test_signal_to_process_group_saves_last_ckpt_and_resumes(
 
     # a run that was preempted before its first save must not hide where the resume comes from
     (tmp_path / RUN / "version_1").mkdir()
-    resumed = subprocess.run(
-        argv + ["--ckpt_path", "last"], cwd=tmp_path, env=cli_env, capture_output=True, timeout=120
-    )
-    out = resumed.stderr.decode()
+    resumed = run_cli(argv + ["--ckpt_path", "last"], tmp_path, cli_env, timeout=120)
+    out = resumed.stderr
     assert resumed.returncode == 0, out[-3000:]
     assert (
         f"lit-gpu: resuming from {RUN / 'version_0' / 'checkpoints' / 'last.ckpt'} (step {stopped_at}, "
@@ -177,7 +169,7 @@ def test_disk_full_during_fit_is_one_line_and_keeps_the_previous_checkpoint(
 def test_sigterm_to_a_ddp_group_stops_every_rank_at_the_same_step(tmp_path, cli_env):
     """2 processes (gloo) with a worker each: all ranks stop together, rank 0 saves, nobody hangs."""
     argv = [
-        sys.executable, "-m", "lit_gpu", "fit",
+        "fit",
         "--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml"),
         "--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.max_epochs", "1",
         "--trainer.limit_train_batches", "30", "--data.num_workers", "1",
@@ -260,7 +252,7 @@ def test_sigterm_to_two_torchrun_agents_saves_at_one_step_and_resumes_exactly(
     two_nodes = ["--trainer.devices", "1", "--trainer.num_nodes", "2", "--trainer.strategy", "ddp"]
     # a periodic last.ckpt every 2 steps (as a long run has): the save at SIGTERM must come after it
     periodic = ["--checkpoint.every_n_train_steps", "2", "--checkpoint.save_top_k", "0"]
-    argv = _mnist_argv(fake_mnist_dir)[3:] + two_nodes + periodic  # configs/mnist.yaml: num_workers 2
+    argv = _mnist_argv(fake_mnist_dir) + two_nodes + periodic  # configs/mnist.yaml: num_workers 2
     slow = ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0.3"]
     env = {k: v for k, v in cli_env.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
 
