@@ -8,14 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from lit_gpu.cli import main
+from tests.helpers.forked_cli import popen, run_cli
 from tests.helpers.paths import CONFIGS
 
-LIT_GPU = str(Path(sys.executable).parent / "lit-gpu")
 SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--trainer.accelerator", "cpu", "--trainer.devices", "1"]
 PROGRESS = re.compile(r"^fit epoch (\d+)/(\d+) step (\d+)/(\d+) \((\d+)%\) .*train/loss=([\d.e-]+)")
 
@@ -29,9 +28,9 @@ def test_a_log_file_shows_progress_while_the_run_goes_on(tmp_path, cli_env):
     log = tmp_path / "slurm-123.out"
     # 1024 steps an epoch: an epoch lasts seconds even on a fast machine, so lines come mid-epoch
     big = ["--data.init_args.num_samples", "65536"]
-    cmd = [LIT_GPU, "fit", *SIMPLE, *big, "--trainer.max_epochs", "1000", "--progress_interval", "0.3"]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=cli_env, stdout=out, stderr=subprocess.STDOUT)
+    cmd = ["fit", *SIMPLE, *big, "--trainer.max_epochs", "1000", "--progress_interval", "0.3"]
+    log.touch()
+    proc = popen(cmd, tmp_path, cli_env, stdout=log, stderr=subprocess.STDOUT)  # forked: no terminal
     try:
         deadline = time.monotonic() + 240
         progress: list[re.Match] = []
@@ -116,11 +115,11 @@ def test_text_lines_of_validate_and_predict_and_a_trial_number(tmp_path, monkeyp
 
 def test_ddp_only_rank_zero_writes_progress(tmp_path, cli_env):
     cmd = [
-        LIT_GPU, "fit", *SIMPLE, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3",
+        "fit", *SIMPLE, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3",
         "--trainer.strategy", "ddp", "--trainer.devices", "2", "--progress_interval", "0",
         "--progress_format", "json",
     ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=400)
+    proc = run_cli(cmd, tmp_path, cli_env, timeout=400)
     assert proc.returncode == 0, proc.stderr[-4000:]
     events = _json_lines(proc.stdout)
     assert [e["event"] for e in events] == ["start", "epoch_end", "epoch_end", "end"], proc.stdout

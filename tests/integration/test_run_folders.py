@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import yaml
 
 from lit_gpu.cli import LitGpuCLI, main
 from lit_gpu.commands.plot import main as plot_main
+from tests.helpers.forked_cli import popen, run_cli
 from tests.helpers.paths import CONFIGS
 
 SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
@@ -119,11 +119,10 @@ def test_checkpoint_alone_rebuilds_the_run_and_flags_override(tmp_path, monkeypa
 
 # ---- 5: concurrent runs, DDP, failed starts ---------------------------------------------------------
 def test_two_processes_started_together_get_two_folders(tmp_path, cli_env):
-    cmd = [sys.executable, "-m", "lit_gpu", "fit", *SIMPLE, "--trainer.max_epochs", "1"]
+    cmd = ["fit", *SIMPLE, "--trainer.max_epochs", "1"]
     cmd += ["--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1", "--loggers", "[csv]"]
-    procs = [  # three at once (was: three rounds of two; the same race, half the start-ups)
-        subprocess.Popen(cmd, cwd=tmp_path, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        for _ in range(3)
+    procs = [  # three at once (was: three rounds of two; the same race, half the start-ups), forked
+        popen(cmd, tmp_path, cli_env, stderr=subprocess.STDOUT) for _ in range(3)
     ]
     outs = [p.communicate(timeout=300)[0].decode() for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outs
@@ -170,9 +169,9 @@ def test_module_that_logs_val_loss_keeps_best_by_it(tmp_path, monkeypatch):
 
 
 def test_foreign_module_under_ddp_on_cpu_writes_into_one_folder(tmp_path, cli_env):
-    cmd = [sys.executable, "-m", "lit_gpu", "fit", *BORING_ARGS, "--trainer.strategy", "ddp"]
+    cmd = ["fit", *BORING_ARGS, "--trainer.strategy", "ddp"]
     cmd += ["--trainer.devices", "2", "--trainer.default_root_dir", "exp"]
-    out = subprocess.run(cmd, cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=300)
+    out = run_cli(cmd, tmp_path, cli_env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stderr.count("keeping last.ckpt only") == 1  # said once, by rank 0
     parent = tmp_path / "exp" / "lit_gpu"
