@@ -15,6 +15,7 @@ import torch
 from lit_gpu.checkpoints import load_into
 from lit_gpu.cli import main
 from lit_gpu.nets import SimpleModel
+from tests.helpers.forked_cli import popen
 from tests.helpers.paths import CONFIGS
 
 SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
@@ -252,11 +253,9 @@ def test_dataloader_worker_crash(tmp_path, monkeypatch, capsys):
 
 
 def test_sigint_saves_a_usable_checkpoint_and_exits_130(tmp_path, cli_env):
-    argv = [sys.executable, "-m", "lit_gpu", "fit", *SIMPLE, "--trainer.max_epochs", "50"]
+    argv = ["fit", *SIMPLE, "--trainer.max_epochs", "50"]
     argv += ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0.3"]
-    proc = subprocess.Popen(
-        argv, cwd=tmp_path, env=cli_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    proc = popen(argv, tmp_path, cli_env, stdout=subprocess.DEVNULL)  # forked: tests/helpers/forked_cli.py
     progress = tmp_path / "progress.txt"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:

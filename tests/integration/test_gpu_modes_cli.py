@@ -14,6 +14,7 @@ import yaml
 from lit_gpu import devices
 from lit_gpu.cli import LitGpuCLI, main
 from tests.helpers.fake_nvml import FakeGpu, install
+from tests.helpers.forked_cli import run_cli
 from tests.helpers.paths import CONFIGS, REPO_ROOT
 from tests.helpers.run_if import RunIf
 
@@ -31,12 +32,12 @@ def _one_error_line(stderr: str) -> str:
 
 def test_foonet_dp_fit_runs_as_single_device_on_cpu(tmp_path, cli_env):
     args = [
-        LIT_GPU, "fit",
+        "fit",
         "--config", str(CONFIGS / "foonet.yaml"), "--config", str(CONFIGS / "trainer/dp.yaml"),
         "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "8", "--trainer.limit_val_batches", "2",
         "--trainer.enable_progress_bar", "false",
     ]  # fmt: skip
-    proc = subprocess.run(args, cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=300)
+    proc = run_cli(args, tmp_path, cli_env, timeout=300)  # forked: tests/helpers/forked_cli.py
     assert proc.returncode == 0, proc.stderr
     assert "DataParallel" not in proc.stderr and "strategy 'dp'" not in proc.stderr  # no per-run warning
     run = sorted((tmp_path / "runs" / "lit_gpu").glob("version_*"))[-1]

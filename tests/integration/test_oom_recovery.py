@@ -6,7 +6,6 @@ The OOMs are rehearsed on CPU with ``lit_gpu.testing.OOMAbove`` (a training forw
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 import torch
 
 from lit_gpu.cli import main
+from tests.helpers.forked_cli import run_cli
 from tests.helpers.paths import CONFIGS
 
 SIMPLE = [
@@ -115,7 +115,6 @@ def test_ddp_only_rank_1_runs_out_both_ranks_switch(phase, reference, tmp_path, 
         f"        phase: {phase}\n"
     )
     cmd = [
-        str(Path(sys.executable).parent / "lit-gpu"),
         *SIMPLE,
         "--config", str(recorder),
         "--trainer.strategy", "ddp",
@@ -123,7 +122,7 @@ def test_ddp_only_rank_1_runs_out_both_ranks_switch(phase, reference, tmp_path, 
         "--data.batch_size", "32",
         "--oom_recovery", "true",
     ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=400)
+    proc = run_cli(cmd, tmp_path, cli_env, timeout=400)  # forked: tests/helpers/forked_cli.py
     assert proc.returncode == 0, proc.stderr[-4000:]
     lines = [ln for ln in proc.stderr.splitlines() if "out of memory" in ln]
     assert lines == [
