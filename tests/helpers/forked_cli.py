@@ -122,6 +122,9 @@ def serve(path: str) -> None:
 
     import lit_gpu.cli  # noqa: F401
 
+    with contextlib.suppress(ImportError):
+        import optuna  # noqa: F401  # lit-gpu sweep imports it when it runs
+
     here = os.path.realpath(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     pythonpath = {os.path.realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
     _SERVER["site_path"] = [

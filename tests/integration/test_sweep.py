@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 
 from lit_gpu.cli import LitGpuCLI, main
 from lit_gpu.commands import sweep as sweep_cmd
+from tests.helpers.forked_cli import popen
 from tests.helpers.paths import CONFIGS
 
 BASE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
@@ -100,14 +101,7 @@ def test_two_workers_share_one_journal_storage(tmp_path, monkeypatch, cli_env):
     storage = tmp_path / "shared.journal"
     args = [*BASE, "--search", SPACE, "--n_trials", "2", "--storage", str(storage), "--study_name", "pair"]
     args += ["--pruner", "none"]
-    other = subprocess.Popen(
-        [sys.executable, "-m", "lit_gpu", "sweep", *args, "--seed", "2"],
-        cwd=tmp_path,
-        env=cli_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    other = popen(["sweep", *args, "--seed", "2"], tmp_path, cli_env, stdout=subprocess.DEVNULL, text=True)
     try:
         assert sweep_cmd.main([*args, "--seed", "1"]) == 0
     finally:

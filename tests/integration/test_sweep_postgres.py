@@ -10,13 +10,13 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.forked_cli import ForkedRun, popen
 from tests.helpers.paths import CONFIGS
 
 LR = "model.init_args.optimizer.init_args.lr"
@@ -40,16 +40,9 @@ def postgres_url():
         shutil.rmtree(pgdata, ignore_errors=True)
 
 
-def _worker(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
+def _worker(argv: list[str], cwd: Path, env: dict[str, str]) -> ForkedRun:
     cwd.mkdir()
-    return subprocess.Popen(
-        [sys.executable, "-m", "lit_gpu", "sweep", *argv],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    return popen(["sweep", *argv], cwd, env, stdout=subprocess.DEVNULL)  # forked, own process group
 
 
 def test_two_workers_one_killed_mid_trial_the_other_continues_it(postgres_url, tmp_path, cli_env):

@@ -11,7 +11,6 @@ import csv
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import torch
 from optuna.trial import TrialState
 
 from lit_gpu.commands import sweep as sweep_cmd
+from tests.helpers.forked_cli import ForkedRun, popen
 from tests.helpers.paths import CONFIGS
 
 BASE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
@@ -46,16 +46,9 @@ def load(sweep_dir: Path, name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=sweep_cmd.make_storage(None, sweep_dir))
 
 
-def start_worker(argv: list[str], cwd: Path, env: dict[str, str], step: int) -> subprocess.Popen:
+def start_worker(argv: list[str], cwd: Path, env: dict[str, str], step: int) -> ForkedRun:
     """A sweep worker in its own process group; returns once its trial reached training step ``step``."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lit_gpu", "sweep", *argv],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    proc = popen(["sweep", *argv], cwd, env, stdout=subprocess.DEVNULL)  # forked: tests/helpers/forked_cli.py
     progress = cwd / "progress.txt"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
