@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lit_gpu.cli import LitGpuCLI
+from tests.helpers.forked_cli import run_cli
 from tests.helpers.paths import CONFIGS
 
 DEBUG = ["--config", str(CONFIGS / "debug.yaml")]
@@ -98,26 +99,9 @@ def test_installed_entry_points(launcher, tmp_path, cli_env):
 
 
 def test_missing_mnist_is_one_line_and_exit_2(tmp_path, cli_env):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lit_gpu",
-            "fit",
-            "--config",
-            str(CONFIGS / "mnist.yaml"),
-            *DEBUG,
-            "--data.data_dir",
-            str(tmp_path / "nowhere"),
-            "--data.download",
-            "false",
-        ],
-        cwd=tmp_path,
-        env=cli_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    args = ["fit", "--config", str(CONFIGS / "mnist.yaml"), *DEBUG]
+    args += ["--data.data_dir", str(tmp_path / "nowhere"), "--data.download", "false"]
+    proc = run_cli(args, tmp_path, cli_env, timeout=300)  # forked: tests/helpers/forked_cli.py
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("lit-gpu: error:")]
