@@ -73,12 +73,27 @@ def state_dict_mismatch(err: BaseException) -> str | None:
     )
 
 
+def _chain(err: BaseException, limit: int = 8) -> list[BaseException]:
+    """``err`` and the exceptions it was raised from or while handling (``__cause__``/``__context__``)."""
+    found: list[BaseException] = []
+    current: BaseException | None = err
+    while current is not None and len(found) < limit and all(current is not e for e in found):
+        found.append(current)
+        current = current.__cause__ or current.__context__
+    return found
+
+
 def dataloader_worker_died(err: BaseException) -> str | None:
-    """A DataLoader worker killed by a signal (often /dev/shm or host memory)."""
-    text = str(err)
-    died = "exited unexpectedly" in text or "killed by signal" in text
-    if isinstance(err, RuntimeError) and "DataLoader worker" in text and died:
-        return messages.DATALOADER_WORKER_DIED.format(reason=messages.first_line(err))
+    """A DataLoader worker killed by a signal (often /dev/shm or host memory).
+
+    torch reports it from its SIGCHLD handler, so it is raised wherever the main process was, e.g. in
+    a checkpoint save whose clean-up then fails with an error of its own: the chain is searched.
+    """
+    for raised in _chain(err):
+        text = str(raised)
+        died = "exited unexpectedly" in text or "killed by signal" in text
+        if isinstance(raised, RuntimeError) and "DataLoader worker" in text and died:
+            return messages.DATALOADER_WORKER_DIED.format(reason=messages.first_line(raised))
     return None
 
 

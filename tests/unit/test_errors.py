@@ -50,6 +50,21 @@ def test_dead_dataloader_worker_names_shared_memory():
     )
 
 
+def test_dead_worker_reported_in_the_middle_of_a_save_is_still_found():
+    """torch raises it from its SIGCHLD handler wherever the main process is: seen in a checkpoint save."""
+    died = RuntimeError("DataLoader worker (pid 7836) is killed by signal: Killed. ")
+    try:
+        try:
+            raise died
+        finally:  # the zip writer's clean-up fails in turn
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 13952 vs 13904")
+    except RuntimeError as err:
+        line = explain(err)
+    assert line == messages.DATALOADER_WORKER_DIED.format(
+        reason="DataLoader worker (pid 7836) is killed by signal: Killed."
+    )
+
+
 def test_truncated_checkpoint_from_torch_load(tmp_path):
     path = tmp_path / "trunc.ckpt"
     torch.save({"w": torch.zeros(64)}, path)
