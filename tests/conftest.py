@@ -13,6 +13,18 @@ from tests.helpers.fake_mnist import make_fake_mnist
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.ports import free_port
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``-n N`` (N > 1) each worker trains with one intra-op thread (and so do its subprocesses).
+
+    N workers already keep the N cores busy; torch's default of one thread per core in every worker
+    oversubscribes them, and the waiting OpenMP threads spin, burning CPU the other worker needs.
+    """
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
+
+
 # ---- tiers: `pytest` runs everything (as CI); `pytest --fast` leaves out the `integration` tests -------
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 
