@@ -246,7 +246,8 @@ def test_sigterm_to_two_torchrun_agents_saves_at_one_step_and_resumes_exactly(
     tmp_path, cli_env, fake_mnist_dir
 ):
     """torchrun forwards SIGTERM to its worker's session (DataLoader workers included): all ranks stop at one
-    step, rank 0 saves ``last.ckpt`` with one line, and the resume equals an uninterrupted run of the same 2 ranks."""
+    step, rank 0 saves ``last.ckpt`` with one line, and the resume equals an uninterrupted run of the same
+    2 ranks."""
     from tests.helpers.ports import free_port
 
     two_nodes = ["--trainer.devices", "1", "--trainer.num_nodes", "2", "--trainer.strategy", "ddp"]
