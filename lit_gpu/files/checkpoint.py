@@ -207,7 +207,8 @@ def drop_outside_paths(checkpoint: Any, folder: str | os.PathLike) -> list[str]:
     dropped: list[str] = []
     for name, state in callbacks.items():
         if isinstance(state, MutableMapping):
-            dropped.extend(f"{str(name)[:40]}.{what}" for what in drop_outside_state_paths(state, folder))
+            label = str(name).split("{", 1)[0][:40]  # "ModelCheckpoint{'monitor': ...}" -> "ModelCheckpoint"
+            dropped.extend(f"{label}.{what}" for what in drop_outside_state_paths(state, folder))
     return dropped
 
 
