@@ -185,6 +185,10 @@ SWEEP_RUN_DIR_OUTSIDE = (
     "storage {storage}: trial {number}'s run_dir {path} is outside the sweep folder {folder}; the storage "
     "was written by someone else: use a new --study_name or --storage"
 )
+SWEEP_TRIAL_LINKS_OUT = (
+    "not running trial {number} in {folder}: it holds links that lead outside it ({links}), so the trial "
+    "would write there; remove them, or use a new --study_name"
+)
 SWEEP_VALUE_OUTSIDE = (
     "storage {storage}: trial {number} has {key}={value}, which {what} the search space {space}; a queued "
     "trial or a changed space: remove it from the storage, or use a new --study_name"

@@ -55,6 +55,18 @@ def checkpoint_dirs(config: Namespace) -> list[str]:
     return [*patterns, str(Path(root_dir(config)) / "checkpoints")]  # runs without a logger
 
 
+def _inside_its_run(folder: Path) -> bool:
+    """``version_N/checkpoints`` (or ``ROOT/checkpoints``) really in its run, and the run in ``ROOT/NAME``.
+
+    Links planted in a shared ``runs/`` (a ``checkpoints`` or ``version_N`` leading elsewhere) fail it;
+    a ``runs/`` that is itself a link (a scratch disk) passes.
+    """
+    run = folder.parent
+    if not inside(folder, run):
+        return False
+    return not run.name.startswith("version_") or inside(run, run.parent)
+
+
 def resolve_ckpt_path(config: Namespace) -> None:
     """``ckpt_path: last|best|FILE`` of the sub-command, resolved and checked by the door.
 
@@ -79,7 +91,7 @@ def clean_run_folders(config: Namespace) -> None:
     dirpath = config_value(config, "checkpoint.dirpath")
     for pattern in checkpoint_dirs(config):
         for folder in sorted(glob.glob(pattern)):
-            if not dirpath and not inside(folder, Path(folder).parent):
+            if not dirpath and not _inside_its_run(Path(folder)):
                 continue
             for removed in clean_stale_temp_files(folder):
                 messages.tell(messages.REMOVED_STALE_TEMP.format(file=removed))

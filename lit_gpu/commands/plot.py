@@ -20,6 +20,7 @@ import torch
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files.checkpoint import inside
 from lit_gpu.io import atomic_file
 
 DPI = 100
@@ -47,8 +48,11 @@ def find_metrics(run_dir: str | os.PathLike) -> Path:
         return path
     if (path / "metrics.csv").is_file():
         return path / "metrics.csv"
-    found = [p for p in path.glob("version_*/metrics.csv") if p.is_file()]
-    found = found or [p for p in path.glob("*/version_*/metrics.csv") if p.is_file()]
+    # only runs really inside ``path``: a version_N planted as a link elsewhere would get curves.png
+    found = [p for p in path.glob("version_*/metrics.csv") if p.is_file() and inside(p.parent, path)]
+    found = found or [
+        p for p in path.glob("*/version_*/metrics.csv") if p.is_file() and inside(p.parent, path)
+    ]
     if found:
         return max(found, key=lambda p: p.stat().st_mtime)
     raise LitGpuError(

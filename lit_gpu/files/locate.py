@@ -63,7 +63,10 @@ def _version_folders(parent: Path) -> list[Path]:
     found = [
         p
         for p in parent.iterdir()
-        if p.is_dir() and p.name[len(_VERSION_PREFIX) :].isdigit() and p.name.startswith(_VERSION_PREFIX)
+        if p.is_dir()
+        and p.name[len(_VERSION_PREFIX) :].isdigit()
+        and p.name.startswith(_VERSION_PREFIX)
+        and inside(p, parent)  # a version_N planted as a link to a folder elsewhere is not a run here
     ]
     return sorted(found, key=lambda p: int(p.name[len(_VERSION_PREFIX) :]))
 
@@ -90,11 +93,15 @@ def escaping_links(run: str | os.PathLike) -> list[str]:
 
     A fit that continues a run folder writes there (``hparams.yaml``, ``metrics.csv``, ``config.N.yaml``,
     checkpoints); through such a link it would write outside. Dangling links count (their target is
-    where a write would go). The run folder itself may be reached through links (``runs/`` on a
-    scratch disk): only links inside it are checked. Returns ``"name -> target"`` texts.
+    where a write would go), and so do files of the folder with more than one name (hard links: a
+    write in place, as Lightning writes ``hparams.yaml``, would change the other name too). The run
+    folder may be reached through links (``runs/`` on a scratch disk), but a ``version_N`` that is
+    itself a link out of its ``ROOT/NAME`` is named. Returns ``"name -> target"`` texts.
     """
     folder = Path(run)
     found = []
+    if folder.name.startswith(_VERSION_PREFIX) and not inside(folder, folder.parent):
+        found.append(f"{folder.name} itself -> {os.path.realpath(folder)}")  # a planted version_N link
     for parent in (folder, folder / "checkpoints"):
         try:
             entries = sorted(parent.iterdir()) if parent.is_dir() else []
@@ -103,7 +110,17 @@ def escaping_links(run: str | os.PathLike) -> list[str]:
         for entry in entries:
             if entry.is_symlink() and not inside(entry, folder):
                 found.append(f"{entry.relative_to(folder)} -> {os.path.realpath(entry)}")
+            elif parent == folder and _hard_linked(entry):  # hparams.yaml & co. are written in place
+                found.append(f"{entry.name} (a hard link: {entry.stat().st_nlink} names)")
     return found
+
+
+def _hard_linked(path: Path) -> bool:
+    try:
+        stat = path.lstat()
+    except OSError:
+        return False
+    return os.path.isfile(path) and not path.is_symlink() and stat.st_nlink > 1
 
 
 def refuse_links_out_of(run: str | os.PathLike) -> None:

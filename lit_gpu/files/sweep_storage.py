@@ -19,6 +19,7 @@ import contextlib
 import json
 import math
 import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -187,9 +188,16 @@ def read_owner(path: Path) -> Owner | None:
 def write_owner(path: Path, owner: Owner) -> None:
     """Write the owner record atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(asdict(owner)))
-    os.replace(tmp, path)
+    # a fresh temp name (mkstemp: O_EXCL), never a predictable one a planted link could stand on
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(asdict(owner)))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def remove_owner(path: Path) -> None:

@@ -154,3 +154,47 @@ def test_a_trial_child_process_never_imports_from_the_working_folder(tmp_path, m
     result = run_in_child(spec, Path("runs/sweeps/space/version_0"))
     assert result.error is None and result.value is not None and result.value > 0
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("planted", ["config.yaml", "hparams.yaml", "checkpoints"])
+def test_links_planted_in_a_trials_folder_are_refused_before_it(planted, tmp_path, monkeypatch, capsys):
+    """Found attacking the doors: trials log with Lightning's loggers, which write through links in place."""
+    monkeypatch.chdir(tmp_path)
+    space, study = _study(tmp_path)
+    victim_dir = tmp_path / "victim_dir"
+    victim_dir.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("ORIGINAL")
+    folder = Path("runs/sweeps/space/version_0")  # where trial 0 will log
+    folder.mkdir(parents=True)
+    (folder / planted).symlink_to(victim_dir if planted == "checkpoints" else victim)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", *BASE, "--search", space, "--n_trials", "1"])
+    assert exit_info.value.code == 2
+    error = _one_error(capsys)
+    assert f"not running trial 0 in {folder}: it holds links that lead outside it ({planted} -> " in error
+    assert victim.read_text() == "ORIGINAL" and not any(victim_dir.iterdir())
+
+
+def test_sweep_temp_files_never_write_through_a_planted_link(tmp_path):
+    """Owner records and merged metrics.csv go through fresh temp names, not ``.name.<pid>.tmp``."""
+    from lit_gpu.commands.sweep import metrics_csv
+    from lit_gpu.files.sweep_storage import Owner, write_owner
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("ORIGINAL")
+    owners = tmp_path / ".owners"
+    owners.mkdir()
+    (owners / f".version_0.json.{os.getpid()}.tmp").symlink_to(victim)  # the old, predictable name
+    owner = Owner(pid=1, host="h", beat=0.0)
+    write_owner(owners / "version_0.json", owner)
+    run = tmp_path / "version_0"
+    run.mkdir()
+    (run / "metrics.csv").write_text("step,train/loss\n0,1.0\n")
+    metrics_csv.set_aside(run)
+    (run / "metrics.csv").write_text("step,train/loss\n1,0.5\n")
+    (run / f".metrics.csv.{os.getpid()}.tmp").symlink_to(victim)
+    metrics_csv.put_back(run)
+    assert victim.read_text() == "ORIGINAL"
+    assert (run / "metrics.csv").read_text().splitlines() == ["step,train/loss", "0,1.0", "1,0.5"]
+    assert (owners / "version_0.json").is_file() and not (owners / "version_0.json").is_symlink()

@@ -12,6 +12,8 @@ import csv
 import os
 from pathlib import Path
 
+from lit_gpu.io import atomic_file
+
 METRICS = "metrics.csv"
 ASIDE = ".metrics.before_continue.csv"
 
@@ -39,12 +41,10 @@ def put_back(run_dir: Path) -> None:
     first = min(steps) if steps else float("inf")
     kept = [r for r in old if not _step(r) >= first]
     fields = keys + [k for k in new_keys if k not in keys]
-    tmp = run_dir / f".{METRICS}.{os.getpid()}.tmp"
-    with open(tmp, "w", newline="") as f:
+    with atomic_file(current, "w", newline="") as f:  # a fresh temp name: never through a planted link
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(kept + new)
-    os.replace(tmp, current)
     aside.unlink()
 
 
