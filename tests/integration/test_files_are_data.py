@@ -310,3 +310,21 @@ def test_plot_replaces_a_planted_link_instead_of_writing_through_it(work, capsys
     png = work / RUN / "curves.png"
     assert not png.is_symlink() and png.read_bytes()[:4] == b"\x89PNG"
     _assert_untouched(work, before)
+
+
+@pytest.mark.parametrize("how", ["last", "file"])
+def test_a_version_folder_planted_as_a_link_is_never_continued(how, work, capsys):
+    """Found attacking the doors: ``runs/lit_gpu/version_0 -> elsewhere`` was continued and written into."""
+    elsewhere = work / "someone_elses_run"
+    shutil.move(str(work / RUN), elsewhere)
+    (elsewhere / "hparams.yaml").write_text("PRECIOUS")
+    (work / RUN).symlink_to(elsewhere)
+    before = {p.name: p.read_bytes() for p in elsewhere.rglob("*") if p.is_file()}
+    which = "last" if how == "last" else str(RUN / "checkpoints" / "last.ckpt")
+    code, lines, _ = _lit_gpu(["fit", *SIMPLE, "--trainer.max_epochs", "3", "--ckpt_path", which], capsys)
+    if how == "last":  # not a run here: a new run starts in a real folder
+        assert code == 0 and any("training from scratch" in ln for ln in lines), lines
+        assert (work / "runs" / "lit_gpu" / "version_1" / "checkpoints" / "last.ckpt").is_file()
+    else:
+        assert code == 2 and any(f"version_0 itself -> {elsewhere}" in ln for ln in lines), lines
+    assert {p.name: p.read_bytes() for p in elsewhere.rglob("*") if p.is_file()} == before

@@ -44,3 +44,23 @@ def test_the_users_own_dirpath_is_cleaned_wherever_it_is(tmp_path):
     )
     clean_run_folders(config)
     assert not temp.exists()
+
+
+def test_clean_up_never_follows_a_planted_version_folder_link(tmp_path):
+    """Found attacking the doors: a ``version_7 -> /elsewhere`` link made any fit delete temps there."""
+    root = tmp_path / "runs"
+    (root / "lit_gpu").mkdir(parents=True)
+    outside = _stale_temp(tmp_path / "victim_dir" / "checkpoints")
+    (root / "lit_gpu" / "version_7").symlink_to(tmp_path / "victim_dir")
+    clean_run_folders(Namespace(trainer=Namespace(default_root_dir=str(root), logger=None), checkpoint=None))
+    assert outside.exists()
+
+
+def test_a_linked_runs_root_is_still_cleaned(tmp_path):
+    scratch = tmp_path / "scratch"
+    temp = _stale_temp(scratch / "lit_gpu" / "version_0" / "checkpoints")
+    (tmp_path / "runs").symlink_to(scratch)
+    clean_run_folders(
+        Namespace(trainer=Namespace(default_root_dir=str(tmp_path / "runs"), logger=None), checkpoint=None)
+    )
+    assert not temp.exists()

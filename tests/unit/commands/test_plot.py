@@ -120,3 +120,18 @@ def test_confusion_matrix_counts_true_rows_predicted_columns(tmp_path):
     assert torch.equal(matrix, expected)
     out = plot_confusion_matrix(matrix, tmp_path / "cm.png", class_names=["a", "b", "c"])
     assert png_size(out) == CONFUSION_SIZE_PX
+
+
+def test_plot_of_a_root_skips_a_version_folder_planted_as_a_link(tmp_path):
+    """Found attacking the doors: ``lit-gpu plot runs`` wrote curves.png into a linked version_9 elsewhere."""
+    from lit_gpu.commands.plot import find_metrics
+
+    mine = tmp_path / "runs" / "lit_gpu" / "version_0"
+    mine.mkdir(parents=True)
+    (mine / "metrics.csv").write_text(CSV)
+    elsewhere = tmp_path / "plotvictim"
+    elsewhere.mkdir()
+    (elsewhere / "metrics.csv").write_text(CSV)  # newer than mine
+    (tmp_path / "runs" / "lit_gpu" / "version_9").symlink_to(elsewhere)
+    assert find_metrics(tmp_path / "runs") == mine / "metrics.csv"
+    assert find_metrics(tmp_path / "runs" / "lit_gpu") == mine / "metrics.csv"

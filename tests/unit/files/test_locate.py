@@ -190,3 +190,29 @@ def test_symlinked_last_ckpt_leaving_its_run_is_refused_naming_the_target(tmp_pa
     with pytest.raises(LitGpuError, match="is a symlink to .*elsewhere.ckpt, outside its run folder") as info:
         locate.resolve(config, where)
     assert "\n" not in str(info.value)
+
+
+def test_a_version_folder_planted_as_a_link_elsewhere_is_not_a_run_here(tmp_path):
+    """Found attacking the doors: ``runs/lit_gpu/version_0 -> /elsewhere`` was continued and written."""
+    from lit_gpu.files.locate import escaping_links, find_runs
+
+    elsewhere = _run(tmp_path / "elsewhere", 0, SIMPLE, {"last.ckpt": 1000.0})
+    parent = tmp_path / "runs" / "lit_gpu"
+    parent.mkdir(parents=True)
+    (parent / "version_0").symlink_to(elsewhere)
+    assert find_runs(parent) == []  # neither `last` nor `best` picks it
+    assert escaping_links(parent / "version_0") == [f"version_0 itself -> {elsewhere}"]
+    linked_root = tmp_path / "scratch"  # a runs/ that is itself a link (a scratch disk) is fine
+    linked_root.symlink_to(tmp_path / "elsewhere")
+    assert [r.folder.name for r in find_runs(linked_root)] == ["version_0"]
+
+
+def test_a_hard_linked_file_in_a_run_folder_is_named(tmp_path):
+    """Found attacking the doors: Lightning writes hparams.yaml in place, so through a hard link too."""
+    from lit_gpu.files.locate import escaping_links
+
+    run = _run(tmp_path / "runs" / "lit_gpu", 0, SIMPLE)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("x")
+    os.link(victim, run / "hparams.yaml")
+    assert escaping_links(run) == ["hparams.yaml (a hard link: 2 names)"]
