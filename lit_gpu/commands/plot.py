@@ -48,13 +48,11 @@ def find_metrics(run_dir: str | os.PathLike) -> Path:
         return path
     if (path / "metrics.csv").is_file():
         return path / "metrics.csv"
-    # only runs really inside ``path``: a version_N planted as a link elsewhere would get curves.png
-    found = [p for p in path.glob("version_*/metrics.csv") if p.is_file() and inside(p.parent, path)]
-    found = found or [
-        p for p in path.glob("*/version_*/metrics.csv") if p.is_file() and inside(p.parent, path)
-    ]
-    if found:
-        return max(found, key=lambda p: p.stat().st_mtime)
+    for pattern in ("version_*/metrics.csv", "*/version_*/metrics.csv"):
+        # only runs really inside ``path``: a version_N planted as a link elsewhere would get curves.png
+        found = [p for p in path.glob(pattern) if p.is_file() and inside(p.parent, path)]
+        if found:
+            return max(found, key=lambda p: p.stat().st_mtime)
     raise LitGpuError(
         f"no metrics.csv in {path}; pass a run folder such as runs/lit_gpu/version_0 "
         "(written by lit-gpu fit with its default CSV logger)"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import stat
 import sys
 import time
 import types
@@ -110,21 +111,29 @@ def escaping_links(run: str | os.PathLike) -> list[str]:
         for entry in entries:
             if entry.is_symlink() and not inside(entry, folder):
                 found.append(f"{entry.relative_to(folder)} -> {os.path.realpath(entry)}")
-            elif parent == folder and _hard_linked(entry):  # hparams.yaml & co. are written in place
-                found.append(f"{entry.name} (a hard link: {entry.stat().st_nlink} names)")
+            elif parent == folder and (names := _names(entry)) > 1:  # hparams.yaml & co.: written in place
+                found.append(f"{entry.name} (a hard link: {names} names)")
     return found
 
 
-def _hard_linked(path: Path) -> bool:
+def _names(path: Path) -> int:
+    """How many names (hard links) a regular file has; 0 for links, folders and the missing."""
     try:
-        stat = path.lstat()
+        info = path.lstat()
     except OSError:
-        return False
-    return os.path.isfile(path) and not path.is_symlink() and stat.st_nlink > 1
+        return 0
+    return info.st_nlink if stat.S_ISREG(info.st_mode) else 0
 
 
-def refuse_links_out_of(run: str | os.PathLike) -> None:
-    """Refuse to continue (write into) a run folder holding symlinks that lead outside it.
+def refuse_links_out_of(
+    run: str | os.PathLike, message: str = messages.RUN_FOLDER_LINKS_OUT, **fields: Any
+) -> None:
+    """Refuse to continue (write into) a run folder holding links that lead outside it.
+
+    Args:
+        run: The run folder.
+        message: The refusal, formatted with ``folder``, ``links`` and ``fields`` (a sweep trial
+            says it with its number and its own fix).
 
     Raises:
         LitGpuError: One line naming the links and the fix.
@@ -132,7 +141,7 @@ def refuse_links_out_of(run: str | os.PathLike) -> None:
     links = escaping_links(run)
     if links:
         shown = ", ".join(links[:3]) + (f" and {len(links) - 3} more" if len(links) > 3 else "")
-        raise LitGpuError(messages.RUN_FOLDER_LINKS_OUT.format(folder=run, links=shown))
+        raise LitGpuError(message.format(folder=run, links=shown, **fields))
 
 
 # ---- finding earlier runs ---------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from lit_gpu.commands.sweep.pruning import SweepPruning
 from lit_gpu.commands.sweep.space import SearchSpace, format_value
 from lit_gpu.commands.sweep.trial import TrialResult, run_in_child, run_in_process
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.locate import escaping_links
+from lit_gpu.files.locate import refuse_links_out_of
 from lit_gpu.files.sweep_storage import TrialRecord, check_params, owner_path, read_owner, read_trial
 
 WAIT_S = 10.0  # --until_complete: how often to look again while other workers run the last trials
@@ -150,12 +150,8 @@ class Worker:
 
     def _fit(self, pick: Pick, values: dict[str, Any]) -> TrialResult:
         trial, run_dir = pick.trial, pick.run_dir
-        links = escaping_links(run_dir)  # Lightning's loggers and checkpoints write there in place
-        if links:
-            shown = ", ".join(links[:3]) + (f" and {len(links) - 3} more" if len(links) > 3 else "")
-            raise LitGpuError(
-                messages.SWEEP_TRIAL_LINKS_OUT.format(number=trial.number, folder=run_dir, links=shown)
-            )
+        # Lightning's loggers and checkpoints write into the trial's folder in place
+        refuse_links_out_of(run_dir, messages.SWEEP_TRIAL_LINKS_OUT, number=trial.number)
         version = int(run_dir.name.rsplit("_", 1)[1]) if run_dir.name.startswith("version_") else trial.number
         gpus = self.claims.claim(self.options.gpus_per_trial) if self.claims else None
         args = self.trial_args(values, version, gpus)
