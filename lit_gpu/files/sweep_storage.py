@@ -15,13 +15,11 @@ heartbeat) is read here too; a malformed one counts as absent.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -183,27 +181,6 @@ def read_owner(path: Path) -> Owner | None:
         return None
     fields = ("pid", "host", "beat", "state", "started", "child_pid", "child_started")
     return Owner(**{k: data[k] for k in fields if k in data})
-
-
-def write_owner(path: Path, owner: Owner) -> None:
-    """Write the owner record atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # a fresh temp name (mkstemp: O_EXCL), never a predictable one a planted link could stand on
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(asdict(owner)))
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def remove_owner(path: Path) -> None:
-    """Drop the owner record (the trial is finished)."""
-    with contextlib.suppress(OSError):
-        path.unlink()
 
 
 def trial_params_flags(params: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:

@@ -21,18 +21,33 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import json
 import os
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 
-from lit_gpu.files.sweep_storage import Owner, remove_owner, write_owner
+from lit_gpu.files.sweep_storage import Owner
+from lit_gpu.io import atomic_file
 
 HEARTBEAT_S = 30.0
 STALE_AFTER_S = 180.0
 LOCK_NAME = ".trial_claims.lock"
+
+
+def write_owner(path: Path, owner: Owner) -> None:
+    """Write the owner record atomically (a fresh temp name: never through a planted link)."""
+    with atomic_file(path, "w") as f:
+        f.write(json.dumps(asdict(owner)))
+
+
+def remove_owner(path: Path) -> None:
+    """Drop the owner record (the trial is finished)."""
+    with contextlib.suppress(OSError):
+        path.unlink()
 
 
 def process_start(pid: int) -> str | None:

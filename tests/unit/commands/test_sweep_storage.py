@@ -9,6 +9,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from lit_gpu.commands.sweep import owners
 from lit_gpu.commands.sweep.space import load_space
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files import sweep_storage
@@ -104,10 +105,10 @@ def test_a_malformed_owner_record_counts_as_absent(text, tmp_path):
 def test_owner_records_round_trip(tmp_path):
     owner = sweep_storage.Owner(pid=12, host="h", beat=3.5, child_pid=13)
     path = tmp_path / ".owners" / "version_1.json"
-    sweep_storage.write_owner(path, owner)
+    owners.write_owner(path, owner)
     assert sweep_storage.read_owner(path) == owner
     assert json.loads(path.read_text())["state"] == "running"
-    sweep_storage.remove_owner(path)
+    owners.remove_owner(path)
     assert not path.exists() and sweep_storage.owner_path(Path("s"), Path("s/version_1")) == Path(
         "s/.owners/version_1.json"
     )
