@@ -53,6 +53,7 @@ def _child(request: dict) -> None:
         os.environ.update(request["env"])
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
+        os.close(null)
         for fd, target in ((1, request["stdout"]), (2, request["stderr"])):
             if fd == 2 and target == request["stdout"]:
                 os.dup2(1, 2)  # one open file, as stderr=STDOUT shares it
