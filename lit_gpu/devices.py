@@ -10,7 +10,8 @@ in the order it lists them. :func:`visible_gpus` maps one onto the other (indice
 
 ``free:N`` for a multi-process job is decided once and handed down (:func:`claim_free_gpus`): the
 launching process sets ``CUDA_VISIBLE_DEVICES`` to the chosen UUIDs and records the choice in
-``LIT_GPU_FREE_CHOICE``; the ranks Lightning starts inherit both and never ask NVML.
+``LIT_GPU_FREE_CHOICE``; the ranks Lightning starts inherit both and never ask NVML. Who started a
+process (torchrun, srun, Lightning) is Lightning's cluster environments' answer.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -67,6 +68,7 @@ class GpuInfo:
         return self.capability is not None and self.capability >= (8, 0)
 
     def as_dict(self) -> dict[str, Any]:
+        """The fields, capability as ``"8.0"``, plus ``bf16``."""
         data = asdict(self)
         data["capability"] = None if self.capability is None else f"{self.capability[0]}.{self.capability[1]}"
         data["bf16"] = self.bf16
@@ -161,14 +163,12 @@ def parse_visible_devices(value: str | None, gpus: Sequence[GpuInfo]) -> list[in
     return picked
 
 
-def visible_gpus(env: Mapping[str, str] | None = None) -> list[GpuInfo]:
+def visible_gpus() -> list[GpuInfo]:
     """GPUs visible to CUDA in this process; position in the list = CUDA ordinal (``cuda:i``)."""
-    env = os.environ if env is None else env
     gpus = query_gpus()
-    order = parse_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), gpus)
     by_index = {g.index: g for g in gpus}
-    visible = [by_index[i] for i in order]
-    if len({g.name for g in visible}) > 1 and env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+    visible = [by_index[i] for i in parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), gpus)]
+    if len({g.name for g in visible}) > 1 and os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
         warnings.warn(
             "GPUs of different models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA may number them "
             "differently from NVML/nvidia-smi; export CUDA_DEVICE_ORDER=PCI_BUS_ID",
@@ -177,49 +177,43 @@ def visible_gpus(env: Mapping[str, str] | None = None) -> list[GpuInfo]:
     return visible
 
 
-def _describe_visibility(env: Mapping[str, str]) -> str:
-    value = env.get("CUDA_VISIBLE_DEVICES")
-    return "" if value is None else f" (CUDA_VISIBLE_DEVICES={value!r})"
+def most_free_gpus(n: int, request: str | None = None) -> list[tuple[int, GpuInfo]]:
+    """The ``n`` visible GPUs with the most free memory as ``(CUDA ordinal, GPU)``, most free first.
 
+    Ties keep CUDA order. ``request`` names the asking setting in errors (default ``devices 'free:N'``).
 
-def _free_request_gpus(
-    n: int, env: Mapping[str, str], request: str | None = None
-) -> tuple[list[GpuInfo], list[int]]:
-    """Visible GPUs (CUDA order) and the ordinals of the ``n`` most free, most free first."""
+    Raises:
+        LitGpuError: ``n < 1``, NVML unavailable, or fewer than ``n`` GPUs visible.
+    """
     request = request or f"devices 'free:{n}'"
     if n < 1:
         raise LitGpuError(f"{request}: ask for at least one GPU")
     try:
-        gpus = visible_gpus(env)  # type: ignore[arg-type]
+        gpus = visible_gpus()
     except NvmlUnavailable as err:
         raise LitGpuError(
             f"{request} needs NVIDIA's driver to read free memory, but {err}; {CPU_FIX}"
         ) from err
     if len(gpus) < n:
         have = f"only {len(gpus)} {'is' if len(gpus) == 1 else 'are'} visible" if gpus else "none is visible"
+        visibility = os.environ.get("CUDA_VISIBLE_DEVICES")
+        where = "" if visibility is None else f" (CUDA_VISIBLE_DEVICES={visibility!r})"
         raise LitGpuError(
-            f"{request} asks for {n} GPU{'s' if n > 1 else ''} but {have}{_describe_visibility(env)}; "
+            f"{request} asks for {n} GPU{'s' if n > 1 else ''} but {have}{where}; "
             f"ask for fewer{', or ' + CPU_FIX if not gpus else ''}"
         )
-    return gpus, rank_by_free(gpus)[:n]
+    ranked = sorted(range(len(gpus)), key=lambda pos: (-gpus[pos].free_bytes, pos))
+    return [(pos, gpus[pos]) for pos in ranked[:n]]
 
 
-def rank_by_free(gpus: Sequence[GpuInfo]) -> list[int]:
-    """Positions in ``gpus``, most free memory first; ties keep the list's (CUDA) order."""
-    return sorted(range(len(gpus)), key=lambda pos: (-gpus[pos].free_bytes, pos))
-
-
-def pick_free_gpus(n: int, env: Mapping[str, str] | None = None) -> list[int]:
+def pick_free_gpus(n: int) -> list[int]:
     """CUDA ordinals of the ``n`` visible GPUs with the most free memory, most free first.
 
     Asks NVML now, in this process: right for one process, or for launchers that pass the list
     to their workers (``ddp_notebook``, ``ddp_spawn``). Under ``strategy: ddp`` every rank re-runs
-    the script and would pick again; use :func:`claim_free_gpus` there. Ties keep CUDA order.
-
-    Raises:
-        LitGpuError: ``n < 1``, NVML unavailable, or fewer than ``n`` GPUs visible.
+    the script and would pick again; use :func:`claim_free_gpus` there. Raises as :func:`most_free_gpus`.
     """
-    return _free_request_gpus(n, os.environ if env is None else env)[1]
+    return [ordinal for ordinal, _ in most_free_gpus(n)]
 
 
 # ---- free:N for a whole job: decide once, hand down through the environment -------------------
@@ -267,7 +261,7 @@ class FreeChoice:
         return json.dumps(
             {
                 "n": self.n,
-                "gpus": [asdict(g) for g in self.gpus],
+                "gpus": self.record(),
                 "devices": self.devices,
                 "cuda_visible_devices": self.cuda_visible_devices,
             },
@@ -300,31 +294,38 @@ class FreeChoice:
         return messages.FREE_GPUS_CHOSEN.format(n=self.n, ranks=ranks, visible=visible, devices=self.devices)
 
 
-def external_launcher(env: Mapping[str, str]) -> str | None:
+def external_launcher() -> str | None:
     """``"torchrun"``, ``"srun"`` or ``"LOCAL_RANK"`` when ranks were started outside lit_gpu, else ``None``.
 
-    Follows Lightning's own detection: torchelastic sets ``TORCHELASTIC_RUN_ID``; SLURM counts as a
-    launcher when ``SLURM_NTASKS`` is set and the job is not named ``bash``/``interactive``; a set
-    ``LOCAL_RANK`` means someone else started this process (Lightning's DDP children included).
+    Lightning's cluster environments decide: torchelastic, SLURM (not for jobs named
+    ``bash``/``interactive``), and a set ``LOCAL_RANK`` (someone else, Lightning's DDP launcher
+    included, started this process).
     """
-    if env.get("TORCHELASTIC_RUN_ID") is not None:
+    from lightning.fabric.plugins import environments as cluster
+    from lightning.fabric.utilities.warnings import PossibleUserWarning
+
+    if cluster.TorchElasticEnvironment.detect():
         return "torchrun"
-    if "SLURM_NTASKS" in env and env.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
-        return "srun"
-    if "LOCAL_RANK" in env:
-        return "LOCAL_RANK"
-    return None
+    with warnings.catch_warnings():  # "srun is available but not used": the Trainer's own detection says it
+        warnings.simplefilter("ignore", PossibleUserWarning)
+        if cluster.SLURMEnvironment.detect():
+            return "srun"
+    return "LOCAL_RANK" if cluster.LightningEnvironment().creates_processes_externally else None
 
 
-def local_process_count(env: Mapping[str, str]) -> int | None:
-    """How many processes an external launcher started on this node, ``None`` when unknown."""
+def local_process_count() -> int | None:
+    """How many processes an external launcher started on this node, ``None`` when unknown.
+
+    Lightning has no public reader for these: torchrun's ``LOCAL_WORLD_SIZE``, SLURM's per-node
+    task counts (``"2"``, or per node ``"2(x3),1"``).
+    """
+    env = os.environ
     if env.get("LOCAL_WORLD_SIZE", "").isdigit():
         return int(env["LOCAL_WORLD_SIZE"])
     if env.get("SLURM_NTASKS") == "1":
         return 1
     for key in ("SLURM_NTASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
-        value = env.get(key)
-        if value:  # "2", or per node "2(x3),1"
+        if value := env.get(key):
             counts = {int(m) for m in re.findall(r"(\d+)(?:\(x\d+\))?", value)}
             return counts.pop() if len(counts) == 1 else None
     return None
@@ -335,26 +336,8 @@ def _cuda_initialized() -> bool:
     return bool(torch is not None and torch.cuda.is_initialized())
 
 
-def pick_free_cuda_visible_devices(n: int, env: Mapping[str, str] | None = None) -> tuple[str, list[GpuInfo]]:
-    """A ``CUDA_VISIBLE_DEVICES`` value (UUIDs, most free first) for the ``n`` most free visible GPUs.
-
-    For launchers that start ranks themselves:
-    ``GPUS=$(lit-gpu env --pick-free 2) && CUDA_VISIBLE_DEVICES=$GPUS torchrun ...``.
-    UUIDs keep the choice exact whatever ``CUDA_DEVICE_ORDER`` is. Returns the value and the GPUs.
-    """
-    gpus, picked = _free_request_gpus(n, os.environ if env is None else env, f"--pick-free {n}")
-    chosen = [gpus[pos] for pos in picked]
-    return ",".join(g.uuid for g in chosen), chosen
-
-
-def refuse_free_under_launcher(n: int, launcher: str) -> LitGpuError:
-    """The one-line error for ``free:N`` in ranks that an external launcher started independently."""
-    who = "a launcher (LOCAL_RANK is set)" if launcher == "LOCAL_RANK" else launcher
-    return LitGpuError(messages.FREE_UNDER_LAUNCHER.format(n=n, launcher=who))
-
-
-def claim_free_gpus(n: int, env: MutableMapping[str, str] | None = None) -> FreeChoice:
-    """Resolve ``free:N`` once per job and hand the choice down to every rank through ``env``.
+def claim_free_gpus(n: int) -> FreeChoice:
+    """Resolve ``free:N`` once per job and hand the choice down to every rank through ``os.environ``.
 
     * The launching process (no ``LOCAL_RANK``, no torchrun/srun) asks NVML once, sets
       ``CUDA_VISIBLE_DEVICES`` to the chosen GPUs' UUIDs (most free first, mapped through an
@@ -363,22 +346,20 @@ def claim_free_gpus(n: int, env: MutableMapping[str, str] | None = None) -> Free
       starts, so they see exactly these GPUs in this order.
     * A process whose environment holds a matching record (a Lightning child, or the launching process
       asked again) reuses it without NVML.
-    * Ranks started by torchrun/srun without a record cannot agree on a choice: refused with
-      :func:`refuse_free_under_launcher`, unless the launcher started only one process on this node.
+    * Ranks started by torchrun/srun without a record cannot agree on a choice: refused, unless the
+      launcher started only one process on this node.
 
     If CUDA is already initialised here, ``CUDA_VISIBLE_DEVICES`` can no longer change this
     process's GPUs: the choice is then the CUDA ordinals under the current visibility (recorded too).
-    ``env`` defaults to ``os.environ`` (and is modified).
 
     Raises:
-        LitGpuError: the refusal above, a record that does not fit, or :func:`pick_free_gpus`'s errors.
+        LitGpuError: the refusal above, a record that does not fit, or :func:`most_free_gpus`'s errors.
     """
-    env = os.environ if env is None else env
+    env = os.environ
     if n < 1:
         raise LitGpuError(f"devices 'free:{n}': ask for at least one GPU, e.g. 'free:1'")
-    launcher = external_launcher(env)
-    recorded = env.get(FREE_CHOICE_ENV)
-    if recorded:
+    launcher = external_launcher()
+    if recorded := env.get(FREE_CHOICE_ENV):
         try:
             choice = FreeChoice.from_env(recorded)
         except (ValueError, KeyError, TypeError) as err:
@@ -398,15 +379,16 @@ def claim_free_gpus(n: int, env: MutableMapping[str, str] | None = None) -> Free
                     visible=env.get("CUDA_VISIBLE_DEVICES"),
                 )
             )
-    if launcher is not None and local_process_count(env) != 1:
-        raise refuse_free_under_launcher(n, launcher)
-    gpus, picked = _free_request_gpus(n, env)
+    if launcher is not None and local_process_count() != 1:
+        who = "a launcher (LOCAL_RANK is set)" if launcher == "LOCAL_RANK" else launcher
+        raise LitGpuError(messages.FREE_UNDER_LAUNCHER.format(n=n, launcher=who))
+    picked = most_free_gpus(n)
     chosen = tuple(
-        ChosenGpu(local_rank=rank, index=gpus[pos].index, uuid=gpus[pos].uuid, name=gpus[pos].name)
-        for rank, pos in enumerate(picked)
+        ChosenGpu(local_rank=rank, index=gpu.index, uuid=gpu.uuid, name=gpu.name)
+        for rank, (_, gpu) in enumerate(picked)
     )
     if _cuda_initialized():  # too late to narrow this process's visibility: keep its numbering
-        choice = FreeChoice(n, chosen, list(picked), env.get("CUDA_VISIBLE_DEVICES"))
+        choice = FreeChoice(n, chosen, [ordinal for ordinal, _ in picked], env.get("CUDA_VISIBLE_DEVICES"))
     else:
         choice = FreeChoice(n, chosen, list(range(n)), ",".join(g.uuid for g in chosen))
         env["CUDA_VISIBLE_DEVICES"] = choice.cuda_visible_devices  # type: ignore[assignment]
@@ -416,17 +398,8 @@ def claim_free_gpus(n: int, env: MutableMapping[str, str] | None = None) -> Free
 
 def parse_free_request(devices: Any) -> int | None:
     """``N`` for ``"free:N"``, else ``None``."""
-    if isinstance(devices, str):
-        match = FREE_PATTERN.match(devices)
-        if match:
-            return int(match.group(1))
-    return None
-
-
-def resolve_devices(devices: Any) -> Any:
-    """``"free:N"`` -> :func:`claim_free_gpus` devices; any other ``Trainer(devices=...)`` value unchanged."""
-    n = parse_free_request(devices)
-    return devices if n is None else claim_free_gpus(n).devices
+    match = FREE_PATTERN.match(devices) if isinstance(devices, str) else None
+    return int(match.group(1)) if match else None
 
 
 # ---- precision: auto ---------------------------------------------------------------------------
@@ -450,16 +423,21 @@ def _cuda_available() -> bool:
     return CUDAAccelerator.is_available()
 
 
-def _selected_ordinals(devices: Any, count: int) -> list[int]:
+def device_ordinals(devices: Any, count: int) -> list[int]:
+    """The ordinals below ``count`` that a ``Trainer(devices=...)`` value (not ``free:N``) selects.
+
+    Unlike Lightning's ``CUDAAccelerator.parse_devices`` it does not check them against the GPUs
+    present: it works without one, and the Trainer refuses what the machine lacks with its own error.
+    """
     if devices is None or devices in ("auto", -1, "-1"):
         return list(range(count))
+    if isinstance(devices, str):
+        if "," not in devices and devices.strip().isdigit():
+            devices = int(devices)  # "2": a count, as for 2
+        else:
+            devices = [int(p) for p in devices.split(",") if p.strip().isdigit()]
     if isinstance(devices, int):
         return list(range(min(devices, count)))
-    if isinstance(devices, str):
-        parts = [p.strip() for p in devices.split(",") if p.strip()]
-        if len(parts) == 1 and parts[0].isdigit() and "," not in devices:
-            return list(range(min(int(parts[0]), count)))
-        return [int(p) for p in parts if p.isdigit() and int(p) < count]
     return [int(d) for d in devices if int(d) < count]
 
 
@@ -492,7 +470,7 @@ def auto_precision(accelerator: Any = "auto", devices: Any = "auto") -> str:
         gpus = visible_gpus()
     except NvmlUnavailable:
         return "16-mixed"  # works on every CUDA GPU
-    selected = [gpus[i] for i in _selected_ordinals(devices, len(gpus))] or gpus
+    selected = [gpus[i] for i in device_ordinals(devices, len(gpus))] or gpus
     return "bf16-mixed" if selected and all(g.bf16 for g in selected) else "16-mixed"
 
 

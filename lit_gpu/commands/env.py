@@ -290,11 +290,11 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     if args.pick_free is not None:
-        value, chosen = devices.pick_free_cuda_visible_devices(args.pick_free)
+        chosen = [gpu for _, gpu in devices.most_free_gpus(args.pick_free, f"--pick-free {args.pick_free}")]
         for rank, gpu in enumerate(chosen):  # stderr: stays out of $(...)
             line = messages.FREE_GPU_OF_RANK.format(rank=rank, index=gpu.index, name=gpu.name, uuid=gpu.uuid)
             print(f"lit-gpu env: {line}, {_gib(gpu.free_bytes)} free", file=sys.stderr)
-        print(value)
+        print(",".join(gpu.uuid for gpu in chosen))  # UUIDs: exact whatever CUDA_DEVICE_ORDER is
         return 0
     report = collect()
     if args.json:

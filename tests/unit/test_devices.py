@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from lit_gpu import devices
@@ -134,15 +132,6 @@ def test_parse_free_request(value, n):
     assert devices.parse_free_request(value) == n
 
 
-def test_resolve_devices_leaves_other_values_alone(monkeypatch):
-    fake = install(monkeypatch, _gpus(1, 9))
-    monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)  # a fresh process
-    assert devices.resolve_devices("free:1") == [0]  # cuda:0 of the handed-down visibility
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == fake.gpus[1].uuid
-    for value in ("auto", 2, [0], "0,1", -1):
-        assert devices.resolve_devices(value) == value
-
-
 def test_query_creates_no_cuda_context(monkeypatch):
     import torch
 
@@ -180,6 +169,28 @@ def test_auto_precision_cpu_follows_the_measurement_switch(monkeypatch):
     monkeypatch.setattr(devices, "cpu_has_bf16", lambda: True)
     monkeypatch.setattr(devices, "CPU_BF16_IS_FASTER", False)
     assert devices.auto_precision("cpu") == "32-true"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("auto", [0, 1, 2]),
+        (None, [0, 1, 2]),
+        (-1, [0, 1, 2]),
+        ("-1", [0, 1, 2]),
+        (2, [0, 1]),
+        (" 2 ", [0, 1]),  # a count, as for 2
+        (9, [0, 1, 2]),  # more than present: the Trainer refuses it later, with its own error
+        (0, []),
+        ("1,", [1]),  # a list of one ordinal, not a count
+        (" 0 , 2 ", [0, 2]),
+        ("0,5", [0]),
+        ([2, 0], [2, 0]),
+        ([4], []),
+    ],
+)
+def test_device_ordinals_reads_a_trainer_devices_value(value, expected):
+    assert devices.device_ordinals(value, 3) == expected
 
 
 @pytest.mark.parametrize(

@@ -19,10 +19,30 @@ CONTEXT_GIB = 0.6  # what one CUDA context takes on its GPU
 REAL_CUDA_INITIALIZED = devices._cuda_initialized
 
 
+LAUNCHER_VARS = (
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "TORCHELASTIC_RUN_ID",
+    "SLURM_NTASKS",
+    "SLURM_JOB_NAME",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_process(monkeypatch):
-    """Each test plays a fresh launching process: CUDA not initialised (even if the suite's process is)."""
+    """Each test plays a fresh launching process: CUDA not initialised (even if the suite's process is),
+    no launcher around it (even if the suite runs under torchrun or srun)."""
     monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)
+    for key in (*LAUNCHER_VARS, "CUDA_VISIBLE_DEVICES", devices.FREE_CHOICE_ENV):
+        monkeypatch.delenv(key, raising=False)
+
+
+def _setenv(monkeypatch, env: dict[str, str]) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
 
 
 def _gpus(*free_gib: float) -> list[FakeGpu]:
@@ -69,8 +89,8 @@ def test_old_per_process_pick_drifts_and_puts_two_ranks_on_one_gpu(monkeypatch):
 def test_every_rank_gets_its_own_intended_gpu(monkeypatch, free, n):
     fake = install(monkeypatch, _gpus(*free))
     expected = [fake.gpus[i].uuid for i in sorted(range(len(free)), key=lambda i: (-free[i], i))[:n]]
-    parent_env: dict[str, str] = {}
-    choice = devices.claim_free_gpus(n, parent_env)
+    choice = devices.claim_free_gpus(n)
+    parent_env = dict(os.environ)
     assert choice.decided_here and choice.devices == list(range(n))
     assert parent_env["CUDA_VISIBLE_DEVICES"] == ",".join(expected)  # most free first, UUIDs
     fake.gpus[choice.gpus[0].index].free_gib -= CONTEXT_GIB  # rank 0's context, as in the failure above
@@ -78,22 +98,22 @@ def test_every_rank_gets_its_own_intended_gpu(monkeypatch, free, n):
     used = {0: _uuid_of_rank(parent_env, choice.devices, 0)}
     for local_rank in range(1, n):  # what _SubprocessScriptLauncher gives each child
         launched = {"LOCAL_RANK": str(local_rank), "NODE_RANK": "0", "WORLD_SIZE": str(n)}
-        child_env = {**parent_env, **launched}
-        inherited = devices.claim_free_gpus(n, child_env)
+        _setenv(monkeypatch, launched)  # a copy of the parent's os.environ plus these
+        inherited = devices.claim_free_gpus(n)
         assert not inherited.decided_here and inherited.gpus == choice.gpus
-        assert child_env == {**parent_env, **launched}  # the child changes nothing
-        used[local_rank] = _uuid_of_rank(child_env, inherited.devices, local_rank)
+        assert dict(os.environ) == {**parent_env, **launched}  # the child changes nothing
+        used[local_rank] = _uuid_of_rank(dict(os.environ), inherited.devices, local_rank)
     assert [used[r] for r in range(n)] == expected  # distinct, the intended ones, in rank order
     assert [g.uuid for g in choice.gpus] == expected
 
 
 def test_choice_maps_through_an_existing_cuda_visible_devices(monkeypatch):
     fake = install(monkeypatch, _gpus(10, 70, 30, 50))
-    env = {"CUDA_VISIBLE_DEVICES": f"3,{fake.gpus[0].uuid[:12]},2"}  # index, UUID prefix, index
-    choice = devices.claim_free_gpus(2, env)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"3,{fake.gpus[0].uuid[:12]},2")  # index, UUID prefix, index
+    choice = devices.claim_free_gpus(2)
     assert [(g.local_rank, g.index) for g in choice.gpus] == [(0, 3), (1, 2)]  # GPU 1 is hidden
-    assert env["CUDA_VISIBLE_DEVICES"] == f"{fake.gpus[3].uuid},{fake.gpus[2].uuid}"
-    assert json.loads(env[devices.FREE_CHOICE_ENV])["gpus"][0] == {
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == f"{fake.gpus[3].uuid},{fake.gpus[2].uuid}"
+    assert json.loads(os.environ[devices.FREE_CHOICE_ENV])["gpus"][0] == {
         "local_rank": 0,
         "index": 3,
         "uuid": fake.gpus[3].uuid,
@@ -131,13 +151,13 @@ TORCHRUN = {"TORCHELASTIC_RUN_ID": "x", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "
 def test_torchrun_ranks_are_refused_with_the_pick_free_recipe(monkeypatch):
     install(monkeypatch, _gpus(80, 80))
     for rank in (0, 1):  # both ranks, started together
-        env = {**TORCHRUN, "LOCAL_RANK": str(rank), "RANK": str(rank)}
+        _setenv(monkeypatch, {**TORCHRUN, "LOCAL_RANK": str(rank), "RANK": str(rank)})
         with pytest.raises(LitGpuError) as info:
-            devices.claim_free_gpus(2, env)
+            devices.claim_free_gpus(2)
         message = str(info.value)
         assert "\n" not in message and "torchrun" in message
         assert "$(lit-gpu env --pick-free 2)" in message and "--trainer.devices 2" in message
-        assert "CUDA_VISIBLE_DEVICES" not in env and devices.FREE_CHOICE_ENV not in env
+        assert "CUDA_VISIBLE_DEVICES" not in os.environ and devices.FREE_CHOICE_ENV not in os.environ
 
 
 def test_pick_free_before_torchrun_gives_each_rank_a_distinct_gpu(monkeypatch, capsys):
@@ -157,9 +177,11 @@ def test_pick_free_before_torchrun_gives_each_rank_a_distinct_gpu(monkeypatch, c
 
 def test_one_process_per_node_may_choose_alone(monkeypatch):
     fake = install(monkeypatch, _gpus(20, 60))
-    env = {**TORCHRUN, "LOCAL_WORLD_SIZE": "1", "LOCAL_RANK": "0", "GROUP_RANK": "1"}  # node 1 of 2
-    choice = devices.claim_free_gpus(1, env)
-    assert choice.devices == [0] and env["CUDA_VISIBLE_DEVICES"] == fake.gpus[1].uuid
+    _setenv(
+        monkeypatch, {**TORCHRUN, "LOCAL_WORLD_SIZE": "1", "LOCAL_RANK": "0", "GROUP_RANK": "1"}
+    )  # node 1 of 2
+    choice = devices.claim_free_gpus(1)
+    assert choice.devices == [0] and os.environ["CUDA_VISIBLE_DEVICES"] == fake.gpus[1].uuid
 
 
 @pytest.mark.parametrize(
@@ -175,45 +197,58 @@ def test_one_process_per_node_may_choose_alone(monkeypatch):
         ({"SLURM_NTASKS": "2", "SLURM_JOB_NAME": "interactive"}, None, None),  # Lightning launches here
     ],
 )
-def test_external_launcher_detection(env, launcher, count):
-    assert devices.external_launcher(env) == launcher
-    assert devices.local_process_count(env) == count
+def test_external_launcher_detection(monkeypatch, env, launcher, count):
+    _setenv(monkeypatch, env)
+    assert devices.external_launcher() == launcher
+    assert devices.local_process_count() == count
+
+
+def test_srun_on_the_path_but_unused_adds_no_warning(monkeypatch, tmp_path):
+    srun = tmp_path / "srun"
+    srun.write_text("#!/bin/sh\n")
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))  # Lightning's SLURM detection would warn here
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert devices.external_launcher() is None
 
 
 def test_srun_tasks_are_refused(monkeypatch):
     install(monkeypatch, _gpus(80, 80))
     env = {"SLURM_NTASKS": "2", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "2", "SLURM_JOB_NAME": "train"}
+    _setenv(monkeypatch, env)
     with pytest.raises(LitGpuError, match=r"ranks started by srun.*--pick-free 2.*under SLURM"):
-        devices.claim_free_gpus(2, env)
+        devices.claim_free_gpus(2)
 
 
 def test_a_rank_whose_inherited_choice_does_not_fit_is_refused(monkeypatch):
     install(monkeypatch, _gpus(80, 80, 80))
-    parent_env: dict[str, str] = {}
-    devices.claim_free_gpus(2, parent_env)
-    child_env = {**parent_env, "LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": "0,1"}  # someone reset it
+    devices.claim_free_gpus(2)
+    _setenv(monkeypatch, {"LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": "0,1"})  # someone reset it
     with pytest.raises(LitGpuError, match="inherited LIT_GPU_FREE_CHOICE"):
-        devices.claim_free_gpus(2, child_env)
+        devices.claim_free_gpus(2)
 
 
 def test_asking_again_in_the_deciding_process_reuses_the_choice(monkeypatch):
     fake = install(monkeypatch, _gpus(80, 80))
-    env: dict[str, str] = {}
-    first = devices.claim_free_gpus(2, env)
+    first = devices.claim_free_gpus(2)
     fake.gpus[0].free_gib -= CONTEXT_GIB
     _fail_if_asked(fake)
-    again = devices.claim_free_gpus(2, env)  # e.g. fit then test in one process
+    again = devices.claim_free_gpus(2)  # e.g. fit then test in one process
     assert again.gpus == first.gpus and again.devices == first.devices
 
 
 def test_when_cuda_is_already_initialised_the_choice_keeps_cuda_numbering(monkeypatch):
     install(monkeypatch, _gpus(10, 70, 30))
     monkeypatch.setattr(devices, "_cuda_initialized", lambda: True)
-    env = {"CUDA_VISIBLE_DEVICES": "2,1,0"}
-    choice = devices.claim_free_gpus(2, env)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,1,0")
+    choice = devices.claim_free_gpus(2)
     assert choice.devices == [1, 0]  # cuda:1 = GPU 1 (70), cuda:0 = GPU 2 (30)
-    assert env["CUDA_VISIBLE_DEVICES"] == "2,1,0"  # too late to narrow it in this process
-    child = devices.claim_free_gpus(2, {**env, "LOCAL_RANK": "1"})
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "2,1,0"  # too late to narrow it in this process
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    child = devices.claim_free_gpus(2)
     assert child.devices == [1, 0] and [g.index for g in child.gpus] == [1, 2]
 
 
@@ -222,13 +257,13 @@ def test_claim_creates_no_cuda_context(monkeypatch):
 
     install(monkeypatch, _gpus(5, 6))
     before = torch.cuda.is_initialized()  # False in a CPU-only run; a GPU run may have used CUDA already
-    devices.claim_free_gpus(2, {})
+    devices.claim_free_gpus(2)
     assert torch.cuda.is_initialized() == before == REAL_CUDA_INITIALIZED()
 
 
 def test_record_and_log_line_name_index_and_uuid(monkeypatch):
     fake = install(monkeypatch, _gpus(10, 70))
-    choice = devices.claim_free_gpus(2, {})
+    choice = devices.claim_free_gpus(2)
     assert choice.record() == [
         {"local_rank": 0, "index": 1, "uuid": fake.gpus[1].uuid, "name": fake.gpus[1].name},
         {"local_rank": 1, "index": 0, "uuid": fake.gpus[0].uuid, "name": fake.gpus[0].name},
@@ -253,5 +288,6 @@ def test_pick_free_with_too_few_gpus_is_one_line_and_prints_no_value(monkeypatch
 
 def test_a_garbled_record_is_one_line(monkeypatch):
     install(monkeypatch, _gpus(80))
+    monkeypatch.setenv(devices.FREE_CHOICE_ENV, "GPU-1234")
     with pytest.raises(LitGpuError, match="LIT_GPU_FREE_CHOICE is set but is not a record.*unset it"):
-        devices.claim_free_gpus(1, {devices.FREE_CHOICE_ENV: "GPU-1234"})
+        devices.claim_free_gpus(1)

@@ -18,7 +18,7 @@ _MANY = 1 << 16  # "as many as asked": counts an explicit device list without a 
 def device_count(devices: Any, accelerator: Any) -> int:
     """How many processes ``trainer.devices`` starts (``0``: unknown, treat as several).
 
-    Reads the request as :mod:`lit_gpu.devices` does (``free:N``, counts, ordinal lists, ``auto``).
+    Reads the request as :mod:`lit_gpu.devices` does (``free:N``, :func:`~lit_gpu.devices.device_ordinals`).
     """
     free = lit_devices.parse_free_request(devices)
     if free is not None:
@@ -32,7 +32,7 @@ def device_count(devices: Any, accelerator: Any) -> int:
 
         return max(1, num_cuda_devices())
     try:
-        return len(lit_devices._selected_ordinals(devices, _MANY))
+        return len(lit_devices.device_ordinals(devices, _MANY))
     except (TypeError, ValueError):
         return 0
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 
@@ -22,6 +24,18 @@ def test_resolve_trainer_config_rewrites_free_and_auto(monkeypatch):
     untouched = Namespace(accelerator="cpu", devices=1, precision="16-mixed")
     assert resolve_trainer_config(untouched) is None
     assert untouched == Namespace(accelerator="cpu", devices=1, precision="16-mixed")
+
+
+def test_free_n_is_handed_down_and_other_devices_values_are_left_alone(monkeypatch):
+    fake = install(monkeypatch, [FakeGpu(free_gib=1), FakeGpu(free_gib=9)])
+    monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)  # a fresh process
+    trainer = Namespace(accelerator="gpu", devices="free:1")
+    assert resolve_trainer_config(trainer) is not None
+    assert trainer.devices == [0]  # cuda:0 of the handed-down visibility
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == fake.gpus[1].uuid
+    for value in ("auto", 2, [0], "0,1", -1):
+        trainer = Namespace(accelerator="gpu", devices=value)
+        assert resolve_trainer_config(trainer) is None and trainer.devices == value
 
 
 def test_setting_source_names_the_last_flag_or_config_file():
