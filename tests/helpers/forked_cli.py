@@ -7,11 +7,18 @@ pid and exit status, signals, a fresh Trainer, files left by a SIGKILL) but not 
 ``lit_gpu`` exactly as ``python -m lit_gpu`` would (``runpy``, so Lightning's DDP launcher re-executes
 ``python -m lit_gpu ...``), in the given working folder and environment, with stdout/stderr in files.
 
+The ranks Lightning's DDP launcher starts (``subprocess.Popen([python, -m, lit_gpu, ...])`` with
+``LOCAL_RANK=N``) are forked from the same server too: the forked run's launcher hands the command, its
+environment and its stdout/stderr descriptors to the server, and the rank joins the run's process group,
+as a ``Popen`` child does. Each DDP run so saves one more import per extra rank.
+
 Tests whose subject is start-up itself keep plain ``subprocess`` runs: entry points, import side
-effects, ``-P``/working-folder safety, process groups signalled from outside, torchrun.
+effects, ``-P``/working-folder safety, process groups signalled from outside, torchrun, and Lightning's
+launcher re-executing the console script (``tests/integration/test_ddp.py``).
 
 Protocol (one Unix socket, one connection per run): the client sends one JSON line
-``{argv, cwd, env, stdout, stderr}``; a manager fork of the server forks the child, answers
+``{argv, cwd, env, stdout, stderr}`` (for a rank ``{argv, cwd, env, "inherit": pgid}``, with the run's
+descriptors 0-2 passed along by ``SCM_RIGHTS``); a manager fork of the server forks the child, answers
 ``{"pid": N}``, waits for it and answers ``{"returncode": R}`` (``-signal`` when killed, as
 :mod:`subprocess` reports it).
 """
@@ -38,34 +45,31 @@ _SERVE = "import sys; from tests.helpers.forked_cli import serve; serve(sys.argv
 
 
 # ---- the server (runs in its own process) ---------------------------------------------------------
-def _child(request: dict) -> None:
+def _child(request: dict, fds: list[int]) -> None:
     """The forked run: ``python -m lit_gpu ARGV`` in ``cwd`` with ``env``; never returns."""
     import runpy
 
     code: int = 1
     try:
-        os.setpgid(0, 0)  # its own process group, as a test's killpg(pid) expects
+        # its own process group, as a test's killpg(pid) expects; a rank joins its run's group
+        os.setpgid(0, request.get("inherit") or 0)
         for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-        for fd, target in ((1, request["stdout"]), (2, request["stderr"])):
-            if fd == 2 and target == request["stdout"]:
-                os.dup2(1, 2)  # one open file, as stderr=STDOUT shares it
-                continue
-            flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if target["append"] else os.O_TRUNC)
-            out = os.open(target["path"], flags, 0o644)
-            os.dup2(out, fd)
-            os.close(out)
+        if fds:  # a rank: the run's own stdin/stdout/stderr, as Popen children inherit them
+            for fd, inherited in enumerate(fds):
+                os.dup2(inherited, fd)
+                os.close(inherited)
+        else:
+            _open_outputs(request)
         # sys.path as `python -m` builds it: the working folder, PYTHONPATH, then the site paths
         extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[:] = [os.getcwd(), *extra, *_SERVER["site_path"]]
         sys.argv = ["lit_gpu", *request["argv"]]
+        _fork_lightning_ranks()
         try:
             runpy.run_module("lit_gpu", run_name="__main__", alter_sys=True)
             code = 0
@@ -95,20 +99,70 @@ def _child(request: dict) -> None:
         os._exit(code)
 
 
+def _open_outputs(request: dict) -> None:
+    """stdin from ``/dev/null``; stdout and stderr to the files the request names."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    for fd, target in ((1, request["stdout"]), (2, request["stderr"])):
+        if fd == 2 and target == request["stdout"]:
+            os.dup2(1, 2)  # one open file, as stderr=STDOUT shares it
+            continue
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if target["append"] else os.O_TRUNC)
+        out = os.open(target["path"], flags, 0o644)
+        os.dup2(out, fd)
+        os.close(out)
+
+
+class _LauncherSubprocess:
+    """``subprocess`` as Lightning's DDP launcher sees it in a forked run: ranks of ``lit_gpu`` are forked."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+    @staticmethod
+    def Popen(command: Any, env: Any = None, cwd: Any = None, **kwargs: Any) -> Any:  # noqa: N802
+        command = [str(c) for c in command]
+        ours = command[:2] == [sys.executable, "-m"] and command[2] in ("lit_gpu", "lit_gpu.__main__")
+        if ours and not kwargs:
+            environ = dict(os.environ if env is None else env)
+            return ForkedRun(command[3:], cwd or os.getcwd(), environ, inherit=True, server=_SERVER["path"])
+        return subprocess.Popen(command, env=env, cwd=cwd, **kwargs)
+
+
+def forked_here() -> bool:
+    """Whether this process was forked from a server (a run, or one of its DDP ranks)."""
+    return bool(_SERVER.get("path"))
+
+
+def _fork_lightning_ranks() -> None:
+    """Make this run's DDP launcher fork its ranks from the server (pinned in test_upstream_pins.py)."""
+    from lightning.pytorch.strategies.launchers import subprocess_script
+
+    subprocess_script.subprocess = _LauncherSubprocess()  # type: ignore[assignment]
+
+
 def _manage(conn: socket.socket) -> None:
     """Fork the run, report its pid, wait for it, report its exit status; never returns."""
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # so waitpid sees the child
-        reader = conn.makefile("r")
-        request = json.loads(reader.readline())
+        data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+        while not data.endswith(b"\n"):
+            chunk = conn.recv(1 << 16)
+            if not chunk:
+                raise RuntimeError("the request ended before its newline")
+            data += chunk
+        request = json.loads(data)
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
             conn.close()
-            _child(request)
-        with contextlib.suppress(OSError):
-            os.setpgid(pid, pid)  # before the pid is known to the test (the child does it too)
+            _child(request, fds)
+        for fd in fds:
+            os.close(fd)
+        with contextlib.suppress(OSError):  # before the pid is known to the test (the child does it too)
+            os.setpgid(pid, request.get("inherit") or pid)
         conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
         _, status = os.waitpid(pid, 0)
         code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
@@ -131,6 +185,7 @@ def serve(path: str) -> None:
     _SERVER["site_path"] = [
         p for p in sys.path[1:] if p and os.path.realpath(p) not in pythonpath and os.path.realpath(p) != here
     ]
+    _SERVER["path"] = path  # where a forked run's launcher asks for its ranks
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # managers are reaped by the kernel
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
@@ -200,6 +255,9 @@ class ForkedRun:
             object to append to (readable while the run goes on).
         stderr: As ``stdout``, or ``STDOUT`` (merged into stdout).
         text: Decode what :meth:`communicate` returns.
+        inherit: A DDP rank of the forked run this is called in: it shares this process's stdin,
+            stdout, stderr and process group (``stdout``/``stderr`` are ignored).
+        server: The server's socket (default: this process's server, started on first use).
     """
 
     def __init__(
@@ -210,21 +268,32 @@ class ForkedRun:
         stdout: Any = subprocess.PIPE,
         stderr: Any = subprocess.PIPE,
         text: bool = False,
+        inherit: bool = False,
+        server: str | None = None,
     ) -> None:
         self.args = [sys.executable, "-m", "lit_gpu", *argv]
         self.text = text
         self.returncode: int | None = None
-        self._outdir = tempfile.mkdtemp(prefix="lit_gpu_run_")
-        out, self._out_pipe = self._target(stdout, "stdout")
-        err, self._err_pipe = (out, None) if stderr == subprocess.STDOUT else self._target(stderr, "stderr")
+        request: dict[str, Any] = {"argv": list(argv), "cwd": str(cwd), "env": dict(env)}
+        self._outdir = None if inherit else tempfile.mkdtemp(prefix="lit_gpu_run_")
+        self._out_pipe = self._err_pipe = None
+        if inherit:
+            request["inherit"] = os.getpgid(0)
+        else:
+            request["stdout"], self._out_pipe = self._target(stdout, "stdout")
+            request["stderr"], self._err_pipe = (
+                (request["stdout"], None) if stderr == subprocess.STDOUT else self._target(stderr, "stderr")
+            )
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._conn.connect(_server(env))
-        request = {"argv": list(argv), "cwd": str(cwd), "env": dict(env), "stdout": out, "stderr": err}
-        self._conn.sendall((json.dumps(request) + "\n").encode())
+        self._conn.connect(server or _server(env))
+        line = (json.dumps(request) + "\n").encode()
+        sent = socket.send_fds(self._conn, [line], [0, 1, 2]) if inherit else 0
+        self._conn.sendall(line[sent:])
         self._buffer = b""
         self.pid: int = self._message(None)["pid"]
 
     def _target(self, spec: Any, name: str) -> tuple[dict, str | None]:
+        assert self._outdir is not None
         if spec == subprocess.PIPE:
             path = os.path.join(self._outdir, name)
             return {"path": path, "append": False}, path
@@ -273,7 +342,8 @@ class ForkedRun:
         self.wait(timeout)
         result = self._read(self._out_pipe), self._read(self._err_pipe)
         self._conn.close()
-        shutil.rmtree(self._outdir, ignore_errors=True)
+        if self._outdir is not None:
+            shutil.rmtree(self._outdir, ignore_errors=True)
         return result
 
     def send_signal(self, sig: int) -> None:

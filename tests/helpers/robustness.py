@@ -30,6 +30,26 @@ class SlowSteps(pl.Callback):
         time.sleep(self.seconds)
 
 
+class RecordRankProcess(pl.Callback):
+    """Each rank writes ``rank<R>.json`` to ``out_dir``: its pid, parent pid and whether it was forked.
+
+    "Forked" means started by :mod:`tests.helpers.forked_cli` (a run or its DDP ranks), not by a fresh
+    ``python`` whose imports were its own.
+    """
+
+    def __init__(self, out_dir: str = "ranks") -> None:
+        self.out_dir = Path(out_dir)
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        import json
+
+        from tests.helpers.forked_cli import forked_here
+
+        self.out_dir.mkdir(exist_ok=True)
+        record = {"pid": os.getpid(), "ppid": os.getppid(), "forked": forked_here()}
+        (self.out_dir / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
+
+
 class RecordStartStep(pl.Callback):
     """Rank 0 appends the global step each fit starts training at to ``record_file``, one a line."""
 

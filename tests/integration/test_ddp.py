@@ -112,6 +112,24 @@ def test_lightning_launcher_two_processes(tmp_path, cli_env, reference):
     _check_equivalent_and_sharded(tmp_path, reference)
 
 
+def test_a_forked_run_forks_its_ddp_ranks_too(tmp_path, cli_env):
+    """The test helper's fork server starts the ranks of a forked DDP run (no fresh import): proven here
+    so the tests that rely on it for speed do not silently pay fresh starts, or test something else."""
+    import json
+
+    from tests.helpers.forked_cli import run_cli
+
+    record = ["--trainer.callbacks+=tests.helpers.robustness.RecordRankProcess"]
+    argv = [*COMMON[:-2], "--trainer.limit_train_batches", "2", "--trainer.max_epochs", "1", *record]
+    done = run_cli([*argv, "--trainer.devices", "2", "--trainer.strategy", "ddp"], tmp_path, cli_env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / "ranks" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["forked"] for r in ranks] == [True, True]
+    assert ranks[1]["ppid"] != ranks[0]["pid"]  # a child of the server's manager, not of rank 0
+    out = done.stdout + done.stderr  # rank 1 writes to the run's own stdout/stderr, as a Popen child does
+    assert "GLOBAL_RANK: 0, MEMBER: 1/2" in out and "GLOBAL_RANK: 1, MEMBER: 2/2" in out, out[-3000:]
+
+
 def test_torchrun_two_processes(tmp_path, cli_env, reference):
     cmd = [
         sys.executable,

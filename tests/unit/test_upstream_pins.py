@@ -427,3 +427,15 @@ def test_strategy_registry__register():
     registry = _StrategyRegistry()
     DataParallelStrategy.register_strategies(registry)
     assert registry.available_strategies() == ["dp"]
+
+
+@pins("lightning")
+def test_subprocess_script_launcher__call_children_scripts__subprocess_popen():
+    """tests/helpers/forked_cli.py forks the DDP ranks of a forked run by replacing the ``subprocess`` that
+    Lightning's launcher module calls ``Popen(command, env=..., cwd=...)`` on (test speed, not lit_gpu)."""
+    from lightning.pytorch.strategies.launchers import subprocess_script
+
+    assert subprocess_script.subprocess is __import__("subprocess")
+    source = inspect.getsource(subprocess_script._SubprocessScriptLauncher._call_children_scripts)
+    assert "subprocess.Popen(command, env=env_copy, cwd=cwd)" in source
+    assert "LOCAL_RANK" in source and "_basic_subprocess_cmd()" in source
