@@ -88,9 +88,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     )
 
     venv = root / "venv"
-    _run([sys.executable, "-m", "venv", venv], root, clean)
+    _run([sys.executable, "-m", "venv", "--without-pip", venv], root, clean)  # no pip copy: ~4 s less
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    _run([python, "-m", "pip", "install", "--no-deps", "--no-index", "-q", wheel], root, clean)
+    pip = [sys.executable, "-m", "pip", "--python", python]  # this pip, installing into the venv
+    _run([*pip, "install", "--no-deps", "--no-index", "-q", wheel], root, clean)
     site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], root, clean)
     # this interpreter's packages (torch, lightning, nbclient...), after the venv's own lit_gpu
     ours = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
