@@ -1,4 +1,5 @@
-"""``import lit_gpu`` (and every module of it) leaves warning and logging filters untouched."""
+"""``import lit_gpu`` (and every module of it) leaves warning and logging filters untouched, registers
+``strategy="dp"``, and importing the command modules does not import optuna: one fresh interpreter."""
 
 from __future__ import annotations
 
@@ -28,23 +29,29 @@ import lightning.pytorch, torchvision, jsonargparse, torchmetrics  # noqa
 before = snapshot()
 import lit_gpu
 after_package = snapshot()
+from lightning.pytorch.strategies import StrategyRegistry
+dp_registered = "dp" in StrategyRegistry
+import lit_gpu.commands, lit_gpu.cli  # noqa
+optuna_by_commands = "optuna" in sys.modules
 for info in pkgutil.walk_packages(lit_gpu.__path__, "lit_gpu."):
     if info.name != "lit_gpu.__main__":
         importlib.import_module(info.name)
 after_all = snapshot()
-json.dump({"before": before, "package": after_package, "all": after_all}, sys.stdout)
+json.dump({"before": before, "package": after_package, "all": after_all, "dp_registered": dp_registered,
+           "optuna_by_commands": optuna_by_commands}, sys.stdout)
 """
 
 
-def _snapshots() -> dict:
+@pytest.fixture(scope="module")
+def snaps() -> dict:
+    """What the fresh interpreter of :data:`SNAPSHOT` saw."""
     out = subprocess.run(
         [sys.executable, "-c", SNAPSHOT], capture_output=True, text=True, check=True, cwd=REPO_ROOT
     ).stdout
     return json.loads(out)
 
 
-def test_import_lit_gpu_changes_no_warning_or_logging_filter():
-    snaps = _snapshots()
+def test_import_lit_gpu_changes_no_warning_or_logging_filter(snaps):
     assert snaps["package"]["warnings"] == snaps["before"]["warnings"]
     assert snaps["package"]["loggers"] == snaps["before"]["loggers"]
     assert snaps["all"]["warnings"] == snaps["before"]["warnings"]
@@ -52,12 +59,12 @@ def test_import_lit_gpu_changes_no_warning_or_logging_filter():
     assert snaps["before"]["loggers"], "expected Lightning's loggers to exist after importing it"
 
 
-def test_import_still_registers_the_dp_strategy():
-    code = "import lit_gpu\nfrom lightning.pytorch import strategies as s\nprint('dp' in s.StrategyRegistry)"
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT
-    )
-    assert out.stdout.strip() == "True"
+def test_import_still_registers_the_dp_strategy(snaps):
+    assert snaps["dp_registered"] is True
+
+
+def test_importing_the_commands_does_not_import_optuna(snaps):
+    assert snaps["optuna_by_commands"] is False  # `lit-gpu sweep` imports it when it runs
 
 
 def test_the_cli_quiets_when_main_runs(capsys):

@@ -174,15 +174,6 @@ def test_without_optuna_the_sweep_says_so_in_one_line(monkeypatch, capsys):
     assert "pip install 'lit-gpu[sweep]'" in err[0]
 
 
-def test_importing_the_commands_does_not_import_optuna():
-    import subprocess
-    import sys
-
-    code = "import sys, lit_gpu.commands, lit_gpu.cli; print('optuna' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False"
-
-
 def test_stale_trials(monkeypatch):
     import datetime as dt
     import socket
