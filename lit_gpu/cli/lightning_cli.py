@@ -201,6 +201,9 @@ class LitGpuCLI(LightningCLI):
         # the command line, so that a device error can name the flag or file that asked for a GPU
         self.argv = as_argv(sys.argv[1:] if args is None else args)
         self.run_folder: RunFolder | None = None
+        # `fit ...`: only fit's parser is built (each subcommand parser costs ~0.1 s to build)
+        named = self.argv[0] if self.argv else None
+        self._only_subcommand = named if named in LightningCLI.subcommands() else None
         try:
             super().__init__(
                 model_class=None,
@@ -216,6 +219,21 @@ class LitGpuCLI(LightningCLI):
             if code is not None:  # stopped by SIGINT/SIGTERM, last.ckpt saved: exit 130 / 143
                 raise SystemExit(code) from err
             raise
+
+    @override
+    def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
+        # private, pinned in tests/unit/test_upstream_pins.py: Lightning builds a parser for every
+        # subcommand (fit, validate, test, predict) before it knows which one runs; when the command line
+        # starts with one, only that one is built (the others could never parse this command line)
+        only = self._only_subcommand
+        if only is None:
+            return super()._add_subcommands(parser, **kwargs)
+        every = LightningCLI.subcommands()
+        self.subcommands = lambda: {only: every[only]}  # type: ignore[method-assign]  # shadows the static one
+        try:
+            return super()._add_subcommands(parser, **kwargs)
+        finally:
+            del self.subcommands
 
     @override
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:

@@ -439,3 +439,22 @@ def test_subprocess_script_launcher__call_children_scripts__subprocess_popen():
     source = inspect.getsource(subprocess_script._SubprocessScriptLauncher._call_children_scripts)
     assert "subprocess.Popen(command, env=env_copy, cwd=cwd)" in source
     assert "LOCAL_RANK" in source and "_basic_subprocess_cmd()" in source
+
+
+@pins("lightning")
+def test_lightning_cli__add_subcommands__subcommand_parsers(tmp_path, monkeypatch):
+    """LitGpuCLI._add_subcommands builds only the subcommand the command line starts with, by shadowing
+    ``subcommands()`` while Lightning's ``_add_subcommands`` loops over it."""
+    from lightning.pytorch.cli import LightningCLI
+
+    assert "for subcommand in self.subcommands():" in inspect.getsource(LightningCLI._add_subcommands)
+    assert "self.subcommands()[subcommand]" in inspect.getsource(LightningCLI._prepare_subcommand_parser)
+
+    class NoRun(LitGpuCLI):
+        def _run_subcommand(self, subcommand: str) -> None:
+            self.ran = subcommand
+
+    monkeypatch.chdir(tmp_path)
+    cli = NoRun(args=["validate", "--config", str(CONFIGS / "simple.yaml"), "--trainer.logger", "false"])
+    assert cli.ran == "validate" and set(cli._subcommand_parsers) == {"validate"}
+    assert set(cli.subcommands()) == {"fit", "validate", "test", "predict"}  # the shadow is gone
