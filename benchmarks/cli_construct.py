@@ -1,4 +1,4 @@
-"""Building ``LitGpuCLI`` for ``fit ... --print_config``: one subcommand parser, or all four as Lightning does.
+"""Building ``LitGpuCLI`` for ``fit ... --print_config``: one subcommand parser, or all four (Lightning).
 
     python benchmarks/cli_construct.py [--repeats 10]
 
