@@ -213,12 +213,7 @@ def _server(env: dict[str, str]) -> str:
     folder = tempfile.mkdtemp(prefix="lit_gpu_forked_cli_")
     path = os.path.join(folder, "socket")
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from tests.helpers.forked_cli import serve; serve(sys.argv[1])",
-            path,
-        ],
+        [sys.executable, "-c", _SERVE, path],
         env=env,
         cwd=Path(__file__).resolve().parents[2],
         stdout=subprocess.PIPE,
