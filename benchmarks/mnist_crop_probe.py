@@ -19,24 +19,21 @@ from pathlib import Path
 
 import torch
 from torch.nn import functional as F
+from torchvision.datasets import MNIST
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lit_gpu.data.mnist import MNIST_MEAN, MNIST_STD  # noqa: E402
 from lit_gpu.nets import FastMnistNet  # noqa: E402
 
-RAW = Path(__file__).resolve().parents[2] / "shared" / "data" / "MNIST" / "raw"
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"  # holds MNIST/raw/
 
 
-def idx(path: Path) -> torch.Tensor:
-    """An IDX file as a uint8 tensor."""
-    data = path.read_bytes()
-    dims = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(data[3])]
-    return torch.frombuffer(bytearray(data[4 + 4 * len(dims) :]), dtype=torch.uint8).reshape(dims)
-
-
-def images(name: str, crop: int) -> torch.Tensor:
-    x = ((idx(RAW / name).float() / 255 - 0.1307) / 0.3081).unsqueeze(1)  # (N, 1, 28, 28)
+def split(train: bool, crop: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Normalized images (channels_last, ``crop`` pixels cut off each side) and labels, as storage: tensor."""
+    dataset = MNIST(str(DATA), train=train, download=False)
+    x = dataset.data.unsqueeze(1).float().div(255).sub(MNIST_MEAN).div(MNIST_STD)  # (N, 1, 28, 28)
     x = x[..., crop : 28 - crop, crop : 28 - crop] if crop else x
-    return x.contiguous(memory_format=torch.channels_last)
+    return x.contiguous(memory_format=torch.channels_last), dataset.targets
 
 
 def run(crop: int, seed: int, epochs: int = 2, batch: int = 128, lr: float = 0.01) -> tuple[float, float]:
@@ -44,8 +41,9 @@ def run(crop: int, seed: int, epochs: int = 2, batch: int = 128, lr: float = 0.0
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     keep = torch.randperm(60000, generator=g)[:55000]
-    x, y = images("train-images-idx3-ubyte", crop)[keep], idx(RAW / "train-labels-idx1-ubyte").long()[keep]
-    xt, yt = images("t10k-images-idx3-ubyte", crop), idx(RAW / "t10k-labels-idx1-ubyte").long()
+    x, y = split(True, crop)
+    x, y = x[keep], y[keep]
+    xt, yt = split(False, crop)
     net = FastMnistNet(12, 24, kernel_size=5)
     side = ((28 - 2 * crop - 4) // 2 - 4) // 2
     net.head = torch.nn.Linear(24 * side * side, 10)  # (B, 24 * side * side) -> (B, 10)
