@@ -234,9 +234,7 @@ def stop_server() -> None:
     if proc is not None and _SERVER.get("pid") == os.getpid():
         proc.kill()
         proc.wait()
-        with contextlib.suppress(OSError):
-            os.unlink(_SERVER["socket"])
-            os.rmdir(_SERVER["folder"])
+        shutil.rmtree(_SERVER["folder"], ignore_errors=True)  # the socket and the runs' PIPE outputs
 
 
 class ForkedRun:
@@ -270,7 +268,9 @@ class ForkedRun:
         self.text = text
         self.returncode: int | None = None
         request: dict[str, Any] = {"argv": list(argv), "cwd": str(cwd), "env": dict(env)}
-        self._outdir = None if inherit else tempfile.mkdtemp(prefix="lit_gpu_run_")
+        server = server or _server(env)
+        # PIPE outputs: in the server's folder, which stop_server removes even if communicate() never ran
+        self._outdir = None if inherit else tempfile.mkdtemp(prefix="run_", dir=_SERVER["folder"])
         self._out_pipe = self._err_pipe = None
         if inherit:
             request["inherit"] = os.getpgid(0)
@@ -280,7 +280,7 @@ class ForkedRun:
                 (request["stdout"], None) if stderr == subprocess.STDOUT else self._target(stderr, "stderr")
             )
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._conn.connect(server or _server(env))
+        self._conn.connect(server)
         line = (json.dumps(request) + "\n").encode()
         sent = socket.send_fds(self._conn, [line], [0, 1, 2]) if inherit else 0
         self._conn.sendall(line[sent:])
