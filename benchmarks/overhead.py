@@ -64,7 +64,7 @@ from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt  # noqa: E402
 from lit_gpu.callbacks.nan_guard import NaNGuard  # noqa: E402
 from lit_gpu.callbacks.rng_state import RNGStateCallback  # noqa: E402
 from lit_gpu.callbacks.speed import SpeedLevers  # noqa: E402
-from lit_gpu.callbacks.step_path import SkipIdleHooks  # noqa: E402
+from lit_gpu.callbacks.step_path import LeanOptimizerStep, SkipIdleHooks  # noqa: E402
 from lit_gpu.data.tensor_loader import TensorLoader  # noqa: E402
 from lit_gpu.nets import FastMnistNet  # noqa: E402
 from lit_gpu.runs import RunFolderSync  # noqa: E402
@@ -241,6 +241,7 @@ COMPONENTS: dict[str, tuple[list[str], Callable[[pl.Trainer], None] | None, str,
     "speed_levers": ([], _drop(SpeedLevers), "tensor", "lit"),
     "atomic_io": ([], _plain_checkpoint_io, "tensor", "lit"),
     "skip_idle_hooks": ([], _drop(SkipIdleHooks), "tensor", "lit"),
+    "lean_step": ([], _drop(LeanOptimizerStep), "tensor", "lit"),
     "no_profiler": ([], _lightning_profiler, "tensor", "lit"),
     "stateful_loader": ([], None, "plain", "lit"),
     "module": ([], None, "tensor", "minimal"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Any
 
@@ -67,12 +68,11 @@ class NaNGuard(Callback):
     ) -> None:
         if not self.enabled:
             return
-        step = trainer.global_step
-        if step % self.check_every_n_steps:
+        if self.check_every_n_steps > 1 and trainer.global_step % self.check_every_n_steps:
             return
         loss = loss.detach()
-        if loss.device.type != "cuda":
-            if bool(torch.isfinite(loss).all()):  # no device to wait for: check now
+        if loss.device.type != "cuda":  # no device to wait for: check now
+            if math.isfinite(loss.item()) if loss.numel() == 1 else bool(torch.isfinite(loss).all()):
                 return
             kind = "NaN" if bool(torch.isnan(loss).any()) else "inf"
             self._raise(trainer, kind, self._where(trainer), deferred=False)

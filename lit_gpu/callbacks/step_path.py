@@ -17,8 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.core.hooks import ModelHooks
+from lightning.pytorch.trainer import call
 from typing_extensions import override
 
 #: the hooks Lightning calls once per batch (training, then evaluation and prediction)
@@ -92,3 +94,213 @@ class SkipIdleHooks(Callback):
             if vars(obj).get(name, 0) is None:
                 object.__delattr__(obj, name)
         self._hidden.clear()
+
+
+# ---- the automatic-optimization step without Lightning's dispatch layers ---------------------------
+#: the hooks Lightning dispatches inside one automatic-optimization step, in the order it calls them
+STEP_HOOKS = ("on_before_zero_grad", "on_before_backward", "on_after_backward", "on_before_optimizer_step")
+
+#: LightningModule methods whose override would make the lean step differ from Lightning's: then it
+#: stands aside (``optimizer_step`` receives Lightning's closure and optimizer wrapper)
+_MODULE_METHODS = ("optimizer_step", "configure_gradient_clipping")
+
+
+def lean_step_blocker(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str | None:
+    """Why :class:`LeanOptimizerStep` must leave this fit to Lightning's own step, or None if it need not.
+
+    The lean step covers one device (``SingleDeviceStrategy``), fp32 or autocast without a grad
+    scaler (``32-true``, ``bf16-mixed``), automatic optimization with one optimizer, no gradient
+    clipping, no profiler, and a module that keeps Lightning's ``optimizer_step`` and
+    ``configure_gradient_clipping``. Gradient accumulation is checked at every step.
+    """
+    from lightning.pytorch.core.optimizer import do_nothing_closure
+    from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+    from lightning.pytorch.profilers import PassThroughProfiler
+    from lightning.pytorch.strategies import SingleDeviceStrategy
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    strategy, precision = trainer.strategy, trainer.precision_plugin
+    if type(strategy) is not SingleDeviceStrategy:
+        return f"strategy {type(strategy).__name__}"
+    if type(precision) not in (Precision, MixedPrecision) or getattr(precision, "scaler", None) is not None:
+        return f"precision plugin {type(precision).__name__}"
+    if not isinstance(trainer.profiler, PassThroughProfiler):  # lit_gpu's NoProfiler is one too
+        return f"profiler {type(trainer.profiler).__name__}"
+    if not pl_module.automatic_optimization or len(trainer.optimizers) != 1:
+        return "manual optimization or several optimizers"
+    if trainer.gradient_clip_val:
+        return "gradient clipping"
+    for name in _MODULE_METHODS:
+        if is_overridden(name, pl_module, pl.LightningModule):
+            return f"the module overrides {name}"
+    wrappers = strategy._lightning_optimizers  # private (pinned)
+    if len(wrappers) != 1 or any(
+        getattr(wrappers[0], hook, None) is not do_nothing_closure
+        for hook in ("_on_before_step", "_on_after_step")
+    ):
+        return "a wrapped optimizer step"
+    return None
+
+
+class LeanOptimizerStep(Callback):
+    """Runs Lightning's automatic-optimization step without its dispatch layers, where nothing can tell.
+
+    Added by the ``lit-gpu`` CLI. Per training step Lightning builds a three-part closure and passes
+    it through the module's ``optimizer_step``, the ``LightningOptimizer`` wrapper, the strategy and
+    the precision plugin to ``optimizer.step``, and dispatches every step hook to every callback,
+    inside profiler contexts; it also reads the signature of ``training_step`` again at every step
+    (``_build_kwargs``). Where none of those layers does anything (:func:`lean_step_blocker`), this
+    callback gives the fit loop a step that does the same things in the same order with fewer calls:
+    ``training_step`` through the strategy (autocast, ``self.log`` names as before), then
+    ``on_before_zero_grad``, ``optimizer_zero_grad``, ``on_before_backward``, ``backward``,
+    ``on_after_backward``, ``on_before_optimizer_step`` inside ``optimizer.step(closure)``, with
+    Lightning's progress counters (``global_step``, checkpoints) moved exactly as Lightning moves them.
+    Hooks go through Lightning's own dispatch whenever a callback or the module implements them.
+    Anything else (accumulation, clipping, DDP, a profiler, an overridden ``optimizer_step``) runs
+    Lightning's step unchanged. ``tests/unit/test_upstream_pins.py`` pins the internals it uses.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._patched: list[object] = []
+        self.blocker: str | None = None  # why the last fit ran Lightning's step (for tests and debugging)
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._restore()
+        self.blocker = lean_step_blocker(trainer, pl_module)
+        if self.blocker is not None:
+            return
+        epoch_loop = trainer.fit_loop.epoch_loop
+        optimization = epoch_loop.automatic_optimization
+        lean = _LeanStep(trainer, optimization)
+        optimization.run = lean.run  # instance attributes over the class's methods, for this fit only
+        epoch_loop._build_kwargs = lean.build_kwargs
+        self._patched = [optimization, epoch_loop]
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._restore()
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        for obj in self._patched:
+            for name in ("run", "_build_kwargs"):
+                vars(obj).pop(name, None)
+        self._patched = []
+
+
+class _LeanStep:
+    """One fit's lean ``_AutomaticOptimization.run`` and ``_TrainingEpochLoop._build_kwargs``."""
+
+    def __init__(self, trainer: pl.Trainer, optimization: Any) -> None:
+        from lightning.pytorch.loops.optimization.automatic import ClosureResult, _AutomaticOptimization
+
+        self.trainer, self.optimization = trainer, optimization
+        self.fallback = _AutomaticOptimization.run.__get__(optimization)
+        self.result_cls = ClosureResult
+        self._takes_batch_idx: dict[Any, bool] = {}
+        module = trainer.lightning_module
+        # the step hooks each callback implements (SkipIdleHooks has hidden the no-op ones by now),
+        # in the callbacks' order, and whether the module implements them
+        self._callback_fns = {
+            h: [fn for fn in (getattr(cb, h, None) for cb in trainer.callbacks) if callable(fn)]
+            for h in STEP_HOOKS
+        }
+        self._module_has = {h: callable(getattr(module, h, None)) for h in STEP_HOOKS}
+
+    def _dispatch(self, hook: str, *args: Any) -> None:
+        """Lightning's dispatch of one step hook (``_call_callback_hooks``, then the module's), without the
+        per-callback profiler context (there is no profiler) and only to the objects that implement it."""
+        fns = self._callback_fns[hook]
+        if fns:
+            trainer = self.trainer
+            module = trainer.lightning_module
+            previous = module._current_fx_name
+            module._current_fx_name = hook
+            for fn in fns:
+                fn(trainer, module, *args)
+            module._current_fx_name = previous
+        if self._module_has[hook]:
+            call._call_lightning_module_hook(self.trainer, hook, *args)
+
+    def build_kwargs(self, kwargs: Any, batch: Any, batch_idx: int) -> Any:
+        """Lightning's ``_build_kwargs`` with the ``training_step`` signature read once per function."""
+        kwargs["batch"] = batch
+        step = self.trainer.lightning_module.training_step
+        key = getattr(step, "__func__", step)
+        takes = self._takes_batch_idx.get(key)
+        if takes is None:
+            from lightning.pytorch.utilities.signature_utils import is_param_in_hook_signature
+
+            takes = self._takes_batch_idx[key] = is_param_in_hook_signature(step, "batch_idx", min_args=2)
+        if takes:
+            kwargs["batch_idx"] = batch_idx
+        return kwargs
+
+    def run(self, optimizer: torch.optim.Optimizer, batch_idx: int, kwargs: Any) -> dict[str, Any]:
+        trainer, optimization = self.trainer, self.optimization
+        if trainer.accumulate_grad_batches != 1 or optimization._skip_backward:
+            return self.fallback(optimizer, batch_idx, kwargs)
+        module, strategy = trainer.lightning_module, trainer.strategy
+        progress = optimization.optim_progress.optimizer
+        outcome: list[Any] = []
+
+        def closure() -> torch.Tensor | None:
+            with torch.enable_grad():
+                previous = module._current_fx_name
+                module._current_fx_name = "training_step"  # what self.log inside it reads
+                output = strategy.training_step(*kwargs.values())
+                strategy.post_training_step()
+                module._current_fx_name = previous
+                result = self.result_cls.from_training_step_output(output, 1)
+                outcome[:] = [result]
+                loss = result.closure_loss
+                if loss is None:
+                    _warn_none()
+                progress.zero_grad.increment_ready()
+                self._dispatch("on_before_zero_grad", optimizer)
+                progress.zero_grad.increment_started()
+                _module_hook(module, "optimizer_zero_grad", trainer.current_epoch, batch_idx, optimizer)
+                progress.zero_grad.increment_completed()
+                if loss is not None:
+                    strategy.pre_backward(loss)
+                    self._dispatch("on_before_backward", loss)
+                    _module_hook(module, "backward", loss)
+                    detached = loss.detach()
+                    self._dispatch("on_after_backward")
+                    strategy.post_backward(detached)
+            self._dispatch("on_before_optimizer_step", optimizer)
+            return result.loss
+
+        progress.step.increment_ready()
+        previous = module._current_fx_name
+        module._current_fx_name = "optimizer_step"
+        optimizer.step(closure=closure)
+        module._current_fx_name = previous
+        progress.step.increment_completed()
+        result = outcome[0] if outcome else None
+        if result is None or result.loss is None:
+            return {}
+        return result.asdict()
+
+
+def _module_hook(module: pl.LightningModule, name: str, *args: Any) -> Any:
+    """Call a module hook with ``_current_fx_name`` set, as Lightning's dispatch does (no profiler)."""
+    previous = module._current_fx_name
+    module._current_fx_name = name
+    try:
+        return getattr(module, name)(*args)
+    finally:
+        module._current_fx_name = previous
+
+
+def _warn_none() -> None:
+    from lightning.pytorch.loops.optimization.automatic import Closure
+
+    Closure.warning_cache.warn(
+        "`training_step` returned `None`. If this was on purpose, ignore this warning..."
+    )

@@ -32,4 +32,21 @@ def loggers_record_this_step(trainer: Any) -> bool:
     return connector is None or bool(connector.should_update_logs)
 
 
-__all__ = ["given_hyperparameters", "loggers_record_this_step", "restricted_classmethod"]
+class PlainHookName:
+    """LightningModule mixin: Lightning's ``_current_fx_name`` set without ``nn.Module``'s attribute checks.
+
+    Lightning's dispatch sets ``module._current_fx_name`` (the hook now running, which ``self.log``
+    reads) before and after every hook call, some 30 times a training step; ``nn.Module.__setattr__``
+    checks each value against ``Parameter``, ``Buffer`` and ``Module`` (Python-level instance checks).
+    The name is a ``str`` or ``None``, never one of them: it is stored as a plain attribute, where
+    ``nn.Module.__setattr__`` puts it too. Pinned by test_lightning_module__current_fx_name.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "_current_fx_name":
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
+
+__all__ = ["PlainHookName", "given_hyperparameters", "loggers_record_this_step", "restricted_classmethod"]

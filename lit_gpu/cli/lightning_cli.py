@@ -27,7 +27,7 @@ from lit_gpu.callbacks.progress import use_progress_log
 from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
-from lit_gpu.callbacks.step_path import SkipIdleHooks
+from lit_gpu.callbacks.step_path import LeanOptimizerStep, SkipIdleHooks
 from lit_gpu.cli import run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, resolve_ckpt_path
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
@@ -133,6 +133,7 @@ DEFAULT_CALLBACKS: tuple[type[pl.Callback], ...] = (
     CheckpointOnInterrupt,  # SIGINT/SIGTERM: stop at a step boundary, save last.ckpt
     OOMLoopName,  # "out of memory during validation": the one-line OOM message names its loop
     SkipIdleHooks,  # Lightning skips no-op per-batch hooks of its own callbacks and lit_gpu's (speed)
+    LeanOptimizerStep,  # the automatic-optimization step without Lightning's dispatch layers (speed)
 )
 
 

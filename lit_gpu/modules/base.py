@@ -12,7 +12,7 @@ from torch import nn
 from typing_extensions import Self, override
 
 from lit_gpu import messages
-from lit_gpu.callbacks.upstream import loggers_record_this_step, restricted_classmethod
+from lit_gpu.callbacks.upstream import PlainHookName, loggers_record_this_step, restricted_classmethod
 from lit_gpu.errors import LitGpuError
 from lit_gpu.net_spec import NET_SPEC_KEY, net_spec
 from lit_gpu.translate import net_input_mismatch
@@ -30,7 +30,7 @@ def _build(key: str, factory: Any, arg: Any) -> Any:
         ) from err
 
 
-class LitModule(pl.LightningModule):
+class LitModule(PlainHookName, pl.LightningModule):
     """Base module: wraps ``net`` and runs the same ``_step(batch, stage)`` for train/val/test.
 
     Subclass it and override:

@@ -458,3 +458,77 @@ def test_lightning_cli__add_subcommands__subcommand_parsers(tmp_path, monkeypatc
     cli = NoRun(args=["validate", "--config", str(CONFIGS / "simple.yaml"), "--trainer.logger", "false"])
     assert cli.ran == "validate" and set(cli._subcommand_parsers) == {"validate"}
     assert set(cli.subcommands()) == {"fit", "validate", "test", "predict"}  # the shadow is gone
+
+
+@pins("lightning")
+def test_automatic_optimization__run__build_kwargs__optim_progress():
+    """lit_gpu.callbacks.step_path.LeanOptimizerStep replaces, per fit instance,
+    ``_AutomaticOptimization.run`` and ``_TrainingEpochLoop._build_kwargs`` (called as
+    ``self.automatic_optimization.run(optimizer, batch_idx, kwargs)`` and ``self._build_kwargs(kwargs, batch,
+    batch_idx)`` from ``advance``), reads ``_skip_backward`` and moves ``optim_progress.optimizer.{step,
+    zero_grad}`` as Lightning's own ``run`` does."""
+    from lightning.pytorch.loops.optimization.automatic import Closure, ClosureResult, _AutomaticOptimization
+    from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+
+    assert list(inspect.signature(_AutomaticOptimization.run).parameters) == [
+        "self",
+        "optimizer",
+        "batch_idx",
+        "kwargs",
+    ]
+    assert list(inspect.signature(_TrainingEpochLoop._build_kwargs).parameters) == [
+        "self",
+        "kwargs",
+        "batch",
+        "batch_idx",
+    ]
+    advance = inspect.getsource(_TrainingEpochLoop.advance)
+    assert "self.automatic_optimization.run(trainer.optimizers[0], batch_idx, kwargs)" in advance
+    assert "self._build_kwargs(OrderedDict(), batch, batch_idx)" in advance
+    source = inspect.getsource(_AutomaticOptimization)
+    zero_grad = (
+        "zero_grad.increment_ready()",
+        "zero_grad.increment_started()",
+        "zero_grad.increment_completed()",
+    )
+    for moved in (*zero_grad, "step.increment_ready()", "step.increment_completed()"):
+        assert f"self.optim_progress.optimizer.{moved}" in source
+    assert _AutomaticOptimization(quiet_trainer())._skip_backward is False
+    assert list(inspect.signature(ClosureResult.from_training_step_output).parameters) == [
+        "training_step_output", "normalize"]  # fmt: skip
+    assert hasattr(Closure, "warning_cache")
+
+
+@pins("lightning")
+def test_strategy__lightning_optimizers__on_before_step_do_nothing(tmp_path):
+    """LeanOptimizerStep stands aside unless the ``LightningOptimizer`` wrapper's step hooks
+    (``_on_before_step``/``_on_after_step``) are Lightning's ``do_nothing_closure``, as they are in
+    automatic optimization; the wrapper list is the strategy's private ``_lightning_optimizers``."""
+    from lightning.pytorch.core.optimizer import do_nothing_closure
+
+    from lit_gpu.callbacks.step_path import LeanOptimizerStep
+
+    seen = []
+
+    class Look(pl.Callback):
+        def on_train_start(self, trainer, pl_module) -> None:
+            wrapper = trainer.strategy._lightning_optimizers[0]
+            seen.append(
+                (wrapper._on_before_step is do_nothing_closure, wrapper._on_after_step is do_nothing_closure)
+            )
+
+    step = LeanOptimizerStep()
+    quiet_trainer(tmp_path, max_steps=1, callbacks=[Look(), step]).fit(BoringModel())
+    assert seen == [(True, True)] and step.blocker is None
+
+
+@pins("lightning")
+def test_lightning_module__current_fx_name():
+    """lit_gpu.callbacks.upstream.PlainHookName stores ``_current_fx_name`` with ``object.__setattr__``: it
+    must be a plain instance attribute that Lightning's dispatch sets around every hook call."""
+    from lightning.pytorch.trainer import call
+
+    module = RegressionModule(SimpleModel())
+    assert "_current_fx_name" in vars(module) and module._current_fx_name is None
+    assert not hasattr(type(module), "_current_fx_name")  # no property or descriptor on the class
+    assert "pl_module._current_fx_name = hook_name" in inspect.getsource(call._call_lightning_module_hook)
