@@ -260,7 +260,12 @@ def _in_tempdir() -> Iterator[str]:
 
 
 def run_lit(
-    x: torch.Tensor, y: torch.Tensor, args: argparse.Namespace, off: str | None, probe: Any = None
+    x: torch.Tensor,
+    y: torch.Tensor,
+    args: argparse.Namespace,
+    off: str | None,
+    probe: Any = None,
+    pair: pl.Callback | None = None,
 ) -> Result:
     """The default stack as ``lit-gpu fit`` builds it, with component ``off`` switched off."""
     from lit_gpu.cli import LitGpuCLI
@@ -275,6 +280,8 @@ def run_lit(
         if edit is not None:
             edit(trainer)
         trainer.callbacks.insert(0, MarksCallback(marks))
+        if pair is not None:
+            trainer.callbacks.insert(0, pair)
         module = cli.model if module_kind == "lit" else MinimalModule(make_net("cpu"))
         loader: Any = (
             TensorLoader(x, y, batch_size=args.batch_size, shuffle=True, drop_last=True, seed=0)
@@ -284,7 +291,13 @@ def run_lit(
         return _timed_fit(trainer, module, loader, marks, args.device)
 
 
-def run_bare(x: torch.Tensor, y: torch.Tensor, args: argparse.Namespace, probe: Any = None) -> Result:
+def run_bare(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    args: argparse.Namespace,
+    probe: Any = None,
+    pair: pl.Callback | None = None,
+) -> Result:
     """Lightning's own floor: minimal module, everything optional off, Lightning's defaults."""
     steps = len(x) // args.batch_size
     marks = Marks(args.warmup, steps - 1, args.device, probe)
@@ -300,7 +313,7 @@ def run_bare(x: torch.Tensor, y: torch.Tensor, args: argparse.Namespace, probe: 
             logger=False,
             enable_model_summary=False,
             enable_checkpointing=False,
-            callbacks=[MarksCallback(marks)],
+            callbacks=[*([pair] if pair is not None else []), MarksCallback(marks)],
         )
         return _timed_fit(trainer, MinimalModule(make_net("cpu")), PlainBatches(x, y, args.batch_size), marks,
                           args.device)  # fmt: skip
@@ -313,6 +326,92 @@ def _timed_fit(trainer: pl.Trainer, module: Any, loader: Any, marks: Marks, devi
     _sync(device)
     t1 = time.perf_counter()
     return {"wall": t1 - t0, "step": marks.per_step, "cpu": time.process_time() - c0}
+
+
+# ---- paired: a raw step before every Lightning step ---------------------------------------------
+class PairedRaw(pl.Callback):
+    """Runs one raw-loop step (own net, own batches) right before each Lightning training step.
+
+    Both are timed in the same fraction of a second, so a machine that speeds up or slows down (a
+    shared VM does, by 10 % and more over seconds) moves both alike; the figure is the median of the
+    per-step ratios. The Lightning step is the whole loop cycle from the end of the raw step to the
+    start of the next step (its other hooks, ``training_step``, the optimizer step, the next batch).
+    """
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, args: argparse.Namespace) -> None:
+        self.net, self.device, self.warmup = make_net(args.device), args.device, args.warmup
+        self.opt = sgd(self.net.parameters())
+        self.batches = iter(PlainBatches(x, y, args.batch_size))
+        self.raw: dict[int, float] = {}
+        self.lit: dict[int, float] = {}
+        self._lit_start: tuple[int, float] | None = None
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        _sync(self.device)
+        now = time.perf_counter()
+        if self._lit_start is not None:
+            i, t = self._lit_start
+            self.lit[i] = now - t
+        xb, yb = next(self.batches)
+        loss = F.cross_entropy(self.net(xb), yb)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        _sync(self.device)
+        done = time.perf_counter()
+        self.raw[batch_idx] = done - now
+        self._lit_start = (batch_idx, done)
+
+    def pairs(self) -> list[tuple[float, float]]:
+        """(Lightning step s, raw step s) of the steps after the warm-up."""
+        return [(self.lit[i], self.raw[i]) for i in sorted(self.lit) if i >= self.warmup]
+
+
+def _quantiles(values: list[float]) -> tuple[float, float, float]:
+    q = statistics.quantiles(values, n=4)
+    return q[0], statistics.median(values), q[2]
+
+
+def paired(x: torch.Tensor, y: torch.Tensor, args: argparse.Namespace) -> None:
+    """``--paired``: each Lightning variant with a raw step interleaved before every one of its steps."""
+    fns: dict[str, Callable[..., Result]] = {
+        "lit_gpu default": lambda x, y, a, pair: run_lit(x, y, a, None, pair=pair),
+        "bare Lightning": lambda x, y, a, pair: run_bare(x, y, a, pair=pair),
+    }
+    for name in args.components:
+        fns[f"-{name}"] = lambda x, y, a, pair, name=name: run_lit(x, y, a, name, pair=pair)
+    warm = argparse.Namespace(**{**vars(args), "warmup": 5})
+    for fn in fns.values():
+        fn(x[: 30 * args.batch_size], y[: 30 * args.batch_size], warm, PairedRaw(x, y, warm))
+    load_before = load()
+    steps: dict[str, list[tuple[float, float]]] = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(args.repeats):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            pair = PairedRaw(x, y, args)
+            fns[name](x, y, args, pair)
+            steps[name] += pair.pairs()
+        print(f"  repeat {r} (load {load():.2f})", flush=True)
+    loads = (load_before, load())
+    noisy = max(loads) > args.max_load
+    print(f"\nload average (1 min): before {loads[0]:.2f}, after {loads[1]:.2f}")
+    print("\n| variant | its step ms | raw step ms (interleaved) | +ms/step | step ratio (paired) |")
+    print("|---|---:|---:|---:|---:|")
+    for name, pairs in steps.items():
+        lit_q = _quantiles([a for a, _ in pairs])
+        raw_q = _quantiles([b for _, b in pairs])
+        diff_q = _quantiles([a - b for a, b in pairs])
+        ratio_q = _quantiles([a / b for a, b in pairs])
+        ratio = f"noise: load {max(loads):.2f}" if noisy else "{1:.3f}x ({0:.3f}-{2:.3f})".format(*ratio_q)
+        print(
+            f"| {name} | {lit_q[1] * 1e3:.3f} | {raw_q[1] * 1e3:.3f} | {diff_q[1] * 1e3:+.3f} "
+            f"({diff_q[0] * 1e3:+.3f}-{diff_q[2] * 1e3:+.3f}) | {ratio} |"
+        )
+    print(
+        f"(medians (quartiles) over {len(next(iter(steps.values())))} paired steps per variant: "
+        f"{args.repeats} runs x {args.steps - 1 - args.warmup} steps after {args.warmup} warm-up steps)"
+    )
+    print("\ntarget: lit_gpu default <= 1.02x the raw loop (CPU), <= 1.05x (GPU)")
 
 
 # ---- probes: Python calls and host-device syncs on the step path --------------------------------
@@ -461,6 +560,9 @@ def main() -> None:
     )
     parser.add_argument("--max-load", type=float, default=MAX_LOAD, help="no ratios above this load average")
     parser.add_argument("--count-calls", action="store_true", help="Python calls per step instead of timing")
+    parser.add_argument(
+        "--paired", action="store_true", help="a raw step before every Lightning step; per-step paired ratios"
+    )
     args = parser.parse_args()
     for name in ("lightning.pytorch", "lightning.fabric"):  # start-up banners, tips
         logging.getLogger(name).setLevel(logging.ERROR)
@@ -490,6 +592,9 @@ def main() -> None:
     x, y = make_data(args.steps, args.batch_size, args.device)
     if args.count_calls:
         count_calls(x, y, args)
+        return
+    if args.paired:
+        paired(x, y, args)
         return
     fns = variants(args)
     for fn in fns.values():  # warm-up: imports, first-call costs, allocator

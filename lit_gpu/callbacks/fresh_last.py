@@ -104,7 +104,13 @@ class FreshLastCheckpoint(ModelCheckpoint):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         time_checked = self._last_time_checked
-        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if not (
+            pl_module.automatic_optimization
+            and self._every_n_train_steps < 1
+            and self._train_time_interval is None
+        ):
+            # with no step or time trigger, Lightning's hook only reads state and returns (pinned)
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         if not self.save_last or not pl_module.automatic_optimization:
             return
         step_due = self._every_n_train_steps >= 1 and trainer.global_step % self._every_n_train_steps == 0

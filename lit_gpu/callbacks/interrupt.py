@@ -128,6 +128,7 @@ class CheckpointOnInterrupt(Callback):
         self._stage: str | None = None
         self._previous: dict[int, Any] = {}
         self._active = False
+        self._world_size = 1
         self._log_filter = _DropSignalLogs()
 
     # ---- signal handling ----------------------------------------------------------------
@@ -180,11 +181,11 @@ class CheckpointOnInterrupt(Callback):
         the same count on every process (gradient sync needs it); evaluation batches need not be,
         so they are never synced: a signal during validation inside fit stops at the next step.
         """
-        if trainer.world_size > 1:
+        if self._world_size > 1:
             if trainer.strategy.reduce_boolean_decision(self._signal is not None, all=False):
                 self._signal = self._signal or signal.SIGTERM
                 trainer._signal_connector.received_sigterm = True
-        else:
+        elif self._signal is not None:
             self._request_stop()
 
     def _eval_stop(self, trainer: pl.Trainer) -> None:
@@ -247,6 +248,7 @@ class CheckpointOnInterrupt(Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._world_size = trainer.world_size  # read at every batch end: fixed for the fit
         self._take_over_sigterm()
 
     @override

@@ -532,3 +532,25 @@ def test_lightning_module__current_fx_name():
     assert "_current_fx_name" in vars(module) and module._current_fx_name is None
     assert not hasattr(type(module), "_current_fx_name")  # no property or descriptor on the class
     assert "pl_module._current_fx_name = hook_name" in inspect.getsource(call._call_lightning_module_hook)
+
+
+@pins("lightning")
+def test_model_checkpoint__on_train_batch_end_without_a_step_or_time_trigger_changes_nothing(tmp_path):
+    """lit_gpu.callbacks.fresh_last.FreshLastCheckpoint skips Lightning's ``on_train_batch_end`` when it has
+    no step or time trigger (``_every_n_train_steps < 1``, ``_train_time_interval`` None) in automatic
+    optimization: there Lightning's hook must only read state and return."""
+    changed: list[str] = []
+
+    class Watch(ModelCheckpoint):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            before = dict(vars(self))
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+            changed.extend(k for k, v in vars(self).items() if k not in before or before[k] is not v)
+
+        def _save_checkpoint(self, trainer, filepath) -> None:
+            changed.append(f"saved at step {trainer.global_step}")
+
+    watch = Watch(dirpath=tmp_path, save_last=True)
+    assert watch._every_n_train_steps == 0 and watch._train_time_interval is None  # the defaults
+    quiet_trainer(tmp_path, max_steps=5, enable_checkpointing=True, callbacks=[watch]).fit(BoringModel())
+    assert [c for c in changed if not c.startswith("saved")] == []
