@@ -2,6 +2,7 @@
 
     python benchmarks/overhead.py [--steps 300] [--repeats 5] [--threads 1] [--components all]
     python benchmarks/overhead.py --count-calls            # Python calls per step: load-independent
+    python benchmarks/overhead.py --paired --steps 200 --repeats 5 --threads 1 --components none
     python benchmarks/overhead.py --device cuda            # raw / default / bare on the GPU + sync count
 
 Same net (``FastMnistNet(12, 24, k=5)``), same MNIST-shaped random tensors, same batches, same
@@ -27,6 +28,16 @@ loop of the same repeat. The load average is printed before and after; when eith
 Figures: ``wall`` is the whole ``fit`` (trainer start-up and end-of-run save included); ``step``
 is the median time per training step between the start of step ``--warmup`` and the start of the
 last step (the step path only); ``CPU`` is this process's CPU time for the whole run.
+
+``--paired``: the Lightning variants only, each with one raw-loop step (own net, own batches) run
+right before every one of its steps (:class:`PairedRaw`), so both are timed in the same fraction of a
+second; the figure is the median of the per-step ratios with its quartiles. On a shared VM whose speed
+drifts by 10 % and more over seconds this is the figure to read; whole-run ratios keep the drift.
+
+All variants run in one process, so they share its malloc settings: lit_gpu's default
+``--speed.keep_host_memory`` (set at the first lit_gpu run, the warm-up) then serves the raw loop too,
+and the ratios compare the loops alone. What that setting saves a raw loop in its own process is
+``benchmarks/host_memory.py``.
 
 ``--count-calls`` runs each variant once under ``sys.setprofile`` and prints the Python function
 calls (and C calls) per training step on the step path: a figure that machine load does not move.

@@ -369,3 +369,26 @@ def test_without_recovery_the_error_names_its_loop(loop):
         loop
     ]
     assert explain(caught.value).startswith(f"out of memory during {words} (tried to allocate 2.00 GiB)")
+
+
+@pytest.mark.parametrize("phase", ["forward", "backward"])
+def test_a_recovered_step_is_the_same_through_the_lean_optimizer_step(phase):
+    """lit-gpu's default LeanOptimizerStep runs the step OOMRecovery wraps: bit-identical to Lightning's."""
+    from lit_gpu.callbacks.step_path import LeanOptimizerStep
+
+    runs = []
+    for lean in (False, True):
+        oom, recovery, step = (
+            OOMAbove(batch_size=32, phase=phase, from_step=2),
+            OOMRecovery(),
+            LeanOptimizerStep(),
+        )
+        model, trainer = _fit([recovery, oom, *([step] if lean else [])])
+        assert oom.raised == 1 and recovery.adaptations == 1
+        runs.append(
+            (model, trainer.global_step, trainer.callback_metrics["train/loss_epoch"].item(), step.blocker)
+        )
+    (plain, steps, loss, _), (lean_model, lean_steps, lean_loss, blocker) = runs
+    assert (
+        blocker is None and _max_diff(lean_model, plain) == 0.0 and (lean_steps, lean_loss) == (steps, loss)
+    )
