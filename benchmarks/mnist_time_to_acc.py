@@ -125,6 +125,10 @@ def run_child(kind: str, args: argparse.Namespace) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if kind == "lit":
+        from lit_gpu.cli.lightning_cli import LitGpuCLI  # noqa: F401  (the imports `lit-gpu fit` makes)
+        from lit_gpu.cli.main import freeze_import_heap
+
+        freeze_import_heap()  # as the `lit-gpu` command does after its imports (exit ~1.3 s faster)
         result = run_recipe(args.config, args.data_dir, args.device, args.seed)
         print(json.dumps({"acc": result["test_acc"], "fit_s": result["fit_s"]}))
     else:

@@ -94,3 +94,20 @@ def test_help_imports_no_tool_and_no_lightning_cli(cli_env):
     command = [sys.executable, "-c", code]
     out = subprocess.run(command, capture_output=True, text=True, env=cli_env, timeout=120)
     assert "HEAVY []" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("from_command", [True, False])
+def test_the_command_freezes_its_import_heap_and_python_callers_keep_theirs(
+    from_command, monkeypatch, capsys
+):
+    """``lit-gpu`` (argv from the command line) calls gc.freeze after its imports; ``main(argv)`` from a
+    notebook or a test does not touch the caller's garbage collector."""
+    main_module = importlib.import_module("lit_gpu.cli.main")
+    frozen: list[bool] = []
+    monkeypatch.setattr(main_module.gc, "freeze", lambda: frozen.append(True))
+    monkeypatch.setattr(sys, "argv", ["lit-gpu", "env", "--json"])
+    with pytest.raises(SystemExit) as exit_info:
+        main_module.main(None if from_command else ["env", "--json"])
+    assert exit_info.value.code in (0, None)
+    assert frozen == ([True] if from_command else [])
+    assert capsys.readouterr().out.strip().startswith("{")
