@@ -1,4 +1,4 @@
-"""configs/mnist_fast.yaml builds and trains on fake MNIST; the speed levers apply."""
+"""configs/mnist_fast.yaml and mnist_fastest.yaml build and train on fake MNIST; the speed levers apply."""
 
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ from lit_gpu.nets import FastMnistNet
 from tests.helpers.paths import CONFIGS
 
 
-def test_mnist_fast_config_trains_and_tests(fake_mnist_dir: Path, tmp_path: Path, monkeypatch):
+@pytest.mark.parametrize("recipe", ["mnist_fast.yaml", "mnist_fastest.yaml"])
+def test_mnist_fast_config_trains_and_tests(recipe: str, fake_mnist_dir: Path, tmp_path: Path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     steps = 24
     cli = LitGpuCLI(
         args=[
             "--config",
-            str(CONFIGS / "mnist_fast.yaml"),
+            str(CONFIGS / recipe),
             "--data.data_dir",
             str(fake_mnist_dir),
             "--data.val_size",
