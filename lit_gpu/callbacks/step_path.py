@@ -20,7 +20,6 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.core.hooks import ModelHooks
-from lightning.pytorch.trainer import call
 from typing_extensions import override
 
 #: the hooks Lightning calls once per batch (training, then evaluation and prediction)
@@ -155,7 +154,8 @@ class LeanOptimizerStep(Callback):
     ``on_before_zero_grad``, ``optimizer_zero_grad``, ``on_before_backward``, ``backward``,
     ``on_after_backward``, ``on_before_optimizer_step`` inside ``optimizer.step(closure)``, with
     Lightning's progress counters (``global_step``, checkpoints) moved exactly as Lightning moves them.
-    Hooks go through Lightning's own dispatch whenever a callback or the module implements them.
+    Each step hook reaches the callbacks and the module that implement it, with ``_current_fx_name`` set
+    as Lightning's dispatch sets it (:func:`_in_hook`).
     Anything else (accumulation, clipping, DDP, a profiler, an overridden ``optimizer_step``) runs
     Lightning's step unchanged. ``tests/unit/test_upstream_pins.py`` pins the internals it uses.
     """
@@ -213,19 +213,21 @@ class _LeanStep:
         self._module_has = {h: callable(getattr(module, h, None)) for h in STEP_HOOKS}
 
     def _dispatch(self, hook: str, *args: Any) -> None:
-        """Lightning's dispatch of one step hook (``_call_callback_hooks``, then the module's), without the
-        per-callback profiler context (there is no profiler) and only to the objects that implement it."""
+        """Lightning's dispatch of one step hook (the callbacks', then the module's), without the profiler
+        context (there is no profiler) and only to the objects that implement it."""
+        trainer = self.trainer
+        module = trainer.lightning_module
         fns = self._callback_fns[hook]
-        if fns:
-            trainer = self.trainer
-            module = trainer.lightning_module
+        if fns:  # one name around all callbacks, as Lightning sets it (no wrapper call per callback)
             previous = module._current_fx_name
             module._current_fx_name = hook
-            for fn in fns:
-                fn(trainer, module, *args)
-            module._current_fx_name = previous
+            try:
+                for fn in fns:
+                    fn(trainer, module, *args)
+            finally:
+                module._current_fx_name = previous
         if self._module_has[hook]:
-            call._call_lightning_module_hook(self.trainer, hook, *args)
+            _in_hook(module, hook, getattr(module, hook), *args)
 
     def build_kwargs(self, kwargs: Any, batch: Any, batch_idx: int) -> Any:
         """Lightning's ``_build_kwargs`` with the ``training_step`` signature read once per function."""
@@ -251,11 +253,8 @@ class _LeanStep:
 
         def closure() -> torch.Tensor | None:
             with torch.enable_grad():
-                previous = module._current_fx_name
-                module._current_fx_name = "training_step"  # what self.log inside it reads
-                output = strategy.training_step(*kwargs.values())
+                output = _in_hook(module, "training_step", strategy.training_step, *kwargs.values())
                 strategy.post_training_step()
-                module._current_fx_name = previous
                 result = self.result_cls.from_training_step_output(output, 1)
                 outcome[:] = [result]
                 loss = result.closure_loss
@@ -264,12 +263,15 @@ class _LeanStep:
                 progress.zero_grad.increment_ready()
                 self._dispatch("on_before_zero_grad", optimizer)
                 progress.zero_grad.increment_started()
-                _module_hook(module, "optimizer_zero_grad", trainer.current_epoch, batch_idx, optimizer)
+                epoch = trainer.current_epoch
+                _in_hook(
+                    module, "optimizer_zero_grad", module.optimizer_zero_grad, epoch, batch_idx, optimizer
+                )
                 progress.zero_grad.increment_completed()
                 if loss is not None:
                     strategy.pre_backward(loss)
                     self._dispatch("on_before_backward", loss)
-                    _module_hook(module, "backward", loss)
+                    _in_hook(module, "backward", module.backward, loss)
                     detached = loss.detach()
                     self._dispatch("on_after_backward")
                     strategy.post_backward(detached)
@@ -277,10 +279,7 @@ class _LeanStep:
             return result.loss
 
         progress.step.increment_ready()
-        previous = module._current_fx_name
-        module._current_fx_name = "optimizer_step"
-        optimizer.step(closure=closure)
-        module._current_fx_name = previous
+        _in_hook(module, "optimizer_step", optimizer.step, closure=closure)
         progress.step.increment_completed()
         result = outcome[0] if outcome else None
         if result is None or result.loss is None:
@@ -288,12 +287,13 @@ class _LeanStep:
         return result.asdict()
 
 
-def _module_hook(module: pl.LightningModule, name: str, *args: Any) -> Any:
-    """Call a module hook with ``_current_fx_name`` set, as Lightning's dispatch does (no profiler)."""
+def _in_hook(module: pl.LightningModule, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` with ``module._current_fx_name`` set to ``name`` (what ``self.log`` reads), as
+    Lightning's dispatch runs a hook (without its profiler context: the lean step runs with none)."""
     previous = module._current_fx_name
     module._current_fx_name = name
     try:
-        return getattr(module, name)(*args)
+        return fn(*args, **kwargs)
     finally:
         module._current_fx_name = previous
 
