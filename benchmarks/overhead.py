@@ -70,6 +70,7 @@ from torch.nn import functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _recipe import machine  # noqa: E402
 
+from lit_gpu.callbacks.batch_path import LeanTrainingBatch  # noqa: E402
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint  # noqa: E402
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt  # noqa: E402
 from lit_gpu.callbacks.nan_guard import NaNGuard  # noqa: E402
@@ -253,6 +254,7 @@ COMPONENTS: dict[str, tuple[list[str], Callable[[pl.Trainer], None] | None, str,
     "atomic_io": ([], _plain_checkpoint_io, "tensor", "lit"),
     "skip_idle_hooks": ([], _drop(SkipIdleHooks), "tensor", "lit"),
     "lean_step": ([], _drop(LeanOptimizerStep), "tensor", "lit"),
+    "lean_batch": ([], _drop(LeanTrainingBatch), "tensor", "lit"),
     "no_profiler": ([], _lightning_profiler, "tensor", "lit"),
     "stateful_loader": ([], None, "plain", "lit"),
     "module": ([], None, "tensor", "minimal"),

@@ -18,6 +18,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from typing_extensions import override
 
 from lit_gpu import messages, recipes
+from lit_gpu.callbacks.batch_path import LeanTrainingBatch
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt, stop_exit_code
 from lit_gpu.callbacks.nan_guard import NaNGuard
@@ -134,6 +135,7 @@ DEFAULT_CALLBACKS: tuple[type[pl.Callback], ...] = (
     OOMLoopName,  # "out of memory during validation": the one-line OOM message names its loop
     SkipIdleHooks,  # Lightning skips no-op per-batch hooks of its own callbacks and lit_gpu's (speed)
     LeanOptimizerStep,  # the automatic-optimization step without Lightning's dispatch layers (speed)
+    LeanTrainingBatch,  # the per-batch loop glue without Lightning's dispatch layers (speed)
 )
 
 

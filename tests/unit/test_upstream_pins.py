@@ -554,3 +554,42 @@ def test_model_checkpoint__on_train_batch_end_without_a_step_or_time_trigger_cha
     assert watch._every_n_train_steps == 0 and watch._train_time_interval is None  # the defaults
     quiet_trainer(tmp_path, max_steps=5, enable_checkpointing=True, callbacks=[watch]).fit(BoringModel())
     assert [c for c in changed if not c.startswith("saved")] == []
+
+
+@pins("lightning")
+def test_training_epoch_loop__advance__as_lean_training_batch_mirrors_it(tmp_path):
+    """lit_gpu.callbacks.batch_path.LeanTrainingBatch reproduces ``_TrainingEpochLoop.advance`` and
+    ``on_advance_end`` and the logger connector's batch methods of the Lightning releases whose source
+    digest it names (it stands aside on any other), and reads these private members while a fit runs."""
+    from lightning.fabric.utilities.apply_func import _BLOCKING_DEVICE_TYPES
+    from lightning.pytorch.loops.fetchers import _PrefetchDataFetcher
+
+    from lit_gpu.callbacks.batch_path import MIRRORED_SOURCE, mirrored_source_digest
+
+    assert mirrored_source_digest() == MIRRORED_SOURCE
+    assert _BLOCKING_DEVICE_TYPES == ("cpu", "mps")
+    seen = {}
+
+    class Look(pl.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            loop, connector = trainer.fit_loop.epoch_loop, trainer._logger_connector
+            seen["members"] = (
+                isinstance(loop._restarting, bool),
+                isinstance(loop._skip_next_val, bool),
+                isinstance(loop._batches_that_stepped, int),
+                loop._results is trainer._results,
+                isinstance(connector._first_loop_iter, bool),
+                all(
+                    isinstance(getattr(connector, f"_{k}_metrics"), dict)
+                    for k in ("callback", "logged", "progress_bar")
+                ),
+                trainer._data_connector._datahook_selector.get_instance("transfer_batch_to_device")
+                is pl_module,
+                trainer._val_check_time_interval is None,
+                isinstance(trainer.strategy.lr_scheduler_configs, list),
+                callable(loop._should_check_val_epoch),
+            )
+            seen["fetcher"] = type(trainer.fit_loop._data_fetcher)
+
+    quiet_trainer(tmp_path, max_steps=1, callbacks=[Look()]).fit(BoringModel())
+    assert all(seen["members"]) and seen["fetcher"] is _PrefetchDataFetcher

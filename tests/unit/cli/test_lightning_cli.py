@@ -132,6 +132,7 @@ def test_print_config_lists_every_callback_lit_gpu_adds(tmp_path, monkeypatch, c
         "OOMLoopName",
         "SkipIdleHooks",
         "LeanOptimizerStep",
+        "LeanTrainingBatch",
     ]
     groups = {"FreshLastCheckpoint": "checkpoint", "NaNGuard": "nan_guard", "SpeedLevers": "speed"}
     assert set(groups.values()) <= set(printed)

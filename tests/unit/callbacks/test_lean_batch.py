@@ -1,0 +1,291 @@
+"""LeanTrainingBatch: Lightning's per-batch loop glue with fewer layers, and nothing else changes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.loggers import Logger
+
+from lit_gpu.callbacks.batch_path import LeanTrainingBatch, lean_batch_blocker, mirrored_source_digest
+from lit_gpu.callbacks.nan_guard import NaNGuard
+from lit_gpu.callbacks.step_path import LeanOptimizerStep, SkipIdleHooks
+from lit_gpu.modules import RegressionModule
+from lit_gpu.nets import SimpleModel
+from tests.helpers.trainers import quiet_trainer
+
+
+class Recorder(Callback):
+    """What callbacks can see around each batch: hook, hook name, indices, counters, metrics."""
+
+    def __init__(self, stop_at: int | None = None, sigterm_at: int | None = None) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.lean_seen: list[bool] = []
+        self.stop_at, self.sigterm_at = stop_at, sigterm_at
+
+    def _metrics(self, trainer: pl.Trainer) -> tuple[Any, ...]:
+        connector = trainer._logger_connector  # its caches too, not only what the properties recompute
+        return tuple(
+            sorted((k, round(float(v), 6)) for k, v in metrics.items())
+            for metrics in (  # the caches first: reading the properties refreshes them
+                dict(connector._callback_metrics),
+                dict(connector._logged_metrics),
+                dict(connector._progress_bar_metrics),
+                trainer.progress_bar_metrics,
+                trainer.callback_metrics,
+            )
+        )
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.lean_seen.append("advance" in vars(trainer.fit_loop.epoch_loop))
+        device = batch[0].device if isinstance(batch, (tuple, list, dict)) else None
+        last = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+        self.calls.append(("start", pl_module._current_fx_name, batch_idx, trainer.global_step,
+                           type(batch).__name__, str(device), last, self._metrics(trainer)))  # fmt: skip
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else None
+        kept = None if loss is None else round(float(loss), 6)
+        self.calls.append(("end", pl_module._current_fx_name, batch_idx, trainer.global_step, kept,
+                           self._metrics(trainer)))  # fmt: skip
+        step = trainer.global_step
+        if self.stop_at is not None and step == self.stop_at:
+            trainer.should_stop = True
+        if self.sigterm_at is not None and step == self.sigterm_at:
+            trainer._signal_connector.received_sigterm = True
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self.calls.append(("validate", trainer.global_step, trainer.fit_loop.epoch_loop.batch_idx))
+
+
+class RecordingLogger(Logger):
+    """Every ``log_metrics`` call the loggers get: what is written and at which step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[tuple[int | None, list[tuple[str, float]]]] = []
+
+    @property
+    def name(self) -> str:
+        return "recording"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.records.append((step, sorted((k, round(float(v), 6)) for k, v in metrics.items())))
+
+
+class Module(RegressionModule):
+    """Logs in its step, can end an epoch early (``on_train_batch_start`` returning -1) and use schedulers."""
+
+    def __init__(self, end_epoch_at: int | None = None, scheduler: str | None = None) -> None:
+        factories = {
+            "step": (lambda opt: torch.optim.lr_scheduler.StepLR(opt, 2, 0.5), "step"),
+            "plateau": (lambda opt: torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0), "epoch"),
+            None: (None, "epoch"),
+        }
+        factory, interval = factories[scheduler]
+        super().__init__(SimpleModel(), scheduler=factory, scheduler_interval=interval)
+        self.end_epoch_at = end_epoch_at
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        loss = super().training_step(batch, batch_idx)
+        self.log("inside/train", loss.detach(), on_step=True, on_epoch=True, prog_bar=True)
+        return loss
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> Any:
+        super().on_train_batch_start(batch, batch_idx)
+        if self.end_epoch_at is not None and self.current_epoch == 0 and batch_idx == self.end_epoch_at:
+            return -1
+        return None
+
+
+def _data(n: int = 48) -> torch.utils.data.TensorDataset:
+    g = torch.Generator().manual_seed(0)
+    return torch.utils.data.TensorDataset(torch.randn(n, 10, generator=g), torch.randn(n, 10, generator=g))
+
+
+def _as_list(items: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+    return [torch.stack([x for x, _ in items]), torch.stack([y for _, y in items])]
+
+
+def _as_dict(items: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[int, torch.Tensor]:
+    return {0: torch.stack([x for x, _ in items]), 1: torch.stack([y for _, y in items])}
+
+
+COLLATES = {"tuple": None, "list": _as_list, "dict": _as_dict}
+
+
+def _fit(
+    tmp_path,
+    lean: bool,
+    module_kwargs: dict | None = None,
+    collate: str = "tuple",
+    recorder: Recorder | None = None,
+    ckpt_path: str | None = None,
+    callbacks: tuple[Callback, ...] = (),
+    **trainer_kwargs: Any,
+) -> dict[str, Any]:
+    pl.seed_everything(0)
+    module = Module(**(module_kwargs or {}))
+    recorder = recorder or Recorder()
+    batch = LeanTrainingBatch()
+    lean_callbacks = [LeanOptimizerStep(), batch] if lean else []
+    logger = RecordingLogger()
+    trainer_kwargs = {"max_epochs": 2, "log_every_n_steps": 2, "logger": logger, **trainer_kwargs}
+    trainer = quiet_trainer(
+        tmp_path,
+        callbacks=[SkipIdleHooks(), NaNGuard(), recorder, *callbacks, *lean_callbacks],
+        **trainer_kwargs,
+    )
+    train = torch.utils.data.DataLoader(_data(), batch_size=8, collate_fn=COLLATES[collate])
+    val = torch.utils.data.DataLoader(_data(16), batch_size=8)
+    outcome = "finished"
+    try:
+        trainer.fit(module, train_dataloaders=train, val_dataloaders=val, ckpt_path=ckpt_path)
+    except BaseException as err:  # noqa: BLE001 - the SIGTERM case: both runs must end the same way
+        outcome = type(err).__name__
+    return {
+        "outcome": outcome,
+        "weights": module.state_dict(),
+        "loops": trainer.fit_loop.state_dict(),
+        "global_step": trainer.global_step,
+        "lr": trainer.optimizers[0].param_groups[0]["lr"],
+        "metrics": Recorder()._metrics(trainer),
+        "logged": sorted((k, round(float(v), 6)) for k, v in trainer.logged_metrics.items()),
+        "records": logger.records,
+        "calls": recorder.calls,
+        "lean_seen": recorder.lean_seen,
+        "blocker": batch.blocker,
+        "left_behind": [k for k in ("advance", "on_advance_end") if k in vars(trainer.fit_loop.epoch_loop)],
+    }
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert a["outcome"] == b["outcome"]
+    assert all(torch.equal(a["weights"][k], b["weights"][k]) for k in a["weights"])
+    assert a["loops"] == b["loops"]  # progress counters: global_step, checkpoints and resume read them
+    assert (a["global_step"], a["lr"], a["metrics"], a["logged"]) == (b["global_step"], b["lr"], b["metrics"],
+                                                                        b["logged"])  # fmt: skip
+    assert a["records"] == b["records"]  # what the loggers wrote, at which steps
+    assert a["calls"] == b["calls"]  # same hooks, order, fx name, indices, counters, batches and metrics
+
+
+CASES = [
+    pytest.param({}, {}, id="plain"),
+    pytest.param({}, {"val_check_interval": 2}, id="validation-every-2-batches"),
+    pytest.param({}, {"val_check_interval": 0.5}, id="validation-twice-an-epoch"),
+    pytest.param(
+        {}, {"val_check_interval": 4, "check_val_every_n_epoch": None}, id="validation-across-epochs"
+    ),
+    pytest.param({}, {"limit_val_batches": 0}, id="no-validation"),
+    pytest.param({"scheduler": "step"}, {}, id="step-lr-scheduler"),
+    pytest.param({"scheduler": "plateau"}, {}, id="plateau-lr-scheduler"),
+    pytest.param({"end_epoch_at": 3}, {}, id="on_train_batch_start-returns-minus-1"),
+    pytest.param({}, {"accumulate_grad_batches": 2}, id="accumulation"),
+    pytest.param({}, {"max_steps": 5}, id="max_steps-mid-epoch"),
+    pytest.param({}, {"precision": "bf16-mixed"}, id="bf16-mixed"),
+    pytest.param({}, {"log_every_n_steps": 0}, id="no-step-logging"),
+    pytest.param({}, {"fast_dev_run": 3}, id="fast_dev_run"),
+]
+
+
+@pytest.mark.parametrize(("module_kwargs", "trainer_kwargs"), CASES)
+def test_the_lean_batch_trains_exactly_as_lightnings_loop(tmp_path, module_kwargs, trainer_kwargs):
+    lean = _fit(tmp_path, True, module_kwargs, **trainer_kwargs)
+    plain = _fit(tmp_path, False, module_kwargs, **trainer_kwargs)
+    assert lean["blocker"] is None and all(lean["lean_seen"]) and lean["lean_seen"]
+    assert not any(plain["lean_seen"])
+    _same(lean, plain)
+    assert lean["left_behind"] == []  # the epoch loop has Lightning's own methods again
+
+
+@pytest.mark.parametrize("collate", ["list", "dict"])
+def test_other_batch_collections_move_as_lightning_moves_them(tmp_path, collate):
+    _same(_fit(tmp_path, True, collate=collate), _fit(tmp_path, False, collate=collate))
+
+
+@pytest.mark.parametrize(
+    "recorder", [Recorder(stop_at=3), Recorder(sigterm_at=2)], ids=["should_stop", "sigterm"]
+)
+def test_a_stop_or_sigterm_mid_epoch_ends_the_fit_as_lightning_ends_it(tmp_path, recorder):
+    kind = {"stop_at": recorder.stop_at, "sigterm_at": recorder.sigterm_at}
+    lean = _fit(tmp_path, True, recorder=recorder)
+    plain = _fit(tmp_path, False, recorder=Recorder(**kind))
+    _same(lean, plain)
+    assert lean["global_step"] < 12
+
+
+def test_resuming_mid_epoch_runs_the_same_batches(tmp_path):
+    saver = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=3, save_top_k=-1)
+    _fit(tmp_path, False, callbacks=(saver,), enable_checkpointing=True)
+    ckpt = str(tmp_path / "ckpt" / "epoch=0-step=3.ckpt")
+    lean = _fit(tmp_path, True, ckpt_path=ckpt, enable_checkpointing=True)
+    plain = _fit(tmp_path, False, ckpt_path=ckpt, enable_checkpointing=True)
+    _same(lean, plain)
+    assert lean["global_step"] == 12 and len(lean["lean_seen"]) == 9 and lean["lean_seen"][1:] == [True] * 8
+
+
+class OwnTransfer(Module):
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
+
+class Manual(Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        opt = self.optimizers()
+        loss = self.compute_loss(self(batch[0]), batch[1])
+        opt.zero_grad()
+        self.manual_backward(loss)
+        opt.step()
+        return loss
+
+
+@pytest.mark.parametrize(
+    ("module_cls", "trainer_kwargs", "blocker"),
+    [
+        (Module, {"profiler": "simple"}, "profiler SimpleProfiler"),
+        (Module, {"precision": "bf16-true"}, "precision plugin HalfPrecision converts inputs"),
+        (OwnTransfer, {}, "OwnTransfer overrides transfer_batch_to_device"),
+        (Manual, {}, "manual optimization"),
+    ],
+)
+def test_anything_the_lean_batch_does_not_cover_runs_lightnings_loop(
+    tmp_path, module_cls, trainer_kwargs, blocker
+):
+    seen: list[str | None] = []
+
+    class Look(Callback):
+        def on_train_start(self, trainer, pl_module) -> None:
+            seen.append(lean_batch_blocker(trainer, pl_module))
+
+    pl.seed_everything(0)
+    step = LeanTrainingBatch()
+    trainer = quiet_trainer(tmp_path, max_steps=2, callbacks=[Look(), step], **trainer_kwargs)
+    trainer.fit(module_cls(), train_dataloaders=torch.utils.data.DataLoader(_data(), batch_size=8))
+    assert step.blocker == blocker == seen[0]
+    assert "advance" not in vars(trainer.fit_loop.epoch_loop)
+
+
+def test_another_lightning_loop_source_makes_it_stand_aside(tmp_path, monkeypatch):
+    import lit_gpu.callbacks.batch_path as batch_path
+
+    assert mirrored_source_digest() == batch_path.MIRRORED_SOURCE  # the installed Lightning is mirrored
+    monkeypatch.setattr(batch_path, "MIRRORED_SOURCE", "another")
+    step = LeanTrainingBatch()
+    quiet_trainer(tmp_path, max_steps=1, callbacks=[step]).fit(
+        Module(), train_dataloaders=torch.utils.data.DataLoader(_data(), batch_size=8)
+    )
+    assert step.blocker is not None and "training loop is not the one the lean batch mirrors" in step.blocker
