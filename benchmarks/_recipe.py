@@ -6,6 +6,7 @@ import contextlib
 import datetime
 import os
 import platform
+import resource
 import tempfile
 import time
 from collections.abc import Iterator
@@ -35,6 +36,42 @@ def machine() -> str:
 
 
 @contextlib.contextmanager
+class ForeignCpu:
+    """CPU time other processes used while this benchmark ran, in cores (the load it did not make itself).
+
+    The machine's busy time (``/proc/stat``: user, nice, system, irq, softirq, steal) minus this
+    process's and its waited-for children's CPU time (``getrusage``), over the wall time. The load
+    average cannot tell them apart: a benchmark whose own processes keep both cores busy reads as
+    load 2 on a machine nobody else uses. None where ``/proc/stat`` is missing.
+    """
+
+    def __init__(self) -> None:
+        self.start = self._now()
+
+    @staticmethod
+    def _now() -> tuple[float, float, float] | None:
+        try:
+            with open("/proc/stat") as f:
+                ticks = [int(v) for v in f.readline().split()[1:9]]
+        except (OSError, ValueError):
+            return None
+        user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
+        busy = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+        own = sum(
+            r.ru_utime + r.ru_stime
+            for r in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN))
+        )
+        return busy, own, time.monotonic()
+
+    def cores(self) -> float | None:
+        """Other processes' CPU since construction, in cores (0.0 = nobody else ran)."""
+        end = self._now()
+        if self.start is None or end is None or end[2] <= self.start[2]:
+            return None
+        busy, own, wall = (b - a for a, b in zip(self.start, end, strict=True))
+        return max(0.0, busy - own) / wall
+
+
 def in_tempdir() -> Iterator[Path]:
     """Run inside a fresh temporary folder (the CLI writes runs/ to the working directory)."""
     old = Path.cwd()
