@@ -35,7 +35,6 @@ def machine() -> str:
     )
 
 
-@contextlib.contextmanager
 class ForeignCpu:
     """CPU time other processes used while this benchmark ran, in cores (the load it did not make itself).
 
@@ -72,6 +71,7 @@ class ForeignCpu:
         return max(0.0, busy - own) / wall
 
 
+@contextlib.contextmanager
 def in_tempdir() -> Iterator[Path]:
     """Run inside a fresh temporary folder (the CLI writes runs/ to the working directory)."""
     old = Path.cwd()
