@@ -23,10 +23,9 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from lit_gpu.callbacks.step_path import _in_hook
+from lit_gpu.callbacks.step_path import FitPatch, HookDispatch
 
 #: SHA-256 (first 16 hex digits) of the Lightning methods the lean batch mirrors, as
 #: ``inspect.getsource`` gives them (:func:`mirrored_source_digest`): Lightning 2.6.0 to 2.6.6
@@ -96,7 +95,7 @@ def lean_batch_blocker(trainer: pl.Trainer, pl_module: pl.LightningModule) -> st
     return None
 
 
-class LeanTrainingBatch(Callback):
+class LeanTrainingBatch(FitPatch):
     """Runs each plain training batch's glue without Lightning's dispatch layers, where nothing can tell.
 
     Added by the ``lit-gpu`` CLI after :class:`~lit_gpu.callbacks.step_path.LeanOptimizerStep`, which
@@ -112,9 +111,7 @@ class LeanTrainingBatch(Callback):
 
     def __init__(self) -> None:
         super().__init__()
-        self._patched: list[object] = []
         self._lean: _LeanBatch | None = None
-        self.blocker: str | None = None  # why the last fit ran Lightning's loop (for tests and debugging)
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -124,9 +121,8 @@ class LeanTrainingBatch(Callback):
             return
         epoch_loop = trainer.fit_loop.epoch_loop
         self._lean = lean = _LeanBatch(trainer, epoch_loop)
-        epoch_loop.advance = lean.advance  # instance attributes over the class's methods, for this fit
-        epoch_loop.on_advance_end = lean.on_advance_end
-        self._patched = [epoch_loop]
+        self._patch(epoch_loop, "advance", lean.advance)
+        self._patch(epoch_loop, "on_advance_end", lean.on_advance_end)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -134,18 +130,8 @@ class LeanTrainingBatch(Callback):
             self._lean.new_epoch()
 
     @override
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._restore()
-
-    @override
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._restore()
-
     def _restore(self) -> None:
-        for obj in self._patched:
-            for name in ("advance", "on_advance_end"):
-                vars(obj).pop(name, None)
-        self._patched = []
+        super()._restore()
         self._lean = None
 
 
@@ -167,36 +153,11 @@ class _LeanBatch:
         self.advance_lightning = _TrainingEpochLoop.advance.__get__(loop)
         self.on_advance_end_lightning = _TrainingEpochLoop.on_advance_end.__get__(loop)
         self.val_this_epoch = True  # unknown until new_epoch(): ask Lightning
-        self._callbacks_seen: tuple[int, int] = (0, 0)
-        self._callback_fns: dict[str, list[Any]] = {}
+        self.hooks = HookDispatch(trainer, self.module)
 
     def new_epoch(self) -> None:
         """Whether this epoch validates at all (Lightning's ``_should_check_val_epoch``: fixed per epoch)."""
         self.val_this_epoch = self.loop._should_check_val_epoch()
-
-    # ---- dispatch --------------------------------------------------------------------------------
-    def _callbacks(self, hook: str, *args: Any) -> None:
-        """Lightning's ``_call_callback_hooks`` without the profiler context (there is no profiler), to
-        the callbacks that implement ``hook`` (SkipIdleHooks hides the no-op ones)."""
-        trainer, module = self.trainer, self.module
-        callbacks = trainer.callbacks
-        if self._callbacks_seen != (id(callbacks), len(callbacks)):
-            self._callbacks_seen, self._callback_fns = (id(callbacks), len(callbacks)), {}
-        fns = self._callback_fns.get(hook)
-        if fns is None:
-            found = (getattr(cb, hook) for cb in callbacks)
-            fns = self._callback_fns[hook] = [fn for fn in found if callable(fn)]
-        previous = module._current_fx_name
-        module._current_fx_name = hook
-        try:
-            for fn in fns:
-                fn(trainer, module, *args)
-        finally:
-            module._current_fx_name = previous
-
-    def _module_hook(self, hook: str, *args: Any) -> Any:
-        fn = getattr(self.module, hook)
-        return _in_hook(self.module, hook, fn, *args) if callable(fn) else None
 
     def _to_device(self, batch: Any) -> Any:
         """Lightning's default transfer hooks: ``move_data_to_device(batch, root_device)``, a plain tuple or
@@ -245,8 +206,7 @@ class _LeanBatch:
                 "train_dataloader yielded None. If this was on purpose, ignore this warning..."
             )
         else:
-            self._callbacks("on_train_batch_start", batch, batch_idx)
-            response = self._module_hook("on_train_batch_start", batch, batch_idx)
+            response = self.hooks("on_train_batch_start", batch, batch_idx)  # callbacks, then the module
             # the strategy's on_train_batch_start is Lightning's no-op (lean_batch_blocker)
             skip_rest_of_epoch = response == -1
             if skip_rest_of_epoch:
@@ -264,8 +224,7 @@ class _LeanBatch:
         if skip_rest_of_epoch:
             raise StopIteration
 
-        self._callbacks("on_train_batch_end", batch_output, batch, batch_idx)
-        self._module_hook("on_train_batch_end", batch_output, batch, batch_idx)
+        self.hooks("on_train_batch_end", batch_output, batch, batch_idx)
         # the logger connector's on_batch_end
         metrics = results.metrics(connector._first_loop_iter is not None)
         connector._progress_bar_metrics.update(metrics["pbar"])

@@ -96,9 +96,6 @@ class SkipIdleHooks(Callback):
 
 
 # ---- the automatic-optimization step without Lightning's dispatch layers ---------------------------
-#: the hooks Lightning dispatches inside one automatic-optimization step, in the order it calls them
-STEP_HOOKS = ("on_before_zero_grad", "on_before_backward", "on_after_backward", "on_before_optimizer_step")
-
 #: LightningModule methods whose override would make the lean step differ from Lightning's: then it
 #: stands aside (``optimizer_step`` receives Lightning's closure and optimizer wrapper)
 _MODULE_METHODS = ("optimizer_step", "configure_gradient_clipping")
@@ -141,7 +138,76 @@ def lean_step_blocker(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str
     return None
 
 
-class LeanOptimizerStep(Callback):
+class FitPatch(Callback):
+    """Base of the lean callbacks: methods replaced on this fit's loop objects by instance attributes.
+
+    :meth:`_patch` sets an instance attribute over the class's method (nothing global changes); every
+    one is removed at ``on_train_end`` and ``teardown``, and before the next fit patches again.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._patched: list[tuple[object, str]] = []
+        self.blocker: str | None = None  # why the last fit ran Lightning's own code (tests, debugging)
+
+    def _patch(self, obj: object, name: str, fn: Any) -> None:
+        setattr(obj, name, fn)
+        self._patched.append((obj, name))
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._restore()
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        for obj, name in self._patched:
+            vars(obj).pop(name, None)
+        self._patched = []
+
+
+class HookDispatch:
+    """Lightning's dispatch of one batch or step hook, without profiler contexts (the lean callbacks run
+    with none) and only to the objects that implement it (SkipIdleHooks hides the no-op ones).
+
+    The callbacks' first, in their order under one ``_current_fx_name`` (``_call_callback_hooks``),
+    then the module's with its own (``_call_lightning_module_hook``); returns the module's output.
+    Which callbacks implement a hook is looked up once per hook, again when ``trainer.callbacks`` changes.
+    """
+
+    def __init__(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        self.trainer, self.module = trainer, module
+        self._seen: list[Any] | None = None  # the callback list the caches below were built from
+        self._seen_len = 0
+        self._callback_fns: dict[str, list[Any]] = {}
+        self._module_has: dict[str, bool] = {}
+
+    def __call__(self, hook: str, *args: Any) -> Any:
+        trainer, module = self.trainer, self.module
+        callbacks = trainer.callbacks
+        if callbacks is not self._seen or len(callbacks) != self._seen_len:
+            self._seen, self._seen_len, self._callback_fns = callbacks, len(callbacks), {}
+        fns = self._callback_fns.get(hook)
+        if fns is None:
+            found = (getattr(cb, hook, None) for cb in callbacks)
+            fns = self._callback_fns[hook] = [fn for fn in found if callable(fn)]
+        if fns:
+            previous = module._current_fx_name
+            module._current_fx_name = hook
+            try:
+                for fn in fns:
+                    fn(trainer, module, *args)
+            finally:
+                module._current_fx_name = previous
+        has = self._module_has.get(hook)
+        if has is None:
+            has = self._module_has[hook] = callable(getattr(module, hook, None))
+        return _in_hook(module, hook, getattr(module, hook), *args) if has else None
+
+
+class LeanOptimizerStep(FitPatch):
     """Runs Lightning's automatic-optimization step without its dispatch layers, where nothing can tell.
 
     Added by the ``lit-gpu`` CLI. Per training step Lightning builds a three-part closure and passes
@@ -160,11 +226,6 @@ class LeanOptimizerStep(Callback):
     Lightning's step unchanged. ``tests/unit/test_upstream_pins.py`` pins the internals it uses.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._patched: list[object] = []
-        self.blocker: str | None = None  # why the last fit ran Lightning's step (for tests and debugging)
-
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._restore()
@@ -174,23 +235,8 @@ class LeanOptimizerStep(Callback):
         epoch_loop = trainer.fit_loop.epoch_loop
         optimization = epoch_loop.automatic_optimization
         lean = _LeanStep(trainer, optimization)
-        optimization.run = lean.run  # instance attributes over the class's methods, for this fit only
-        epoch_loop._build_kwargs = lean.build_kwargs
-        self._patched = [optimization, epoch_loop]
-
-    @override
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._restore()
-
-    @override
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._restore()
-
-    def _restore(self) -> None:
-        for obj in self._patched:
-            for name in ("run", "_build_kwargs"):
-                vars(obj).pop(name, None)
-        self._patched = []
+        self._patch(optimization, "run", lean.run)
+        self._patch(epoch_loop, "_build_kwargs", lean.build_kwargs)
 
 
 class _LeanStep:
@@ -203,31 +249,7 @@ class _LeanStep:
         self.fallback = _AutomaticOptimization.run.__get__(optimization)
         self.result_cls = ClosureResult
         self._takes_batch_idx: dict[Any, bool] = {}
-        module = trainer.lightning_module
-        # the step hooks each callback implements (SkipIdleHooks has hidden the no-op ones by now),
-        # in the callbacks' order, and whether the module implements them
-        self._callback_fns = {
-            h: [fn for fn in (getattr(cb, h, None) for cb in trainer.callbacks) if callable(fn)]
-            for h in STEP_HOOKS
-        }
-        self._module_has = {h: callable(getattr(module, h, None)) for h in STEP_HOOKS}
-
-    def _dispatch(self, hook: str, *args: Any) -> None:
-        """Lightning's dispatch of one step hook (the callbacks', then the module's), without the profiler
-        context (there is no profiler) and only to the objects that implement it."""
-        trainer = self.trainer
-        module = trainer.lightning_module
-        fns = self._callback_fns[hook]
-        if fns:  # one name around all callbacks, as Lightning sets it (no wrapper call per callback)
-            previous = module._current_fx_name
-            module._current_fx_name = hook
-            try:
-                for fn in fns:
-                    fn(trainer, module, *args)
-            finally:
-                module._current_fx_name = previous
-        if self._module_has[hook]:
-            _in_hook(module, hook, getattr(module, hook), *args)
+        self._dispatch = HookDispatch(trainer, trainer.lightning_module)
 
     def build_kwargs(self, kwargs: Any, batch: Any, batch_idx: int) -> Any:
         """Lightning's ``_build_kwargs`` with the ``training_step`` signature read once per function."""
