@@ -8,8 +8,8 @@ accumulation, LR-scheduler and validation checks, each again through properties.
 fit can tell (:func:`lean_batch_blocker`), :class:`LeanTrainingBatch` gives the epoch loop an
 ``advance`` and ``on_advance_end`` that make the same calls in the same order, with the same progress
 counters and ``_current_fx_name``, reading each object once. A batch outside the plain case
-(restarting, gradient accumulation, a ``dataloader_iter`` step, a validation or LR-scheduler step,
-``should_stop``) runs Lightning's own methods. The copy is tied to the Lightning source it mirrors:
+(restarting, gradient accumulation, a ``dataloader_iter`` step, a validation step, a plateau
+scheduler, ``should_stop``) runs Lightning's own ``on_advance_end``. The copy is tied to the Lightning source it mirrors:
 where the installed Lightning's methods differ from it, the callback stands aside.
 """
 
@@ -246,10 +246,12 @@ class _LeanBatch:
             loop._skip_next_val
             or trainer.should_stop
             or trainer.accumulate_grad_batches != 1
-            or self.strategy.lr_scheduler_configs
+            or self._plateau_scheduler()
             or self._validates_now(data_fetcher)
         ):
             return self.on_advance_end_lightning(data_fetcher)
+        # Lightning's update_lr_schedulers("step", update_plateau_schedulers=True) here updates only
+        # ReduceLROnPlateau schedulers (handed to Lightning above); the others stepped in advance
         loop._batches_that_stepped += 1  # no accumulation: this batch stepped
         # loggers are saved here only when should_stop (handed to Lightning above)
         if trainer.received_sigterm and not loop._is_training_done:
@@ -257,6 +259,10 @@ class _LeanBatch:
 
             raise SIGTERMException
         return None
+
+    def _plateau_scheduler(self) -> bool:
+        """Whether a ``ReduceLROnPlateau``-style scheduler is configured (they update after validation)."""
+        return any(config.reduce_on_plateau for config in self.strategy.lr_scheduler_configs)
 
     def _validates_now(self, data_fetcher: Any) -> bool:
         """Whether validation may run after this batch; True hands the decision to Lightning."""

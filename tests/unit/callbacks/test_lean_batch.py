@@ -10,6 +10,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 
+from lit_gpu.callbacks import batch_path
 from lit_gpu.callbacks.batch_path import LeanTrainingBatch, lean_batch_blocker, mirrored_source_digest
 from lit_gpu.callbacks.nan_guard import NaNGuard
 from lit_gpu.callbacks.step_path import LeanOptimizerStep, SkipIdleHooks
@@ -90,6 +91,8 @@ class Module(RegressionModule):
         factories = {
             "step": (lambda opt: torch.optim.lr_scheduler.StepLR(opt, 2, 0.5), "step"),
             "plateau": (lambda opt: torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0), "epoch"),
+            "plateau-step": (lambda opt: torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0), "step"),
+            "onecycle": (lambda opt: torch.optim.lr_scheduler.OneCycleLR(opt, 0.1, total_steps=40), "step"),
             None: (None, "epoch"),
         }
         factory, interval = factories[scheduler]
@@ -189,6 +192,8 @@ CASES = [
     pytest.param({}, {"limit_val_batches": 0}, id="no-validation"),
     pytest.param({"scheduler": "step"}, {}, id="step-lr-scheduler"),
     pytest.param({"scheduler": "plateau"}, {}, id="plateau-lr-scheduler"),
+    pytest.param({"scheduler": "plateau-step"}, {"val_check_interval": 1}, id="plateau-every-step"),
+    pytest.param({"scheduler": "onecycle"}, {"val_check_interval": 3}, id="onecycle-every-step"),
     pytest.param({"end_epoch_at": 3}, {}, id="on_train_batch_start-returns-minus-1"),
     pytest.param({}, {"accumulate_grad_batches": 2}, id="accumulation"),
     pytest.param({}, {"max_steps": 5}, id="max_steps-mid-epoch"),
@@ -289,3 +294,21 @@ def test_another_lightning_loop_source_makes_it_stand_aside(tmp_path, monkeypatc
         Module(), train_dataloaders=torch.utils.data.DataLoader(_data(), batch_size=8)
     )
     assert step.blocker is not None and "training loop is not the one the lean batch mirrors" in step.blocker
+
+
+def test_a_step_scheduler_keeps_the_batch_end_lean(tmp_path, monkeypatch):
+    from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+
+    assert mirrored_source_digest() == batch_path.MIRRORED_SOURCE  # cached before the class method is wrapped below
+    handed_over: list[int] = []
+    original = _TrainingEpochLoop.on_advance_end
+
+    def counting(self: Any, data_fetcher: Any) -> None:
+        handed_over.append(self.batch_progress.current.ready)
+        return original(self, data_fetcher)
+
+    monkeypatch.setattr(_TrainingEpochLoop, "on_advance_end", counting)
+    result = _fit(tmp_path, True, {"scheduler": "onecycle"}, val_check_interval=3)
+    assert result["global_step"] == 12 and result["blocker"] is None
+    # only the batches after which validation may run go to Lightning: 3 and 6 (the last) of each epoch
+    assert handed_over == [3, 6, 3, 6]
