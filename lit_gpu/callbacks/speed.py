@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import platform
 from typing import Any
 
@@ -51,6 +52,30 @@ def keep_freed_host_memory() -> bool:
         mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     )
     return _host_memory_kept
+
+
+#: set by ``import lightning``: ``torch.cuda.is_available()`` asks NVML first, so it creates no CUDA context
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+
+
+def skip_failing_nvml_probe() -> bool:
+    """Drop ``PYTORCH_NVML_BASED_CUDA_CHECK`` where NVML cannot be loaded: the probe fails at every call.
+
+    With the variable set and CUDA not initialised (every CPU run), each ``torch.cuda.is_available()``
+    tries to ``dlopen`` NVML again before asking the CUDA runtime: ~40 us, and Adam, AdamW, RMSprop and
+    friends ask at every ``step()`` (``_accelerator_graph_capture_health_check``). Where the library is
+    missing, torch falls back to the CUDA runtime's count, which is what it asks without the variable:
+    dropping it changes no answer, only the cost. Where NVML loads, nothing changes. Returns whether
+    it was dropped.
+    """
+    if os.environ.get(NVML_CHECK) != "1" or platform.system() != "Linux":
+        return False
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")  # torch's own probe (torch.cuda._raw_device_count_nvml)
+    except OSError:
+        del os.environ[NVML_CHECK]
+        return True
+    return False
 
 
 def _to_channels_last(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -107,6 +132,7 @@ class SpeedLevers(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.keep_host_memory:
             keep_freed_host_memory()
+        skip_failing_nvml_probe()  # changes no answer (see there): always
         if self.matmul_precision is not None:
             torch.set_float32_matmul_precision(self.matmul_precision)
         if self.num_threads is not None:

@@ -71,3 +71,32 @@ def test_with_glibc_kept_memory_makes_training_steps_fault_in_no_new_pages():
         [sys.executable, "-c", script, str(REPO_ROOT)], capture_output=True, text=True, check=True
     )
     assert int(out.stdout.split()[-1]) < 5  # the median step: none
+
+
+def _nvml_loads() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+def test_a_failing_nvml_probe_is_dropped_and_cuda_availability_is_unchanged(monkeypatch, tmp_path):
+    import torch
+
+    monkeypatch.setenv(speed.NVML_CHECK, "1")  # as `import lightning` sets it
+    answer = torch.cuda.is_available(), torch.cuda.device_count()
+    SpeedLevers(keep_host_memory=False).setup(quiet_trainer(tmp_path), RegressionModule(SimpleModel()), "fit")
+    dropped = speed.NVML_CHECK not in __import__("os").environ
+    assert dropped is (sys.platform == "linux" and not _nvml_loads())
+    assert (torch.cuda.is_available(), torch.cuda.device_count()) == answer  # the same answer, cheaper
+
+
+def test_the_nvml_variable_is_kept_where_nvml_loads_or_it_was_not_set(monkeypatch):
+    monkeypatch.setattr(speed.ctypes, "CDLL", lambda name: object())  # NVML loads
+    monkeypatch.setenv(speed.NVML_CHECK, "1")
+    assert speed.skip_failing_nvml_probe() is False and __import__("os").environ[speed.NVML_CHECK] == "1"
+    monkeypatch.delenv(speed.NVML_CHECK)
+    assert speed.skip_failing_nvml_probe() is False
