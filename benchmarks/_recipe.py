@@ -64,11 +64,46 @@ class ForeignCpu:
 
     def cores(self) -> float | None:
         """Other processes' CPU since construction, in cores (0.0 = nobody else ran)."""
+        split = self.split()
+        return None if split is None else split[0]
+
+    def split(self) -> tuple[float, float] | None:
+        """(other processes' cores, this benchmark's own cores) since construction."""
         end = self._now()
         if self.start is None or end is None or end[2] <= self.start[2]:
             return None
         busy, own, wall = (b - a for a, b in zip(self.start, end, strict=True))
-        return max(0.0, busy - own) / wall
+        return max(0.0, busy - own) / wall, own / wall
+
+
+#: no ratio when the machine's 1-minute load average was above this before the run (2 cores)
+MAX_LOAD = 1.5
+#: no ratio when other processes used more than this many cores during the run
+MAX_FOREIGN = 0.25
+
+
+def ratio_noise(
+    load_before: float,
+    load_after: float,
+    others: float | None,
+    max_load: float = MAX_LOAD,
+    max_foreign: float = MAX_FOREIGN,
+) -> str | None:
+    """Why a ratio measured under these loads is noise, or None when it may be reported.
+
+    A benchmark that runs several processes of its own (the classic MNIST recipe: a main process and
+    2 DataLoader workers, ~1.3 of the 2 cores) raises the load average itself, so with the CPU other
+    processes used known (``others``, :class:`ForeignCpu`), the gate is the load before the run and
+    that CPU. Without it (no ``/proc/stat``), the load before and after, as for one process.
+    """
+    if others is None:
+        worst = max(load_before, load_after)
+        return f"load {worst:.2f} (above {max_load})" if worst > max_load else None
+    if load_before > max_load:
+        return f"load {load_before:.2f} before the run (above {max_load})"
+    if others > max_foreign:
+        return f"other processes used {others:.2f} cores during the run (above {max_foreign})"
+    return None
 
 
 @contextlib.contextmanager

@@ -17,7 +17,12 @@ Prints both times and the ratio lit_gpu / classic (issue #5 target on CPU: <= 0.
 from spawn to exit, start-up included (interpreter, imports, CLI parsing, data, training, test):
 lit_gpu once per ``--seeds`` seed (its test accuracy must average >= 99.0 %, each >= 98.9 %), the
 classic recipe once (``--seed``); the ratio is the median lit_gpu process over the classic process.
-The load average before and after is printed; above ``--max-load`` (1.5) the ratio is marked noise.
+The load average before and after is printed, with the CPU the benchmark's own processes and all
+other processes used during the run (``ForeignCpu``). The ratio is marked noise when the load before
+the run exceeds ``--max-load`` (1.5) or other processes used more than ``--max-foreign`` (0.25) cores
+during it; where ``/proc/stat`` is missing, when the load before or after exceeds ``--max-load``. The
+load after is not the gate because it is mostly the benchmark's own: the classic recipe's main process
+and its 2 DataLoader workers keep ~1.3 of the 2 cores busy (load 1.7-2.5 after it).
 """
 
 from __future__ import annotations
@@ -39,7 +44,17 @@ from torchvision import transforms
 from torchvision.datasets import MNIST
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _recipe import DEFAULT_DATA, REPO, ForeignCpu, machine, run_recipe, sync  # noqa: E402
+from _recipe import (  # noqa: E402
+    DEFAULT_DATA,
+    MAX_FOREIGN,
+    MAX_LOAD,
+    REPO,
+    ForeignCpu,
+    machine,
+    ratio_noise,
+    run_recipe,
+    sync,
+)
 
 TARGET = 0.99
 
@@ -100,9 +115,6 @@ def classic(data_dir: str, device: str, max_epochs: int, seed: int) -> dict[str,
     return {"seconds": time.perf_counter() - start, "acc": acc, "epochs": epoch, "reached": acc >= TARGET}
 
 
-MAX_LOAD = 1.5
-
-
 def _child(kind: str, args: argparse.Namespace, seed: int) -> tuple[float, dict]:
     """Run one recipe in a fresh process; (wall seconds from spawn to exit, the JSON it printed)."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--seed", str(seed)]
@@ -146,12 +158,14 @@ def whole_process(args: argparse.Namespace) -> None:
     base_s, base = _child("classic", args, args.seed)
     print(f"  classic seed {args.seed}: {100 * base['acc']:.2f} % ({base['epochs']} epochs), {base_s:.1f} s")
     load_after = os.getloadavg()[0]
-    others = foreign.cores()
+    split = foreign.split()
+    others, own = split if split is not None else (None, None)
     accs = [100 * r["acc"] for _, r in lit]
     lit_s = statistics.median(s for s, _ in lit)
     print(f"\nload average (1 min): before {load_before:.2f}, after {load_after:.2f}")
     if others is not None:
-        print(f"other processes' CPU during the run: {others:.2f} cores (busy time minus this benchmark's)")
+        print(f"CPU during the run: other processes {others:.2f} cores (busy time minus this benchmark's), "
+              f"this benchmark's own processes {own:.2f} cores")  # fmt: skip
     print("\n| recipe (whole process) | test acc (%) | seconds |")
     print("|---|---:|---:|")
     print(f"| classic PyTorch loop, seed {args.seed} | {100 * base['acc']:.2f} | {base_s:.1f} |")
@@ -160,12 +174,11 @@ def whole_process(args: argparse.Namespace) -> None:
     name = f"lit_gpu {Path(args.config).name}, seeds {args.seeds}"
     print(f"| {name} | {cells} (mean {statistics.mean(accs):.2f}) | {lit_s:.1f} (median; {spread}) |")
     ok = statistics.mean(accs) >= 99.0 and min(accs) >= 98.9 and base["reached"]
-    noisy = max(load_before, load_after) > args.max_load
-    if noisy:
-        print(f"\nratio: noise: load {max(load_before, load_after):.2f} (not reported above {args.max_load})")
-        if others is not None and others < 0.25:
-            print(f"  (the load was this benchmark's own: other processes used {others:.2f} cores; "
-                  f"the seconds above give {lit_s / base_s:.3f}x)")  # fmt: skip
+    # the load after the run is mostly this benchmark's own (ratio_noise): the gate is the load
+    # before it and the CPU other processes used during it
+    why = ratio_noise(load_before, load_after, others, args.max_load, args.max_foreign)
+    if why is not None:
+        print(f"\nratio: noise: {why}")
     else:
         verdict = "meets" if ok and lit_s / base_s <= 0.10 else "misses"
         print(f"\nratio lit_gpu / classic = {lit_s / base_s:.3f}x (target <= 0.10x with mean >= 99.0 %, "
@@ -190,14 +203,17 @@ def main() -> None:
     parser.add_argument(
         "--seeds", type=int, nargs="+", default=[0, 1, 2], help="lit_gpu seeds (--whole-process)"
     )
-    parser.add_argument("--max-load", type=float, default=MAX_LOAD)
+    parser.add_argument("--max-load", type=float, default=MAX_LOAD, help="no ratio above this load before")
+    parser.add_argument(
+        "--max-foreign", type=float, default=MAX_FOREIGN, help="no ratio when other processes used more cores"
+    )
     parser.add_argument("--child", choices=["lit", "classic"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         run_child(args.child, args)
         return
     if args.whole_process:
-        print(f"# {machine()}")
+        print(f"# {machine()}; each recipe's process: {args.threads or 'PyTorch default'} intra-op threads")
         whole_process(args)
         return
     if args.threads:
