@@ -8,9 +8,10 @@ accumulation, LR-scheduler and validation checks, each again through properties.
 fit can tell (:func:`lean_batch_blocker`), :class:`LeanTrainingBatch` gives the epoch loop an
 ``advance`` and ``on_advance_end`` that make the same calls in the same order, with the same progress
 counters and ``_current_fx_name``, reading each object once. A batch outside the plain case
-(restarting, gradient accumulation, a ``dataloader_iter`` step, a validation step, a plateau
-scheduler, ``should_stop``) runs Lightning's own ``on_advance_end``. The copy is tied to the Lightning source it mirrors:
-where the installed Lightning's methods differ from it, the callback stands aside.
+(restarting, gradient accumulation, a ``dataloader_iter`` step) runs Lightning's ``advance``; one after
+which validation may run, or in a fit with a plateau scheduler or ``should_stop``, Lightning's
+``on_advance_end``. The copy is tied to the Lightning source it mirrors: where the installed
+Lightning's methods differ from it, the callback stands aside.
 """
 
 from __future__ import annotations

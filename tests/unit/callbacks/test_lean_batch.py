@@ -299,7 +299,8 @@ def test_another_lightning_loop_source_makes_it_stand_aside(tmp_path, monkeypatc
 def test_a_step_scheduler_keeps_the_batch_end_lean(tmp_path, monkeypatch):
     from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 
-    assert mirrored_source_digest() == batch_path.MIRRORED_SOURCE  # cached before the class method is wrapped below
+    # the digest is cached before the class method is wrapped below
+    assert mirrored_source_digest() == batch_path.MIRRORED_SOURCE
     handed_over: list[int] = []
     original = _TrainingEpochLoop.on_advance_end
 
