@@ -62,13 +62,8 @@ class ForeignCpu:
         )
         return busy, own, time.monotonic()
 
-    def cores(self) -> float | None:
-        """Other processes' CPU since construction, in cores (0.0 = nobody else ran)."""
-        split = self.split()
-        return None if split is None else split[0]
-
     def split(self) -> tuple[float, float] | None:
-        """(other processes' cores, this benchmark's own cores) since construction."""
+        """(other processes' cores, this benchmark's own cores) since construction; None without them."""
         end = self._now()
         if self.start is None or end is None or end[2] <= self.start[2]:
             return None

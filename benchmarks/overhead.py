@@ -68,7 +68,7 @@ import torch
 from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _recipe import machine  # noqa: E402
+from _recipe import MAX_LOAD, machine  # noqa: E402
 
 from lit_gpu.callbacks.batch_path import LeanTrainingBatch  # noqa: E402
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint  # noqa: E402
@@ -81,7 +81,6 @@ from lit_gpu.data.tensor_loader import TensorLoader  # noqa: E402
 from lit_gpu.nets import FastMnistNet  # noqa: E402
 from lit_gpu.runs import RunFolderSync  # noqa: E402
 
-MAX_LOAD = 1.5
 BATCH = 128
 
 

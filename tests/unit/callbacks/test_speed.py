@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -89,7 +90,7 @@ def test_a_failing_nvml_probe_is_dropped_and_cuda_availability_is_unchanged(monk
     monkeypatch.setenv(speed.NVML_CHECK, "1")  # as `import lightning` sets it
     answer = torch.cuda.is_available(), torch.cuda.device_count()
     SpeedLevers(keep_host_memory=False).setup(quiet_trainer(tmp_path), RegressionModule(SimpleModel()), "fit")
-    dropped = speed.NVML_CHECK not in __import__("os").environ
+    dropped = speed.NVML_CHECK not in os.environ
     assert dropped is (sys.platform == "linux" and not _nvml_loads())
     assert (torch.cuda.is_available(), torch.cuda.device_count()) == answer  # the same answer, cheaper
 
@@ -97,6 +98,6 @@ def test_a_failing_nvml_probe_is_dropped_and_cuda_availability_is_unchanged(monk
 def test_the_nvml_variable_is_kept_where_nvml_loads_or_it_was_not_set(monkeypatch):
     monkeypatch.setattr(speed.ctypes, "CDLL", lambda name: object())  # NVML loads
     monkeypatch.setenv(speed.NVML_CHECK, "1")
-    assert speed.skip_failing_nvml_probe() is False and __import__("os").environ[speed.NVML_CHECK] == "1"
+    assert speed.skip_failing_nvml_probe() is False and os.environ[speed.NVML_CHECK] == "1"
     monkeypatch.delenv(speed.NVML_CHECK)
     assert speed.skip_failing_nvml_probe() is False
