@@ -30,7 +30,7 @@ from lit_gpu.callbacks.step_path import FitPatch, HookDispatch
 
 #: SHA-256 (first 16 hex digits) of the Lightning methods the lean batch mirrors, as
 #: ``inspect.getsource`` gives them (:func:`mirrored_source_digest`): Lightning 2.6.0 to 2.6.6
-MIRRORED_SOURCE = "c6d0f4dfe0b30ade"
+MIRRORED_SOURCE = "e95e3ce62333a518"
 
 #: the data hooks between the loader and ``training_step`` (Lightning's defaults only move the batch)
 TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
@@ -40,6 +40,7 @@ def _mirrored() -> list[Any]:
     """The Lightning functions whose behaviour :class:`_LeanBatch` reproduces."""
     from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
     from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
+    from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection
 
     return [
         _TrainingEpochLoop.advance,
@@ -50,6 +51,7 @@ def _mirrored() -> list[Any]:
         _LoggerConnector.on_batch_end,
         _LoggerConnector.update_train_step_metrics,
         _LoggerConnector.should_update_logs.fget,
+        _ResultCollection.metrics,
     ]
 
 
@@ -155,6 +157,8 @@ class _LeanBatch:
         self.on_advance_end_lightning = _TrainingEpochLoop.on_advance_end.__get__(loop)
         self.val_this_epoch = True  # unknown until new_epoch(): ask Lightning
         self.hooks = HookDispatch(trainer, self.module)
+        #: progress-bar name -> (the step-value tensor last converted, its number): _batch_metrics
+        self._pbar_seen: dict[str, tuple[torch.Tensor, Any]] = {}
 
     def new_epoch(self) -> None:
         """Whether this epoch validates at all (Lightning's ``_should_check_val_epoch``: fixed per epoch)."""
@@ -227,7 +231,7 @@ class _LeanBatch:
 
         self.hooks("on_train_batch_end", batch_output, batch, batch_idx)
         # the logger connector's on_batch_end
-        metrics = results.metrics(connector._first_loop_iter is not None)
+        metrics = self._batch_metrics(results, connector._first_loop_iter is not None)
         connector._progress_bar_metrics.update(metrics["pbar"])
         connector._callback_metrics.update(metrics["callback"])
         connector._logged_metrics.update(metrics["log"])
@@ -240,6 +244,43 @@ class _LeanBatch:
         ):
             connector.log_metrics(results.metrics(connector._first_loop_iter is not None)["log"])
         return None
+
+    def _batch_metrics(self, results: Any, on_step: bool) -> dict[str, dict[str, Any]]:
+        """``results.metrics(on_step)`` with each progress-bar number converted once per logged value.
+
+        Lightning converts every progress-bar value to a Python number after every batch
+        (``convert_tensors_to_scalars``: ``.item()``), also one logged steps ago and unchanged since: on
+        a GPU a host-device synchronization per step that stalls the queue. A step value's tensor is
+        replaced at each ``self.log`` (``_ResultMetric._forward_cache``: a fresh clone, never written in
+        place), so while the same tensor is there the number converted from it is reused.
+        """
+        from lightning.fabric.utilities.apply_func import convert_tensors_to_scalars
+
+        metrics: dict[str, dict[str, Any]] = {"callback": {}, "log": {}, "pbar": {}}
+        seen, numbers = self._pbar_seen, {}
+        for _, result_metric in results.valid_items():
+            value = results._get_cache(result_metric, on_step)
+            if not isinstance(value, torch.Tensor):
+                continue
+            name, forked_name = results._forked_name(result_metric, on_step)
+            meta = result_metric.meta
+            if meta.logger:
+                metrics["log"][forked_name] = value
+            if results.training or meta.on_epoch and not on_step:
+                metrics["callback"][name] = value
+                metrics["callback"][forked_name] = value
+            if meta.prog_bar:
+                source = result_metric._forward_cache if on_step and meta.on_step else None
+                known = seen.get(forked_name)
+                if source is not None and known is not None and known[0] is source:
+                    number = known[1]
+                else:
+                    number = convert_tensors_to_scalars(value)
+                metrics["pbar"][forked_name] = number
+                if source is not None:
+                    numbers[forked_name] = (source, number)
+        self._pbar_seen = numbers
+        return metrics
 
     def on_advance_end(self, data_fetcher: Any) -> None:
         loop, trainer = self.loop, self.trainer

@@ -313,3 +313,58 @@ def test_a_step_scheduler_keeps_the_batch_end_lean(tmp_path, monkeypatch):
     assert result["global_step"] == 12 and result["blocker"] is None
     # only the batches after which validation may run go to Lightning: 3 and 6 (the last) of each epoch
     assert handed_over == [3, 6, 3, 6]
+
+
+class LogsOncePerEpoch(RegressionModule):
+    """Shows a progress-bar value logged on the first batch of each epoch only."""
+
+    def __init__(self) -> None:
+        super().__init__(SimpleModel())
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        loss = super().training_step(batch, batch_idx)
+        if batch_idx == 0:
+            self.log("first/loss", loss.detach() * 1.0, on_step=True, on_epoch=False, prog_bar=True)
+        return loss
+
+
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "lightning"])
+def test_a_progress_bar_value_is_converted_once_per_log_not_once_per_batch(tmp_path, monkeypatch, lean):
+    """Lightning ``.item()``s every progress-bar value after every batch (on a GPU a host-device sync per
+    step); the lean batch converts a logged tensor once and shows the same number until the next log."""
+    from lightning.fabric.utilities import apply_func
+
+    converted: list[float] = []
+    original = apply_func.convert_tensors_to_scalars
+
+    def counting(data: Any) -> Any:
+        if isinstance(data, torch.Tensor):
+            converted.append(round(float(data), 6))
+        return original(data)
+
+    monkeypatch.setattr(apply_func, "convert_tensors_to_scalars", counting)
+    if not lean:  # Lightning's result collection imported the function by name
+        from lightning.pytorch.trainer.connectors.logger_connector import result
+
+        monkeypatch.setattr(result, "convert_tensors_to_scalars", counting)
+    shown: list[float] = []
+
+    class Shown(Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            # what on_batch_end hands the progress bar is set after this hook: read the previous batch's
+            shown.append(trainer._logger_connector._progress_bar_metrics.get("first/loss"))
+
+    batch = LeanTrainingBatch()
+    callbacks = [LeanOptimizerStep(), batch] if lean else []
+    trainer = quiet_trainer(
+        tmp_path, callbacks=[Shown(), *callbacks], max_epochs=2, log_every_n_steps=0, logger=False
+    )
+    pl.seed_everything(0)
+    trainer.fit(LogsOncePerEpoch(), torch.utils.data.DataLoader(_data(), batch_size=8))
+    assert batch.blocker is None
+    assert len(shown) == 12 and shown[0] is None and shown[1] is not None
+    epoch_values = [round(shown[1], 6), round(shown[7], 6)]
+    assert shown[1:6] == [shown[1]] * 5 and shown[7:] == [shown[7]] * 5
+    assert trainer._logger_connector._progress_bar_metrics["first/loss"] == shown[7]
+    # one conversion per logged value (lean) against one per batch (Lightning's own loop)
+    assert converted == (epoch_values if lean else [epoch_values[0]] * 6 + [epoch_values[1]] * 6)

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Figures and checks on a lent GPU machine (16 idle cores: also the quietest CPU there is). Prepare here
+# with `bash ../shared/gpu/prepare.sh`, send `.gpu` along (the `run` tool's carry), then from the project
+# root there:
+#   bash benchmarks/on_device.sh [STAGE ...]     # default: every stage; writes $OUT/STAGE.txt
+# Stages: paired_cpu whole_cpu (issue 22's overhead on a quiet CPU), cuda (overhead + host-device syncs on
+# the GPU), gpu_tests (pytest -m gpu), gpu_recipe (configs/mnist_gpu.yaml over 5 seeds). Each has its own
+# time limit, so a slow one leaves the others' figures.
+set -uo pipefail
+out=${OUT:-device_out}
+mkdir -p "$out"
+bash .gpu/setup.sh || exit 1
+export PATH=/tmp/venv/bin:$PATH
+{ nproc; lscpu | grep -E "Model name"; cat /proc/loadavg; nvidia-smi -L; } | tee "$out/machine.txt"
+stage() {
+  name=$1 limit=$2; shift 2
+  case " ${stages} " in *" $name "*) ;; *) return 0 ;; esac
+  echo "== $name: $*"; timeout "$limit" "$@" 2>&1 | tee "$out/$name.txt"
+}
+stages=${*:-paired_cpu whole_cpu cuda gpu_tests gpu_recipe}
+stage gpu_tests 170 python -m pytest -o addopts="" -m gpu -q -p no:cacheprovider
+stage cuda 90 python benchmarks/overhead.py --device cuda --steps 300 --repeats 5
+stage paired_cpu 210 python benchmarks/overhead.py --paired --steps 300 --repeats 5 --threads 1 --components none
+stage whole_cpu 150 python benchmarks/overhead.py --steps 300 --repeats 5 --threads 1 --components none
+stage gpu_recipe 180 python benchmarks/mnist_fast_seeds.py --device cuda --config configs/mnist_gpu.yaml \
+  --warmup-fits 1 --data-dir .gpu/data --seeds 0 1 2 3 4
+cat /proc/loadavg | tee "$out/load_end.txt"
