@@ -61,8 +61,9 @@ def main() -> None:
         f"fit time median {statistics.median(fits):.2f} s (min {min(fits):.2f}, max {max(fits):.2f}), "
         f"training median {statistics.median(trains):.2f} s (min {min(trains):.2f}, max {max(trains):.2f})"
     )
-    verdict = "meets" if min(accs) >= 99.0 else "MISSES"
-    print(f"recipe {verdict} >= 99.0 % on every seed; mean {statistics.mean(accs):.2f} % (target >= 99.0 %)")
+    mean = statistics.mean(accs)
+    verdict = "meets" if mean >= 99.0 and min(accs) >= 98.9 else "MISSES"
+    print(f"recipe {verdict} the rule: mean {mean:.2f} % (>= 99.0 %), min {min(accs):.2f} % (each >= 98.9 %)")
     print(f"load average (1 min) after: {os.getloadavg()[0]:.2f}")
 
 

@@ -70,10 +70,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             items[:] = [item for item in items if not item.get_closest_marker("integration")]
 
 
+#: variables launchers set in ``os.environ`` (Lightning's own launcher too, even for one device:
+#: ``strategy="fsdp"`` sets LOCAL_RANK in the test process); a CLI started later must not read them
+LAUNCHER_ENV = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+
+
 @pytest.fixture(autouse=True)
-def _restore_gpu_env(monkeypatch: pytest.MonkeyPatch):
-    """``free:N`` hands its choice down through ``os.environ``: keep one test's choice out of the next."""
-    for key in ("CUDA_VISIBLE_DEVICES", "LIT_GPU_FREE_CHOICE"):
+def _restore_process_env(monkeypatch: pytest.MonkeyPatch):
+    """``free:N`` hands its choice down through ``os.environ``, and launchers their ranks: keep one
+    test's values out of the next."""
+    for key in ("CUDA_VISIBLE_DEVICES", "LIT_GPU_FREE_CHOICE", *LAUNCHER_ENV):
         present = key in os.environ
         monkeypatch.setenv(key, os.environ.get(key, ""))  # records the value to restore at teardown
         if not present:
@@ -95,8 +101,8 @@ def fake_mnist_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def cli_env(tmp_path: Path) -> dict[str, str]:
-    """Environment for CLI subprocesses: quiet, CPU-only, a free master port."""
-    env = dict(os.environ)
+    """Environment for CLI subprocesses: quiet, CPU-only, a free master port, no launcher's ranks."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV}
     env.update(
         {
             "CUDA_VISIBLE_DEVICES": "",

@@ -41,7 +41,7 @@ from tests.helpers.paths import CONFIGS, REPO_ROOT
 from tests.helpers.trainers import quiet_trainer
 
 # the newest release of each package every pin here passed on; bump it after a green run on a newer one
-VERIFIED_UP_TO = {"lightning": "2.6.6", "jsonargparse": "4.53.0", "optuna": "5.0.0"}
+VERIFIED_UP_TO = {"lightning": "2.6.6", "jsonargparse": "4.53.0", "optuna": "5.0.0", "torch": "2.14.1"}
 
 
 def _lower_bound(dist: str) -> str:
@@ -593,3 +593,15 @@ def test_training_epoch_loop__advance__as_lean_training_batch_mirrors_it(tmp_pat
 
     quiet_trainer(tmp_path, max_steps=1, callbacks=[Look()]).fit(BoringModel())
     assert all(seen["members"]) and seen["fetcher"] is _PrefetchDataFetcher
+
+
+@pins("torch")
+def test_allocator_settings_at_run_time_as_oom_recovery_sets_them():
+    """lit_gpu.callbacks.oom_recovery turns ``expandable_segments`` on and off at run time through torch's
+    private allocator-settings setter (``torch._C._accelerator_setAllocatorSettings``, before torch 2.9
+    ``torch.cuda.memory._set_allocator_settings``), which parses the key (an unknown one raises)."""
+    from lit_gpu.callbacks.oom_recovery import _set_allocator_settings
+
+    _set_allocator_settings("expandable_segments:False")  # PyTorch's default: changes nothing here
+    with pytest.raises((ValueError, RuntimeError), match="never_a_key"):
+        _set_allocator_settings("never_a_key:True")

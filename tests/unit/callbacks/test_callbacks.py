@@ -96,10 +96,12 @@ def test_csv_writer_classification_and_raw(tmp_path):
 @pytest.mark.parametrize("value, kind", [(float("nan"), "NaN"), (float("inf"), "inf")])
 def test_nan_guard_on_the_gpu_checks_without_a_sync_and_names_the_bad_step(value, kind):
     guard = NaNGuard()
+    # the losses exist before the check starts: a tensor made from a Python number is a copy that waits
+    good, bad = torch.tensor(0.5, device="cuda"), torch.tensor(value, device="cuda")
     torch.cuda.set_sync_debug_mode("error")  # any host-device wait in the step path raises
     try:
-        guard.on_before_backward(_fake_trainer(5), None, torch.tensor(0.5, device="cuda"))
-        guard.on_before_backward(_fake_trainer(6), None, torch.tensor(value, device="cuda"))
+        guard.on_before_backward(_fake_trainer(5), None, good)
+        guard.on_before_backward(_fake_trainer(6), None, bad)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     with pytest.raises(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import lightning.pytorch as pl
 import pytest
 import torch
@@ -176,7 +178,9 @@ def test_real_cuda_oom_is_recovered_on_the_gpu():
     )
     reference, reference_trainer = _fit(make_net=SimpleModel, accelerator="cuda", max_epochs=1)
 
-    # one halving each (nothing leaked): the sanity check's validation batch of 64, then training's
+    # one halving each (nothing leaked): the sanity check's validation batch of 64, then training's.
+    # Without expandable segments the first backward's cuBLAS workspace pins a freed 35 % block and
+    # training needs 16 (seen on an H200, 2026-11-26): OOMRecovery turns them on for the run
     assert recovery.eval_micro_batch_size == 32 and recovery.micro_batch_size == 32
     assert recovery.adaptations == 2
     assert trainer.global_step == reference_trainer.global_step
@@ -392,3 +396,45 @@ def test_a_recovered_step_is_the_same_through_the_lean_optimizer_step(phase):
     assert (
         blocker is None and _max_diff(lean_model, plain) == 0.0 and (lean_steps, lean_loss) == (steps, loss)
     )
+
+
+ON_OFF = ["expandable_segments:True", "expandable_segments:False"]
+ALLOC_CASES = [
+    pytest.param({}, "cuda:0", ON_OFF, id="gpu"),
+    pytest.param({}, "cpu", [], id="cpu"),
+    pytest.param({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}, "cuda:0", [], id="users-own"),
+    pytest.param(
+        {"PYTORCH_ALLOC_CONF": "max_split_size_mb:64,expandable_segments:True"}, "cuda:0", [], id="new-name"
+    ),
+    pytest.param({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}, "cuda:0", ON_OFF, id="other-settings"),
+]
+
+
+@pytest.mark.parametrize(("env", "device", "expected"), ALLOC_CASES)
+def test_expandable_segments_for_the_run_on_a_gpu_unless_the_user_chose(monkeypatch, env, device, expected):
+    """On a GPU setup turns expandable segments on and teardown off again (a retried micro-batch is not
+    refused for memory a long-lived small allocation fragments); the user's environment always wins."""
+    from lightning.pytorch.strategies import SingleDeviceStrategy
+
+    from lit_gpu.callbacks import oom_recovery
+
+    for name in oom_recovery.ALLOC_CONF_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    settings: list[str] = []
+    monkeypatch.setattr(oom_recovery, "_set_allocator_settings", settings.append)
+    trainer = SimpleNamespace(strategy=SingleDeviceStrategy(device=torch.device(device)))
+    module = RegressionModule(SimpleModel(10, 10))
+    recovery = OOMRecovery()
+    recovery.setup(trainer, module, "validate")
+    recovery.setup(trainer, module, "validate")  # a second setup (fit, then test) does not stack
+    assert settings == expected[:1]
+    recovery.teardown(trainer, module, "validate")
+    assert settings == expected
+    assert "validation_step" not in vars(module)  # the wrapper went with it
+    settings.clear()
+    opted_out = OOMRecovery(expandable_segments=False)
+    opted_out.setup(trainer, module, "validate")
+    opted_out.teardown(trainer, module, "validate")
+    assert settings == []
