@@ -563,8 +563,11 @@ def test_training_epoch_loop__advance__as_lean_training_batch_mirrors_it(tmp_pat
     digest it names (it stands aside on any other), and reads these private members while a fit runs."""
     from lightning.fabric.utilities.apply_func import _BLOCKING_DEVICE_TYPES
     from lightning.pytorch.loops.fetchers import _PrefetchDataFetcher
+    from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
 
     from lit_gpu.callbacks.batch_path import MIRRORED_SOURCE, mirrored_source_digest
+
+    update = _ResultMetric.update  # a step value's tensor is a fresh clone at each self.log
 
     assert mirrored_source_digest() == MIRRORED_SOURCE
     assert _BLOCKING_DEVICE_TYPES == ("cpu", "mps")
@@ -588,6 +591,10 @@ def test_training_epoch_loop__advance__as_lean_training_batch_mirrors_it(tmp_pat
                 trainer._val_check_time_interval is None,
                 isinstance(trainer.strategy.lr_scheduler_configs, list),
                 callable(loop._should_check_val_epoch),
+                # read by _batch_metrics, beside _ResultCollection.metrics (in the digest)
+                isinstance(trainer._results.training, bool),
+                callable(trainer._results._get_cache) and callable(trainer._results._forked_name),
+                "self._forward_cache = self.meta.sync(value.clone())" in inspect.getsource(update),
             )
             seen["fetcher"] = type(trainer.fit_loop._data_fetcher)
 
