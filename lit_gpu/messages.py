@@ -182,8 +182,8 @@ SWEEP_TWO_BUDGETS = (
 )
 SWEEP_NEEDS_OPTUNA = "lit-gpu sweep needs optuna ({error}); install it: pip install 'lit-gpu[sweep]'"
 SWEEP_RUN_DIR_OUTSIDE = (
-    "storage {storage}: trial {number}'s run_dir {path} is outside the sweep folder {folder}; the storage "
-    "was written by someone else: use a new --study_name or --storage"
+    "storage {storage}: trial {number}'s run_dir {path} is not its own folder {own} in the sweep folder "
+    "{folder}; the storage was written by someone else: use a new --study_name or --storage"
 )
 SWEEP_TRIAL_LINKS_OUT = (
     "not running trial {number} in {folder}: it holds links that lead outside it ({links}), so the trial "

@@ -91,7 +91,8 @@ class FreshLastCheckpoint(ModelCheckpoint):
         from lit_gpu.files.checkpoint import inside
 
         local = "://" not in str(filepath) and self.dirpath and "://" not in str(self.dirpath)
-        if local and not (inside(filepath, self.dirpath) and not os.path.islink(filepath)):
+        used = os.path.expanduser(str(filepath))  # fsspec, which removes it, expands ~ as inside() does
+        if local and not (inside(filepath, self.dirpath) and not os.path.islink(used)):
             real = os.path.realpath(str(filepath))
             messages.tell(
                 messages.REMOVE_OUTSIDE_REFUSED.format(path=filepath, dirpath=self.dirpath, real=real)

@@ -183,11 +183,12 @@ def inside(path: Any, folder: str | os.PathLike) -> bool:
     ``..``, absolute paths, ``~`` and symlinks (of the path and of the folder) are resolved first;
     a URL (``s3://``, ``file://``) or a non-string is never inside.
     """
-    if not isinstance(path, str | os.PathLike) or not str(path) or "://" in str(path):
+    if not isinstance(path, str | os.PathLike):
         return False
-    if "\x00" in str(path):
+    text = os.fspath(path)  # what opening it uses (a PathLike's str() may say something else)
+    if not isinstance(text, str) or not text or "://" in text or "\x00" in text:
         return False
-    real = os.path.realpath(os.path.expanduser(str(path)))
+    real = os.path.realpath(os.path.expanduser(text))
     base = os.path.realpath(os.path.expanduser(str(folder)))
     return real != base and os.path.commonpath([real, base]) == base
 

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files.checkpoint import inside
 
 _MAX_SPACE_BYTES = 1 << 20  # a search space is a few dozen lines
 
@@ -76,21 +77,27 @@ class TrialRecord:
     resumed: int  # times it was continued after a stop
 
 
-def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
-    """Whether ``path`` lies in ``folder`` once both are real paths (``..`` and symlinks resolved)."""
-    real, root = os.path.realpath(path), os.path.realpath(folder)
-    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
-
-
 def check_run_dir(value: Any, sweep_dir: Path, number: int, storage: str) -> Path:
-    """``value`` as a folder inside ``sweep_dir``; anything else is refused with one line."""
-    if not isinstance(value, str) or not value or "\0" in value or not inside(value, sweep_dir):
+    """``sweep_dir/version_<number>``, the only folder trial ``number`` runs in, when the storage's record
+    ``value`` names it (any spelling that resolves there) and that folder leads nowhere else; else one line.
+
+    The record is compared, never used: what lit_gpu writes to is the folder it built itself, so a ``~``,
+    a ``/proc/self/fd/N`` path or another trial's folder cannot make the check and the use differ.
+    """
+    expected = sweep_dir / f"version_{number}"
+    named = (
+        isinstance(value, str)
+        and "\0" not in value
+        and "://" not in value
+        and os.path.realpath(value) == os.path.realpath(expected)
+    )
+    if not named or not inside(expected, sweep_dir):  # inside: a version_<number> link elsewhere is not
         raise LitGpuError(
             messages.SWEEP_RUN_DIR_OUTSIDE.format(
-                storage=storage, number=number, path=str(value)[:200], folder=sweep_dir
+                storage=storage, number=number, path=str(value)[:200], folder=sweep_dir, own=expected.name
             )
         )
-    return Path(value)
+    return expected
 
 
 def check_params(params: Mapping[str, Any], space: _Space, number: int, storage: str) -> dict[str, Any]:

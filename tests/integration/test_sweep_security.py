@@ -61,7 +61,7 @@ def _one_error(capsys) -> str:
     return errors[0]
 
 
-@pytest.mark.parametrize("form", ["absolute", "dotdot", "symlink"])
+@pytest.mark.parametrize("form", ["absolute", "dotdot", "symlink", "the-sweep-folder", "url"])
 def test_a_run_dir_outside_the_sweep_folder_is_refused_in_one_line(form, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     space, study = _study(tmp_path)
@@ -73,6 +73,8 @@ def test_a_run_dir_outside_the_sweep_folder_is_refused_in_one_line(form, tmp_pat
         "absolute": str(victim),
         "dotdot": "runs/sweeps/space/../../../victim",
         "symlink": "runs/sweeps/space/version_7",
+        "the-sweep-folder": "runs/sweeps/space/.",  # a trial writing over the sweep's own files
+        "url": f"file://{tmp_path}/runs/sweeps/space/version_0",
     }
     study.add_trial(
         create_trial(
@@ -86,7 +88,8 @@ def test_a_run_dir_outside_the_sweep_folder_is_refused_in_one_line(form, tmp_pat
         main(["sweep", *BASE, "--search", space, "--n_trials", "0"])
     assert exit_info.value.code == 2
     error = _one_error(capsys)
-    assert "trial 0's run_dir" in error and "is outside the sweep folder runs/sweeps/space" in error
+    assert "trial 0's run_dir" in error
+    assert "is not its own folder version_0 in the sweep folder runs/sweeps/space" in error
     assert not (sweep_dir / "best.yaml").exists()
     assert sorted(p.name for p in victim.iterdir()) == ["config.yaml"]
 

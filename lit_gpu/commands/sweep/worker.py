@@ -152,7 +152,7 @@ class Worker:
         trial, run_dir = pick.trial, pick.run_dir
         # Lightning's loggers and checkpoints write into the trial's folder in place
         refuse_links_out_of(run_dir, messages.SWEEP_TRIAL_LINKS_OUT, number=trial.number)
-        version = int(run_dir.name.rsplit("_", 1)[1]) if run_dir.name.startswith("version_") else trial.number
+        version = trial.number  # run_dir is sweep_dir/version_<number> (files.sweep_storage.check_run_dir)
         gpus = self.claims.claim(self.options.gpus_per_trial) if self.claims else None
         args = self.trial_args(values, version, gpus)
         last = run_dir / "checkpoints" / "last.ckpt"

@@ -29,12 +29,14 @@ def space(tmp_path):
 
 
 def _trial(**attrs):
-    return optuna.trial.create_trial(
+    trial = optuna.trial.create_trial(
         params={LR: 0.01},
         distributions={LR: optuna.distributions.FloatDistribution(1e-4, 0.3, log=True)},
         value=1.0,
         user_attrs=attrs,
     )
+    trial.number = 0  # the first trial of a study (create_trial leaves -1 until a study adds it)
+    return trial
 
 
 def test_a_run_dir_inside_the_sweep_folder_is_read(tmp_path, space):
@@ -45,22 +47,61 @@ def test_a_run_dir_inside_the_sweep_folder_is_read(tmp_path, space):
     assert missing.run_dir == sweep_dir / f"version_{missing.number}"  # not yet set: from its number
 
 
-@pytest.mark.parametrize("form", ["absolute", "dotdot", "symlink", "not-a-string"])
-def test_a_run_dir_outside_the_sweep_folder_is_refused(form, tmp_path, space):
+RUN_DIR_FORMS = [
+    "absolute", "dotdot", "symlink", "not-a-string", "the-sweep-folder", "another-trials-folder",
+    "its-folder-links-out", "tilde", "url", "nul", "not-version-digits",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("form", RUN_DIR_FORMS)
+def test_a_run_dir_other_than_the_trials_own_folder_is_refused(form, tmp_path, space, monkeypatch):
+    """A tampered storage names a folder lit_gpu would write to (sweep attacker pass, round 8)."""
     sweep_dir = tmp_path / "runs/sweeps/s"
     sweep_dir.mkdir(parents=True)
     victim = tmp_path / "victim"
     victim.mkdir()
+    (sweep_dir / "version_1").mkdir()
+    os.symlink(victim, sweep_dir / "version_9")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
     value = {
         "absolute": str(victim),
         "dotdot": str(sweep_dir / ".." / ".." / ".." / "victim"),
         "symlink": str(sweep_dir / "version_9"),
         "not-a-string": ["x"],
+        "the-sweep-folder": str(sweep_dir) + "/.",
+        "another-trials-folder": str(sweep_dir / "version_1"),
+        "its-folder-links-out": str(sweep_dir / "version_0"),
+        # version_0 with ~ expanded (how it was checked), <cwd>/<sweep>/version_0 as written (how it was used)
+        "tilde": "~/.." + str(sweep_dir / "version_0"),
+        "url": f"file://{sweep_dir / 'version_0'}",
+        "nul": str(sweep_dir / "version_0") + "\0",
+        "not-version-digits": str(sweep_dir / "version_\u0660"),  # an Arabic-Indic zero
     }[form]
-    os.symlink(victim, sweep_dir / "version_9")
-    with pytest.raises(LitGpuError, match="is outside the sweep folder") as err:
+    if form == "its-folder-links-out":
+        os.symlink(victim, sweep_dir / "version_0")
+    with pytest.raises(LitGpuError, match="is not its own folder version_0 in the sweep folder") as err:
         sweep_storage.read_trial(_trial(run_dir=value), sweep_dir, space, "j")
     assert "\n" not in str(err.value)
+
+
+def test_a_run_dir_that_resolves_to_the_trials_folder_gives_that_folder_as_lit_gpu_built_it(tmp_path, space):
+    sweep_dir = tmp_path / "runs/sweeps/s"
+    (sweep_dir / "version_0").mkdir(parents=True)
+    fd = os.open(sweep_dir, os.O_RDONLY)
+    try:
+        # /proc/self/fd/N means another folder once N is reused: the record is compared, never used
+        spellings = (
+            str(sweep_dir / "x" / ".." / "version_0"),
+            f"{sweep_dir}//version_0/",
+            f"/proc/self/fd/{fd}/version_0",
+        )
+        for value in spellings:
+            record = sweep_storage.read_trial(_trial(run_dir=value), sweep_dir, space, "j")
+            assert record.run_dir == sweep_dir / "version_0"
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.parametrize(
