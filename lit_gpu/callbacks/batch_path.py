@@ -24,6 +24,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.fabric.utilities import apply_func
 from typing_extensions import override
 
 from lit_gpu.callbacks.step_path import FitPatch, HookDispatch
@@ -254,8 +255,6 @@ class _LeanBatch:
         replaced at each ``self.log`` (``_ResultMetric._forward_cache``: a fresh clone, never written in
         place), so while the same tensor is there the number converted from it is reused.
         """
-        from lightning.fabric.utilities.apply_func import convert_tensors_to_scalars
-
         metrics: dict[str, dict[str, Any]] = {"callback": {}, "log": {}, "pbar": {}}
         seen, numbers = self._pbar_seen, {}
         for _, result_metric in results.valid_items():
@@ -275,7 +274,7 @@ class _LeanBatch:
                 if source is not None and known is not None and known[0] is source:
                     number = known[1]
                 else:
-                    number = convert_tensors_to_scalars(value)
+                    number = apply_func.convert_tensors_to_scalars(value)
                 metrics["pbar"][forked_name] = number
                 if source is not None:
                     numbers[forked_name] = (source, number)

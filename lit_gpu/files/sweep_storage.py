@@ -77,6 +77,11 @@ class TrialRecord:
     resumed: int  # times it was continued after a stop
 
 
+def trial_folder(sweep_dir: Path, number: int) -> Path:
+    """The folder trial ``number`` runs and logs in: ``sweep_dir/version_<number>``."""
+    return sweep_dir / f"version_{number}"
+
+
 def check_run_dir(value: Any, sweep_dir: Path, number: int, storage: str) -> Path:
     """``sweep_dir/version_<number>``, the only folder trial ``number`` runs in, when the storage's record
     ``value`` names it (any spelling that resolves there) and that folder leads nowhere else; else one line.
@@ -84,7 +89,7 @@ def check_run_dir(value: Any, sweep_dir: Path, number: int, storage: str) -> Pat
     The record is compared, never used: what lit_gpu writes to is the folder it built itself, so a ``~``,
     a ``/proc/self/fd/N`` path or another trial's folder cannot make the check and the use differ.
     """
-    expected = sweep_dir / f"version_{number}"
+    expected = trial_folder(sweep_dir, number)
     named = (
         isinstance(value, str)
         and "\0" not in value
@@ -128,7 +133,7 @@ def read_trial(trial: Any, sweep_dir: Path, space: _Space | None, storage: str) 
     """
     number = int(trial.number)
     attrs = trial.user_attrs
-    run_dir = attrs.get("run_dir", str(sweep_dir / f"version_{number}"))
+    run_dir = attrs.get("run_dir", str(trial_folder(sweep_dir, number)))
     run_dir = check_run_dir(run_dir, sweep_dir, number, storage)
     params = dict(trial.params)
     if space is not None:

@@ -21,7 +21,14 @@ from lit_gpu.commands.sweep.space import SearchSpace, format_value
 from lit_gpu.commands.sweep.trial import TrialResult, run_in_child, run_in_process
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.locate import refuse_links_out_of
-from lit_gpu.files.sweep_storage import TrialRecord, check_params, owner_path, read_owner, read_trial
+from lit_gpu.files.sweep_storage import (
+    TrialRecord,
+    check_params,
+    owner_path,
+    read_owner,
+    read_trial,
+    trial_folder,
+)
 
 WAIT_S = 10.0  # --until_complete: how often to look again while other workers run the last trials
 
@@ -98,7 +105,7 @@ class Worker:
                 if busy >= target:
                     return None
             trial = self.study.ask()
-            run_dir = self.options.sweep_dir / f"version_{trial.number}"
+            run_dir = trial_folder(self.options.sweep_dir, trial.number)
             self.heartbeat.start(owner_path(self.options.sweep_dir, run_dir))
             return Pick(trial, run_dir)
 
@@ -152,9 +159,8 @@ class Worker:
         trial, run_dir = pick.trial, pick.run_dir
         # Lightning's loggers and checkpoints write into the trial's folder in place
         refuse_links_out_of(run_dir, messages.SWEEP_TRIAL_LINKS_OUT, number=trial.number)
-        version = trial.number  # run_dir is sweep_dir/version_<number> (files.sweep_storage.check_run_dir)
         gpus = self.claims.claim(self.options.gpus_per_trial) if self.claims else None
-        args = self.trial_args(values, version, gpus)
+        args = self.trial_args(values, trial.number, gpus)  # run_dir is trial_folder(sweep_dir, number)
         last = run_dir / "checkpoints" / "last.ckpt"
         shown = ", ".join(f"{self.names[k]}={fmt(v)}" for k, v in values.items())
         where = f" on GPU {','.join(map(str, gpus))}" if gpus else ""
