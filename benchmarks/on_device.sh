@@ -4,7 +4,8 @@
 # root there:
 #   bash benchmarks/on_device.sh [STAGE ...]     # default: every stage; writes $OUT/STAGE.txt
 # Stages: paired_cpu whole_cpu (issue 22's overhead on a quiet CPU), cuda (overhead + host-device syncs on
-# the GPU), gpu_tests (pytest -m gpu), gpu_recipe (configs/mnist_gpu.yaml over 5 seeds). Each has its own
+# the GPU, plus the default without NaNGuard), nan_guard (NaNGuard's GPU check alone: the verdict ring
+# against the check it replaced), gpu_tests (pytest -m gpu), gpu_recipe (configs/mnist_gpu.yaml over 5 seeds). Each has its own
 # time limit, so a slow one leaves the others' figures.
 set -uo pipefail
 out=${OUT:-device_out}
@@ -17,9 +18,10 @@ stage() {
   case " ${stages} " in *" $name "*) ;; *) return 0 ;; esac
   echo "== $name: $*"; timeout "$limit" "$@" 2>&1 | tee "$out/$name.txt"
 }
-stages=${*:-paired_cpu whole_cpu cuda gpu_tests gpu_recipe}
+stages=${*:-paired_cpu whole_cpu nan_guard cuda gpu_tests gpu_recipe}
 stage gpu_tests 170 python -m pytest -o addopts="" -m gpu -q -p no:cacheprovider
-stage cuda 90 python benchmarks/overhead.py --device cuda --steps 300 --repeats 5
+stage nan_guard 60 python benchmarks/nan_guard_gpu.py
+stage cuda 150 python benchmarks/overhead.py --device cuda --steps 300 --repeats 5 --components nan_guard
 stage paired_cpu 210 python benchmarks/overhead.py --paired --steps 300 --repeats 5 --threads 1 --components none
 stage whole_cpu 150 python benchmarks/overhead.py --steps 300 --repeats 5 --threads 1 --components none
 stage gpu_recipe 180 python benchmarks/mnist_fast_seeds.py --device cuda --config configs/mnist_gpu.yaml \

@@ -18,26 +18,61 @@ class NonFiniteLossError(LitGpuError):
     """The training loss became NaN or infinite."""
 
 
-class _Pending:
-    """One GPU step's "loss not finite" flag, copied to host memory without waiting for it."""
+class _Verdicts:
+    """GPU steps' "loss is finite" bytes, copied into a ring of pinned host bytes without waiting.
 
-    __slots__ = ("where", "flag", "event")
+    A slot is set to ``PENDING`` by the host before the device's copy is queued, so reading it tells
+    whether the copy has landed (0 or 1) without an event or a wait. Per step that is one kernel
+    (``isfinite``) and one small copy; NaN versus inf is worked out from the kept loss only when a
+    step was bad.
+    """
 
-    def __init__(self, loss: torch.Tensor, where: tuple[int, int, int]) -> None:
-        self.where = where  # (global step, epoch, batch)
-        bad = torch.stack([torch.isnan(loss).any(), torch.isinf(loss).any()])
-        self.flag = torch.empty(2, dtype=torch.bool, pin_memory=True)
-        self.flag.copy_(bad, non_blocking=True)
-        self.event = torch.cuda.Event()
-        self.event.record()
+    PENDING = 2
 
-    def ready(self) -> bool:
-        return self.event.query()
+    def __init__(self, device: torch.device, size: int = 64, pin: bool = True) -> None:
+        self.device = device
+        self._bytes = torch.full((size,), self.PENDING, dtype=torch.uint8, pin_memory=pin)
+        self._slots = [self._bytes[i] for i in range(size)]  # 0-dim views: the copies' targets
+        self._host = self._bytes.numpy()  # reads memory as it is: no wait
+        self._queue: deque[tuple[int, tuple[int, int, int], torch.Tensor]] = deque()
+        self._next = 0
 
-    def kind(self) -> str | None:
-        self.event.synchronize()
-        nan, inf = self.flag.tolist()
-        return "NaN" if nan else "inf" if inf else None
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def push(self, loss: torch.Tensor, where: tuple[int, int, int]) -> None:
+        """Queue the check of ``loss`` (already detached), made at ``where`` (step, epoch, batch)."""
+        if self.full():
+            raise RuntimeError("the verdict ring is full: pop() the oldest first")
+        slot = self._next
+        self._next = (slot + 1) % len(self._slots)
+        self._host[slot] = self.PENDING
+        finite = torch.isfinite(loss) if loss.dim() == 0 else torch.isfinite(loss).all()
+        self._slots[slot].copy_(finite.view(torch.uint8), non_blocking=True)
+        self._queue.append((slot, where, loss))
+
+    def full(self) -> bool:
+        return len(self._queue) == len(self._slots)
+
+    def arrived(self) -> bool:
+        """Whether the oldest queued verdict has landed (False when none is queued)."""
+        return bool(self._queue) and self._host[self._queue[0][0]] != self.PENDING
+
+    def pop(self) -> tuple[tuple[int, int, int], str | None]:
+        """The oldest verdict (waiting for it if needed): where it was made and "NaN", "inf" or None."""
+        if not self.arrived():
+            self._wait()
+        slot, where, loss = self._queue.popleft()
+        if self._host[slot]:
+            return where, None
+        return where, "NaN" if bool(torch.isnan(loss).any()) else "inf"  # error path: may wait
+
+    def clear(self) -> None:
+        self._queue.clear()
+
+    def _wait(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # every stream: the copy's stream is not recorded
 
 
 class NaNGuard(Callback):
@@ -60,7 +95,7 @@ class NaNGuard(Callback):
         super().__init__()
         self.enabled = enabled
         self.check_every_n_steps = max(1, int(check_every_n_steps))
-        self._pending: deque[_Pending] = deque()
+        self._verdicts: _Verdicts | None = None  # made at the first GPU step
 
     @override
     def on_before_backward(
@@ -76,9 +111,13 @@ class NaNGuard(Callback):
                 return
             kind = "NaN" if bool(torch.isnan(loss).any()) else "inf"
             self._raise(trainer, kind, self._where(trainer), deferred=False)
-        while self._pending and self._pending[0].ready():  # arrived: reading them does not wait
-            self._check(trainer, self._pending.popleft())
-        self._pending.append(_Pending(loss, self._where(trainer)))
+        verdicts = self._verdicts
+        if verdicts is None or verdicts.device != loss.device:
+            self.flush(trainer)
+            verdicts = self._verdicts = _Verdicts(loss.device)
+        while verdicts.arrived() or verdicts.full():  # landed (no wait), or a whole ring behind (waits)
+            self._check(trainer, verdicts)
+        verdicts.push(loss, self._where(trainer))
 
     @staticmethod
     def _where(trainer: pl.Trainer) -> tuple[int, int, int]:
@@ -86,14 +125,14 @@ class NaNGuard(Callback):
 
     def flush(self, trainer: pl.Trainer) -> None:
         """Wait for the outstanding GPU checks and raise on a non-finite one."""
-        while self._pending:
-            self._check(trainer, self._pending.popleft())
+        while self._verdicts:
+            self._check(trainer, self._verdicts)
 
-    def _check(self, trainer: pl.Trainer, pending: _Pending) -> None:
-        kind = pending.kind()
+    def _check(self, trainer: pl.Trainer, verdicts: _Verdicts) -> None:
+        where, kind = verdicts.pop()
         if kind is not None:
-            self._pending.clear()
-            self._raise(trainer, kind, pending.where, deferred=True)
+            verdicts.clear()
+            self._raise(trainer, kind, where, deferred=True)
 
     @override
     def on_save_checkpoint(
@@ -109,8 +148,8 @@ class NaNGuard(Callback):
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
-        if isinstance(exception, NonFiniteLossError):
-            self._pending.clear()  # otherwise a save on the way out (Ctrl+C) still checks them
+        if isinstance(exception, NonFiniteLossError) and self._verdicts is not None:
+            self._verdicts.clear()  # otherwise a save on the way out (Ctrl+C) still checks them
 
     def _raise(self, trainer: pl.Trainer, kind: str, where: tuple[int, int, int], deferred: bool) -> None:
         step, epoch, batch = where

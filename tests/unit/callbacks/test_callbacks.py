@@ -114,7 +114,75 @@ def test_nan_guard_on_the_gpu_checks_without_a_sync_and_names_the_bad_step(value
 @RunIf(min_cuda_gpus=1)
 def test_nan_guard_on_the_gpu_lets_finite_losses_through():
     guard = NaNGuard()
-    for step in range(4):
-        guard.on_before_backward(_fake_trainer(step), None, torch.tensor(0.5, device="cuda"))
-    guard.on_train_end(_fake_trainer(4), None)  # waits for all verdicts: none is bad
-    assert not guard._pending
+    losses = torch.rand(150, device="cuda")  # more steps than the verdict ring has slots
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for step in range(150):
+            guard.on_before_backward(_fake_trainer(step), None, losses[step])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    guard.on_train_end(_fake_trainer(150), None)  # waits for all verdicts: none is bad
+    assert not guard._verdicts
+
+
+def test_nan_guard_verdict_ring_reads_landed_bytes_and_names_nan_or_inf():
+    from lit_gpu.callbacks.nan_guard import _Verdicts
+
+    verdicts = _Verdicts(torch.device("cpu"), size=3, pin=False)  # CPU copies land at once
+    losses = [0.5, float("nan"), 1.0, float("inf"), 2.0, 3.0, 4.0]  # more than a ring: slots reused
+    for step, value in enumerate(losses):
+        verdicts.push(torch.tensor(value), (step, 0, step))
+        assert verdicts.arrived()
+        assert verdicts.pop() == ((step, 0, step), {1: "NaN", 3: "inf"}.get(step))
+    assert not verdicts and not verdicts.arrived()
+    verdicts.push(torch.tensor([1.0, float("inf")]), (9, 0, 9))  # a loss with several elements
+    assert verdicts.pop() == ((9, 0, 9), "inf")
+
+
+def test_nan_guard_verdict_ring_tells_a_copy_in_flight_and_waits_only_for_it(monkeypatch):
+    from lit_gpu.callbacks.nan_guard import _Verdicts
+
+    verdicts = _Verdicts(torch.device("cpu"), size=2, pin=False)
+    verdicts.push(torch.tensor(0.5), (0, 0, 0))
+    verdicts.push(torch.tensor(float("nan")), (1, 0, 1))
+    assert verdicts.full()
+    with pytest.raises(RuntimeError, match="full"):  # a slot is never overwritten before it is read
+        verdicts.push(torch.tensor(0.5), (2, 0, 2))
+    landed = verdicts._host.copy()
+    verdicts._host[:] = _Verdicts.PENDING  # as if both copies were still in flight
+    assert not verdicts.arrived()
+    waits = []
+
+    def wait():  # what the device does: the queued copies land
+        waits.append(len(verdicts))
+        verdicts._host[:] = landed
+
+    monkeypatch.setattr(verdicts, "_wait", wait)
+    assert verdicts.pop() == ((0, 0, 0), None) and waits == [2]
+    assert verdicts.arrived() and verdicts.pop() == ((1, 0, 1), "NaN") and waits == [2]
+
+
+def test_nan_guard_on_a_device_checks_landed_verdicts_and_waits_only_when_a_ring_behind(monkeypatch):
+    from lit_gpu.callbacks import nan_guard
+
+    made = []
+
+    class CpuVerdicts(nan_guard._Verdicts):  # the GPU path's bookkeeping, with copies that land at once
+        def __init__(self, device):
+            super().__init__(device, size=2, pin=False)
+            made.append(self)
+
+    monkeypatch.setattr(nan_guard, "_Verdicts", CpuVerdicts)
+    guard = NaNGuard()
+    monkeypatch.setattr(torch.Tensor, "device", property(lambda t: torch.device("cuda", 0)))
+    try:
+        for step in range(3):
+            guard.on_before_backward(_fake_trainer(step), None, torch.tensor(0.5))
+        guard.on_before_backward(_fake_trainer(3), None, torch.tensor(float("inf")))
+    finally:
+        monkeypatch.undo()
+    assert len(made) == 1 and len(made[0]) == 1  # landed verdicts were read at the next step
+    with pytest.raises(NonFiniteLossError, match="loss became inf at global step 3 .*before any checkpoint"):
+        guard.on_train_end(_fake_trainer(4), None)
+    assert not made[0]
