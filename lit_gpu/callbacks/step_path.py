@@ -22,6 +22,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.core.hooks import ModelHooks
 from typing_extensions import override
 
+from lit_gpu.callbacks.upstream import PlainHookName
+
 #: the hooks Lightning calls once per batch (training, then evaluation and prediction)
 BATCH_HOOKS = (
     "on_train_batch_start",
@@ -195,12 +197,19 @@ class HookDispatch:
             fns = self._callback_fns[hook] = [fn for fn in found if callable(fn)]
         if fns:
             previous = module._current_fx_name
-            module._current_fx_name = hook
+            names = module.__dict__ if type(module).__setattr__ in _PLAIN_SETATTR else None
+            if names is not None:
+                names["_current_fx_name"] = hook
+            else:
+                module._current_fx_name = hook
             try:
                 for fn in fns:
                     fn(trainer, module, *args)
             finally:
-                module._current_fx_name = previous
+                if names is not None:
+                    names["_current_fx_name"] = previous
+                else:
+                    module._current_fx_name = previous
         has = self._module_has.get(hook)
         if has is None:
             has = self._module_has[hook] = callable(getattr(module, hook, None))
@@ -277,9 +286,15 @@ class _LeanStep:
             with torch.enable_grad():
                 output = _in_hook(module, "training_step", strategy.training_step, *kwargs.values())
                 strategy.post_training_step()
-                result = self.result_cls.from_training_step_output(output, 1)
-                outcome[:] = [result]
-                loss = result.closure_loss
+                if isinstance(output, torch.Tensor):
+                    # Lightning's ClosureResult less its ``loss / 1`` (exact, forward and backward: one
+                    # kernel and one autograd node fewer) and the dataclass around it
+                    loss, detached = output, output.detach().clone()
+                    outcome[:] = [detached, None]
+                else:
+                    result = self.result_cls.from_training_step_output(output, 1)
+                    loss, detached = result.closure_loss, result.loss
+                    outcome[:] = [detached, result.extra]
                 if loss is None:
                     _warn_none()
                 progress.zero_grad.increment_ready()
@@ -298,21 +313,33 @@ class _LeanStep:
                     self._dispatch("on_after_backward")
                     strategy.post_backward(detached)
             self._dispatch("on_before_optimizer_step", optimizer)
-            return result.loss
+            return detached
 
         progress.step.increment_ready()
         _in_hook(module, "optimizer_step", optimizer.step, closure=closure)
         progress.step.increment_completed()
-        result = outcome[0] if outcome else None
-        if result is None or result.loss is None:
+        if not outcome or outcome[0] is None:  # the closure never ran, or training_step gave None
             return {}
-        return result.asdict()
+        loss, extra = outcome
+        return {"loss": loss} if extra is None else {"loss": loss, **extra}
+
+
+#: ``__setattr__`` methods that store a ``str``/``None`` ``_current_fx_name`` in the instance ``__dict__``
+#: unchanged: for these the name is written there directly, without a Python call per write
+_PLAIN_SETATTR = (PlainHookName.__setattr__, torch.nn.Module.__setattr__)
 
 
 def _in_hook(module: pl.LightningModule, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` with ``module._current_fx_name`` set to ``name`` (what ``self.log`` reads), as
     Lightning's dispatch runs a hook (without its profiler context: the lean step runs with none)."""
     previous = module._current_fx_name
+    if type(module).__setattr__ in _PLAIN_SETATTR:
+        names = module.__dict__
+        names["_current_fx_name"] = name
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            names["_current_fx_name"] = previous
     module._current_fx_name = name
     try:
         return fn(*args, **kwargs)

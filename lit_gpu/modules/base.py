@@ -64,7 +64,7 @@ class LitModule(PlainHookName, pl.LightningModule):
         self.scheduler_interval = scheduler_interval
         self.scale_lr_by_world_size = scale_lr_by_world_size
         self._train_loss_sum: torch.Tensor | None = None
-        self._train_loss_count = 0
+        self._train_loss_count = 0  # samples in _train_loss_sum
         self._train_losses: list[tuple[torch.Tensor, int]] = []  # (step loss, batch size) not yet summed
 
     # ---- things a researcher overrides -------------------------------------------------
@@ -119,8 +119,7 @@ class LitModule(PlainHookName, pl.LightningModule):
         its loss tensor; they are summed every :attr:`LOSS_FOLD` steps (one device op for many, no
         host sync), so the step path launches no kernel for it.
         """
-        self._train_losses.append((loss, batch_size))
-        self._train_loss_count += batch_size
+        self._train_losses.append((loss, batch_size))  # counted when folded: no attribute write a step
         if len(self._train_losses) >= self.LOSS_FOLD:
             self._fold_train_losses()
         if loggers_record_this_step(self._trainer):  # no public API says it (lit_gpu.callbacks.upstream)
@@ -147,6 +146,7 @@ class LitModule(PlainHookName, pl.LightningModule):
             return
         losses = torch.stack([loss.float() for loss, _ in self._train_losses])
         sizes = {size for _, size in self._train_losses}
+        self._train_loss_count += sum(size for _, size in self._train_losses)
         if len(sizes) == 1:
             total = losses.sum() * sizes.pop()
         else:  # the epoch's last, smaller batch; or OOM-recovery micro-batches

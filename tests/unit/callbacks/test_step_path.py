@@ -88,3 +88,21 @@ def test_validate_test_and_predict_after_fit_with_hidden_hooks(tmp_path):
     assert set(trainer.test(module, _loader(), verbose=False)[0]) == {"test/loss"}
     assert trainer.validate(module, _loader(), verbose=False)[0]["val/loss"] >= 0
     assert len(trainer.predict(module, _loader())) == 4
+
+
+def test_hook_names_go_through_a_modules_own_setattr_and_straight_to_dict_otherwise():
+    import lightning.pytorch as pl
+
+    from lit_gpu.callbacks.step_path import _in_hook
+
+    class Watching(pl.LightningModule):
+        def __setattr__(self, name, value):
+            if name == "_current_fx_name":
+                self.__dict__.setdefault("names_set", []).append(value)
+            super().__setattr__(name, value)
+
+    for module, through_setattr in ((Watching(), True), (pl.LightningModule(), False)):
+        module.__dict__.pop("names_set", None)
+        seen = _in_hook(module, "training_step", lambda: module._current_fx_name)
+        assert seen == "training_step" and module._current_fx_name is None
+        assert module.__dict__.get("names_set") == (["training_step", None] if through_setattr else None)

@@ -150,15 +150,15 @@ def test_train_loss_rewind_forgets_a_retried_step():
     from lit_gpu.nets import SimpleModel
 
     module = RegressionModule(SimpleModel(2, 2))
+    module._train_losses.append((torch.tensor(5.0), 2))
+    module._fold_train_losses()  # a fold before the mark: summed and counted
     module._train_losses.append((torch.tensor(1.0), 4))
-    module._train_loss_count = 4
     mark = module.train_loss_mark()
     module._train_losses.append((torch.tensor(9.0), 4))  # the failed try
-    module._train_loss_count += 4
+    module._fold_train_losses()  # folded before the retry: the rewind undoes the fold too
     module.rewind_train_loss(mark)
     assert [(loss.item(), n) for loss, n in module._train_losses] == [(1.0, 4)]
-    assert module._train_loss_count == 4
+    assert module._train_loss_sum.item() == 10.0 and module._train_loss_count == 2
     module._train_losses.append((torch.tensor(3.0), 2))
-    module._train_loss_count += 2
-    module._fold_train_losses()  # weighted by batch size: 1*4 + 3*2
-    assert module._train_loss_sum.item() == 10.0 and module._train_loss_count == 6
+    module._fold_train_losses()  # weighted by batch size: 5*2 + 1*4 + 3*2
+    assert module._train_loss_sum.item() == 20.0 and module._train_loss_count == 8
