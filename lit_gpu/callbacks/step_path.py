@@ -259,6 +259,7 @@ class _LeanStep:
         self.result_cls = ClosureResult
         self._takes_batch_idx: dict[Any, bool] = {}
         self._dispatch = HookDispatch(trainer, trainer.lightning_module)
+        self.direct = _plain_strategy_step(trainer)
 
     def build_kwargs(self, kwargs: Any, batch: Any, batch_idx: int) -> Any:
         """Lightning's ``_build_kwargs`` with the ``training_step`` signature read once per function."""
@@ -278,14 +279,17 @@ class _LeanStep:
         trainer, optimization = self.trainer, self.optimization
         if trainer.accumulate_grad_batches != 1 or optimization._skip_backward:
             return self.fallback(optimizer, batch_idx, kwargs)
-        module, strategy = trainer.lightning_module, trainer.strategy
+        module, strategy, direct = trainer.lightning_module, trainer.strategy, self.direct
         progress = optimization.optim_progress.optimizer
         outcome: list[Any] = []
 
         def closure() -> torch.Tensor | None:
             with torch.enable_grad():
-                output = _in_hook(module, "training_step", strategy.training_step, *kwargs.values())
-                strategy.post_training_step()
+                if direct:  # what Strategy.training_step comes to here, without its context managers
+                    output = _in_hook(module, "training_step", module.training_step, *kwargs.values())
+                else:
+                    output = _in_hook(module, "training_step", strategy.training_step, *kwargs.values())
+                    strategy.post_training_step()
                 if isinstance(output, torch.Tensor):
                     # Lightning's ClosureResult less its ``loss / 1`` (exact, forward and backward: one
                     # kernel and one autograd node fewer) and the dataclass around it
@@ -306,12 +310,13 @@ class _LeanStep:
                 )
                 progress.zero_grad.increment_completed()
                 if loss is not None:
-                    strategy.pre_backward(loss)
+                    if not direct:
+                        strategy.pre_backward(loss)
                     self._dispatch("on_before_backward", loss)
                     _in_hook(module, "backward", module.backward, loss)
-                    detached = loss.detach()
                     self._dispatch("on_after_backward")
-                    strategy.post_backward(detached)
+                    if not direct:
+                        strategy.post_backward(loss.detach())
             self._dispatch("on_before_optimizer_step", optimizer)
             return detached
 
@@ -322,6 +327,27 @@ class _LeanStep:
             return {}
         loss, extra = outcome
         return {"loss": loss} if extra is None else {"loss": loss, **extra}
+
+
+def _plain_strategy_step(trainer: pl.Trainer) -> bool:
+    """Whether the strategy's step hooks come to the module's own ``training_step`` and nothing else.
+
+    So they do with Lightning's ``Strategy`` hooks, an unwrapped module and the plain fp32
+    ``Precision`` (its ``train_step_context`` enters ``nullcontext``): pinned in
+    tests/unit/test_upstream_pins.py.
+    """
+    from lightning.pytorch.plugins.precision import Precision
+    from lightning.pytorch.strategies import Strategy
+
+    strategy = type(trainer.strategy)
+    return (
+        type(trainer.precision_plugin) is Precision
+        and trainer.strategy.model is trainer.lightning_module
+        and all(
+            getattr(strategy, hook) is getattr(Strategy, hook)
+            for hook in ("training_step", "post_training_step", "pre_backward", "post_backward")
+        )
+    )
 
 
 #: ``__setattr__`` methods that store a ``str``/``None`` ``_current_fx_name`` in the instance ``__dict__``

@@ -497,6 +497,37 @@ def test_automatic_optimization__run__build_kwargs__optim_progress():
     assert list(inspect.signature(ClosureResult.from_training_step_output).parameters) == [
         "training_step_output", "normalize"]  # fmt: skip
     assert hasattr(Closure, "warning_cache")
+    # the lean step builds a tensor output's result itself: the loss divided by normalize (1 there),
+    # and a detached clone as ``loss``; ``asdict`` is the loss then the extras
+    result_source = inspect.getsource(ClosureResult)
+    assert "closure_loss = closure_loss / normalize" in result_source
+    assert "self.loss = self.closure_loss.detach().clone()" in result_source
+    assert 'return {"loss": self.loss, **self.extra}' in result_source
+
+
+@pins("lightning")
+def test_strategy_training_step_with_plain_precision_is_the_modules_training_step():
+    """The lean step calls ``module.training_step`` itself where ``Strategy.training_step`` would only wrap
+    it in the plain ``Precision``'s ``train_step_context`` (a ``nullcontext``) and the strategy's
+    ``post_training_step``/``pre_backward``/``post_backward`` are Lightning's no-ops
+    (``lit_gpu.callbacks.step_path._plain_strategy_step``)."""
+    from lightning.fabric.plugins.precision import Precision as FabricPrecision
+    from lightning.pytorch.plugins.precision import Precision
+    from lightning.pytorch.strategies import Strategy
+
+    step = inspect.getsource(Strategy.training_step)
+    assert "with self.precision_plugin.train_step_context():" in step
+    assert "return self.lightning_module.training_step(*args, **kwargs)" in step
+    assert "with self.forward_context():" in inspect.getsource(Precision.train_step_context)
+    assert Precision.forward_context is FabricPrecision.forward_context
+    assert "return nullcontext()" in inspect.getsource(FabricPrecision.forward_context)
+    for hook in ("post_training_step", "pre_backward", "post_backward"):
+        body = [
+            line.strip()
+            for line in inspect.getsource(getattr(Strategy, hook)).splitlines()[1:]
+            if line.strip() and not line.strip().startswith(("def ", '"""', "Run ", "Override ", "This hook"))
+        ]
+        assert body in ([], ["pass"]), (hook, body)
 
 
 @pins("lightning")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import lightning.pytorch as pl
+import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
@@ -103,6 +104,21 @@ def test_hook_names_go_through_a_modules_own_setattr_and_straight_to_dict_otherw
 
     for module, through_setattr in ((Watching(), True), (pl.LightningModule(), False)):
         module.__dict__.pop("names_set", None)
-        seen = _in_hook(module, "training_step", lambda: module._current_fx_name)
+        seen = _in_hook(module, "training_step", lambda m=module: m._current_fx_name)
         assert seen == "training_step" and module._current_fx_name is None
         assert module.__dict__.get("names_set") == (["training_step", None] if through_setattr else None)
+
+
+@pytest.mark.parametrize(("precision", "direct"), [("32-true", True), ("bf16-mixed", False)])
+def test_the_lean_step_calls_training_step_itself_only_with_the_plain_precision(tmp_path, precision, direct):
+    from lit_gpu.callbacks.step_path import _plain_strategy_step
+
+    seen = []
+
+    class Probe(Callback):
+        def on_train_start(self, trainer, pl_module):
+            seen.append(_plain_strategy_step(trainer))
+
+    trainer = quiet_trainer(tmp_path, max_steps=1, precision=precision, callbacks=[Probe()])
+    trainer.fit(RegressionModule(SimpleModel(10, 10)), train_dataloaders=_loader())
+    assert seen == [direct]
