@@ -40,31 +40,49 @@ def _capture(
 _MT19937_STATE_BYTES = 624 * 4 + 4
 
 
-def _mt19937_bytes() -> bytes | None:
-    """The raw state of numpy's global ``RandomState`` (about 1 us), or None if it is not an MT19937."""
-    bit_generator = getattr(np.random.mtrand, "_rand", None)
-    bit_generator = getattr(bit_generator, "_bit_generator", None)
+def _view(address: int, size: int) -> memoryview:
+    """``size`` bytes of memory at ``address``; ``bytes(view)`` copies them without a foreign call."""
+    return memoryview((ctypes.c_char * size).from_address(address)).cast("B")
+
+
+def _global_bit_generator() -> Any:
+    return getattr(getattr(np.random.mtrand, "_rand", None), "_bit_generator", None)
+
+
+def _mt19937_view(bit_generator: Any) -> memoryview | None:
+    """The raw state of numpy's ``bit_generator`` as a live view, or None if it is not an MT19937."""
     if type(bit_generator).__name__ != "MT19937":
         return None
-    return ctypes.string_at(bit_generator.ctypes.state_address, _MT19937_STATE_BYTES)
+    return _view(bit_generator.ctypes.state_address, _MT19937_STATE_BYTES)
+
+
+def _mt19937_bytes() -> bytes | None:
+    """The raw state of numpy's global ``RandomState``, or None if it is not an MT19937."""
+    view = _mt19937_view(_global_bit_generator())
+    return None if view is None else bytes(view)
 
 
 class _NumpyState:
     """``np.random.get_state()`` taken at every training step for about 1 us instead of about 35.
 
     numpy builds the 624-word key one element at a time (a Cython loop over numpy scalars). Most
-    steps never draw from numpy's global generator, so the raw state is compared with the one
-    behind the last full read and that read is reused when nothing moved. A cached Gaussian can be
-    used up without moving the raw state; it exists only when the last read has ``has_gauss`` set,
-    and then every step reads in full.
+    steps never draw from numpy's global generator, so the raw state (read through a view made
+    once per generator object) is compared with the one behind the last full read and that read is
+    reused when nothing moved. A cached Gaussian can be used up without moving the raw state; it
+    exists only when the last read has ``has_gauss`` set, and then every step reads in full.
     """
 
     def __init__(self) -> None:
         self._raw: bytes | None = None
         self._state: tuple[Any, ...] | None = None
+        self._generator: Any = None  # the bit generator the view reads; kept alive with it
+        self._view: memoryview | None = None
 
     def get(self) -> tuple[Any, ...]:
-        raw = _mt19937_bytes()
+        generator = _global_bit_generator()
+        if generator is not self._generator:
+            self._generator, self._view = generator, _mt19937_view(generator)
+        raw = bytes(self._view) if self._view is not None else None
         if raw is None or raw != self._raw or self._state is None or self._state[3]:
             self._state, self._raw = np.random.get_state(), raw
         return self._state
@@ -85,19 +103,17 @@ class _PythonState:
     """
 
     def __init__(self) -> None:
-        self._generator = getattr(random, "_inst", None)
-        self._address: int | None = None
+        self._generator = getattr(random, "_inst", None)  # kept alive: the view reads its memory
+        self._view: memoryview | None = None
         if type(self._generator) is random.Random:
-            self._address = id(self._generator) + object.__basicsize__  # after PyObject_HEAD
-            if _raw_python_state(self._address, self._generator) != random.getstate():
-                self._address = None
+            self._view = _view(id(self._generator) + object.__basicsize__, _PY_MT_FORMAT.size)
+            if _raw_python_state(self._view, self._generator) != random.getstate():  # after PyObject_HEAD
+                self._view = None
 
     def get(self) -> tuple[Any, ...] | _RawPythonState:
-        if self._address is None or random._inst is not self._generator:
+        if self._view is None or random._inst is not self._generator:
             return random.getstate()
-        return _RawPythonState(
-            ctypes.string_at(self._address, _PY_MT_FORMAT.size), self._generator.gauss_next
-        )
+        return _RawPythonState(bytes(self._view), self._generator.gauss_next)
 
 
 class _RawPythonState:
@@ -113,8 +129,8 @@ class _RawPythonState:
         return (random.Random.VERSION, (*words, index), self.gauss_next)
 
 
-def _raw_python_state(address: int, generator: random.Random) -> tuple[Any, ...]:
-    return _RawPythonState(ctypes.string_at(address, _PY_MT_FORMAT.size), generator.gauss_next).state()
+def _raw_python_state(view: memoryview, generator: random.Random) -> tuple[Any, ...]:
+    return _RawPythonState(bytes(view), generator.gauss_next).state()
 
 
 def _serializable(state: dict[str, Any]) -> dict[str, Any]:

@@ -192,7 +192,7 @@ def test_python_rng_state_read_raw_is_getstate_and_falls_back_where_the_layout_d
     from lit_gpu.callbacks import rng_state
 
     reader = rng_state._PythonState()
-    assert reader._address is not None  # CPython: the raw read matched getstate() when made
+    assert reader._view is not None  # CPython: the raw read matched getstate() when made
     random.seed(11)
     for draw in (random.random, lambda: random.gauss(0, 1)):  # gauss leaves a cached value behind
         draw()
@@ -205,7 +205,7 @@ def test_python_rng_state_read_raw_is_getstate_and_falls_back_where_the_layout_d
         assert isinstance(taken, rng_state._RawPythonState) and taken.state() == expected
         random.random()  # the bytes were copied: later draws do not change what was taken
         assert taken.state() == expected
-    monkeypatch.setattr(rng_state, "_raw_python_state", lambda address, generator: ("not", "it"))
+    monkeypatch.setattr(rng_state, "_raw_python_state", lambda view, generator: ("not", "it"))
     assert rng_state._PythonState().get() == random.getstate()  # checked once: falls back to getstate()
     monkeypatch.setattr(random, "_inst", random.Random(3))  # the global generator replaced
     assert reader.get() == random.getstate()

@@ -49,7 +49,7 @@ def test_steps_that_draw_nothing_reuse_the_last_read(monkeypatch):
 
 
 def test_without_an_mt19937_every_step_reads_in_full(monkeypatch):
-    monkeypatch.setattr(rng_state, "_mt19937_bytes", lambda: None)
+    monkeypatch.setattr(rng_state, "_mt19937_view", lambda bit_generator: None)
     snapshot = _NumpyState()
     np.random.seed(2)
     np.random.normal()
