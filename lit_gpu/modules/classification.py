@@ -63,7 +63,8 @@ class ClassificationModule(LitModule):
 
     @override
     def update_metrics(self, outputs: torch.Tensor, targets: torch.Tensor, stage: str) -> None:
-        metric = {"train": self.train_acc, "val": self.val_acc, "test": self.test_acc}[stage]
+        # one attribute read a step (not a dict of all three: nn.Module looks each metric up in Python)
+        metric = self.train_acc if stage == "train" else self.val_acc if stage == "val" else self.test_acc
         if metric is None:
             return
         metric(outputs, targets)
