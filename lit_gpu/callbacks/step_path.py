@@ -172,7 +172,9 @@ class FitPatch(Callback):
 
 class HookDispatch:
     """Lightning's dispatch of one batch or step hook, without profiler contexts (the lean callbacks run
-    with none) and only to the objects that implement it (SkipIdleHooks hides the no-op ones).
+    with none) and only to the objects that implement it: Lightning's empty ``Callback`` and
+    ``ModelHooks`` hooks are skipped, a user's callbacks' and module's too (SkipIdleHooks hides only
+    lit_gpu's and Lightning's own, from Lightning's dispatch as well).
 
     The callbacks' first, in their order under one ``_current_fx_name`` (``_call_callback_hooks``),
     then the module's with its own (``_call_lightning_module_hook``); returns the module's output.
@@ -192,9 +194,12 @@ class HookDispatch:
         if callbacks is not self._seen or len(callbacks) != self._seen_len:
             self._seen, self._seen_len, self._callback_fns = callbacks, len(callbacks), {}
         fns = self._callback_fns.get(hook)
-        if fns is None:
+        if fns is None:  # any callback's hook but Lightning's empty one (a user callback's too)
             found = (getattr(cb, hook, None) for cb in callbacks)
-            fns = self._callback_fns[hook] = [fn for fn in found if callable(fn)]
+            empty = getattr(Callback, hook, None)
+            fns = self._callback_fns[hook] = [
+                fn for fn in found if callable(fn) and getattr(fn, "__func__", None) is not empty
+            ]
         if fns:
             previous = module._current_fx_name
             names = module.__dict__ if type(module).__setattr__ in _PLAIN_SETATTR else None
@@ -212,7 +217,9 @@ class HookDispatch:
                     module._current_fx_name = previous
         has = self._module_has.get(hook)
         if has is None:
-            has = self._module_has[hook] = callable(getattr(module, hook, None))
+            fn = getattr(module, hook, None)
+            has = callable(fn) and getattr(fn, "__func__", None) is not getattr(ModelHooks, hook, None)
+            self._module_has[hook] = has
         return _in_hook(module, hook, getattr(module, hook), *args) if has else None
 
 

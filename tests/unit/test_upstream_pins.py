@@ -643,3 +643,27 @@ def test_allocator_settings_at_run_time_as_oom_recovery_sets_them():
     _set_allocator_settings("expandable_segments:False")  # PyTorch's default: changes nothing here
     with pytest.raises((ValueError, RuntimeError), match="never_a_key"):
         _set_allocator_settings("never_a_key:True")
+
+
+@pins("lightning")
+def test_callback_and_model_hooks_batch_hooks_are_empty():
+    """lit_gpu.callbacks.step_path.HookDispatch (the lean batch and step) skips a callback's or module's
+    batch hook that is Lightning's own ``Callback``/``ModelHooks`` method: those bodies do nothing."""
+    import ast
+
+    from lightning.pytorch.callbacks import Callback
+    from lightning.pytorch.core.hooks import ModelHooks
+
+    from lit_gpu.callbacks.step_path import BATCH_HOOKS, MODULE_HOOKS
+
+    for base, hooks in ((Callback, BATCH_HOOKS), (ModelHooks, MODULE_HOOKS)):
+        for name in hooks:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(getattr(base, name))))
+            body = tree.body[0].body
+            statements = [
+                node
+                for node in body
+                if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+                and not isinstance(node, ast.Pass)
+            ]
+            assert statements == [], f"{base.__name__}.{name} does something now"

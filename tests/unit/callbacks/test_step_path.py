@@ -122,3 +122,36 @@ def test_the_lean_step_calls_training_step_itself_only_with_the_plain_precision(
     trainer = quiet_trainer(tmp_path, max_steps=1, precision=precision, callbacks=[Probe()])
     trainer.fit(RegressionModule(SimpleModel(10, 10)), train_dataloaders=_loader())
     assert seen == [direct]
+
+
+def test_the_dispatch_skips_lightnings_empty_hooks_of_any_callback_and_module():
+    from types import SimpleNamespace
+
+    from lit_gpu.callbacks.step_path import HookDispatch
+
+    calls = []
+
+    class Plain(Callback):  # a user's callback: SkipIdleHooks leaves it alone
+        pass
+
+    class Busy(Callback):
+        def on_after_backward(self, trainer, pl_module):
+            calls.append(("callback", pl_module._current_fx_name))
+
+    class Module(pl.LightningModule):
+        def on_train_batch_start(self, batch, batch_idx):
+            calls.append(("module", self._current_fx_name))
+            return -1
+
+    plain, busy, module = Plain(), Busy(), Module()
+    dispatch = HookDispatch(SimpleNamespace(callbacks=[plain, busy]), module)
+    assert dispatch("on_after_backward") is None and calls == [("callback", "on_after_backward")]
+    assert dispatch._callback_fns["on_after_backward"] == [busy.on_after_backward]
+    assert dispatch("on_before_zero_grad", None) is None
+    assert dispatch._callback_fns["on_before_zero_grad"] == []
+    assert dispatch._module_has == {"on_after_backward": False, "on_before_zero_grad": False}
+    assert dispatch("on_train_batch_start", None, 0) == -1 and calls[-1] == ("module", "on_train_batch_start")
+    plain.on_after_backward = lambda trainer, pl_module: calls.append(("instance", None))  # set on the object
+    dispatch.trainer.callbacks = [plain, busy]  # a new list: looked up again
+    dispatch("on_after_backward")
+    assert calls[-2:] == [("instance", None), ("callback", "on_after_backward")]
