@@ -105,12 +105,12 @@ class NaNGuard(Callback):
             return
         if self.check_every_n_steps > 1 and trainer.global_step % self.check_every_n_steps:
             return
-        loss = loss.detach()
-        if loss.device.type != "cuda":  # no device to wait for: check now
+        if not loss.is_cuda:  # no device to wait for: check now
             if math.isfinite(loss.item()) if loss.numel() == 1 else bool(torch.isfinite(loss).all()):
                 return
             kind = "NaN" if bool(torch.isnan(loss).any()) else "inf"
             self._raise(trainer, kind, self._where(trainer), deferred=False)
+        loss = loss.detach()
         verdicts = self._verdicts
         if verdicts is None or verdicts.device != loss.device:
             self.flush(trainer)

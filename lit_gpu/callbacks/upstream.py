@@ -10,6 +10,7 @@ from typing import Any
 
 # Lightning's class-only classmethod (``model.load_from_checkpoint(...)`` on an instance raises):
 # lit_gpu's LitModule.load_from_checkpoint keeps it; pinned by test_model_helpers__restricted_classmethod
+from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.model_helpers import _restricted_classmethod as restricted_classmethod
 
 
@@ -29,7 +30,14 @@ def loggers_record_this_step(trainer: Any) -> bool:
     Pinned by test_trainer__logger_connector_should_update_logs: no public API says it.
     """
     connector = getattr(trainer, "_logger_connector", None)
-    return connector is None or bool(connector.should_update_logs)
+    if connector is None:
+        return True
+    if trainer.state.stage is RunningStage.TRAINING:  # the fit loop's case, without its enum comparisons
+        every = trainer.log_every_n_steps  # (the property's source is pinned: MIRRORED_SOURCE)
+        if every == 0:
+            return False
+        return (trainer.fit_loop.epoch_loop._batches_that_stepped + 1) % every == 0 or trainer.should_stop
+    return bool(connector.should_update_logs)
 
 
 class PlainHookName:

@@ -130,22 +130,33 @@ def test_model_checkpoint__save_topk_checkpoint__save_last_checkpoint__last_glob
 @pins("lightning")
 def test_trainer__logger_connector_should_update_logs(tmp_path):
     """lit_gpu.modules.LitModule logs ``train/loss_step`` only on the steps Lightning's loggers record."""
+    from lit_gpu.callbacks.upstream import loggers_record_this_step
+
     flags: dict[int, bool] = {}
+    ours: dict[int, bool] = {}  # lit_gpu's shortcut of the property for the fit loop
 
     class Probe(BoringModel):
         def training_step(self, batch, batch_idx):
             flags[self.trainer.global_step] = self.trainer._logger_connector.should_update_logs
+            ours[self.trainer.global_step] = loggers_record_this_step(self.trainer)
             out = super().training_step(batch, batch_idx)
             self.log("probe", float(self.trainer.global_step), on_step=True, on_epoch=False)
             return out
 
+        def on_train_batch_start(self, batch, batch_idx):
+            if self.trainer.global_step == 4:
+                self.trainer.should_stop = True  # this step logs; Lightning runs on to min_steps
+
     logger = CSVLogger(tmp_path, name="pin", version=0)
-    trainer = quiet_trainer(tmp_path, max_steps=7, log_every_n_steps=3, logger=logger, limit_val_batches=0)
+    trainer = quiet_trainer(
+        tmp_path, max_steps=7, min_steps=7, log_every_n_steps=3, logger=logger, limit_val_batches=0
+    )
     trainer.fit(Probe())
     with open(tmp_path / "pin" / "version_0" / "metrics.csv") as f:
         logged = {round(float(row["probe"])) for row in csv.DictReader(f) if row.get("probe")}
     assert logged == {step for step, flag in flags.items() if flag}
     assert logged and len(logged) < len(flags)
+    assert ours == flags
 
 
 @pins("lightning")

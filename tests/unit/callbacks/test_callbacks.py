@@ -176,6 +176,7 @@ def test_nan_guard_on_a_device_checks_landed_verdicts_and_waits_only_when_a_ring
     monkeypatch.setattr(nan_guard, "_Verdicts", CpuVerdicts)
     guard = NaNGuard()
     monkeypatch.setattr(torch.Tensor, "device", property(lambda t: torch.device("cuda", 0)))
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))
     try:
         for step in range(3):
             guard.on_before_backward(_fake_trainer(step), None, torch.tensor(0.5))
