@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from lightning.pytorch.trainer.states import RunningStage
+
 # Lightning's class-only classmethod (``model.load_from_checkpoint(...)`` on an instance raises):
 # lit_gpu's LitModule.load_from_checkpoint keeps it; pinned by test_model_helpers__restricted_classmethod
-from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.model_helpers import _restricted_classmethod as restricted_classmethod
 
 
