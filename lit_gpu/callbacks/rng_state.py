@@ -56,12 +56,6 @@ def _mt19937_view(bit_generator: Any) -> memoryview | None:
     return _view(bit_generator.ctypes.state_address, _MT19937_STATE_BYTES)
 
 
-def _mt19937_bytes() -> bytes | None:
-    """The raw state of numpy's global ``RandomState``, or None if it is not an MT19937."""
-    view = _mt19937_view(_global_bit_generator())
-    return None if view is None else bytes(view)
-
-
 class _NumpyState:
     """``np.random.get_state()`` taken at every training step for about 1 us instead of about 35.
 
@@ -106,8 +100,9 @@ class _PythonState:
         self._generator = getattr(random, "_inst", None)  # kept alive: the view reads its memory
         self._view: memoryview | None = None
         if type(self._generator) is random.Random:
+            # the generator's words start after the object header (PyObject_HEAD)
             self._view = _view(id(self._generator) + object.__basicsize__, _PY_MT_FORMAT.size)
-            if _raw_python_state(self._view, self._generator) != random.getstate():  # after PyObject_HEAD
+            if _raw_python_state(self._view, self._generator) != random.getstate():
                 self._view = None
 
     def get(self) -> tuple[Any, ...] | _RawPythonState:

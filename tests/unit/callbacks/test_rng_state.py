@@ -60,11 +60,13 @@ def test_without_an_mt19937_every_step_reads_in_full(monkeypatch):
 
 @pytest.mark.parametrize("draw", [lambda: None, np.random.rand])
 def test_the_raw_state_is_the_key_and_position_get_state_reports(draw):
-    """Pins numpy's ``mt19937_state`` layout that ``_mt19937_bytes`` reads (``key[624]``, then ``pos``)."""
+    """Pins numpy's ``mt19937_state`` layout that ``_mt19937_view`` reads (``key[624]``, then ``pos``)."""
     np.random.seed(3)
     draw()
-    raw = rng_state._mt19937_bytes()
+    view = rng_state._mt19937_view(rng_state._global_bit_generator())
     state = np.random.get_state()
-    assert raw is not None and len(raw) == 2500
+    assert view is not None
+    raw = bytes(view)
+    assert len(raw) == 2500
     assert np.array_equal(np.frombuffer(raw[:2496], dtype=np.uint32), state[1])
     assert int.from_bytes(raw[2496:], "little", signed=True) == state[2]
