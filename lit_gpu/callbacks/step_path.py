@@ -14,6 +14,7 @@ signatures of its evaluation batch hooks).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import lightning.pytorch as pl
@@ -201,20 +202,7 @@ class HookDispatch:
                 fn for fn in found if callable(fn) and getattr(fn, "__func__", None) is not empty
             ]
         if fns:
-            previous = module._current_fx_name
-            names = module.__dict__ if type(module).__setattr__ in _PLAIN_SETATTR else None
-            if names is not None:
-                names["_current_fx_name"] = hook
-            else:
-                module._current_fx_name = hook
-            try:
-                for fn in fns:
-                    fn(trainer, module, *args)
-            finally:
-                if names is not None:
-                    names["_current_fx_name"] = previous
-                else:
-                    module._current_fx_name = previous
+            _in_hook(module, hook, _call_each, fns, trainer, module, args)
         has = self._module_has.get(hook)
         if has is None:
             fn = getattr(module, hook, None)
@@ -366,18 +354,21 @@ def _in_hook(module: pl.LightningModule, name: str, fn: Any, *args: Any, **kwarg
     """``fn(*args, **kwargs)`` with ``module._current_fx_name`` set to ``name`` (what ``self.log`` reads), as
     Lightning's dispatch runs a hook (without its profiler context: the lean step runs with none)."""
     previous = module._current_fx_name
-    if type(module).__setattr__ in _PLAIN_SETATTR:
-        names = module.__dict__
-        names["_current_fx_name"] = name
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            names["_current_fx_name"] = previous
-    module._current_fx_name = name
+    plain = type(module).__setattr__ in _PLAIN_SETATTR
+    set_name = module.__dict__.__setitem__ if plain else functools.partial(setattr, module)
+    set_name("_current_fx_name", name)
     try:
         return fn(*args, **kwargs)
     finally:
-        module._current_fx_name = previous
+        set_name("_current_fx_name", previous)
+
+
+def _call_each(
+    fns: list[Any], trainer: pl.Trainer, module: pl.LightningModule, args: tuple[Any, ...]
+) -> None:
+    """The callbacks' side of a hook, in their order (:class:`HookDispatch`, under one hook name)."""
+    for fn in fns:
+        fn(trainer, module, *args)
 
 
 def _warn_none() -> None:
