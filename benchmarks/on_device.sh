@@ -5,8 +5,8 @@
 #   bash benchmarks/on_device.sh [STAGE ...]     # default: every stage; writes $OUT/STAGE.txt
 # Stages: paired_cpu whole_cpu (issue 22's overhead on a quiet CPU), cuda (overhead + host-device syncs on
 # the GPU, plus the default without NaNGuard), nan_guard (NaNGuard's GPU check alone: the verdict ring
-# against the check it replaced), gpu_tests (pytest -m gpu), gpu_recipe (configs/mnist_gpu.yaml over 5 seeds). Each has its own
-# time limit, so a slow one leaves the others' figures.
+# against the check it replaced), gpu_tests (pytest -m gpu), gpu_recipe (configs/mnist_gpu.yaml over 5
+# seeds). Each has its own time limit, so a slow one leaves the others' figures.
 set -uo pipefail
 out=${OUT:-device_out}
 mkdir -p "$out"
