@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import operator
 from collections import OrderedDict
 from typing import Any
 
@@ -31,7 +32,7 @@ from lit_gpu.callbacks.step_path import FitPatch, HookDispatch
 
 #: SHA-256 (first 16 hex digits) of the Lightning methods the lean batch mirrors, as
 #: ``inspect.getsource`` gives them (:func:`mirrored_source_digest`): Lightning 2.6.0 to 2.6.6
-MIRRORED_SOURCE = "e95e3ce62333a518"
+MIRRORED_SOURCE = "dec8ec47eb407ddb"
 
 #: the data hooks between the loader and ``training_step`` (Lightning's defaults only move the batch)
 TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
@@ -39,9 +40,14 @@ TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_af
 
 def _mirrored() -> list[Any]:
     """The Lightning functions whose behaviour :class:`_LeanBatch` reproduces."""
+    from lightning.pytorch.loops.fetchers import _DataFetcher, _PrefetchDataFetcher
+    from lightning.pytorch.loops.loop import _Loop
+    from lightning.pytorch.loops.progress import _OptimizationProgress, _Progress
     from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+    from lightning.pytorch.loops.utilities import _is_max_limit_reached
     from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
-    from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection
+    from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection, _ResultMetric
+    from lightning.pytorch.utilities.combined_loader import CombinedLoader, _MaxSizeCycle
 
     return [
         _TrainingEpochLoop.advance,
@@ -53,6 +59,35 @@ def _mirrored() -> list[Any]:
         _LoggerConnector.update_train_step_metrics,
         _LoggerConnector.should_update_logs.fget,
         _ResultCollection.metrics,
+        # the epoch loop's run and its stop test (_LeanBatch.run)
+        _TrainingEpochLoop.run,
+        _TrainingEpochLoop.done.fget,
+        _TrainingEpochLoop._is_training_done.fget,
+        _TrainingEpochLoop._is_validation_done.fget,
+        _TrainingEpochLoop.global_step.fget,
+        _OptimizationProgress.optimizer_steps.fget,
+        _TrainingEpochLoop._num_ready_batches_reached,
+        _TrainingEpochLoop.reset_restart_stage,
+        _Loop.on_iteration_done,
+        _Loop.restarting.fset,
+        _is_max_limit_reached,
+        pl.Trainer.num_training_batches.fget,
+        pl.Trainer.received_sigterm.fget,
+        # the progress counters (_LeanBatch.advance moves them itself)
+        _Progress.increment_ready,
+        _Progress.increment_started,
+        _Progress.increment_processed,
+        _Progress.increment_completed,
+        # the fetch from a sized loader (_LeanBatch._fetch)
+        _PrefetchDataFetcher.__next__,
+        _DataFetcher.__next__,
+        CombinedLoader.__next__,
+        _MaxSizeCycle.__next__,
+        # a value logged again (_LeanLog)
+        _ResultCollection.log,
+        _ResultCollection.update_metrics,
+        _ResultCollection._extract_batch_size,
+        _ResultMetric.to,
     ]
 
 
@@ -125,8 +160,11 @@ class LeanTrainingBatch(FitPatch):
             return
         epoch_loop = trainer.fit_loop.epoch_loop
         self._lean = lean = _LeanBatch(trainer, epoch_loop)
+        self._patch(epoch_loop, "run", lean.run)
         self._patch(epoch_loop, "advance", lean.advance)
         self._patch(epoch_loop, "on_advance_end", lean.on_advance_end)
+        results = epoch_loop._results
+        self._patch(results, "log", _LeanLog(results).log)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -140,12 +178,14 @@ class LeanTrainingBatch(FitPatch):
 
 
 class _LeanBatch:
-    """One fit's lean ``_TrainingEpochLoop.advance`` and ``on_advance_end``."""
+    """One fit's lean ``_TrainingEpochLoop.run``, ``advance`` and ``on_advance_end``."""
 
     def __init__(self, trainer: pl.Trainer, loop: Any) -> None:
         from lightning.fabric.utilities.apply_func import _BLOCKING_DEVICE_TYPES
         from lightning.pytorch.loops.fetchers import _PrefetchDataFetcher
-        from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+        from lightning.pytorch.loops.loop import _Loop
+        from lightning.pytorch.loops.progress import _ProcessedTracker
+        from lightning.pytorch.loops.training_epoch_loop import RestartStage, _TrainingEpochLoop
 
         self.trainer, self.loop = trainer, loop
         self.module = trainer.lightning_module
@@ -156,10 +196,21 @@ class _LeanBatch:
         self.plain_fetcher = _PrefetchDataFetcher
         self.advance_lightning = _TrainingEpochLoop.advance.__get__(loop)
         self.on_advance_end_lightning = _TrainingEpochLoop.on_advance_end.__get__(loop)
+        self.no_restart_stage = RestartStage.NONE
         self.val_this_epoch = True  # unknown until new_epoch(): ask Lightning
         self.hooks = HookDispatch(trainer, self.module)
         #: progress-bar name -> (the step-value tensor last converted, its number): _batch_metrics
         self._pbar_seen: dict[str, tuple[torch.Tensor, Any]] = {}
+        #: what _batch_metrics last read from the result collection, and what it made of it
+        self._metrics_read: list[Any] | None = None
+        self._metrics: dict[str, dict[str, Any]] = {}
+        # the counters are the trackers Lightning's loop makes (moved here without its type checks)
+        self.plain_progress = isinstance(loop.batch_progress.total, _ProcessedTracker)
+        # ``val_loop.restarting = False`` changes nothing when it is False already and has no child loops
+        self.val_children = any(isinstance(v, _Loop) for v in vars(loop.val_loop).values())
+        #: the sized single loader's iterator cycle _fetch reads from (None: Lightning's fetcher)
+        self._cycle: Any = None
+        self._direct: bool = False
 
     def new_epoch(self) -> None:
         """Whether this epoch validates at all (Lightning's ``_should_check_val_epoch``: fixed per epoch)."""
@@ -182,21 +233,86 @@ class _LeanBatch:
         return move_data_to_device(batch, self.device)
 
     # ---- the loop --------------------------------------------------------------------------------
+    def run(self, data_fetcher: Any) -> None:
+        """``_TrainingEpochLoop.run``, its stop test read without a dozen property calls."""
+        loop = self.loop
+        loop.reset()
+        loop.on_run_start(data_fetcher)
+        none = self.no_restart_stage
+        while not self._done():
+            try:
+                loop.advance(data_fetcher)
+                loop.on_advance_end(data_fetcher)
+            except StopIteration:
+                break
+            finally:  # _Loop.on_iteration_done with the epoch loop's reset_restart_stage
+                loop._restarting = False
+                loop._loaded_from_state_dict = False
+                loop._resuming_from_checkpoint = False
+                loop._restart_stage = none
+
+    def _done(self) -> bool:
+        """``_TrainingEpochLoop.done`` (a stop request goes to Lightning's, for its ``min_epochs`` rule).
+
+        ``global_step`` is the optimizer steps' count: the lean batch runs automatic optimization only.
+        """
+        loop, trainer = self.loop, self.trainer
+        if trainer.should_stop:
+            return loop.done
+        progress = loop.batch_progress
+        max_steps = loop.max_steps
+        steps = loop.automatic_optimization.optim_progress.optimizer.step.total  # global_step: its .completed
+        training_done = (
+            (max_steps != -1 and steps.completed >= max_steps)
+            or progress.current.ready == trainer.fit_loop.max_batches
+            or progress.is_last_batch
+        )
+        return training_done and (not loop._restarting or loop.val_loop._has_run)
+
+    def _fetch(self, data_fetcher: Any) -> Any:
+        """``next(data_fetcher)``'s batch; from a sized single loader without the fetcher's layers.
+
+        Lightning's ``_PrefetchDataFetcher`` prefetches nothing when the loader has a length, and its
+        ``CombinedLoader`` then takes the next batch of the one loader and counts it: done here, with
+        the same counters (``fetched``, ``done``, the cycle's index), the profiler hooks left out
+        (``PassThroughProfiler``'s do nothing: lean_batch_blocker).
+        """
+        cycle = getattr(data_fetcher.iterator, "_iterator", None)
+        if cycle is not self._cycle:
+            self._cycle, self._direct = cycle, _single_sized_cycle(data_fetcher, cycle)
+        if not self._direct or data_fetcher.batches or data_fetcher.length is None:
+            return next(data_fetcher)[0]
+        try:
+            batch = next(cycle.iterators[0])
+        except StopIteration:
+            cycle._consumed[0] = True
+            data_fetcher.done = True
+            raise
+        cycle._idx += 1
+        data_fetcher.fetched += 1
+        data_fetcher.done = data_fetcher.fetched >= data_fetcher.length
+        return batch
+
     def advance(self, data_fetcher: Any) -> None:
         loop, trainer = self.loop, self.trainer
         if (
             loop._restarting
             or type(data_fetcher) is not self.plain_fetcher
             or trainer.accumulate_grad_batches != 1
+            or not self.plain_progress
         ):
             return self.advance_lightning(data_fetcher)
-        loop.val_loop.restarting = False
-        batch, _, __ = next(data_fetcher)
+        val_loop = loop.val_loop
+        if val_loop._restarting or self.val_children:
+            val_loop.restarting = False
+        batch = self._fetch(data_fetcher)
         progress = loop.batch_progress
-        batch_idx = progress.current.ready  # Lightning's self.batch_idx + 1
+        total, current = progress.total, progress.current
+        batch_idx = current.ready  # Lightning's self.batch_idx + 1
         progress.is_last_batch = data_fetcher.done
         batch = self._to_device(batch)  # convert_input: the identity here (lean_batch_blocker)
-        progress.increment_ready()
+        total.ready += 1  # progress.increment_ready()
+        current.ready += 1
         connector, results = self.connector, loop._results
         # the logger connector's on_batch_start
         if connector._first_loop_iter is None:
@@ -218,10 +334,12 @@ class _LeanBatch:
             if skip_rest_of_epoch:
                 progress.increment_by(0, is_last_batch=True)
             else:
-                progress.increment_started()
+                total.started += 1  # progress.increment_started()
+                current.started += 1
                 kwargs = loop._build_kwargs(OrderedDict(), batch, batch_idx)
-                batch_output = loop.automatic_optimization.run(trainer.optimizers[0], batch_idx, kwargs)
-        progress.increment_processed()
+                batch_output = loop.automatic_optimization.run(self.strategy.optimizers[0], batch_idx, kwargs)
+        total.processed += 1  # progress.increment_processed()
+        current.processed += 1
 
         if self.strategy.lr_scheduler_configs:  # none: Lightning's update finds nothing to do
             loop.update_lr_schedulers("step", update_plateau_schedulers=False)
@@ -237,7 +355,8 @@ class _LeanBatch:
         connector._callback_metrics.update(metrics["callback"])
         connector._logged_metrics.update(metrics["log"])
         results.batch = results.batch_size = None
-        progress.increment_completed()
+        total.completed += 1  # progress.increment_completed()
+        current.completed += 1
         # the logger connector's update_train_step_metrics (no accumulation: this step optimizes)
         every = trainer.log_every_n_steps
         if (every != 0 and ((loop._batches_that_stepped + 1) % every == 0 or trainer.should_stop)) or (
@@ -253,8 +372,21 @@ class _LeanBatch:
         (``convert_tensors_to_scalars``: ``.item()``), also one logged steps ago and unchanged since: on
         a GPU a host-device synchronization per step that stalls the queue. A step value's tensor is
         replaced at each ``self.log`` (``_ResultMetric._forward_cache``: a fresh clone, never written in
-        place), so while the same tensor is there the number converted from it is reused.
+        place), so while the same tensor is there the number converted from it is reused. On a step
+        whose result collection holds the same metrics, step values, metadata and reset flags as at the
+        last call (nothing was logged since), the step metrics are the ones made then.
         """
+        read: list[Any] = [results.dataloader_idx]
+        for value in results.values():
+            read += (
+                value,
+                getattr(value, "_forward_cache", None),
+                getattr(value, "meta", None),
+                getattr(value, "has_reset", None),
+            )
+        last = self._metrics_read
+        if on_step and last is not None and len(last) == len(read) and all(map(operator.is_, read, last)):
+            return self._metrics
         metrics: dict[str, dict[str, Any]] = {"callback": {}, "log": {}, "pbar": {}}
         seen, numbers = self._pbar_seen, {}
         for _, result_metric in results.valid_items():
@@ -279,6 +411,7 @@ class _LeanBatch:
                 if source is not None:
                     numbers[forked_name] = (source, number)
         self._pbar_seen = numbers
+        self._metrics_read, self._metrics = (read if on_step else None), metrics
         return metrics
 
     def on_advance_end(self, data_fetcher: Any) -> None:
@@ -287,15 +420,15 @@ class _LeanBatch:
             loop._skip_next_val
             or trainer.should_stop
             or trainer.accumulate_grad_batches != 1
-            or self._plateau_scheduler()
-            or self._validates_now(data_fetcher)
+            or (self.strategy.lr_scheduler_configs and self._plateau_scheduler())
+            or (self.val_this_epoch and self._validates_now(data_fetcher))
         ):
             return self.on_advance_end_lightning(data_fetcher)
         # Lightning's update_lr_schedulers("step", update_plateau_schedulers=True) here updates only
         # ReduceLROnPlateau schedulers (handed to Lightning above); the others stepped in advance
         loop._batches_that_stepped += 1  # no accumulation: this batch stepped
         # loggers are saved here only when should_stop (handed to Lightning above)
-        if trainer.received_sigterm and not loop._is_training_done:
+        if trainer._signal_connector.received_sigterm and not loop._is_training_done:
             from lightning.pytorch.utilities.exceptions import SIGTERMException
 
             raise SIGTERMException
@@ -306,9 +439,8 @@ class _LeanBatch:
         return any(config.reduce_on_plateau for config in self.strategy.lr_scheduler_configs)
 
     def _validates_now(self, data_fetcher: Any) -> bool:
-        """Whether validation may run after this batch; True hands the decision to Lightning."""
-        if not self.val_this_epoch:
-            return False
+        """Whether validation may run after this batch (this epoch validates); True hands the decision
+        to Lightning."""
         trainer, progress = self.trainer, self.loop.batch_progress
         every = trainer.val_check_batch
         if (
@@ -320,3 +452,63 @@ class _LeanBatch:
         ):
             return True
         return progress.current.ready % every == 0  # Lightning: (batch_idx + 1) % val_check_batch == 0
+
+
+def _single_sized_cycle(data_fetcher: Any, cycle: Any) -> bool:
+    """Whether ``data_fetcher`` draws from one loader with a length through Lightning's ``max_size_cycle``
+    mode, unflattened to the batch itself (what :meth:`_LeanBatch._fetch` reproduces)."""
+    from lightning.pytorch.utilities._pytree import tree_unflatten
+    from lightning.pytorch.utilities.combined_loader import CombinedLoader, _MaxSizeCycle
+
+    combined = data_fetcher.iterator
+    if type(combined) is not CombinedLoader or type(cycle) is not _MaxSizeCycle or len(cycle.iterators) != 1:
+        return False
+    marker = object()
+    return tree_unflatten([marker], combined._spec) is marker
+
+
+class _LeanLog:
+    """``_ResultCollection.log`` of the training loop, for a value logged again on the device it was.
+
+    Lightning's ``log`` moves the stored metric to the value's device at every call
+    (``_ResultMetric.to``: a walk over the metric's whole ``__dict__`` that deep-copies its metadata,
+    ~600 Python calls). Once the metric is there that move changes nothing, so this skips it when the
+    key exists with the same arguments (the stored metadata is the one Lightning made for them) and
+    the metric's state is on the value's device; anything else is Lightning's ``log``.
+    """
+
+    def __init__(self, results: Any) -> None:
+        from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection
+
+        self.results = results
+        self.lightning = _ResultCollection.log.__get__(results)
+        #: key -> (the arguments it was last logged with by Lightning, the metric and its metadata then)
+        self._known: dict[str, tuple[dict[str, Any], Any, Any]] = {}
+        #: what replaces ``results.log``: like Lightning's, not traced by dynamo
+        self.log = torch.compiler.disable(self._log)
+
+    def _log(self, fx: str, name: str, value: Any, **kwargs: Any) -> None:
+        results = self.results
+        key = f"{fx}.{name}"
+        known = self._known.get(key)
+        if (
+            known is not None
+            and type(value) is torch.Tensor
+            and results.dataloader_idx is None
+            and known[0] == kwargs
+            and not kwargs.get("enable_graph", False)
+        ):
+            metric = results.get(key)
+            if (
+                metric is known[1]
+                and metric.meta is known[2]
+                and metric.is_tensor
+                and metric.value.device == value.device
+            ):
+                value = value.detach()  # recursive_detach of a tensor
+                batch_size = results._extract_batch_size(metric, kwargs.get("batch_size"), metric.meta)
+                results.update_metrics(key, value, batch_size)
+                return
+        self.lightning(fx, name, value, **kwargs)
+        metric = results.get(key)
+        self._known[key] = (dict(kwargs), metric, getattr(metric, "meta", None))

@@ -105,22 +105,24 @@ class FreshLastCheckpoint(ModelCheckpoint):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         time_checked = self._last_time_checked
-        if not (
-            pl_module.automatic_optimization
-            and self._every_n_train_steps < 1
-            and self._train_time_interval is None
-        ):
+        automatic = pl_module.automatic_optimization
+        every = self._every_n_train_steps
+        if not (automatic and every < 1 and self._train_time_interval is None):
             # with no step or time trigger, Lightning's hook only reads state and returns (pinned)
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-        if not self.save_last or not pl_module.automatic_optimization:
+        if not self.save_last or not automatic:
             return
-        step_due = self._every_n_train_steps >= 1 and trainer.global_step % self._every_n_train_steps == 0
         time_due = self._last_time_checked != time_checked  # Lightning's time trigger fired
+        max_steps = trainer.max_steps
+        if every < 1 and not time_due and max_steps <= 0:
+            return  # nothing can be due at this step (read without the global step)
+        global_step = trainer.global_step
+        step_due = every >= 1 and global_step % every == 0
         # the fit stops here (max_steps): save now, while the loop state is still mid-epoch; the
         # save after the final validation would mark the epoch processed and a resume would skip
         # the rest of it
-        final = 0 < trainer.max_steps <= trainer.global_step
-        if not (step_due or time_due or final) or self._last_written_at_step == trainer.global_step:
+        final = 0 < max_steps <= global_step
+        if not (step_due or time_due or final) or self._last_written_at_step == global_step:
             return
         if self._should_skip_saving_checkpoint(trainer):
             return

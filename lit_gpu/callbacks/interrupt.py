@@ -265,7 +265,8 @@ class CheckpointOnInterrupt(Callback):
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
-        self._sync_stop(trainer)
+        if self._world_size > 1 or self._signal is not None:  # else nothing to do: no Python call for it
+            self._sync_stop(trainer)
 
     @override
     def on_validation_batch_end(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:

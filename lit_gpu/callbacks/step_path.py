@@ -15,6 +15,7 @@ signatures of its evaluation batch hooks).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
@@ -145,7 +146,8 @@ class FitPatch(Callback):
     """Base of the lean callbacks: methods replaced on this fit's loop objects by instance attributes.
 
     :meth:`_patch` sets an instance attribute over the class's method (nothing global changes); every
-    one is removed at ``on_train_end`` and ``teardown``, and before the next fit patches again.
+    one is removed at ``on_train_end``, ``teardown`` and ``on_exception``, and before the next fit
+    patches again.
     """
 
     def __init__(self) -> None:
@@ -164,6 +166,12 @@ class FitPatch(Callback):
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._restore()
+
+    @override
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        self._restore()  # a fit that raised gets no teardown hooks
 
     def _restore(self) -> None:
         for obj, name in self._patched:
@@ -184,6 +192,7 @@ class HookDispatch:
 
     def __init__(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         self.trainer, self.module = trainer, module
+        self._set_name = hook_name_setter(module)
         self._seen: list[Any] | None = None  # the callback list the caches below were built from
         self._seen_len = 0
         self._callback_fns: dict[str, list[Any]] = {}
@@ -201,14 +210,28 @@ class HookDispatch:
             fns = self._callback_fns[hook] = [
                 fn for fn in found if callable(fn) and getattr(fn, "__func__", None) is not empty
             ]
-        if fns:
-            _in_hook(module, hook, _call_each, fns, trainer, module, args)
         has = self._module_has.get(hook)
         if has is None:
             fn = getattr(module, hook, None)
             has = callable(fn) and getattr(fn, "__func__", None) is not getattr(ModelHooks, hook, None)
             self._module_has[hook] = has
-        return _in_hook(module, hook, getattr(module, hook), *args) if has else None
+        set_name = self._set_name  # what _in_hook does, inline: no Python call per hook and object
+        if fns:
+            previous = module._current_fx_name
+            set_name(hook)
+            try:
+                for fn in fns:
+                    fn(trainer, module, *args)
+            finally:
+                set_name(previous)
+        if not has:
+            return None
+        previous = module._current_fx_name
+        set_name(hook)
+        try:
+            return getattr(module, hook)(*args)
+        finally:
+            set_name(previous)
 
 
 class LeanOptimizerStep(FitPatch):
@@ -248,18 +271,24 @@ class _LeanStep:
 
     def __init__(self, trainer: pl.Trainer, optimization: Any) -> None:
         from lightning.pytorch.loops.optimization.automatic import ClosureResult, _AutomaticOptimization
+        from lightning.pytorch.loops.progress import _StartedTracker
 
         self.trainer, self.optimization = trainer, optimization
+        self.module, self.strategy = trainer.lightning_module, trainer.strategy  # fixed for the fit
         self.fallback = _AutomaticOptimization.run.__get__(optimization)
         self.result_cls = ClosureResult
         self._takes_batch_idx: dict[Any, bool] = {}
-        self._dispatch = HookDispatch(trainer, trainer.lightning_module)
+        self._dispatch = HookDispatch(trainer, self.module)
+        self._set_name = hook_name_setter(self.module)
         self.direct = _plain_strategy_step(trainer)
+        # the step's counters are the trackers Lightning makes (moved here without its type checks)
+        zero_grad = optimization.optim_progress.optimizer.zero_grad
+        self.plain_progress = isinstance(zero_grad.total, _StartedTracker)
 
     def build_kwargs(self, kwargs: Any, batch: Any, batch_idx: int) -> Any:
         """Lightning's ``_build_kwargs`` with the ``training_step`` signature read once per function."""
         kwargs["batch"] = batch
-        step = self.trainer.lightning_module.training_step
+        step = self.module.training_step
         key = getattr(step, "__func__", step)
         takes = self._takes_batch_idx.get(key)
         if takes is None:
@@ -272,18 +301,28 @@ class _LeanStep:
 
     def run(self, optimizer: torch.optim.Optimizer, batch_idx: int, kwargs: Any) -> dict[str, Any]:
         trainer, optimization = self.trainer, self.optimization
-        if trainer.accumulate_grad_batches != 1 or optimization._skip_backward:
+        if trainer.accumulate_grad_batches != 1 or optimization._skip_backward or not self.plain_progress:
             return self.fallback(optimizer, batch_idx, kwargs)
-        module, strategy, direct = trainer.lightning_module, trainer.strategy, self.direct
+        module, strategy, direct, dispatch = self.module, self.strategy, self.direct, self._dispatch
+        set_name = self._set_name  # _in_hook, inline: one Python call fewer per hook
         progress = optimization.optim_progress.optimizer
+        zero_grad_total, zero_grad_current = progress.zero_grad.total, progress.zero_grad.current
         outcome: list[Any] = []
 
         def closure() -> torch.Tensor | None:
-            with torch.enable_grad():
-                if direct:  # what Strategy.training_step comes to here, without its context managers
-                    output = _in_hook(module, "training_step", module.training_step, *kwargs.values())
-                else:
-                    output = _in_hook(module, "training_step", strategy.training_step, *kwargs.values())
+            grad_was = torch.is_grad_enabled()  # torch.enable_grad(), without its context-manager calls
+            torch._C._set_grad_enabled(True)
+            try:
+                previous = module._current_fx_name
+                set_name("training_step")
+                try:
+                    if direct:  # what Strategy.training_step comes to here, without its context managers
+                        output = module.training_step(*kwargs.values())
+                    else:
+                        output = strategy.training_step(*kwargs.values())
+                finally:
+                    set_name(previous)
+                if not direct:
                     strategy.post_training_step()
                 if isinstance(output, torch.Tensor):
                     # Lightning's ClosureResult less its ``loss / 1`` (exact, forward and backward: one
@@ -296,28 +335,49 @@ class _LeanStep:
                     outcome[:] = [detached, result.extra]
                 if loss is None:
                     _warn_none()
-                progress.zero_grad.increment_ready()
-                self._dispatch("on_before_zero_grad", optimizer)
-                progress.zero_grad.increment_started()
+                zero_grad_total.ready += 1  # progress.zero_grad.increment_ready()
+                zero_grad_current.ready += 1
+                dispatch("on_before_zero_grad", optimizer)
+                zero_grad_total.started += 1  # progress.zero_grad.increment_started()
+                zero_grad_current.started += 1
                 epoch = trainer.current_epoch
-                _in_hook(
-                    module, "optimizer_zero_grad", module.optimizer_zero_grad, epoch, batch_idx, optimizer
-                )
-                progress.zero_grad.increment_completed()
+                previous = module._current_fx_name
+                set_name("optimizer_zero_grad")
+                try:
+                    module.optimizer_zero_grad(epoch, batch_idx, optimizer)
+                finally:
+                    set_name(previous)
+                zero_grad_total.completed += 1  # progress.zero_grad.increment_completed()
+                zero_grad_current.completed += 1
                 if loss is not None:
                     if not direct:
                         strategy.pre_backward(loss)
-                    self._dispatch("on_before_backward", loss)
-                    _in_hook(module, "backward", module.backward, loss)
-                    self._dispatch("on_after_backward")
+                    dispatch("on_before_backward", loss)
+                    previous = module._current_fx_name
+                    set_name("backward")
+                    try:
+                        module.backward(loss)
+                    finally:
+                        set_name(previous)
+                    dispatch("on_after_backward")
                     if not direct:
                         strategy.post_backward(loss.detach())
-            self._dispatch("on_before_optimizer_step", optimizer)
+            finally:
+                torch._C._set_grad_enabled(grad_was)
+            dispatch("on_before_optimizer_step", optimizer)
             return detached
 
-        progress.step.increment_ready()
-        _in_hook(module, "optimizer_step", optimizer.step, closure=closure)
-        progress.step.increment_completed()
+        step_total, step_current = progress.step.total, progress.step.current
+        step_total.ready += 1  # progress.step.increment_ready()
+        step_current.ready += 1
+        previous = module._current_fx_name
+        set_name("optimizer_step")
+        try:
+            optimizer.step(closure=closure)
+        finally:
+            set_name(previous)
+        step_total.completed += 1  # progress.step.increment_completed()
+        step_current.completed += 1
         if not outcome or outcome[0] is None:  # the closure never ran, or training_step gave None
             return {}
         loss, extra = outcome
@@ -350,25 +410,24 @@ def _plain_strategy_step(trainer: pl.Trainer) -> bool:
 _PLAIN_SETATTR = (PlainHookName.__setattr__, torch.nn.Module.__setattr__)
 
 
+def hook_name_setter(module: pl.LightningModule) -> Callable[[str | None], None]:
+    """``set_name(value)`` that sets ``module._current_fx_name`` as ``setattr`` would, without a Python call
+    where the module's ``__setattr__`` stores it in the instance ``__dict__`` unchanged."""
+    if type(module).__setattr__ in _PLAIN_SETATTR:
+        return functools.partial(module.__dict__.__setitem__, "_current_fx_name")
+    return functools.partial(setattr, module, "_current_fx_name")
+
+
 def _in_hook(module: pl.LightningModule, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` with ``module._current_fx_name`` set to ``name`` (what ``self.log`` reads), as
     Lightning's dispatch runs a hook (without its profiler context: the lean step runs with none)."""
     previous = module._current_fx_name
-    plain = type(module).__setattr__ in _PLAIN_SETATTR
-    set_name = module.__dict__.__setitem__ if plain else functools.partial(setattr, module)
-    set_name("_current_fx_name", name)
+    set_name = hook_name_setter(module)
+    set_name(name)
     try:
         return fn(*args, **kwargs)
     finally:
-        set_name("_current_fx_name", previous)
-
-
-def _call_each(
-    fns: list[Any], trainer: pl.Trainer, module: pl.LightningModule, args: tuple[Any, ...]
-) -> None:
-    """The callbacks' side of a hook, in their order (:class:`HookDispatch`, under one hook name)."""
-    for fn in fns:
-        fn(trainer, module, *args)
+        set_name(previous)
 
 
 def _warn_none() -> None:

@@ -514,6 +514,27 @@ def test_automatic_optimization__run__build_kwargs__optim_progress():
     assert "closure_loss = closure_loss / normalize" in result_source
     assert "self.loss = self.closure_loss.detach().clone()" in result_source
     assert 'return {"loss": self.loss, **self.extra}' in result_source
+    # the lean step moves those counters itself: each increment adds 1 to the total and the current count
+    from lightning.pytorch.loops.progress import _Progress
+
+    for field in ("ready", "started", "completed"):
+        body = inspect.getsource(getattr(_Progress, f"increment_{field}"))
+        assert f"self.total.{field} += 1" in body and f"self.current.{field} += 1" in body
+
+
+@pins("torch")
+def test_enable_grad_is_set_grad_enabled_true_and_back():
+    """lit_gpu.callbacks.step_path's lean closure enables gradients as ``torch.enable_grad()`` does, without
+    its context-manager calls: ``torch._C._set_grad_enabled(True)``, then the previous mode back."""
+    enter = inspect.getsource(torch.enable_grad.__enter__)
+    leave = inspect.getsource(torch.enable_grad.__exit__)
+    assert "self.prev = torch.is_grad_enabled()" in enter and "torch._C._set_grad_enabled(True)" in enter
+    assert "torch._C._set_grad_enabled(self.prev)" in leave
+    with torch.no_grad():
+        torch._C._set_grad_enabled(True)
+        assert torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+    assert torch.is_grad_enabled()
 
 
 @pins("lightning")
@@ -637,6 +658,15 @@ def test_training_epoch_loop__advance__as_lean_training_batch_mirrors_it(tmp_pat
                 isinstance(trainer._results.training, bool),
                 callable(trainer._results._get_cache) and callable(trainer._results._forked_name),
                 "self._forward_cache = self.meta.sync(value.clone())" in inspect.getsource(update),
+                # read by run/_done and _fetch (their uses are in the digest's methods)
+                isinstance(loop._restart_stage, str),
+                isinstance(loop.val_loop._has_run, bool),
+                trainer.fit_loop.max_batches == trainer.num_training_batches,
+                loop.automatic_optimization.optim_progress.optimizer.step.total.completed == trainer.global_step,
+                isinstance(trainer.fit_loop._data_fetcher.iterator._iterator.iterators, list),
+                isinstance(trainer.fit_loop._data_fetcher.iterator._iterator._consumed, list),
+                isinstance(trainer.fit_loop._data_fetcher.batches, list),
+                trainer.fit_loop._data_fetcher.length == 64,
             )
             seen["fetcher"] = type(trainer.fit_loop._data_fetcher)
 

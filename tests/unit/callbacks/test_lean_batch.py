@@ -135,10 +135,12 @@ def _fit(
     recorder: Recorder | None = None,
     ckpt_path: str | None = None,
     callbacks: tuple[Callback, ...] = (),
+    loaders: Any = None,
+    module_cls: type = None,
     **trainer_kwargs: Any,
 ) -> dict[str, Any]:
     pl.seed_everything(0)
-    module = Module(**(module_kwargs or {}))
+    module = (module_cls or Module)(**(module_kwargs or {}))
     recorder = recorder or Recorder()
     batch = LeanTrainingBatch()
     lean_callbacks = [LeanOptimizerStep(), batch] if lean else []
@@ -149,7 +151,11 @@ def _fit(
         callbacks=[SkipIdleHooks(), NaNGuard(), recorder, *callbacks, *lean_callbacks],
         **trainer_kwargs,
     )
-    train = torch.utils.data.DataLoader(_data(), batch_size=8, collate_fn=COLLATES[collate])
+    train = (
+        loaders()
+        if loaders
+        else torch.utils.data.DataLoader(_data(), batch_size=8, collate_fn=COLLATES[collate])
+    )
     val = torch.utils.data.DataLoader(_data(16), batch_size=8)
     outcome = "finished"
     try:
@@ -168,7 +174,10 @@ def _fit(
         "calls": recorder.calls,
         "lean_seen": recorder.lean_seen,
         "blocker": batch.blocker,
-        "left_behind": [k for k in ("advance", "on_advance_end") if k in vars(trainer.fit_loop.epoch_loop)],
+        "left_behind": [
+            k for k in ("run", "advance", "on_advance_end") if k in vars(trainer.fit_loop.epoch_loop)
+        ]
+        + ["results.log"] * ("log" in vars(trainer.fit_loop.epoch_loop._results)),
     }
 
 
@@ -368,3 +377,113 @@ def test_a_progress_bar_value_is_converted_once_per_log_not_once_per_batch(tmp_p
     assert trainer._logger_connector._progress_bar_metrics["first/loss"] == shown[7]
     # one conversion per logged value (lean) against one per batch (Lightning's own loop)
     assert converted == (epoch_values if lean else [epoch_values[0]] * 6 + [epoch_values[1]] * 6)
+
+
+class Unsized(torch.utils.data.IterableDataset):
+    """The same samples as ``_data()``, from a dataset without a length."""
+
+    def __iter__(self) -> Any:
+        yield from _data()
+
+
+LOADERS = {
+    "no-length": lambda: torch.utils.data.DataLoader(Unsized(), batch_size=8),
+    "two-loaders": lambda: {
+        0: torch.utils.data.DataLoader(_data(), batch_size=8),
+        1: torch.utils.data.DataLoader(_data(32), batch_size=8),
+    },
+    "list-of-one": lambda: [torch.utils.data.DataLoader(_data(), batch_size=8)],
+}
+
+
+class TakesLoaders(Module):
+    """Trains on the first loader's batch of a collection of loaders (or on the batch itself)."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        if isinstance(batch, dict) or isinstance(batch, list) and isinstance(batch[0], (list, tuple)):
+            batch = batch[0]
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("loaders", LOADERS.values(), ids=LOADERS.keys())
+def test_loaders_the_lean_fetch_leaves_to_lightnings_fetcher_train_the_same(tmp_path, loaders):
+    """The lean fetch takes batches straight from one sized loader; a loader without a length (Lightning
+    prefetches a batch to know the last) and collections of loaders go through Lightning's fetcher."""
+    lean = _fit(tmp_path, True, loaders=loaders, module_cls=TakesLoaders)
+    plain = _fit(tmp_path, False, loaders=loaders, module_cls=TakesLoaders)
+    assert lean["blocker"] is None and all(lean["lean_seen"])
+    _same(lean, plain)
+    assert lean["left_behind"] == []
+
+
+def test_a_value_logged_again_is_not_moved_to_the_device_it_is_on(tmp_path, monkeypatch):
+    """Lightning's ``results.log`` moves the stored metric to the value's device at every call (a walk
+    over its whole ``__dict__``, ~600 Python calls); the lean batch moves it once, when it is made."""
+    from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
+
+    moved: list[str] = []
+    original = _ResultMetric.to
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        moved.append(self.meta.name)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(_ResultMetric, "to", counting)
+    counts = {}
+    for lean in (True, False):
+        moved.clear()
+        result = _fit(tmp_path, lean, max_epochs=1, limit_val_batches=0)
+        counts[lean] = (moved.count("inside/train"), moved.count("train/loss_step"), result["records"])
+    # 6 batches: "inside/train" logged at each, "train/loss_step" at the log steps (2, 4, 6); both also
+    # moved to the CPU at teardown, in either loop
+    assert counts[False][0] - counts[True][0] == 5 and counts[False][1] - counts[True][1] == 2
+    assert counts[True][2] == counts[False][2]  # what the loggers got
+
+
+class LogsTwoWays(Module):
+    """Logs one key with other arguments at its second batch: a mistake Lightning names."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        loss = super().training_step(batch, batch_idx)
+        self.log("twice", loss.detach(), on_step=True, on_epoch=False, prog_bar=batch_idx == 1)
+        return loss
+
+
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "lightning"])
+def test_a_key_logged_again_with_other_arguments_is_still_lightnings_error(tmp_path, lean):
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    trainer = quiet_trainer(
+        tmp_path, max_steps=3, callbacks=[LeanOptimizerStep(), LeanTrainingBatch()] if lean else []
+    )
+    with pytest.raises(MisconfigurationException, match="twice"):
+        trainer.fit(LogsTwoWays(), torch.utils.data.DataLoader(_data(), batch_size=8))
+
+
+def test_a_batch_that_logged_nothing_reuses_the_last_step_metrics(tmp_path, monkeypatch):
+    """Lightning rebuilds the step metrics from the result collection after every batch; the lean batch
+    rebuilds them only after a batch that logged (here the first of each epoch)."""
+    from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection
+
+    calls = {True: 0, False: 0}
+    original = _ResultCollection.valid_items
+    state = {"lean": True}
+
+    def counting(self: Any) -> Any:
+        calls[state["lean"]] += 1
+        return original(self)
+
+    monkeypatch.setattr(_ResultCollection, "valid_items", counting)
+    for lean in (True, False):
+        state["lean"] = lean
+        pl.seed_everything(0)
+        trainer = quiet_trainer(
+            tmp_path,
+            callbacks=[LeanOptimizerStep(), LeanTrainingBatch()] if lean else [],
+            max_epochs=2,
+            log_every_n_steps=0,
+            logger=False,
+        )
+        trainer.fit(LogsOncePerEpoch(), torch.utils.data.DataLoader(_data(), batch_size=8))
+    # 12 batches: Lightning reads the collection after each; the lean batch after the 2 that logged
+    assert calls[False] - calls[True] == 10
