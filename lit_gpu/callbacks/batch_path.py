@@ -225,7 +225,10 @@ class _LeanBatch:
             for t in batch:  # a loop, not a comprehension: one Python call fewer per tensor
                 if not isinstance(t, torch.Tensor):
                     break
-                moved.append(t.to(device, non_blocking=True) if non_blocking else t.to(device))
+                if t.device == device:  # what .to(device) returns then, without its argument parsing
+                    moved.append(t)
+                else:
+                    moved.append(t.to(device, non_blocking=True) if non_blocking else t.to(device))
             else:
                 return kind(moved)
         from lightning.fabric.utilities.apply_func import move_data_to_device

@@ -197,12 +197,32 @@ class HookDispatch:
         self._seen_len = 0
         self._callback_fns: dict[str, list[Any]] = {}
         self._module_has: dict[str, bool] = {}
+        #: hooks that neither a callback in ``_seen`` nor the module implements (:meth:`calls`)
+        self.idle: set[str] = set()
+
+    def _appended(self, callbacks: list[Any], hook: str, args: tuple[Any, ...]) -> None:
+        """Callbacks appended to ``trainer.callbacks`` while ``hook`` ran: Lightning's dispatch loop over
+        the live list reaches them in the same call, so this does too."""
+        empty = getattr(Callback, hook, None)
+        i = self._seen_len
+        while i < len(callbacks):
+            fn = getattr(callbacks[i], hook, None)
+            if callable(fn) and getattr(fn, "__func__", None) is not empty:
+                fn(self.trainer, self.module, *args)
+            i += 1
+
+    def calls(self, hook: str) -> bool:
+        """Whether ``self(hook, ...)`` may call anything: False for a hook found idle with the same callbacks.
+        Written inline where a step asks it (no Python call): ``hook not in idle`` after this check."""
+        callbacks = self.trainer.callbacks
+        return not (callbacks is self._seen and len(callbacks) == self._seen_len and hook in self.idle)
 
     def __call__(self, hook: str, *args: Any) -> Any:
         trainer, module = self.trainer, self.module
         callbacks = trainer.callbacks
         if callbacks is not self._seen or len(callbacks) != self._seen_len:
             self._seen, self._seen_len, self._callback_fns = callbacks, len(callbacks), {}
+            self.idle = set()
         fns = self._callback_fns.get(hook)
         if fns is None:  # any callback's hook but Lightning's empty one (a user callback's too)
             found = (getattr(cb, hook, None) for cb in callbacks)
@@ -216,12 +236,17 @@ class HookDispatch:
             has = callable(fn) and getattr(fn, "__func__", None) is not getattr(ModelHooks, hook, None)
             self._module_has[hook] = has
         set_name = self._set_name  # what _in_hook does, inline: no Python call per hook and object
+        if not fns and not has:
+            self.idle.add(hook)
+            return None
         if fns:
             previous = module._current_fx_name
             set_name(hook)
             try:
                 for fn in fns:
                     fn(trainer, module, *args)
+                if len(callbacks) > self._seen_len and callbacks is self._seen:
+                    self._appended(callbacks, hook, args)
             finally:
                 set_name(previous)
         if not has:
@@ -337,7 +362,11 @@ class _LeanStep:
                     _warn_none()
                 zero_grad_total.ready += 1  # progress.zero_grad.increment_ready()
                 zero_grad_current.ready += 1
-                dispatch("on_before_zero_grad", optimizer)
+                # `if dispatch.calls(hook)`, inline here and below: an idle hook costs no Python call
+                cbs = trainer.callbacks
+                known = cbs is dispatch._seen and len(cbs) == dispatch._seen_len
+                if not known or "on_before_zero_grad" not in dispatch.idle:
+                    dispatch("on_before_zero_grad", optimizer)
                 zero_grad_total.started += 1  # progress.zero_grad.increment_started()
                 zero_grad_current.started += 1
                 epoch = trainer.current_epoch
@@ -352,19 +381,28 @@ class _LeanStep:
                 if loss is not None:
                     if not direct:
                         strategy.pre_backward(loss)
-                    dispatch("on_before_backward", loss)
+                    cbs = trainer.callbacks
+                    known = cbs is dispatch._seen and len(cbs) == dispatch._seen_len
+                    if not known or "on_before_backward" not in dispatch.idle:
+                        dispatch("on_before_backward", loss)
                     previous = module._current_fx_name
                     set_name("backward")
                     try:
                         module.backward(loss)
                     finally:
                         set_name(previous)
-                    dispatch("on_after_backward")
+                    cbs = trainer.callbacks
+                    known = cbs is dispatch._seen and len(cbs) == dispatch._seen_len
+                    if not known or "on_after_backward" not in dispatch.idle:
+                        dispatch("on_after_backward")
                     if not direct:
                         strategy.post_backward(loss.detach())
             finally:
                 torch._C._set_grad_enabled(grad_was)
-            dispatch("on_before_optimizer_step", optimizer)
+            cbs = trainer.callbacks
+            known = cbs is dispatch._seen and len(cbs) == dispatch._seen_len
+            if not known or "on_before_optimizer_step" not in dispatch.idle:
+                dispatch("on_before_optimizer_step", optimizer)
             return detached
 
         step_total, step_current = progress.step.total, progress.step.current

@@ -104,14 +104,14 @@ class TensorLoader(GlobalPosition):
         if not self.shuffle and self.world_size == 1:
             for i in range(count):  # plain slices: views, no copy
                 lo = start + i * b
-                batch = tuple(t[lo : lo + b] for t in self.tensors)
+                batch = tuple([t[lo : lo + b] for t in self.tensors])  # a list: no generator frames
                 self._advance(i + 1, b)  # handed out = consumed (a checkpoint after this step counts it)
                 yield batch
         else:
             idx = self.indices(start).to(self.tensors[0].device)
             for i in range(count):
                 batch_idx = idx[i * b : (i + 1) * b]
-                batch = tuple(t.index_select(0, batch_idx) for t in self.tensors)
+                batch = tuple([t.index_select(0, batch_idx) for t in self.tensors])
                 self._advance(i + 1, b)
                 yield batch
         self._finish_pass()

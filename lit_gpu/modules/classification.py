@@ -59,7 +59,9 @@ class ClassificationModule(LitModule):
                     net=type(self.net).__name__, outputs=outputs.shape[1], num_classes=self.num_classes
                 )
             )
-        return F.cross_entropy(outputs.float(), targets, label_smoothing=self.label_smoothing)
+        if outputs.dtype is not torch.float32:  # .float() of a float32 tensor is the tensor itself
+            outputs = outputs.float()
+        return F.cross_entropy(outputs, targets, label_smoothing=self.label_smoothing)
 
     @override
     def update_metrics(self, outputs: torch.Tensor, targets: torch.Tensor, stage: str) -> None:

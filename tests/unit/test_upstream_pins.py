@@ -662,7 +662,8 @@ def test_training_epoch_loop__advance__as_lean_training_batch_mirrors_it(tmp_pat
                 isinstance(loop._restart_stage, str),
                 isinstance(loop.val_loop._has_run, bool),
                 trainer.fit_loop.max_batches == trainer.num_training_batches,
-                loop.automatic_optimization.optim_progress.optimizer.step.total.completed == trainer.global_step,
+                loop.automatic_optimization.optim_progress.optimizer.step.total.completed
+                == trainer.global_step,
                 isinstance(trainer.fit_loop._data_fetcher.iterator._iterator.iterators, list),
                 isinstance(trainer.fit_loop._data_fetcher.iterator._iterator._consumed, list),
                 isinstance(trainer.fit_loop._data_fetcher.batches, list),

@@ -181,3 +181,30 @@ def test_gradient_accumulation_steps_run_lightnings_step_and_train_the_same(tmp_
     assert lean["blocker"] is None  # installed; each accumulating step hands over to Lightning's
     _same(lean, plain)
     assert lean["global_step"] == 6
+
+
+class Joiner(Callback):
+    """Adds a recording callback to ``trainer.callbacks`` in the middle of step 3 (in on_before_backward)."""
+
+    def __init__(self) -> None:
+        self.late = Recorder()
+
+    def on_before_backward(self, trainer, pl_module, loss) -> None:
+        if trainer.global_step == 3 and self.late not in trainer.callbacks:
+            trainer.callbacks.append(self.late)
+
+
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "lightning"])
+def test_a_callback_added_mid_step_gets_that_steps_later_hooks(tmp_path, lean):
+    """Hooks no callback implements are skipped without a call; a callback added during a step is
+    still dispatched that hook and the rest of the step's, as Lightning's dispatch over the live
+    ``trainer.callbacks`` list does."""
+    pl.seed_everything(0)
+    joiner, step = Joiner(), LeanOptimizerStep()
+    trainer = quiet_trainer(tmp_path, max_steps=5, callbacks=[joiner] + ([step] if lean else []))
+    trainer.fit(RegressionModule(SimpleModel()), train_dataloaders=_loader())
+    assert step.blocker is None
+    hooks = [call[0] for call in joiner.late.calls]
+    # step 3 from the on_before_backward it joined in (the dispatch loop reaches it), then step 4 whole
+    assert hooks[:4] == [*STEP_HOOKS[1:], "on_train_batch_end"]
+    assert hooks[4:] == ["on_train_batch_start", *STEP_HOOKS, "on_train_batch_end"]
