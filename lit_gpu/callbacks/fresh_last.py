@@ -113,10 +113,13 @@ class FreshLastCheckpoint(ModelCheckpoint):
         if not self.save_last or not automatic:
             return
         time_due = self._last_time_checked != time_checked  # Lightning's time trigger fired
-        max_steps = trainer.max_steps
+        # trainer.max_steps and trainer.global_step (automatic optimization: the optimizer steps), read
+        # without their seven property calls a step; pinned in tests/unit/test_upstream_pins.py
+        epoch_loop = trainer.fit_loop.epoch_loop
+        max_steps = epoch_loop.max_steps
         if every < 1 and not time_due and max_steps <= 0:
-            return  # nothing can be due at this step (read without the global step)
-        global_step = trainer.global_step
+            return  # nothing can be due at this step
+        global_step = epoch_loop.automatic_optimization.optim_progress.optimizer.step.total.completed
         step_due = every >= 1 and global_step % every == 0
         # the fit stops here (max_steps): save now, while the loop state is still mid-epoch; the
         # save after the final validation would mark the epoch processed and a resume would skip

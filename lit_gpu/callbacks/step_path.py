@@ -369,7 +369,7 @@ class _LeanStep:
                     dispatch("on_before_zero_grad", optimizer)
                 zero_grad_total.started += 1  # progress.zero_grad.increment_started()
                 zero_grad_current.started += 1
-                epoch = trainer.current_epoch
+                epoch = trainer.fit_loop.epoch_progress.current.completed  # trainer.current_epoch (pinned)
                 previous = module._current_fx_name
                 set_name("optimizer_zero_grad")
                 try:

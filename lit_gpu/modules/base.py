@@ -95,7 +95,10 @@ class LitModule(PlainHookName, pl.LightningModule):
         outputs = self._forward_batch(inputs)
         loss = self.compute_loss(outputs, targets)
         if stage == "train":
-            self._log_train_loss(loss.detach(), len(inputs))
+            size = (
+                inputs.shape[0] if type(inputs) is torch.Tensor else len(inputs)
+            )  # len() of a tensor: a call
+            self._log_train_loss(loss.detach(), size)
         else:
             self.log(
                 f"{stage}/loss",

@@ -352,6 +352,24 @@ def test_fit_loop_loader_state_internals_used_by_exact_resume():
 
 
 @pins("lightning")
+def test_trainer_step_and_epoch_counters_read_directly():
+    """lit_gpu.callbacks.fresh_last and the lean step read ``trainer.max_steps``, ``global_step`` (automatic
+    optimization) and ``current_epoch`` from the loop objects those properties read."""
+    source = inspect.getsource
+    assert "return self.fit_loop.max_steps" in source(pl.Trainer.max_steps.fget)
+    assert "return self.fit_loop.epoch_progress.current.completed" in source(pl.Trainer.current_epoch.fget)
+    from lightning.pytorch.loops.fit_loop import _FitLoop
+    from lightning.pytorch.loops.progress import _OptimizationProgress
+    from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+
+    assert "return self.epoch_loop.max_steps" in source(_FitLoop.max_steps.fget)
+    assert "return self.automatic_optimization.optim_progress.optimizer_steps" in source(
+        _TrainingEpochLoop.global_step.fget
+    )
+    assert "return self.optimizer.step.total.completed" in source(_OptimizationProgress.optimizer_steps.fget)
+
+
+@pins("lightning")
 def test_model_checkpoint_trigger_state_used_by_fresh_last():
     """FreshLastCheckpoint.on_train_batch_end reads Lightning's step/time trigger state."""
     cb = ModelCheckpoint(every_n_train_steps=3)
