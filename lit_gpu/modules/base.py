@@ -95,9 +95,8 @@ class LitModule(PlainHookName, pl.LightningModule):
         outputs = self._forward_batch(inputs)
         loss = self.compute_loss(outputs, targets)
         if stage == "train":
-            size = (
-                inputs.shape[0] if type(inputs) is torch.Tensor else len(inputs)
-            )  # len() of a tensor: a call
+            # the batch size; len() of a tensor is a Python call (Tensor.__len__)
+            size = inputs.shape[0] if type(inputs) is torch.Tensor else len(inputs)
             self._log_train_loss(loss.detach(), size)
         else:
             self.log(
