@@ -10,8 +10,11 @@ fit can tell (:func:`lean_batch_blocker`), :class:`LeanTrainingBatch` gives the 
 counters and ``_current_fx_name``, reading each object once. A batch outside the plain case
 (restarting, gradient accumulation, a ``dataloader_iter`` step) runs Lightning's ``advance``; one after
 which validation may run, or in a fit with a plateau scheduler or ``should_stop``, Lightning's
-``on_advance_end``. The copy is tied to the Lightning source it mirrors: where the installed
-Lightning's methods differ from it, the callback stands aside.
+``on_advance_end``. It also gives the loop a ``run`` whose stop test reads the counters directly,
+takes a batch of one sized loader straight from its iterator (moving the fetcher's counters), and
+gives the training result collection a ``log`` that does not move a metric already on the value's
+device there again (:class:`_LeanLog`). The copy is tied to the Lightning source it mirrors: where the
+installed Lightning's methods differ from it, the callback stands aside.
 """
 
 from __future__ import annotations
@@ -138,8 +141,9 @@ class LeanTrainingBatch(FitPatch):
     """Runs each plain training batch's glue without Lightning's dispatch layers, where nothing can tell.
 
     Added by the ``lit-gpu`` CLI after :class:`~lit_gpu.callbacks.step_path.LeanOptimizerStep`, which
-    takes the optimizer step itself. For this fit only it sets ``advance`` and ``on_advance_end`` on the
-    epoch loop instance (removed at ``on_train_end``/``teardown``). Per batch it does what Lightning's
+    takes the optimizer step itself. For this fit only it sets ``run``, ``advance`` and ``on_advance_end``
+    on the epoch loop instance and ``log`` on its result collection (removed at ``on_train_end``,
+    ``teardown`` or ``on_exception``). Per batch it does what Lightning's
     do: fetch, move the batch to the device, ``on_train_batch_start`` (callbacks, then the module; a
     module returning -1 ends the epoch), ``training_step`` with the optimizer step, LR schedulers,
     ``on_train_batch_end``, the logger connector's batch metrics and log steps, the validation check and
