@@ -155,3 +155,27 @@ def test_the_dispatch_skips_lightnings_empty_hooks_of_any_callback_and_module():
     dispatch.trainer.callbacks = [plain, busy]  # a new list: looked up again
     dispatch("on_after_backward")
     assert calls[-2:] == [("instance", None), ("callback", "on_after_backward")]
+
+
+def test_the_dispatch_knows_an_idle_hook_until_the_callbacks_change(tmp_path):
+    from lit_gpu.callbacks.step_path import HookDispatch
+
+    class Late(Callback):
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def on_before_zero_grad(self, trainer, pl_module, optimizer) -> None:
+            self.calls += 1
+            assert pl_module._current_fx_name == "on_before_zero_grad"
+
+    trainer = quiet_trainer(tmp_path, callbacks=[UserCallback()])
+    module = RegressionModule(SimpleModel())
+    dispatch = HookDispatch(trainer, module)
+    assert dispatch.calls("on_before_zero_grad")  # not known yet
+    assert dispatch("on_before_zero_grad", None) is None
+    assert not dispatch.calls("on_before_zero_grad")  # nothing implements it
+    late = Late()
+    trainer.callbacks.append(late)
+    assert dispatch.calls("on_before_zero_grad")  # another callback list: asked again
+    dispatch("on_before_zero_grad", None)
+    assert late.calls == 1 and dispatch.calls("on_before_zero_grad") and module._current_fx_name is None
