@@ -192,7 +192,8 @@ class HookDispatch:
 
     def __init__(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         self.trainer, self.module = trainer, module
-        self._set_name = hook_name_setter(module)
+        #: ``set_name(value)`` sets ``module._current_fx_name`` (:func:`hook_name_setter`)
+        self.set_name = hook_name_setter(module)
         self._seen: list[Any] | None = None  # the callback list the caches below were built from
         self._seen_len = 0
         self._callback_fns: dict[str, list[Any]] = {}
@@ -203,11 +204,10 @@ class HookDispatch:
     def _appended(self, callbacks: list[Any], hook: str, args: tuple[Any, ...]) -> None:
         """Callbacks appended to ``trainer.callbacks`` while ``hook`` ran: Lightning's dispatch loop over
         the live list reaches them in the same call, so this does too."""
-        empty = getattr(Callback, hook, None)
         i = self._seen_len
         while i < len(callbacks):
-            fn = getattr(callbacks[i], hook, None)
-            if callable(fn) and getattr(fn, "__func__", None) is not empty:
+            fn = _own_hook(callbacks[i], hook, Callback)
+            if fn is not None:
                 fn(self.trainer, self.module, *args)
             i += 1
 
@@ -225,17 +225,12 @@ class HookDispatch:
             self.idle = set()
         fns = self._callback_fns.get(hook)
         if fns is None:  # any callback's hook but Lightning's empty one (a user callback's too)
-            found = (getattr(cb, hook, None) for cb in callbacks)
-            empty = getattr(Callback, hook, None)
-            fns = self._callback_fns[hook] = [
-                fn for fn in found if callable(fn) and getattr(fn, "__func__", None) is not empty
-            ]
+            found = (_own_hook(cb, hook, Callback) for cb in callbacks)
+            fns = self._callback_fns[hook] = [fn for fn in found if fn is not None]
         has = self._module_has.get(hook)
         if has is None:
-            fn = getattr(module, hook, None)
-            has = callable(fn) and getattr(fn, "__func__", None) is not getattr(ModelHooks, hook, None)
-            self._module_has[hook] = has
-        set_name = self._set_name  # what _in_hook does, inline: no Python call per hook and object
+            has = self._module_has[hook] = _own_hook(module, hook, ModelHooks) is not None
+        set_name = self.set_name
         if not fns and not has:
             self.idle.add(hook)
             return None
@@ -273,7 +268,7 @@ class LeanOptimizerStep(FitPatch):
     ``on_after_backward``, ``on_before_optimizer_step`` inside ``optimizer.step(closure)``, with
     Lightning's progress counters (``global_step``, checkpoints) moved exactly as Lightning moves them.
     Each step hook reaches the callbacks and the module that implement it, with ``_current_fx_name`` set
-    as Lightning's dispatch sets it (:func:`_in_hook`).
+    as Lightning's dispatch sets it (:func:`hook_name_setter`).
     Anything else (accumulation, clipping, DDP, a profiler, an overridden ``optimizer_step``) runs
     Lightning's step unchanged. ``tests/unit/test_upstream_pins.py`` pins the internals it uses.
     """
@@ -304,7 +299,6 @@ class _LeanStep:
         self.result_cls = ClosureResult
         self._takes_batch_idx: dict[Any, bool] = {}
         self._dispatch = HookDispatch(trainer, self.module)
-        self._set_name = hook_name_setter(self.module)
         self.direct = _plain_strategy_step(trainer)
         # the step's counters are the trackers Lightning makes (moved here without its type checks)
         zero_grad = optimization.optim_progress.optimizer.zero_grad
@@ -329,7 +323,7 @@ class _LeanStep:
         if trainer.accumulate_grad_batches != 1 or optimization._skip_backward or not self.plain_progress:
             return self.fallback(optimizer, batch_idx, kwargs)
         module, strategy, direct, dispatch = self.module, self.strategy, self.direct, self._dispatch
-        set_name = self._set_name  # _in_hook, inline: one Python call fewer per hook
+        set_name = dispatch.set_name  # the hook names, set around each call below as the dispatch sets them
         progress = optimization.optim_progress.optimizer
         zero_grad_total, zero_grad_current = progress.zero_grad.total, progress.zero_grad.current
         outcome: list[Any] = []
@@ -448,24 +442,20 @@ def _plain_strategy_step(trainer: pl.Trainer) -> bool:
 _PLAIN_SETATTR = (PlainHookName.__setattr__, torch.nn.Module.__setattr__)
 
 
+def _own_hook(obj: object, hook: str, base: type) -> Any:
+    """``obj``'s bound ``hook`` if it is callable and not ``base``'s empty method, else None."""
+    fn = getattr(obj, hook, None)
+    if callable(fn) and getattr(fn, "__func__", None) is not getattr(base, hook, None):
+        return fn
+    return None
+
+
 def hook_name_setter(module: pl.LightningModule) -> Callable[[str | None], None]:
     """``set_name(value)`` that sets ``module._current_fx_name`` as ``setattr`` would, without a Python call
     where the module's ``__setattr__`` stores it in the instance ``__dict__`` unchanged."""
     if type(module).__setattr__ in _PLAIN_SETATTR:
         return functools.partial(module.__dict__.__setitem__, "_current_fx_name")
     return functools.partial(setattr, module, "_current_fx_name")
-
-
-def _in_hook(module: pl.LightningModule, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)`` with ``module._current_fx_name`` set to ``name`` (what ``self.log`` reads), as
-    Lightning's dispatch runs a hook (without its profiler context: the lean step runs with none)."""
-    previous = module._current_fx_name
-    set_name = hook_name_setter(module)
-    set_name(name)
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        set_name(previous)
 
 
 def _warn_none() -> None:

@@ -91,10 +91,10 @@ def test_validate_test_and_predict_after_fit_with_hidden_hooks(tmp_path):
     assert len(trainer.predict(module, _loader())) == 4
 
 
-def test_hook_names_go_through_a_modules_own_setattr_and_straight_to_dict_otherwise():
+def test_hook_names_go_through_a_modules_own_setattr_and_straight_to_dict_otherwise(tmp_path):
     import lightning.pytorch as pl
 
-    from lit_gpu.callbacks.step_path import _in_hook
+    from lit_gpu.callbacks.step_path import HookDispatch
 
     class Watching(pl.LightningModule):
         def __setattr__(self, name, value):
@@ -102,11 +102,20 @@ def test_hook_names_go_through_a_modules_own_setattr_and_straight_to_dict_otherw
                 self.__dict__.setdefault("names_set", []).append(value)
             super().__setattr__(name, value)
 
-    for module, through_setattr in ((Watching(), True), (pl.LightningModule(), False)):
+        def on_before_zero_grad(self, optimizer):
+            return self._current_fx_name
+
+    class Plain(pl.LightningModule):
+        def on_before_zero_grad(self, optimizer):
+            return self._current_fx_name
+
+    trainer = quiet_trainer(tmp_path)
+    for module, through_setattr in ((Watching(), True), (Plain(), False)):
         module.__dict__.pop("names_set", None)
-        seen = _in_hook(module, "training_step", lambda m=module: m._current_fx_name)
-        assert seen == "training_step" and module._current_fx_name is None
-        assert module.__dict__.get("names_set") == (["training_step", None] if through_setattr else None)
+        seen = HookDispatch(trainer, module)("on_before_zero_grad", None)
+        assert seen == "on_before_zero_grad" and module._current_fx_name is None
+        expected = ["on_before_zero_grad", None] if through_setattr else None
+        assert module.__dict__.get("names_set") == expected
 
 
 @pytest.mark.parametrize(("precision", "direct"), [("32-true", True), ("bf16-mixed", False)])
