@@ -26,7 +26,7 @@ def _capture(
 ) -> dict[str, Any]:
     """The global RNG states; with the readers, cheap reads (``python`` then needs :func:`_serializable`)."""
     state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
+        "torch": torch.default_generator.get_state(),  # torch.get_rng_state() without its Python frame
         "numpy": numpy_state.get() if numpy_state is not None else np.random.get_state(),
         "python": python_state.get() if python_state is not None else random.getstate(),
     }
@@ -73,7 +73,7 @@ class _NumpyState:
         self._view: memoryview | None = None
 
     def get(self) -> tuple[Any, ...]:
-        generator = getattr(getattr(np.random.mtrand, "_rand", None), "_bit_generator", None)  # as below
+        generator = _global_bit_generator()
         if generator is not self._generator:
             self._generator, self._view = generator, _mt19937_view(generator)
         raw = bytes(self._view) if self._view is not None else None
@@ -177,16 +177,8 @@ class RNGStateCallback(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         # the states as the next step will find them: saved instead of the live ones when an
-        # interrupt lands in the middle of that step (its random draws are then redone on resume);
-        # _capture(self._numpy_state, self._python_state), inline: three Python calls fewer a step
-        state = {
-            "torch": torch.default_generator.get_state(),  # torch.get_rng_state()
-            "numpy": self._numpy_state.get(),
-            "python": self._python_state.get(),
-        }
-        if torch.cuda.is_initialized():
-            state["cuda"] = torch.cuda.get_rng_state_all()
-        self._step_state = state
+        # interrupt lands in the middle of that step (its random draws are then redone on resume)
+        self._step_state = _capture(self._numpy_state, self._python_state)
 
     @override
     def on_save_checkpoint(

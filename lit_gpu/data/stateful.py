@@ -180,8 +180,7 @@ class GlobalPosition:
     def _advance(self, batches: int, batch_size: int) -> None:
         """Record that every rank has been handed ``batches`` batches of this pass."""
         self._yielded, self._batch_size = batches, batch_size
-        # self._position_after(batches), inline: once per batch
-        self.position = min(self.start + batches * batch_size * self.world_size, self.num_items)
+        self.position = self._position_after(batches)
 
     def _finish_pass(self) -> None:
         """A pass ran to its end: a new pass over the same epoch starts from its first sample."""
