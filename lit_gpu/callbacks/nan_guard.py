@@ -91,6 +91,10 @@ class NaNGuard(Callback):
         check_every_n_steps: Check every N optimizer steps.
     """
 
+    #: with whole-step capture (``--speed.cuda_graph``) the check runs after each replayed step, on its
+    #: loss: on a GPU it is deferred either way (see above), so what it stops and keeps is the same
+    graph_replay_hooks = ("on_before_backward",)
+
     def __init__(self, enabled: bool = True, check_every_n_steps: int = 1) -> None:
         super().__init__()
         self.enabled = enabled

@@ -101,6 +101,11 @@ class SpeedLevers(Callback):
             use TF32 for float32 matmuls/convs; ``None`` keeps PyTorch's setting.
         num_threads: ``torch.set_num_threads`` for CPU ops (``None`` keeps PyTorch's default,
             one per core). On a busy shared CPU, fewer threads than cores can be faster.
+        cuda_graph: Whole-step capture: each training step's forward, backward and optimizer step
+            replayed as one CUDA graph (:mod:`lit_gpu.callbacks.step_graph`), for GPU steps bound by
+            kernel launches and Python. Needs static batch shapes (``drop_last``); it stands aside with
+            one printed line for what it cannot capture.
+        cuda_graph_warmup: Ordinary steps before the capture.
         keep_host_memory: Keep freed host memory for reuse instead of returning it to the OS at every
             step (glibc only; :func:`keep_freed_host_memory`). The process keeps up to 512 MB of freed
             heap; ``false`` leaves glibc's defaults.
@@ -116,6 +121,8 @@ class SpeedLevers(Callback):
         compile_mode: str | None = None,
         matmul_precision: str | None = None,
         num_threads: int | None = None,
+        cuda_graph: bool = False,
+        cuda_graph_warmup: int = 3,
         keep_host_memory: bool = True,
     ) -> None:
         super().__init__()
@@ -128,6 +135,10 @@ class SpeedLevers(Callback):
         self.compile_mode = compile_mode
         self.matmul_precision = matmul_precision
         self.num_threads = num_threads
+        if cuda_graph_warmup < 1:
+            raise ValueError(f"cuda_graph_warmup must be >= 1, got {cuda_graph_warmup}")
+        self.cuda_graph = cuda_graph
+        self.cuda_graph_warmup = cuda_graph_warmup
         self.keep_host_memory = keep_host_memory
         self._applied: set[int] = set()
 
@@ -149,7 +160,7 @@ class SpeedLevers(Callback):
             net.register_forward_pre_hook(_to_channels_last)
         if self.compile:
             net.compile(mode=self.compile_mode)
-        if self.channels_last or self.compile or self.matmul_precision or self.num_threads:
+        if self.channels_last or self.compile or self.matmul_precision or self.num_threads or self.cuda_graph:
             rank_zero_info(f"Speed levers: {self.describe()}")
 
     def describe(self) -> str:
@@ -163,4 +174,6 @@ class SpeedLevers(Callback):
             on.append(f"matmul_precision={self.matmul_precision}")
         if self.num_threads:
             on.append(f"num_threads={self.num_threads}")
+        if self.cuda_graph:
+            on.append("cuda_graph")
         return ", ".join(on) or "none"

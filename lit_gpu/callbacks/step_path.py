@@ -24,6 +24,9 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.core.hooks import ModelHooks
 from typing_extensions import override
 
+from lit_gpu import messages
+from lit_gpu.callbacks.speed import SpeedLevers
+from lit_gpu.callbacks.step_graph import StepGraph, capture_blocker
 from lit_gpu.callbacks.upstream import PlainHookName
 
 #: the hooks Lightning calls once per batch (training, then evaluation and prediction)
@@ -273,17 +276,50 @@ class LeanOptimizerStep(FitPatch):
     Lightning's step unchanged. ``tests/unit/test_upstream_pins.py`` pins the internals it uses.
     """
 
+    graph: StepGraph | None = None  # this fit's whole-step capture (--speed.cuda_graph), if on
+
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._restore()
         self.blocker = lean_step_blocker(trainer, pl_module)
+        wanted = _capture_wanted(trainer)
         if self.blocker is not None:
+            if wanted is not None:
+                messages.tell(messages.CUDA_GRAPH_ASIDE.format(reason=self.blocker))
             return
         epoch_loop = trainer.fit_loop.epoch_loop
         optimization = epoch_loop.automatic_optimization
         lean = _LeanStep(trainer, optimization)
+        if wanted is not None:
+            reason = capture_blocker(trainer, pl_module, trainer.strategy.root_device)
+            if reason is not None:
+                messages.tell(messages.CUDA_GRAPH_ASIDE.format(reason=reason))
+            else:
+                self.graph = lean.graph = StepGraph(trainer, trainer.optimizers[0], warmup=wanted)
         self._patch(optimization, "run", lean.run)
         self._patch(epoch_loop, "_build_kwargs", lean.build_kwargs)
+
+    @override
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        if self.graph is not None:
+            self.graph.plain_checkpoint(checkpoint)
+
+    @override
+    def _restore(self) -> None:
+        super()._restore()
+        if self.graph is not None:
+            self.graph.restore_optimizer()
+            self.graph = None
+
+
+def _capture_wanted(trainer: pl.Trainer) -> int | None:
+    """The warm-up steps of the whole-step capture a :class:`SpeedLevers` asks for, or None if none does."""
+    for cb in trainer.callbacks:
+        if isinstance(cb, SpeedLevers) and cb.cuda_graph:
+            return cb.cuda_graph_warmup
+    return None
 
 
 class _LeanStep:
@@ -303,6 +339,7 @@ class _LeanStep:
         # the step's counters are the trackers Lightning makes (moved here without its type checks)
         zero_grad = optimization.optim_progress.optimizer.zero_grad
         self.plain_progress = isinstance(zero_grad.total, _StartedTracker)
+        self.graph: StepGraph | None = None  # set by LeanOptimizerStep when the capture is on
 
     def build_kwargs(self, kwargs: Any, batch: Any, batch_idx: int) -> Any:
         """Lightning's ``_build_kwargs`` with the ``training_step`` signature read once per function."""
@@ -322,6 +359,11 @@ class _LeanStep:
         trainer, optimization = self.trainer, self.optimization
         if trainer.accumulate_grad_batches != 1 or optimization._skip_backward or not self.plain_progress:
             return self.fallback(optimizer, batch_idx, kwargs)
+        graph = self.graph
+        if graph is not None:
+            loss = graph.run(kwargs["batch"])
+            if loss is not None:
+                return self._replayed(graph, loss)
         module, strategy, direct, dispatch = self.module, self.strategy, self.direct, self._dispatch
         set_name = dispatch.set_name  # the hook names, set around each call below as the dispatch sets them
         progress = optimization.optim_progress.optimizer
@@ -414,6 +456,29 @@ class _LeanStep:
             return {}
         loss, extra = outcome
         return {"loss": loss} if extra is None else {"loss": loss, **extra}
+
+    def _replayed(self, graph: StepGraph, loss: torch.Tensor) -> dict[str, Any]:
+        """The rest of a step whose arithmetic ran in ``graph``: logging, metrics, counters, in order."""
+        progress = self.optimization.optim_progress.optimizer
+        step, zero_grad = progress.step, progress.zero_grad
+        step.total.ready += 1
+        step.current.ready += 1
+        module, set_name = self.module, self._dispatch.set_name
+        previous = module._current_fx_name
+        set_name("training_step")
+        try:
+            static = graph.static
+            module._record_step("train", static[0], static[1], graph.outputs, loss)
+        finally:
+            set_name(previous)
+        for counter in (zero_grad.total, zero_grad.current):
+            counter.ready += 1
+            counter.started += 1
+            counter.completed += 1
+        graph.after_replay(loss)
+        step.total.completed += 1
+        step.current.completed += 1
+        return {"loss": loss}
 
 
 def _plain_strategy_step(trainer: pl.Trainer) -> bool:

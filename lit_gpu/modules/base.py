@@ -94,6 +94,14 @@ class LitModule(PlainHookName, pl.LightningModule):
         inputs, targets = batch[0], batch[1]
         outputs = self._forward_batch(inputs)
         loss = self.compute_loss(outputs, targets)
+        self._record_step(stage, inputs, targets, outputs, loss)
+        return loss
+
+    def _record_step(
+        self, stage: str, inputs: Any, targets: Any, outputs: torch.Tensor, loss: torch.Tensor
+    ) -> None:
+        """The step's logging and metrics, apart from its arithmetic: whole-step capture
+        (``--speed.cuda_graph``) replays the arithmetic as a CUDA graph and calls this after it."""
         if stage == "train":
             # the batch size; len() of a tensor is a Python call (Tensor.__len__)
             size = inputs.shape[0] if type(inputs) is torch.Tensor else len(inputs)
@@ -108,7 +116,6 @@ class LitModule(PlainHookName, pl.LightningModule):
                 batch_size=len(inputs),
             )
         self.update_metrics(outputs.detach(), targets, stage)
-        return loss
 
     def _log_train_loss(self, loss: torch.Tensor, batch_size: int) -> None:
         """``train/loss`` as ``self.log(on_step=True, on_epoch=True)`` would log it, only cheaper.
