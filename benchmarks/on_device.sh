@@ -6,7 +6,10 @@
 # Stages: paired_cpu whole_cpu (issue 22's overhead on a quiet CPU), cuda (overhead + host-device syncs on
 # the GPU, plus the default without NaNGuard), nan_guard (NaNGuard's GPU check alone: the verdict ring
 # against the check it replaced), gpu_tests (pytest -m gpu), gpu_recipe (configs/mnist_gpu.yaml over 5
-# seeds). Each has its own time limit, so a slow one leaves the others' figures.
+# seeds), and issue 42's: graph_recipe (configs/mnist_gpu_graph.yaml, whole-step capture, over 5 seeds),
+# resnet (benchmarks/resnet_gpu.py: naive, hand-tuned, lit_gpu), warmup (a first and a second process of
+# each MNIST GPU recipe), graph_overhead (the step path with --speed.cuda_graph against a raw loop).
+# Each has its own time limit, so a slow one leaves the others' figures.
 set -uo pipefail
 out=${OUT:-device_out}
 mkdir -p "$out"
@@ -18,7 +21,7 @@ stage() {
   case " ${stages} " in *" $name "*) ;; *) return 0 ;; esac
   echo "== $name: $*"; timeout "$limit" "$@" 2>&1 | tee "$out/$name.txt"
 }
-stages=${*:-paired_cpu whole_cpu nan_guard cuda gpu_tests gpu_recipe}
+stages=${*:-paired_cpu whole_cpu nan_guard cuda gpu_tests gpu_recipe graph_recipe resnet warmup graph_overhead}
 stage gpu_tests 170 python -m pytest -o addopts="" -m gpu -q -p no:cacheprovider
 stage nan_guard 60 python benchmarks/nan_guard_gpu.py
 stage cuda 150 python benchmarks/overhead.py --device cuda --steps 300 --repeats 5 --components nan_guard
@@ -26,4 +29,11 @@ stage paired_cpu 210 python benchmarks/overhead.py --paired --steps 300 --repeat
 stage whole_cpu 150 python benchmarks/overhead.py --steps 300 --repeats 5 --threads 1 --components none
 stage gpu_recipe 180 python benchmarks/mnist_fast_seeds.py --device cuda --config configs/mnist_gpu.yaml \
   --warmup-fits 1 --data-dir .gpu/data --seeds 0 1 2 3 4
+stage graph_recipe 150 python benchmarks/mnist_fast_seeds.py --device cuda --config configs/mnist_gpu_graph.yaml \
+  --warmup-fits 1 --data-dir .gpu/data --seeds 0 1 2 3 4
+stage resnet 260 python benchmarks/resnet_gpu.py --steps 150 --warmup 30 --repeats 2 --workers 6
+stage warmup 240 python benchmarks/warmup.py --config configs/mnist_gpu_graph.yaml configs/mnist_gpu.yaml \
+  --data-dir .gpu/data
+stage graph_overhead 150 python benchmarks/overhead.py --device cuda --steps 300 --repeats 3 --components none \
+  --lit-flags "--speed.cuda_graph true"
 cat /proc/loadavg | tee "$out/load_end.txt"

@@ -287,7 +287,8 @@ def run_lit(
     marks = Marks(args.warmup, steps - 1, args.device, probe)
     chatter = io.StringIO()  # the CLI's one-line notes ("keeping last.ckpt only")
     with _in_tempdir(), contextlib.redirect_stdout(chatter), contextlib.redirect_stderr(chatter):
-        cli = LitGpuCLI(args=[*MODEL_ARGS, *_trainer_flags(args, steps), *flags], run=False)
+        argv = [*MODEL_ARGS, *_trainer_flags(args, steps), *flags, *args.lit_flags.split()]
+        cli = LitGpuCLI(args=argv, run=False)
         trainer = cli.trainer
         if edit is not None:
             edit(trainer)
@@ -585,6 +586,11 @@ def main() -> None:
     )
     parser.add_argument("--max-load", type=float, default=MAX_LOAD, help="no ratios above this load average")
     parser.add_argument("--count-calls", action="store_true", help="Python calls per step instead of timing")
+    parser.add_argument(
+        "--lit-flags",
+        default="",
+        help="more lit-gpu flags for every lit_gpu variant, e.g. '--speed.cuda_graph true' (one string)",
+    )
     parser.add_argument(
         "--paired", action="store_true", help="a raw step before every Lightning step; per-step paired ratios"
     )

@@ -23,6 +23,7 @@ from lit_gpu.callbacks.step_path import LeanOptimizerStep
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import ClassificationModule, RegressionModule
 from lit_gpu.nets import SimpleModel
+from tests.helpers.run_if import RunIf
 from tests.helpers.trainers import quiet_trainer
 
 ASIDE = "whole-step capture (speed.cuda_graph) stands aside"
@@ -177,6 +178,14 @@ def test_a_capture_that_fails_stands_aside_and_the_step_still_runs(tmp_path, on_
         assert torch.equal(a, b)
 
 
+def _steplr(opt):
+    return torch.optim.lr_scheduler.StepLR(opt, 1, 0.8)
+
+
+def _adam(params):
+    return torch.optim.Adam(params, lr=0.01)
+
+
 class AfterBackward(Callback):
     def on_after_backward(self, trainer, pl_module):
         pass
@@ -193,7 +202,9 @@ class NotLit(RegressionModule):
         (lambda: NotLit(SimpleModel()), [], "NotLit overrides training_step"),
         (_module, [AfterBackward()], "AfterBackward.on_after_backward runs inside every step"),
         (
-            lambda: _module(lambda o: torch.optim.lr_scheduler.StepLR(o, 1), lambda p: torch.optim.SGD(p, lr=0.1)),
+            lambda: _module(
+                lambda o: torch.optim.lr_scheduler.StepLR(o, 1), lambda p: torch.optim.SGD(p, lr=0.1)
+            ),
             [],
             "SGD cannot take its learning rate from a tensor",
         ),
@@ -263,3 +274,45 @@ def test_classification_metrics_are_the_steps_own(tmp_path, on_cpu):
 def test_the_replay_hooks_attribute_is_the_one_nan_guard_declares():
     assert step_graph.REPLAY_HOOKS_ATTR == "graph_replay_hooks"
     assert NaNGuard.graph_replay_hooks == ("on_before_backward",)
+
+
+# ---- on a GPU: the real CUDA graph ----------------------------------------------------------------
+@pytest.mark.gpu
+@RunIf(min_cuda_gpus=1)
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_on_a_gpu_replayed_steps_train_as_ordinary_steps(tmp_path, precision, capsys):
+    gpu = dict(accelerator="gpu", devices=1, precision=precision, max_epochs=2)
+    plain, captured = _module(_steplr, _adam), _module(_steplr, _adam)
+    t1, _, _ = _fit(tmp_path, plain, capture=False, **gpu)
+    t2, graph, seen = _fit(tmp_path, captured, capture=True, **gpu)
+    assert ASIDE not in capsys.readouterr().err
+    assert graph.aside is None and graph.replays == 16 - 2 and type(graph.graph) is torch.cuda.CUDAGraph
+    assert [lr for _, lr in seen["lr"]] == pytest.approx([0.01 * 0.8**i for i in range(1, 17)], rel=1e-5)
+    tol = dict(rtol=1e-4, atol=1e-5) if precision == "32-true" else dict(rtol=2e-2, atol=2e-3)
+    for a, b in zip(_weights(plain), _weights(captured), strict=True):
+        torch.testing.assert_close(a, b, **tol)
+    torch.testing.assert_close(
+        t1.callback_metrics["train/loss_epoch"], t2.callback_metrics["train/loss_epoch"], **tol
+    )
+    group = t2.optimizers[0].param_groups[0]
+    assert type(group["lr"]) is float and group["capturable"] is False
+
+
+class SyncingLoss(RegressionModule):
+    def compute_loss(self, outputs, targets):
+        loss = super().compute_loss(outputs, targets)
+        if float(loss) < 0:  # a host read of a GPU value: cannot be captured
+            raise AssertionError
+        return loss
+
+
+@pytest.mark.gpu
+@RunIf(min_cuda_gpus=1)
+def test_on_a_gpu_a_step_that_cannot_be_captured_stands_aside_and_trains_on(tmp_path, capsys):
+    torch.manual_seed(0)
+    module = SyncingLoss(SimpleModel(), optimizer=_adam)
+    trainer, graph, _ = _fit(tmp_path, module, capture=True, accelerator="gpu", devices=1, max_epochs=2)
+    assert graph.aside.startswith("the step could not be captured")
+    assert capsys.readouterr().err.count(ASIDE) == 1
+    assert trainer.global_step == 16
+    assert all(torch.isfinite(p).all() for p in module.parameters())
