@@ -12,7 +12,10 @@ augmentation, float normalization) in the same order (lit_gpu's loader's first-e
 * **tuned**: pinned memory and the same worker processes as lit_gpu, ``non_blocking`` copies,
   channels-last, bf16 autocast, fused AdamW, ``cudnn.benchmark``, the recipe's OneCycle schedule;
 * **lit_gpu**: ``lit-gpu fit --config lit_gpu:resnet_gpu`` as a user runs it (the CLI's objects, its
-  default callbacks, its loader), only the step count and the workers set from here.
+  default callbacks, its loader, the recipe's whole-step CUDA graph), only the step count and the
+  workers set from here;
+* **lit_gpu_eager**: the same with ``--speed.cuda_graph false`` (every kernel launched from Python, as
+  in the tuned loop).
 
 Each contestant runs ``--warmup`` steps, then ``--steps`` timed ones (GPU synchronized at both ends);
 contestants are interleaved ``--repeats`` times and the median reported. Per contestant: images/s,
@@ -177,12 +180,12 @@ class _Timed(pl.Callback):
         self.window.at_step(trainer.global_step)
 
 
-def lit_gpu_fit(args: argparse.Namespace) -> dict[str, Any]:
+def lit_gpu_fit(args: argparse.Namespace, more: list[str]) -> dict[str, Any]:
     """``lit-gpu fit --config lit_gpu:resnet_gpu`` with the step count and sizes set, timed."""
     from lit_gpu.cli import LitGpuCLI
 
     total = args.warmup + args.steps
-    argv = ["--config", str(REPO / "configs" / "resnet_gpu.yaml"), *args.lit_args]
+    argv = ["--config", str(REPO / "configs" / "resnet_gpu.yaml"), *args.lit_args, *more]
     argv += ["--trainer.max_steps", str(total), "--model.scheduler.init_args.total_steps", str(total)]
     argv += ["--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0"]
     argv += ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
@@ -213,7 +216,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--workers", type=int, default=6, help="DataLoader workers of tuned and lit_gpu")
     parser.add_argument("--num-samples", type=int, default=50000)
-    parser.add_argument("--only", nargs="+", default=["naive", "tuned", "lit_gpu"])
+    parser.add_argument("--only", nargs="+", default=["naive", "tuned", "lit_gpu", "lit_gpu_eager"])
     parser.add_argument(
         "lit_args", nargs="*", help="more lit-gpu flags after --, e.g. -- --speed.cuda_graph true"
     )
@@ -230,7 +233,10 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     for r in range(args.repeats):
         for name in args.only:
-            result = lit_gpu_fit(args) if name == "lit_gpu" else raw_loop(name, data, args)
+            if name.startswith("lit_gpu"):
+                result = lit_gpu_fit(args, ["--speed.cuda_graph", "false"] if name == "lit_gpu_eager" else [])
+            else:
+                result = raw_loop(name, data, args)
             results[name].append(result)
             busy = result["busy"]
             print(
