@@ -300,7 +300,9 @@ class StepGraph:
             self.graph = _Rerun(lambda: (self.optimizer.zero_grad(set_to_none=True), self._arithmetic()))
             return
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=self.stream):
+        # thread_local: CUDA calls of other threads stay allowed while this one captures (the loader's
+        # pin-memory thread allocates pinned host memory at any time; "global" would fail the capture)
+        with torch.cuda.graph(graph, stream=self.stream, capture_error_mode="thread_local"):
             self._arithmetic()
         self.graph = graph
 
