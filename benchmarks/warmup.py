@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def child(config: str, data_dir: str, device: str, steps: int) -> None:
+def child(config: str, data_dir: str, device: str, steps: int, extra: list[str]) -> None:
     import lightning.pytorch as pl
     import torch
     from _recipe import in_tempdir, sync
@@ -52,6 +52,7 @@ def child(config: str, data_dir: str, device: str, steps: int) -> None:
         args += ["--trainer.accelerator", "gpu", "--data.storage", "gpu"]
     else:
         args += ["--trainer.accelerator", "cpu"]
+    args += extra
     with in_tempdir():
         t0 = time.perf_counter()
         cli = LitGpuCLI(args=args, run=False)
@@ -83,9 +84,10 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5, help="the first steps, where the warm-up happens")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("extra", nargs="*", help="more lit-gpu flags after --, for every process")
     args = parser.parse_args()
     if args.child:
-        child(args.config[0], args.data_dir, args.device, args.steps)
+        child(args.config[0], args.data_dir, args.device, args.steps, args.extra)
         return
     print(f"# {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; each process fits the whole recipe")
     print("| config | process | warm-up s | first steps s | training s | CLI build s |")
@@ -94,7 +96,7 @@ def main() -> None:
         for i in range(args.processes):
             cmd = [sys.executable, __file__, "--child", "--config", str(Path(config).resolve())]
             cmd += ["--data-dir", str(Path(args.data_dir).resolve()), "--device", args.device]
-            cmd += ["--steps", str(args.steps)]
+            cmd += ["--steps", str(args.steps), "--", *args.extra]
             done = subprocess.run(cmd, capture_output=True, text=True, check=False)
             lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
             if done.returncode or not lines:

@@ -1,0 +1,84 @@
+"""SyntheticImageDataModule and ImageTensors: CIFAR-shaped data made in memory, batched and seeded fetch."""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+from torch.utils.data import DataLoader
+
+from lit_gpu.data import SyntheticImageDataModule
+from lit_gpu.data.images import IMAGE_MEAN, IMAGE_STD, ImageTensors, make_images
+from lit_gpu.data.stateful import ResumableDataLoader, SeededSamples
+from lit_gpu.nets import ResNet18
+
+
+def _norm(x: torch.Tensor) -> torch.Tensor:
+    return x.float().div(255).sub(IMAGE_MEAN).div(IMAGE_STD)
+
+
+def test_images_are_seeded_shaped_and_every_class_appears():
+    a = make_images(300, 10, 3, 32, torch.Generator().manual_seed(1))
+    b = make_images(300, 10, 3, 32, torch.Generator().manual_seed(1))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert a[0].shape == (300, 3, 32, 32) and a[0].dtype == torch.uint8
+    assert set(a[1].tolist()) == set(range(10))
+
+
+def test_each_sample_is_cropped_and_flipped_as_its_seed_says():
+    images, labels = make_images(16, 10, 3, 32, torch.Generator().manual_seed(0))
+    data = ImageTensors(images, labels, augment=True)
+    padded = [F.pad(images[i], (4, 4, 4, 4)) for i in range(16)]
+    got = data.getitems_seeded([3, 5, 7], [2 | (5 << 8) | (1 << 16), 0, 8 | (8 << 8)])
+    assert torch.equal(got[0][0], _norm(padded[3][:, 2:34, 5:37].flip(-1)))
+    assert torch.equal(got[1][0], _norm(padded[5][:, 0:32, 0:32]))
+    assert torch.equal(got[2][0], _norm(padded[7][:, 8:40, 8:40]))
+    assert [int(y) for _, y in got] == [int(labels[i]) for i in (3, 5, 7)]
+    # the same seed gives the same sample, whatever batch it is fetched in
+    alone = data.getitems_seeded([5], [0])
+    assert torch.equal(alone[0][0], got[1][0])
+
+
+def test_without_augmentation_a_sample_is_the_normalized_image():
+    images, labels = make_images(4, 10, 3, 32, torch.Generator().manual_seed(0))
+    x, y = ImageTensors(images, labels)[2]
+    assert torch.equal(x, _norm(images[2])) and int(y) == int(labels[2])
+
+
+def test_lit_gpus_loader_fetches_whole_batches_without_touching_the_global_rng():
+    images, labels = make_images(64, 10, 3, 32, torch.Generator().manual_seed(0))
+    data = ImageTensors(images, labels, augment=True)
+    calls = []
+    original = data.getitems_seeded
+    data.getitems_seeded = lambda i, s: calls.append(len(i)) or original(i, s)
+    state = torch.get_rng_state()
+    batches = list(ResumableDataLoader(data, batch_size=16, seed=3))
+    assert calls == [16, 16, 16, 16] and torch.equal(torch.get_rng_state(), state)
+    again = list(ResumableDataLoader(ImageTensors(images, labels, augment=True), batch_size=16, seed=3))
+    for (x1, y1), (x2, y2) in zip(batches, again, strict=True):
+        assert torch.equal(x1, x2) and torch.equal(y1, y2)
+    # the keys SeededSamples receives decide everything: 0 workers or several give the same batches
+    assert isinstance(ResumableDataLoader(data, batch_size=16).dataset, SeededSamples)
+
+
+def test_a_plain_dataloader_gets_batches_too():
+    images, labels = make_images(40, 10, 3, 32, torch.Generator().manual_seed(0))
+    loader = DataLoader(ImageTensors(images, labels, augment=True), batch_size=16, drop_last=True)
+    shapes = [tuple(x.shape) for x, _ in loader]
+    assert shapes == [(16, 3, 32, 32), (16, 3, 32, 32)]
+
+
+def test_the_data_module_trains_resnet18_a_step_on_cpu():
+    dm = SyntheticImageDataModule(num_samples=64, batch_size=8, num_workers=0, image_size=32)
+    dm.setup("fit")
+    assert len(dm.train_set) == 64 and len(dm.val_set) == 6 and len(dm.test_set) == 6
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (8, 3, 32, 32) and y.shape == (8,)
+    net = ResNet18(num_classes=10)
+    assert net(x).shape == (8, 10)
+    keys = set(net.state_dict())
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    assert keys == set(ResNet(BasicBlock, [2, 2, 2, 2], num_classes=10).state_dict())  # torchvision's keys
+    assert net.conv1.kernel_size == (3, 3) and isinstance(net.maxpool, torch.nn.Identity)
+    imagenet_stem = ResNet18(num_classes=5, cifar_stem=False, in_channels=1)
+    assert imagenet_stem(torch.zeros(2, 1, 64, 64)).shape == (2, 5)
