@@ -31,7 +31,7 @@ import torch
 from lightning.fabric.utilities import apply_func
 from typing_extensions import override
 
-from lit_gpu.callbacks.step_path import FitPatch, HookDispatch
+from lit_gpu.callbacks.step_path import FitPatch, HookDispatch, replaced_on_instance
 
 #: SHA-256 (first 16 hex digits) of the Lightning methods the lean batch mirrors, as
 #: ``inspect.getsource`` gives them (:func:`mirrored_source_digest`): Lightning 2.6.0 to 2.6.6
@@ -130,7 +130,7 @@ def lean_batch_blocker(trainer: pl.Trainer, pl_module: pl.LightningModule) -> st
     selector = trainer._data_connector._datahook_selector  # private (pinned)
     for hook in TRANSFER_HOOKS:
         owner = selector.get_instance(hook) if selector is not None else pl_module
-        if is_overridden(hook, owner):
+        if is_overridden(hook, owner) or replaced_on_instance(owner, hook):
             return f"{type(owner).__name__} overrides {hook}"
     if mirrored_source_digest() != MIRRORED_SOURCE:
         return f"Lightning {pl.__version__}'s training loop is not the one the lean batch mirrors"

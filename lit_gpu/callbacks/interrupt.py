@@ -90,6 +90,14 @@ def _protect_dataloader_workers(trainer: pl.Trainer) -> None:
     strategy.process_dataloader = process_dataloader  # type: ignore[method-assign]
 
 
+def _unprotect_dataloader_workers(trainer: pl.Trainer | None) -> None:
+    """Remove what :func:`_protect_dataloader_workers` set: a trainer after a run pickles as before it."""
+    strategy = getattr(trainer, "strategy", None)
+    own = vars(strategy).get("process_dataloader") if strategy is not None else None
+    if getattr(own, "_lit_gpu_protects_workers", False):
+        del strategy.process_dataloader
+
+
 @contextlib.contextmanager
 def _job_signals_ignored() -> Iterator[None]:
     """Ignore SIGINT/SIGTERM inside the block (main thread only), then restore the handlers."""
@@ -130,6 +138,13 @@ class CheckpointOnInterrupt(Callback):
         self._active = False
         self._world_size = 1
         self._log_filter = _DropSignalLogs()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (pickle, ``deepcopy``, ``ddp_spawn``) is the callback before any run: the signal
+        handlers and the trainer of a run in progress belong to this process."""
+        state = dict(self.__dict__)
+        state.update(_trainer=None, _signal=None, _stage=None, _previous={}, _active=False)
+        return state
 
     # ---- signal handling ----------------------------------------------------------------
     def _handle(self, signum: int, frame: FrameType | None) -> None:
@@ -279,11 +294,13 @@ class CheckpointOnInterrupt(Callback):
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._uninstall()
+        _unprotect_dataloader_workers(trainer)
 
     @override
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
+        _unprotect_dataloader_workers(trainer)  # a fit that raised gets no teardown hooks
         if not isinstance(exception, KeyboardInterrupt | SIGTERMException):
             self._uninstall()
             return

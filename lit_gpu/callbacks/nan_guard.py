@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from typing_extensions import override
 
+from lit_gpu.callbacks.upstream import detect_anomaly
 from lit_gpu.errors import LitGpuError
 
 
@@ -85,6 +86,9 @@ class NaNGuard(Callback):
     (the only host-device waits it adds). Either way raising stops training before a checkpoint
     holds the bad weights: the last good ``last.ckpt`` stays on disk.
 
+    Where the user asked Lightning to answer a bad loss itself, ``Trainer(detect_anomaly=True)``
+    (autograd's anomaly report) or a ``SpikeDetection`` callback, it stands aside for that fit.
+
     Args:
         enabled: Turn the check off (``--nan_guard.enabled false``), e.g. for fp16 experiments that
             expect occasional overflow.
@@ -100,12 +104,23 @@ class NaNGuard(Callback):
         self.enabled = enabled
         self.check_every_n_steps = max(1, int(check_every_n_steps))
         self._verdicts: _Verdicts | None = None  # made at the first GPU step
+        self._deferring = False  # this fit asked Lightning itself to answer non-finite losses
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Stand aside where the user asked Lightning to answer a bad loss: ``detect_anomaly=True``
+        (autograd's report names the op that made the NaN) or a ``SpikeDetection`` callback."""
+        from lightning.pytorch.callbacks.spike import SpikeDetection
+
+        self._deferring = detect_anomaly(trainer) or any(
+            isinstance(cb, SpikeDetection) for cb in trainer.callbacks
+        )
 
     @override
     def on_before_backward(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor
     ) -> None:
-        if not self.enabled:
+        if not self.enabled or self._deferring:
             return
         if self.check_every_n_steps > 1 and trainer.global_step % self.check_every_n_steps:
             return

@@ -7,9 +7,7 @@ callback that needs them, and pinned in tests/unit/test_upstream_pins.py.
 
 from __future__ import annotations
 
-import ctypes
 import random
-import struct
 from typing import Any
 
 import lightning.pytorch as pl
@@ -21,117 +19,21 @@ from typing_extensions import override
 from lit_gpu.data.stateful import GlobalPosition
 
 
-def _capture(
-    numpy_state: _NumpyState | None = None, python_state: _PythonState | None = None
-) -> dict[str, Any]:
-    """The global RNG states; with the readers, cheap reads (``python`` then needs :func:`_serializable`)."""
+def _capture() -> dict[str, Any]:
+    """The global RNG states, through each library's public API (plain data: picklable, deep-copyable)."""
     state: dict[str, Any] = {
         "torch": torch.default_generator.get_state(),  # torch.get_rng_state() without its Python frame
-        "numpy": numpy_state.get() if numpy_state is not None else np.random.get_state(),
-        "python": python_state.get() if python_state is not None else random.getstate(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
     }
     if torch.cuda.is_initialized():  # implies available; is_available() itself costs a device query
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
-#: bytes of numpy's ``mt19937_state`` (``uint32_t key[624]; int pos``), what ``get_state()`` returns but the
-#: cached Gaussian of the legacy ``RandomState``
-_MT19937_STATE_BYTES = 624 * 4 + 4
-
-
-def _view(address: int, size: int) -> memoryview:
-    """``size`` bytes of memory at ``address``; ``bytes(view)`` copies them without a foreign call."""
-    return memoryview((ctypes.c_char * size).from_address(address)).cast("B")
-
-
-def _global_bit_generator() -> Any:
-    return getattr(getattr(np.random.mtrand, "_rand", None), "_bit_generator", None)
-
-
-def _mt19937_view(bit_generator: Any) -> memoryview | None:
-    """The raw state of numpy's ``bit_generator`` as a live view, or None if it is not an MT19937."""
-    if type(bit_generator).__name__ != "MT19937":
-        return None
-    return _view(bit_generator.ctypes.state_address, _MT19937_STATE_BYTES)
-
-
-class _NumpyState:
-    """``np.random.get_state()`` taken at every training step for about 1 us instead of about 35.
-
-    numpy builds the 624-word key one element at a time (a Cython loop over numpy scalars). Most
-    steps never draw from numpy's global generator, so the raw state (read through a view made
-    once per generator object) is compared with the one behind the last full read and that read is
-    reused when nothing moved. A cached Gaussian can be used up without moving the raw state; it
-    exists only when the last read has ``has_gauss`` set, and then every step reads in full.
-    """
-
-    def __init__(self) -> None:
-        self._raw: bytes | None = None
-        self._state: tuple[Any, ...] | None = None
-        self._generator: Any = None  # the bit generator the view reads; kept alive with it
-        self._view: memoryview | None = None
-
-    def get(self) -> tuple[Any, ...]:
-        generator = _global_bit_generator()
-        if generator is not self._generator:
-            self._generator, self._view = generator, _mt19937_view(generator)
-        raw = bytes(self._view) if self._view is not None else None
-        if raw is None or raw != self._raw or self._state is None or self._state[3]:
-            self._state, self._raw = np.random.get_state(), raw
-        return self._state
-
-
-#: CPython's ``RandomObject`` after the object header: ``int index; uint32_t state[624]``
-_PY_MT_FORMAT = struct.Struct("=i624I")
-
-
-class _PythonState:
-    """``random.getstate()`` taken at every training step for about 1 us instead of about 9.
-
-    ``getstate()`` builds a tuple of 625 Python ints. Most steps' states are never saved (only an
-    interrupted step's is), so the raw state of ``random``'s global generator is copied as bytes
-    and turned into ``getstate()``'s tuple only when saved (:func:`_serializable`). The raw read
-    relies on CPython's layout of ``_random.Random``; it is checked against ``getstate()`` once,
-    and where it does not match (another interpreter or layout) every step calls ``getstate()``.
-    """
-
-    def __init__(self) -> None:
-        self._generator = getattr(random, "_inst", None)  # kept alive: the view reads its memory
-        self._view: memoryview | None = None
-        if type(self._generator) is random.Random:
-            # the generator's words start after the object header (PyObject_HEAD)
-            self._view = _view(id(self._generator) + object.__basicsize__, _PY_MT_FORMAT.size)
-            if _raw_python_state(self._view, self._generator) != random.getstate():
-                self._view = None
-
-    def get(self) -> tuple[Any, ...] | _RawPythonState:
-        if self._view is None or random._inst is not self._generator:
-            return random.getstate()
-        return _RawPythonState((bytes(self._view), self._generator.gauss_next))
-
-
-class _RawPythonState(tuple):
-    """``random.getstate()`` as ``(raw bytes, gauss_next)``, made ``getstate()``'s tuple on demand (a tuple:
-    made without a Python call)."""
-
-    __slots__ = ()
-
-    def state(self) -> tuple[Any, ...]:
-        raw, gauss_next = self
-        index, *words = _PY_MT_FORMAT.unpack(raw)
-        return (random.Random.VERSION, (*words, index), gauss_next)
-
-
-def _raw_python_state(view: memoryview, generator: random.Random) -> tuple[Any, ...]:
-    return _RawPythonState((bytes(view), generator.gauss_next)).state()
-
-
 def _serializable(state: dict[str, Any]) -> dict[str, Any]:
     """Plain containers only, so the checkpoint still loads with ``weights_only=True``."""
     state = dict(state)
-    if isinstance(state["python"], _RawPythonState):
-        state["python"] = state["python"].state()
     state["numpy"] = [
         state["numpy"][0],
         torch.from_numpy(state["numpy"][1].astype(np.int64)),
@@ -169,8 +71,6 @@ class RNGStateCallback(Callback):
         super().__init__()
         self._sanity_state: dict[str, Any] | None = None
         self._step_state: dict[str, Any] | None = None
-        self._numpy_state = _NumpyState()
-        self._python_state = _PythonState()
 
     @override
     def on_train_batch_end(
@@ -178,7 +78,7 @@ class RNGStateCallback(Callback):
     ) -> None:
         # the states as the next step will find them: saved instead of the live ones when an
         # interrupt lands in the middle of that step (its random draws are then redone on resume)
-        self._step_state = _capture(self._numpy_state, self._python_state)
+        self._step_state = _capture()
 
     @override
     def on_save_checkpoint(

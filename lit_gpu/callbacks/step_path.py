@@ -105,7 +105,13 @@ class SkipIdleHooks(Callback):
 # ---- the automatic-optimization step without Lightning's dispatch layers ---------------------------
 #: LightningModule methods whose override would make the lean step differ from Lightning's: then it
 #: stands aside (``optimizer_step`` receives Lightning's closure and optimizer wrapper)
-_MODULE_METHODS = ("optimizer_step", "configure_gradient_clipping")
+_MODULE_METHODS = ("optimizer_step", "configure_gradient_clipping", "clip_gradients")
+
+
+def replaced_on_instance(obj: object, name: str) -> bool:
+    """Whether ``obj`` has its own ``name`` attribute (a wrapper or function set on the object, not its
+    class): Lightning calls it, so a lean path that would skip the call must stand aside."""
+    return callable(vars(obj).get(name)) if hasattr(obj, "__dict__") else False
 
 
 def lean_step_blocker(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str | None:
@@ -134,7 +140,7 @@ def lean_step_blocker(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str
     if trainer.gradient_clip_val:
         return "gradient clipping"
     for name in _MODULE_METHODS:
-        if is_overridden(name, pl_module, pl.LightningModule):
+        if is_overridden(name, pl_module, pl.LightningModule) or replaced_on_instance(pl_module, name):
             return f"the module overrides {name}"
     wrappers = strategy._lightning_optimizers  # private (pinned)
     if len(wrappers) != 1 or any(
@@ -452,7 +458,9 @@ class _LeanStep:
             set_name(previous)
         step_total.completed += 1  # progress.step.increment_completed()
         step_current.completed += 1
-        if not outcome or outcome[0] is None:  # the closure never ran, or training_step gave None
+        if not outcome:  # the optimizer never called the closure: Lightning's error, as its loop raises it
+            _closure_not_run()
+        if outcome[0] is None:  # training_step gave None
             return {}
         loss, extra = outcome
         return {"loss": loss} if extra is None else {"loss": loss, **extra}
@@ -521,6 +529,15 @@ def hook_name_setter(module: pl.LightningModule) -> Callable[[str | None], None]
     if type(module).__setattr__ in _PLAIN_SETATTR:
         return functools.partial(module.__dict__.__setitem__, "_current_fx_name")
     return functools.partial(setattr, module, "_current_fx_name")
+
+
+def _closure_not_run() -> None:
+    """Raise Lightning's ``MisconfigurationException`` for an optimizer step that never ran the closure."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.loops.optimization.closure import AbstractClosure
+
+    AbstractClosure.consume_result(SimpleNamespace(_result=None))  # type: ignore[arg-type]
 
 
 def _warn_none() -> None:

@@ -41,6 +41,14 @@ def loggers_record_this_step(trainer: Any) -> bool:
     return bool(connector.should_update_logs)
 
 
+def detect_anomaly(trainer: Any) -> bool:
+    """Whether the trainer runs autograd's anomaly detection (``Trainer(detect_anomaly=True)``).
+
+    Pinned by test_trainer__detect_anomaly: the Trainer keeps the flag in a private attribute only.
+    """
+    return bool(getattr(trainer, "_detect_anomaly", False))
+
+
 class PlainHookName:
     """LightningModule mixin: Lightning's ``_current_fx_name`` set without ``nn.Module``'s attribute checks.
 
@@ -58,4 +66,10 @@ class PlainHookName:
             super().__setattr__(name, value)
 
 
-__all__ = ["PlainHookName", "given_hyperparameters", "loggers_record_this_step", "restricted_classmethod"]
+__all__ = [
+    "PlainHookName",
+    "detect_anomaly",
+    "given_hyperparameters",
+    "loggers_record_this_step",
+    "restricted_classmethod",
+]

@@ -727,3 +727,26 @@ def test_callback_and_model_hooks_batch_hooks_are_empty():
                 and not isinstance(node, ast.Pass)
             ]
             assert statements == [], f"{base.__name__}.{name} does something now"
+
+
+@pins("lightning")
+def test_trainer__detect_anomaly(tmp_path):
+    """lit_gpu.callbacks.upstream.detect_anomaly reads ``Trainer._detect_anomaly`` (NaNGuard defers to it)."""
+    from lit_gpu.callbacks.upstream import detect_anomaly
+
+    assert detect_anomaly(pl.Trainer(detect_anomaly=True, logger=False, default_root_dir=tmp_path)) is True
+    assert detect_anomaly(pl.Trainer(logger=False, default_root_dir=tmp_path)) is False
+    assert "set_detect_anomaly(self._detect_anomaly)" in inspect.getsource(pl.Trainer._run_stage)
+
+
+@pins("lightning")
+def test_abstract_closure__consume_result_raises_when_not_run():
+    """lit_gpu.callbacks.step_path raises Lightning's own "closure hasn't been executed" through
+    ``AbstractClosure.consume_result`` with ``_result`` None."""
+    from types import SimpleNamespace
+
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+    from lightning.pytorch.loops.optimization.closure import AbstractClosure
+
+    with pytest.raises(MisconfigurationException, match="The closure hasn't been executed"):
+        AbstractClosure.consume_result(SimpleNamespace(_result=None))

@@ -187,26 +187,3 @@ def test_nan_guard_on_a_device_checks_landed_verdicts_and_waits_only_when_a_ring
     with pytest.raises(NonFiniteLossError, match="loss became inf at global step 3 .*before any checkpoint"):
         guard.on_train_end(_fake_trainer(4), None)
     assert not made[0]
-
-
-def test_python_rng_state_read_raw_is_getstate_and_falls_back_where_the_layout_differs(monkeypatch):
-    from lit_gpu.callbacks import rng_state
-
-    reader = rng_state._PythonState()
-    assert reader._view is not None  # CPython: the raw read matched getstate() when made
-    random.seed(11)
-    for draw in (random.random, lambda: random.gauss(0, 1)):  # gauss leaves a cached value behind
-        draw()
-        taken, expected = reader.get(), random.getstate()
-        assert rng_state._serializable(rng_state._capture(python_state=reader))["python"] == [
-            expected[0],
-            list(expected[1]),
-            expected[2],
-        ]
-        assert isinstance(taken, rng_state._RawPythonState) and taken.state() == expected
-        random.random()  # the bytes were copied: later draws do not change what was taken
-        assert taken.state() == expected
-    monkeypatch.setattr(rng_state, "_raw_python_state", lambda view, generator: ("not", "it"))
-    assert rng_state._PythonState().get() == random.getstate()  # checked once: falls back to getstate()
-    monkeypatch.setattr(random, "_inst", random.Random(3))  # the global generator replaced
-    assert reader.get() == random.getstate()
