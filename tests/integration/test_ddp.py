@@ -190,3 +190,16 @@ def test_torchrun_two_nodes_on_localhost(tmp_path, cli_env, reference):
         assert proc.returncode == 0, out[-2000:] + err[-4000:]
     (tmp_path / "runs").symlink_to(tmp_path / "node0" / "runs")
     _check_equivalent_and_sharded(tmp_path, reference)
+
+
+def test_ddp_spawn_two_processes(tmp_path, cli_env, reference):
+    """``--trainer.strategy ddp_spawn`` pickles the Trainer with lit_gpu's callbacks into each process
+    (issue 39: the RNG callback's memoryview made it fail before training): the same weights."""
+    exe = str(Path(sys.executable).parent / "lit-gpu")
+    _run(
+        [exe, *COMMON, "--trainer.devices", "2", "--trainer.strategy", "ddp_spawn",
+         "--data.batch_size", str(B), *_recorder_config(tmp_path)],
+        tmp_path,
+        cli_env,
+    )  # fmt: skip
+    _check_equivalent_and_sharded(tmp_path, reference)
