@@ -27,7 +27,7 @@ def net_spec(net: nn.Module) -> dict[str, Any]:
     Outside the CLI, init args are read from same-named attributes of ``net`` when they exist (others
     keep their defaults); exporters verify the rebuilt net's keys and shapes before writing.
     """
-    from lit_gpu.callbacks.upstream import given_hyperparameters  # the CLI config of the module being built
+    from lit_gpu.upstream import given_hyperparameters  # the CLI config of the module being built
 
     class_path = f"{type(net).__module__}.{type(net).__qualname__}"
     given = given_hyperparameters()

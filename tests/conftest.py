@@ -87,6 +87,21 @@ def _restore_process_env(monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.fixture(autouse=True)
+def _fast_path_gate():
+    """The fast path's gate reads the installed Lightning once per process (``release_problem`` is cached):
+    read it before any test wraps a Lightning method, and put it back after a test that changed it."""
+    from lit_gpu.upstream import gate
+
+    if gate.release_problem.cache_info().currsize == 0:
+        gate.release_problem()
+    yield
+    if gate.release_problem.cache_info().misses > 1 or gate._told:
+        gate.release_problem.cache_clear()
+        gate._told.clear()
+        gate.release_problem()
+
+
+@pytest.fixture(autouse=True)
 def _teardown_process_group():
     yield
     if torch.distributed.is_available() and torch.distributed.is_initialized():

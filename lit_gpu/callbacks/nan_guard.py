@@ -11,8 +11,8 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from typing_extensions import override
 
-from lit_gpu.callbacks.upstream import detect_anomaly
 from lit_gpu.errors import LitGpuError
+from lit_gpu.upstream import detect_anomaly
 
 
 class NonFiniteLossError(LitGpuError):

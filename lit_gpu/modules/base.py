@@ -12,10 +12,10 @@ from torch import nn
 from typing_extensions import Self, override
 
 from lit_gpu import messages
-from lit_gpu.callbacks.upstream import PlainHookName, loggers_record_this_step, restricted_classmethod
 from lit_gpu.errors import LitGpuError
 from lit_gpu.net_spec import NET_SPEC_KEY, net_spec
 from lit_gpu.translate import net_input_mismatch
+from lit_gpu.upstream import PlainHookName, loggers_record_this_step, restricted_classmethod
 
 
 def _build(key: str, factory: Any, arg: Any) -> Any:
@@ -131,7 +131,7 @@ class LitModule(PlainHookName, pl.LightningModule):
         self._train_losses.append((loss, batch_size))  # counted when folded: no attribute write a step
         if len(self._train_losses) >= self.LOSS_FOLD:
             self._fold_train_losses()
-        if loggers_record_this_step(self._trainer):  # no public API says it (lit_gpu.callbacks.upstream)
+        if loggers_record_this_step(self._trainer):  # no public API says it (lit_gpu.upstream)
             self.log("train/loss_step", loss, on_step=True, on_epoch=False, prog_bar=True)
             self.log("train/loss", loss, on_step=True, on_epoch=False, logger=False)
 
@@ -192,7 +192,7 @@ class LitModule(PlainHookName, pl.LightningModule):
         inputs = batch[0] if isinstance(batch, list | tuple) else batch
         return self._forward_batch(inputs)
 
-    @restricted_classmethod  # Lightning's own class-only classmethod (lit_gpu.callbacks.upstream)
+    @restricted_classmethod  # Lightning's own class-only classmethod (lit_gpu.upstream)
     @override
     def load_from_checkpoint(
         cls,

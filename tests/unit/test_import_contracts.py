@@ -24,7 +24,8 @@ def test_lint_imports_keeps_every_contract():
 
 
 UPSTREAM = ("lightning", "jsonargparse", "optuna", "torchmetrics")
-ROOMS = ("callbacks", "strategies", "cli")  # where private upstream APIs may be used, each pinned
+#: where private upstream APIs may be used, each pinned; upstream/ is the room the fast path lives in
+ROOMS = ("upstream", "callbacks", "strategies", "cli")
 
 
 def _private_upstream_imports(path: Path) -> list[str]:
@@ -46,14 +47,26 @@ def _private_upstream_imports(path: Path) -> list[str]:
     return found
 
 
-def test_private_upstream_apis_only_in_three_rooms():
-    """Lightning/jsonargparse/Optuna internals are imported only in callbacks/, strategies/ and cli/."""
+def test_private_upstream_apis_only_in_the_rooms():
+    """Lightning/jsonargparse/Optuna internals are imported only in the rooms (:data:`ROOMS`)."""
     package = REPO_ROOT / "lit_gpu"
     outside = {
         str(path.relative_to(REPO_ROOT)): hits
         for path in sorted(package.rglob("*.py"))
         if path.relative_to(package).parts[0] not in ROOMS and (hits := _private_upstream_imports(path))
     }
-    assert outside == {}, "import it from lit_gpu/callbacks/upstream.py (pinned) instead"
+    assert outside == {}, "import it from lit_gpu/upstream (pinned) instead"
     inside = [p for room in ROOMS for p in (package / room).rglob("*.py") if _private_upstream_imports(p)]
     assert inside, "the scan finds nothing at all: it is broken"
+
+
+def test_modules_and_data_import_the_lightning_room_not_callbacks():
+    """Importing a LitModule loads no callback, strategy or loader beyond what ``import lit_gpu`` loads."""
+    code = (
+        "import sys, lit_gpu; before = set(sys.modules); import lit_gpu.modules, lit_gpu.net_spec; "
+        "print(sorted(m for m in set(sys.modules) - before if m.startswith(('lit_gpu.callbacks', "
+        "'lit_gpu.strategies', 'lit_gpu.data'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

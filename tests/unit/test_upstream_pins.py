@@ -36,12 +36,19 @@ from lit_gpu.cli.trainer import allow_auto_precision
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
 from lit_gpu.strategies import DataParallelStrategy
+from lit_gpu.upstream import gate
 from tests.helpers.dp import dp_data, dp_module
 from tests.helpers.paths import CONFIGS, REPO_ROOT
 from tests.helpers.trainers import quiet_trainer
 
 # the newest release of each package every pin here passed on; bump it after a green run on a newer one
-VERIFIED_UP_TO = {"lightning": "2.6.6", "jsonargparse": "4.53.0", "optuna": "5.0.0", "torch": "2.14.1"}
+# (Lightning's: the fast path's gate enforces it at run time, lit_gpu.upstream.gate.VERIFIED_UP_TO)
+VERIFIED_UP_TO = {
+    "lightning": gate.VERIFIED_UP_TO,
+    "jsonargparse": "4.53.0",
+    "optuna": "5.0.0",
+    "torch": "2.14.1",
+}
 
 
 def _lower_bound(dist: str) -> str:
@@ -130,7 +137,7 @@ def test_model_checkpoint__save_topk_checkpoint__save_last_checkpoint__last_glob
 @pins("lightning")
 def test_trainer__logger_connector_should_update_logs(tmp_path):
     """lit_gpu.modules.LitModule logs ``train/loss_step`` only on the steps Lightning's loggers record."""
-    from lit_gpu.callbacks.upstream import loggers_record_this_step
+    from lit_gpu.upstream import loggers_record_this_step
 
     flags: dict[int, bool] = {}
     ours: dict[int, bool] = {}  # lit_gpu's shortcut of the property for the fit loop
@@ -423,7 +430,7 @@ def test_checkpoint_loop_state_read_by_resume_log_step(tmp_path):
 
 
 def test_call_callback_hooks__call_lightning_module_hook__skip_a_non_callable_hook(tmp_path):
-    """lit_gpu.callbacks.step_path.SkipIdleHooks sets no-op hooks to ``None`` on the instance: Lightning's
+    """lit_gpu.upstream.step_path.SkipIdleHooks sets no-op hooks to ``None`` on the instance: Lightning's
     dispatch (``trainer/call.py``) must skip a hook attribute that is not callable."""
     from lightning.pytorch.trainer import call
 
@@ -491,7 +498,7 @@ def test_lightning_cli__add_subcommands__subcommand_parsers(tmp_path, monkeypatc
 
 @pins("lightning")
 def test_automatic_optimization__run__build_kwargs__optim_progress():
-    """lit_gpu.callbacks.step_path.LeanOptimizerStep replaces, per fit instance,
+    """lit_gpu.upstream.step_path.LeanOptimizerStep replaces, per fit instance,
     ``_AutomaticOptimization.run`` and ``_TrainingEpochLoop._build_kwargs`` (called as
     ``self.automatic_optimization.run(optimizer, batch_idx, kwargs)`` and ``self._build_kwargs(kwargs, batch,
     batch_idx)`` from ``advance``), reads ``_skip_backward`` and moves ``optim_progress.optimizer.{step,
@@ -542,7 +549,7 @@ def test_automatic_optimization__run__build_kwargs__optim_progress():
 
 @pins("torch")
 def test_enable_grad_is_set_grad_enabled_true_and_back():
-    """lit_gpu.callbacks.step_path's lean closure enables gradients as ``torch.enable_grad()`` does, without
+    """lit_gpu.upstream.step_path's lean closure enables gradients as ``torch.enable_grad()`` does, without
     its context-manager calls: ``torch._C._set_grad_enabled(True)``, then the previous mode back."""
     enter = inspect.getsource(torch.enable_grad.__enter__)
     leave = inspect.getsource(torch.enable_grad.__exit__)
@@ -560,7 +567,7 @@ def test_strategy_training_step_with_plain_precision_is_the_modules_training_ste
     """The lean step calls ``module.training_step`` itself where ``Strategy.training_step`` would only wrap
     it in the plain ``Precision``'s ``train_step_context`` (a ``nullcontext``) and the strategy's
     ``post_training_step``/``pre_backward``/``post_backward`` are Lightning's no-ops
-    (``lit_gpu.callbacks.step_path._plain_strategy_step``)."""
+    (``lit_gpu.upstream.step_path._plain_strategy_step``)."""
     from lightning.fabric.plugins.precision import Precision as FabricPrecision
     from lightning.pytorch.plugins.precision import Precision
     from lightning.pytorch.strategies import Strategy
@@ -587,7 +594,7 @@ def test_strategy__lightning_optimizers__on_before_step_do_nothing(tmp_path):
     automatic optimization; the wrapper list is the strategy's private ``_lightning_optimizers``."""
     from lightning.pytorch.core.optimizer import do_nothing_closure
 
-    from lit_gpu.callbacks.step_path import LeanOptimizerStep
+    from lit_gpu.upstream.step_path import LeanOptimizerStep
 
     seen = []
 
@@ -605,7 +612,7 @@ def test_strategy__lightning_optimizers__on_before_step_do_nothing(tmp_path):
 
 @pins("lightning")
 def test_lightning_module__current_fx_name():
-    """lit_gpu.callbacks.upstream.PlainHookName stores ``_current_fx_name`` with ``object.__setattr__``: it
+    """lit_gpu.upstream.PlainHookName stores ``_current_fx_name`` with ``object.__setattr__``: it
     must be a plain instance attribute that Lightning's dispatch sets around every hook call."""
     from lightning.pytorch.trainer import call
 
@@ -639,14 +646,14 @@ def test_model_checkpoint__on_train_batch_end_without_a_step_or_time_trigger_cha
 
 @pins("lightning")
 def test_training_epoch_loop__advance__as_lean_training_batch_mirrors_it(tmp_path):
-    """lit_gpu.callbacks.batch_path.LeanTrainingBatch reproduces ``_TrainingEpochLoop.advance`` and
+    """lit_gpu.upstream.batch_path.LeanTrainingBatch reproduces ``_TrainingEpochLoop.advance`` and
     ``on_advance_end`` and the logger connector's batch methods of the Lightning releases whose source
     digest it names (it stands aside on any other), and reads these private members while a fit runs."""
     from lightning.fabric.utilities.apply_func import _BLOCKING_DEVICE_TYPES
     from lightning.pytorch.loops.fetchers import _PrefetchDataFetcher
     from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
 
-    from lit_gpu.callbacks.batch_path import MIRRORED_SOURCE, mirrored_source_digest
+    from lit_gpu.upstream.batch_path import MIRRORED_SOURCE, mirrored_source_digest
 
     update = _ResultMetric.update  # a step value's tensor is a fresh clone at each self.log
 
@@ -707,14 +714,14 @@ def test_allocator_settings_at_run_time_as_oom_recovery_sets_them():
 
 @pins("lightning")
 def test_callback_and_model_hooks_batch_hooks_are_empty():
-    """lit_gpu.callbacks.step_path.HookDispatch (the lean batch and step) skips a callback's or module's
+    """lit_gpu.upstream.step_path.HookDispatch (the lean batch and step) skips a callback's or module's
     batch hook that is Lightning's own ``Callback``/``ModelHooks`` method: those bodies do nothing."""
     import ast
 
     from lightning.pytorch.callbacks import Callback
     from lightning.pytorch.core.hooks import ModelHooks
 
-    from lit_gpu.callbacks.step_path import BATCH_HOOKS, MODULE_HOOKS
+    from lit_gpu.upstream.step_path import BATCH_HOOKS, MODULE_HOOKS
 
     for base, hooks in ((Callback, BATCH_HOOKS), (ModelHooks, MODULE_HOOKS)):
         for name in hooks:
@@ -731,8 +738,8 @@ def test_callback_and_model_hooks_batch_hooks_are_empty():
 
 @pins("lightning")
 def test_trainer__detect_anomaly(tmp_path):
-    """lit_gpu.callbacks.upstream.detect_anomaly reads ``Trainer._detect_anomaly`` (NaNGuard defers to it)."""
-    from lit_gpu.callbacks.upstream import detect_anomaly
+    """lit_gpu.upstream.detect_anomaly reads ``Trainer._detect_anomaly`` (NaNGuard defers to it)."""
+    from lit_gpu.upstream import detect_anomaly
 
     assert detect_anomaly(pl.Trainer(detect_anomaly=True, logger=False, default_root_dir=tmp_path)) is True
     assert detect_anomaly(pl.Trainer(logger=False, default_root_dir=tmp_path)) is False
@@ -741,7 +748,7 @@ def test_trainer__detect_anomaly(tmp_path):
 
 @pins("lightning")
 def test_abstract_closure__consume_result_raises_when_not_run():
-    """lit_gpu.callbacks.step_path raises Lightning's own "closure hasn't been executed" through
+    """lit_gpu.upstream.step_path raises Lightning's own "closure hasn't been executed" through
     ``AbstractClosure.consume_result`` with ``_result`` None."""
     from types import SimpleNamespace
 

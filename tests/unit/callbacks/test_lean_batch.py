@@ -10,12 +10,12 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 
-from lit_gpu.callbacks import batch_path
-from lit_gpu.callbacks.batch_path import LeanTrainingBatch, lean_batch_blocker, mirrored_source_digest
 from lit_gpu.callbacks.nan_guard import NaNGuard
-from lit_gpu.callbacks.step_path import LeanOptimizerStep, SkipIdleHooks
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
+from lit_gpu.upstream import batch_path
+from lit_gpu.upstream.batch_path import LeanTrainingBatch, lean_batch_blocker, mirrored_source_digest
+from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks
 from tests.helpers.trainers import quiet_trainer
 
 
@@ -294,15 +294,16 @@ def test_anything_the_lean_batch_does_not_cover_runs_lightnings_loop(
 
 
 def test_another_lightning_loop_source_makes_it_stand_aside(tmp_path, monkeypatch):
-    import lit_gpu.callbacks.batch_path as batch_path
+    from lit_gpu.upstream import gate
 
     assert mirrored_source_digest() == batch_path.MIRRORED_SOURCE  # the installed Lightning is mirrored
-    monkeypatch.setattr(batch_path, "MIRRORED_SOURCE", "another")
+    monkeypatch.setitem(gate.MIRRORED_SOURCES, "batch", "another")
+    gate.release_problem.cache_clear()
     step = LeanTrainingBatch()
     quiet_trainer(tmp_path, max_steps=1, callbacks=[step]).fit(
         Module(), train_dataloaders=torch.utils.data.DataLoader(_data(), batch_size=8)
     )
-    assert step.blocker is not None and "training loop is not the one the lean batch mirrors" in step.blocker
+    assert step.blocker is not None and "training batch code differs from the code it mirrors" in step.blocker
 
 
 def test_a_step_scheduler_keeps_the_batch_end_lean(tmp_path, monkeypatch):

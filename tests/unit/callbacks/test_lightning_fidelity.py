@@ -109,3 +109,62 @@ def test_with_spike_detection_lightning_sees_the_loss(tmp_path):
     callbacks = [*_defaults(), Spy(finite_only=False, warmup=100)]
     _trainer(tmp_path, callbacks=callbacks).fit(NaNAt(SimpleModel()), datamodule=_data())
     assert len(seen) == 4 and seen[2] != seen[2]  # the NaN step reached Lightning's SpikeDetection
+
+
+def test_a_changed_lightning_source_makes_the_whole_fast_path_stand_aside_in_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    """The gate (lit_gpu.upstream.gate): one mirrored Lightning function with another source, and the lean
+    step, the lean batch and the idle-hook hiding all stand aside; training is stock Lightning's exactly."""
+    from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+
+    from lit_gpu.upstream import gate
+    from lit_gpu.upstream.batch_path import LeanTrainingBatch
+    from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks
+
+    def fit(callbacks) -> RegressionModule:
+        torch.manual_seed(0)
+        module = RegressionModule(SimpleModel())
+        _trainer(tmp_path, callbacks=callbacks, max_epochs=2).fit(module, datamodule=_data())
+        return module
+
+    stock = fit([])
+    original = _TrainingEpochLoop.advance
+
+    def advance(self, data_fetcher):  # another source: a Lightning release that changed this method
+        return original(self, data_fetcher)
+
+    monkeypatch.setattr(_TrainingEpochLoop, "advance", advance)
+    gate.release_problem.cache_clear()
+    callbacks = _defaults()
+    gated = fit(callbacks)
+    fit(_defaults())  # a second fit in the process: the line is not repeated
+    err = capsys.readouterr().err
+    line = "lit_gpu's fast training loop stands aside, Lightning's own loop runs: "
+    assert err.count(line) == 1 and "training batch code differs from the code it mirrors" in err
+    for cb in callbacks:
+        if isinstance(cb, LeanOptimizerStep | LeanTrainingBatch):
+            assert cb.blocker is not None and "differs from the code it mirrors" in cb.blocker
+        if isinstance(cb, SkipIdleHooks):
+            assert cb._hidden == []
+    for a, b in zip(stock.parameters(), gated.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_lightning_newer_than_verified_never_runs_the_mirrored_code(tmp_path, monkeypatch, capsys):
+    import lightning
+
+    from lit_gpu.upstream import gate
+    from lit_gpu.upstream.step_path import LeanOptimizerStep
+
+    monkeypatch.setattr(lightning, "__version__", "2.99.0")
+    gate.release_problem.cache_clear()
+    callbacks = _defaults()
+    _trainer(tmp_path, callbacks=callbacks, max_steps=2).fit(
+        RegressionModule(SimpleModel()), datamodule=_data()
+    )
+    lean = next(cb for cb in callbacks if isinstance(cb, LeanOptimizerStep))
+    assert (
+        lean.blocker == f"Lightning 2.99.0 is newer than {gate.VERIFIED_UP_TO}, the newest it was verified on"
+    )
+    assert "stands aside, Lightning's own loop runs: Lightning 2.99.0 is newer" in capsys.readouterr().err

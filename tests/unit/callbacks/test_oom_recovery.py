@@ -378,7 +378,7 @@ def test_without_recovery_the_error_names_its_loop(loop):
 @pytest.mark.parametrize("phase", ["forward", "backward"])
 def test_a_recovered_step_is_the_same_through_the_lean_optimizer_step(phase):
     """lit-gpu's default LeanOptimizerStep runs the step OOMRecovery wraps: bit-identical to Lightning's."""
-    from lit_gpu.callbacks.step_path import LeanOptimizerStep
+    from lit_gpu.upstream.step_path import LeanOptimizerStep
 
     runs = []
     for lean in (False, True):

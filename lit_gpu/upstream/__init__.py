@@ -1,0 +1,75 @@
+"""Lightning internals that code outside ``callbacks/``, ``strategies/`` and ``cli/`` needs, in one place.
+
+lit_gpu's rule: private Lightning APIs are used only in those three packages, each pinned by a test in
+tests/unit/test_upstream_pins.py. A module or data module that needs one imports it from here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning.pytorch.trainer.states import RunningStage
+
+# Lightning's class-only classmethod (``model.load_from_checkpoint(...)`` on an instance raises):
+# lit_gpu's LitModule.load_from_checkpoint keeps it; pinned by test_model_helpers__restricted_classmethod
+from lightning.pytorch.utilities.model_helpers import _restricted_classmethod as restricted_classmethod
+
+
+def given_hyperparameters() -> Any:
+    """The init args LightningCLI is instantiating the current module with (a mapping), else None.
+
+    Pinned by test_hparams_mixin__given_hyperparameters: no public API gives the CLI config there.
+    """
+    from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+
+    return _given_hyperparameters.get()
+
+
+def loggers_record_this_step(trainer: Any) -> bool:
+    """Whether the loggers record the current training step (``log_every_n_steps``); True without a trainer.
+
+    Pinned by test_trainer__logger_connector_should_update_logs: no public API says it.
+    """
+    connector = getattr(trainer, "_logger_connector", None)
+    if connector is None:
+        return True
+    if trainer.state.stage is RunningStage.TRAINING:  # the fit loop's case, without its enum comparisons
+        every = trainer.log_every_n_steps  # (the property's source is pinned: MIRRORED_SOURCE)
+        if every == 0:
+            return False
+        return (trainer.fit_loop.epoch_loop._batches_that_stepped + 1) % every == 0 or trainer.should_stop
+    return bool(connector.should_update_logs)
+
+
+def detect_anomaly(trainer: Any) -> bool:
+    """Whether the trainer runs autograd's anomaly detection (``Trainer(detect_anomaly=True)``).
+
+    Pinned by test_trainer__detect_anomaly: the Trainer keeps the flag in a private attribute only.
+    """
+    return bool(getattr(trainer, "_detect_anomaly", False))
+
+
+class PlainHookName:
+    """LightningModule mixin: Lightning's ``_current_fx_name`` set without ``nn.Module``'s attribute checks.
+
+    Lightning's dispatch sets ``module._current_fx_name`` (the hook now running, which ``self.log``
+    reads) before and after every hook call, some 30 times a training step; ``nn.Module.__setattr__``
+    checks each value against ``Parameter``, ``Buffer`` and ``Module`` (Python-level instance checks).
+    The name is a ``str`` or ``None``, never one of them: it is stored as a plain attribute, where
+    ``nn.Module.__setattr__`` puts it too. Pinned by test_lightning_module__current_fx_name.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "_current_fx_name":
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
+
+__all__ = [
+    "PlainHookName",
+    "detect_anomaly",
+    "given_hyperparameters",
+    "loggers_record_this_step",
+    "restricted_classmethod",
+]
