@@ -6,8 +6,8 @@
 
 Lightning's tests of the installed release's line (``../shared/lightning/tests_pytorch-2.6.5.tgz``) are
 unpacked to a temporary folder and run twice with pytest-xdist: as they are, and with
-``tests/lightning/plugin.py``, which gives every ``Trainer`` they build the callbacks ``lit-gpu`` adds. The
-tests whose outcome differs are listed; a difference named in :data:`BY_DESIGN` is an artefact of the test
+``tests/lightning_suite/plugin.py``, which gives every ``Trainer`` they build the callbacks ``lit-gpu``
+adds. The tests whose outcome differs are listed; a difference named in :data:`BY_DESIGN` is an artefact of the test
 or a documented lit_gpu choice (the reason is printed), any other fails the run (exit 1). Needs pytest-xdist,
 pytest-timeout, pytest-rerunfailures, cloudpickle, scikit-learn and pandas (``--install`` adds the ones
 lit_gpu's dev extra lacks).
@@ -83,7 +83,7 @@ def run(root: Path, paths: list[str], plugin_on: bool, workers: int, out: Path) 
         "--rootdir",
         str(root),
         "-p",
-        "tests.lightning.plugin",
+        "tests.lightning_suite.plugin",
     ]
     cmd += ["-n", str(workers), "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", "--reruns", "1"]
     cmd += [str(root / "tests_pytorch" / p) for p in paths]

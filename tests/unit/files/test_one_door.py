@@ -35,6 +35,10 @@ READERS = {
 #: (module, call) -> why it is not reading someone else's file
 ALLOWED = {
     ("lit_gpu/cli/main.py", "importlib.import_module"): "a module path from lit_gpu's own COMMANDS table",
+    (
+        "lit_gpu/upstream/gate.py",
+        "importlib.import_module",
+    ): "Lightning module paths: the gate's own table",
     ("lit_gpu/cli/run_config.py", "yaml.safe_load"): "the parser's own dump of this run's config",
     ("lit_gpu/cli/trainer.py", "yaml.safe_load"): "the user's own --config files, to name the GPU setting",
     ("lit_gpu/devices.py", "json.loads"): "the environment a parent lit-gpu process set for its ranks",

@@ -1,6 +1,6 @@
 """pytest plugin: every ``lightning.pytorch.Trainer`` a test builds gets the callbacks ``lit-gpu`` adds.
 
-Loaded into *Lightning's own* test suite by ``.ci/lightning_tests`` (``-p tests.lightning.plugin``), so
+Loaded into *Lightning's own* test suite by ``.ci/lightning_tests`` (``-p tests.lightning_suite.plugin``), so
 Lightning's tests judge whether Lightning still behaves as Lightning with lit_gpu's defaults in the
 Trainer: :data:`lit_gpu.cli.lightning_cli.DEFAULT_CALLBACKS`, ``SpeedLevers()`` and ``NaNGuard()``, as
 ``lit-gpu fit`` configures them (issue 39). Set ``LIT_GPU_PLUGIN_OFF=1`` to load it and change nothing.
