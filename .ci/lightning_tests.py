@@ -7,10 +7,10 @@
 Lightning's tests of the installed release's line (``../shared/lightning/tests_pytorch-2.6.5.tgz``) are
 unpacked to a temporary folder and run twice with pytest-xdist: as they are, and with
 ``tests/lightning_suite/plugin.py``, which gives every ``Trainer`` they build the callbacks ``lit-gpu``
-adds. The tests whose outcome differs are listed; a difference named in :data:`BY_DESIGN` is an artefact of the test
-or a documented lit_gpu choice (the reason is printed), any other fails the run (exit 1). Needs pytest-xdist,
-pytest-timeout, pytest-rerunfailures, cloudpickle, scikit-learn and pandas (``--install`` adds the ones
-lit_gpu's dev extra lacks).
+adds. The tests whose outcome differs are listed; a difference named in :data:`BY_DESIGN` is an
+artefact of the test or a documented lit_gpu choice (the reason is printed), any other fails the run
+(exit 1). Needs pytest-xdist, pytest-timeout, pytest-rerunfailures, cloudpickle, scikit-learn and
+pandas (``--install`` adds the ones lit_gpu's dev extra lacks).
 """
 
 from __future__ import annotations
