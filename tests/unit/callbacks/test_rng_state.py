@@ -46,3 +46,51 @@ def test_the_callback_pickles_and_deep_copies_before_and_after_a_fit(tmp_path):
     clone = pickle.loads(pickle.dumps(callback))
     assert clone._step_state["python"] == callback._step_state["python"]
     copy.deepcopy(callback)
+
+
+def _fit_and_keep(
+    tmp_path, rng: RNGStateCallback, interrupt=None, signal_at: int | None = None
+) -> list[set[str]]:
+    """The RNG states kept after each step; ``interrupt._signal`` set during step ``signal_at`` only (as a
+    first SIGINT leaves it, without the stop it then asks for)."""
+    from lightning.pytorch.callbacks import Callback
+
+    kept: list[set[str]] = []
+
+    class Look(Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if batch_idx == signal_at:
+                interrupt._signal = 2
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            kept.append(set(rng._step_state))
+            if interrupt is not None:
+                interrupt._signal = None
+
+    callbacks = [rng, Look(), *([interrupt] if interrupt is not None else [])]
+    trainer = quiet_trainer(tmp_path, callbacks=callbacks, max_steps=4)
+    trainer.fit(RegressionModule(SimpleModel()), datamodule=SyntheticRegressionDataModule(num_samples=256))
+    return kept
+
+
+def test_numpy_and_python_states_are_kept_each_step_where_a_save_can_land_mid_step(tmp_path):
+    from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
+
+    full = {"torch", "numpy", "python"}
+    # without the interrupt callback a first Ctrl+C raises mid-step: every step keeps them
+    assert _fit_and_keep(tmp_path, RNGStateCallback()) == [full] * 4
+    # under it, a mid-step save needs a second signal: they are kept once a first one came (cheap before)
+    kept = _fit_and_keep(tmp_path, RNGStateCallback(), CheckpointOnInterrupt(), signal_at=2)
+    assert kept == [{"torch"}, {"torch"}, full, {"torch"}]
+
+
+def test_a_mid_step_save_without_kept_host_states_saves_the_live_ones(tmp_path, monkeypatch):
+    callback = RNGStateCallback()
+    callback._step_state = rng_state._capture(host=False)
+    monkeypatch.setattr(rng_state, "batches_in_flight", lambda trainer: 1)
+    monkeypatch.setattr(rng_state, "patch_interrupted_loader_state", lambda *args: None)
+    checkpoint = {"callbacks": {callback.state_key: {}}}
+    callback.on_save_checkpoint(None, None, checkpoint)
+    saved = checkpoint["callbacks"][callback.state_key]
+    assert saved["python"] == [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]]
+    assert torch.equal(saved["torch"], callback._step_state["torch"])
