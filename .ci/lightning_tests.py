@@ -40,14 +40,7 @@ TIERS = {
 }  # fmt: skip
 
 #: test id (or its start) -> why its outcome differs with lit_gpu's callbacks and that is not a defect
-BY_DESIGN: dict[str, str] = {
-    "trainer/flags/test_env_vars.py::test_passing_env_variables_devices": (
-        "artefact: forces world_size on a single device; lit_gpu's RunFolderSync then waits for ranks"
-    ),
-    "checkpointing/test_model_checkpoint.py::test_model_checkpoint_no_extraneous_invocations": (
-        "artefact: a Mock checkpoint callback without dirpath"
-    ),
-}
+BY_DESIGN: dict[str, str] = {}  # none left: the two artefacts issue 39 named pass with lit_gpu's defaults now
 
 _TAGS = (("failure", "failed"), ("error", "error"), ("skipped", "skipped"))
 

@@ -116,8 +116,9 @@ def _job_signals_ignored() -> Iterator[None]:
 def checkpoint_folder(trainer: pl.Trainer) -> Path:
     """The first ModelCheckpoint's folder, else ``<default_root_dir>/checkpoints``."""
     for cb in trainer.checkpoint_callbacks:
-        if isinstance(cb, ModelCheckpoint) and cb.dirpath:
-            return Path(cb.dirpath)
+        dirpath = getattr(cb, "dirpath", None)  # a stand-in ModelCheckpoint (a spec'd Mock) may have none
+        if isinstance(cb, ModelCheckpoint) and dirpath:
+            return Path(dirpath)
     return Path(trainer.default_root_dir) / "checkpoints"
 
 

@@ -168,3 +168,13 @@ def test_a_lightning_newer_than_verified_never_runs_the_mirrored_code(tmp_path, 
         lean.blocker == f"Lightning 2.99.0 is newer than {gate.VERIFIED_UP_TO}, the newest it was verified on"
     )
     assert "stands aside, Lightning's own loop runs: Lightning 2.99.0 is newer" in capsys.readouterr().err
+
+
+def test_a_stand_in_checkpoint_callback_without_dirpath_is_fine(tmp_path):
+    """As in Lightning's test_stateful_trainer_ckpt_path_support: a spec'd Mock has no ``dirpath``."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from lit_gpu.callbacks.interrupt import checkpoint_folder
+
+    trainer = _trainer(tmp_path, callbacks=[Mock(spec=ModelCheckpoint), *_defaults()])
+    assert checkpoint_folder(trainer) == tmp_path / "checkpoints"
