@@ -147,6 +147,12 @@ class CheckpointOnInterrupt(Callback):
         state.update(_trainer=None, _signal=None, _stage=None, _previous={}, _active=False)
         return state
 
+    def may_save_mid_step(self) -> bool:
+        """Whether a checkpoint may be written in the middle of a training step from now on: a signal
+        came (a second one raises at once), or the handlers are not this process's (off the main thread,
+        before or after a run), where a first Ctrl+C raises ``KeyboardInterrupt`` wherever it lands."""
+        return not self._active or self._signal is not None
+
     # ---- signal handling ----------------------------------------------------------------
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if not self._active:  # after the run (Lightning's teardown may re-install us): as before

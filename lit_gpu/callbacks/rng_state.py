@@ -83,8 +83,7 @@ class RNGStateCallback(Callback):
         """Whether a step's start must keep numpy's and Python's states too: wherever a save can land in the
         middle of a step. Under :class:`CheckpointOnInterrupt` in the main thread that takes a second
         signal, so they are kept from the first signal on; without it (or off the main thread), always."""
-        interrupt = self._interrupt
-        return interrupt is None or not interrupt._active or interrupt._signal is not None
+        return self._interrupt is None or self._interrupt.may_save_mid_step()
 
     @override
     def on_train_batch_end(

@@ -49,6 +49,14 @@ def detect_anomaly(trainer: Any) -> bool:
     return bool(getattr(trainer, "_detect_anomaly", False))
 
 
+def own_hook(obj: object, hook: str, base: type) -> Any:
+    """``obj``'s bound ``hook`` if it is callable and not ``base``'s empty method, else None."""
+    fn = getattr(obj, hook, None)
+    if callable(fn) and getattr(fn, "__func__", None) is not getattr(base, hook, None):
+        return fn
+    return None
+
+
 class PlainHookName:
     """LightningModule mixin: Lightning's ``_current_fx_name`` set without ``nn.Module``'s attribute checks.
 
@@ -71,5 +79,6 @@ __all__ = [
     "detect_anomaly",
     "given_hyperparameters",
     "loggers_record_this_step",
+    "own_hook",
     "restricted_classmethod",
 ]

@@ -40,6 +40,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.core.hooks import ModelHooks
 
 from lit_gpu import messages
+from lit_gpu.upstream import own_hook
 
 #: the hooks Lightning calls inside an optimizer step, in its order
 STEP_HOOKS = ("on_before_zero_grad", "on_before_backward", "on_after_backward", "on_before_optimizer_step")
@@ -54,11 +55,10 @@ _OOM_RECOVERY = "lit_gpu.callbacks.oom_recovery.OOMRecovery"
 _CYCLING = ("OneCycleLR", "CyclicLR")
 
 
-def _hook_fn(obj: object, hook: str, base: type) -> Any:
-    fn = getattr(obj, hook, None)
-    if callable(fn) and getattr(fn, "__func__", None) is not getattr(base, hook, None):
-        return fn
-    return None
+def _in_mro(cls: type, qualified_name: str) -> type | None:
+    """The class named ``qualified_name`` in ``cls``'s MRO, or None; found by name: this room imports no
+    layer above it (layer contract)."""
+    return next((c for c in cls.__mro__ if f"{c.__module__}.{c.__qualname__}" == qualified_name), None)
 
 
 def capture_blocker(trainer: pl.Trainer, module: pl.LightningModule, device: torch.device) -> str | None:
@@ -68,8 +68,7 @@ def capture_blocker(trainer: pl.Trainer, module: pl.LightningModule, device: tor
     if device.type != "cuda" and not StepGraph.allow_cpu:
         return "it needs a CUDA device"
     cls = type(module)
-    # lit_gpu.modules.LitModule, found in the MRO (this room imports no layer above it: layer contract)
-    LitModule = next((c for c in cls.__mro__ if f"{c.__module__}.{c.__qualname__}" == _LIT_MODULE), None)
+    LitModule = _in_mro(cls, _LIT_MODULE)
     if LitModule is None:
         return f"{cls.__name__} is not a lit_gpu LitModule (its arithmetic is not known apart)"
     for name in ("training_step", "_step", "_record_step"):
@@ -88,14 +87,14 @@ def capture_blocker(trainer: pl.Trainer, module: pl.LightningModule, device: tor
     if trainer.lr_scheduler_configs and "capturable" not in optimizer.defaults:
         return f"{type(optimizer).__name__} cannot take its learning rate from a tensor (use Adam or AdamW)"
     for cb in trainer.callbacks:
-        if any(f"{c.__module__}.{c.__qualname__}" == _OOM_RECOVERY for c in type(cb).__mro__):
+        if _in_mro(type(cb), _OOM_RECOVERY) is not None:
             return "OOM recovery retries steps eagerly"
         safe = getattr(type(cb), REPLAY_HOOKS_ATTR, ())
         for hook in STEP_HOOKS:
-            if hook not in safe and _hook_fn(cb, hook, Callback) is not None:
+            if hook not in safe and own_hook(cb, hook, Callback) is not None:
                 return f"{type(cb).__name__}.{hook} runs inside every step"
     for hook in STEP_HOOKS:
-        if _hook_fn(module, hook, ModelHooks) is not None:
+        if own_hook(module, hook, ModelHooks) is not None:
             return f"{cls.__name__}.{hook} runs inside every step"
     return None
 
@@ -148,7 +147,7 @@ class StepGraph:
             fn
             for cb in trainer.callbacks
             for hook in getattr(type(cb), REPLAY_HOOKS_ATTR, ())
-            if hook == "on_before_backward" and (fn := _hook_fn(cb, hook, Callback)) is not None
+            if hook == "on_before_backward" and (fn := own_hook(cb, hook, Callback)) is not None
         ]
         self._saved: list[tuple[dict[str, Any], Any, Any]] = []  # (group, lr, capturable) to put back
         self._moved_steps: list[tuple[dict[str, Any], dict[str, Any], torch.Tensor]] = []
@@ -260,10 +259,10 @@ class StepGraph:
         else:
             for s, t in zip(self.static, batch, strict=True):
                 s.copy_(t, non_blocking=True)
-        if self.graph is None:
-            if self.steps < self.warmup:
-                self._eager_step()
-            else:
+        if self.graph is None and self.steps < self.warmup:
+            self._eager_step()
+        else:
+            if self.graph is None:
                 try:
                     self._capture()
                 except Exception as err:  # a host sync, an op that cannot be captured...
@@ -273,10 +272,7 @@ class StepGraph:
                         torch.cuda.synchronize(self.device)
                     self.stand_aside(f"the step could not be captured ({messages.first_line(err)})")
                     return None
-                self.graph.replay()
-                self.replays += 1
-        else:
-            self.graph.replay()
+            self.graph.replay()  # the capture itself runs nothing: its step is this first replay
             self.replays += 1
         self.steps += 1
         return self.loss.clone()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 import torch
@@ -25,9 +25,11 @@ from lightning.pytorch.core.hooks import ModelHooks
 from typing_extensions import override
 
 from lit_gpu import messages
-from lit_gpu.upstream import PlainHookName
+from lit_gpu.upstream import PlainHookName, own_hook
 from lit_gpu.upstream.gate import fast_path_problem
-from lit_gpu.upstream.step_graph import StepGraph, capture_blocker
+
+if TYPE_CHECKING:
+    from lit_gpu.upstream.step_graph import StepGraph
 
 #: the hooks Lightning calls once per batch (training, then evaluation and prediction)
 BATCH_HOOKS = (
@@ -217,7 +219,7 @@ class HookDispatch:
         the live list reaches them in the same call, so this does too."""
         i = self._seen_len
         while i < len(callbacks):
-            fn = _own_hook(callbacks[i], hook, Callback)
+            fn = own_hook(callbacks[i], hook, Callback)
             if fn is not None:
                 fn(self.trainer, self.module, *args)
             i += 1
@@ -236,11 +238,11 @@ class HookDispatch:
             self.idle = set()
         fns = self._callback_fns.get(hook)
         if fns is None:  # any callback's hook but Lightning's empty one (a user callback's too)
-            found = (_own_hook(cb, hook, Callback) for cb in callbacks)
+            found = (own_hook(cb, hook, Callback) for cb in callbacks)
             fns = self._callback_fns[hook] = [fn for fn in found if fn is not None]
         has = self._module_has.get(hook)
         if has is None:
-            has = self._module_has[hook] = _own_hook(module, hook, ModelHooks) is not None
+            has = self._module_has[hook] = own_hook(module, hook, ModelHooks) is not None
         set_name = self.set_name
         if not fns and not has:
             self.idle.add(hook)
@@ -298,7 +300,9 @@ class LeanOptimizerStep(FitPatch):
         epoch_loop = trainer.fit_loop.epoch_loop
         optimization = epoch_loop.automatic_optimization
         lean = _LeanStep(trainer, optimization)
-        if wanted is not None:
+        if wanted is not None:  # the capture's module only where it is asked for
+            from lit_gpu.upstream.step_graph import StepGraph, capture_blocker
+
             reason = capture_blocker(trainer, pl_module, trainer.strategy.root_device)
             if reason is not None:
                 messages.tell(messages.CUDA_GRAPH_ASIDE.format(reason=reason))
@@ -517,14 +521,6 @@ def _plain_strategy_step(trainer: pl.Trainer) -> bool:
 #: ``__setattr__`` methods that store a ``str``/``None`` ``_current_fx_name`` in the instance ``__dict__``
 #: unchanged: for these the name is written there directly, without a Python call per write
 _PLAIN_SETATTR = (PlainHookName.__setattr__, torch.nn.Module.__setattr__)
-
-
-def _own_hook(obj: object, hook: str, base: type) -> Any:
-    """``obj``'s bound ``hook`` if it is callable and not ``base``'s empty method, else None."""
-    fn = getattr(obj, hook, None)
-    if callable(fn) and getattr(fn, "__func__", None) is not getattr(base, hook, None):
-        return fn
-    return None
 
 
 def hook_name_setter(module: pl.LightningModule) -> Callable[[str | None], None]:
