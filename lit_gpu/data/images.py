@@ -8,8 +8,8 @@ from torch.utils.data import DataLoader, Dataset
 from typing_extensions import override
 
 from lit_gpu.data._checks import check_loader_args
+from lit_gpu.data._trainer import rank_and_world, use_pin_memory
 from lit_gpu.data.stateful import ResumableDataLoader
-from lit_gpu.devices import on_cuda
 
 #: per-channel mean and std the images are normalized with (uint8 values / 255)
 IMAGE_MEAN, IMAGE_STD = 0.5, 0.25
@@ -149,21 +149,17 @@ class SyntheticImageDataModule(pl.LightningDataModule):
         self.val_set = ImageTensors(images[n : n + held_out], labels[n : n + held_out])
         self.test_set = ImageTensors(images[n + held_out :], labels[n + held_out :])
 
-    def _use_pin_memory(self) -> bool:
-        return self.pin_memory if self.pin_memory is not None else on_cuda(self.trainer)
-
     def _kwargs(self) -> dict:
         return dict(
             batch_size=self.batch_size,
             num_workers=self.num_workers,
-            pin_memory=self._use_pin_memory(),
+            pin_memory=use_pin_memory(self.pin_memory, self.trainer),
             persistent_workers=self.num_workers > 0,
         )
 
     @override
     def train_dataloader(self) -> DataLoader:
-        trainer = self.trainer
-        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        rank, world = rank_and_world(self.trainer)
         return ResumableDataLoader(
             self.train_set,
             shuffle=True,

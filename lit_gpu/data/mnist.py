@@ -12,6 +12,7 @@ from typing_extensions import override
 
 from lit_gpu import messages
 from lit_gpu.data._checks import check_loader_args
+from lit_gpu.data._trainer import rank_and_world, use_pin_memory
 from lit_gpu.data.stateful import ResumableDataLoader
 from lit_gpu.data.tensor_loader import TensorLoader
 from lit_gpu.devices import on_cuda
@@ -190,13 +191,10 @@ class MNISTDataModule(pl.LightningDataModule):
 
     # ---- loaders ------------------------------------------------------------------------
     def _use_pin_memory(self) -> bool:
-        if self.pin_memory is not None:
-            return self.pin_memory
-        return on_cuda(self.trainer)
+        return use_pin_memory(self.pin_memory, self.trainer)
 
     def _rank_and_world(self) -> tuple[int, int]:
-        trainer = self.trainer
-        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        return rank_and_world(self.trainer)
 
     def _loader(self, dataset: Dataset, shuffle: bool) -> DataLoader:
         kwargs = dict(

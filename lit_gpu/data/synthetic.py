@@ -9,6 +9,7 @@ from typing_extensions import override
 
 from lit_gpu import messages
 from lit_gpu.data._checks import check_loader_args
+from lit_gpu.data._trainer import rank_and_world
 from lit_gpu.data.stateful import ResumableDataLoader
 from lit_gpu.errors import LitGpuError
 
@@ -84,8 +85,7 @@ class SyntheticRegressionDataModule(pl.LightningDataModule):
             persistent_workers=self.num_workers > 0,
         )
         if train:  # resumable at any sample; the loader shards itself under DDP (keeps shuffle: false)
-            trainer = self.trainer
-            rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+            rank, world = rank_and_world(self.trainer)
             return ResumableDataLoader(
                 dataset, shuffle=shuffle, seed=self.seed, rank=rank, world_size=world, **kwargs
             )
