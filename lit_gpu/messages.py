@@ -314,6 +314,38 @@ INIT_NOT_A_FOLDER = "lit-gpu init {folder}: {folder} is a file, not a folder; na
 INIT_WROTE = "wrote {files} into {folder}; next: {next}"
 
 
+#: longest text from a file shown in one message; the rest is cut with an ellipsis
+SHOWN_MAX_CHARS = 200
+
+
+def shown(value: object, *, limit: int = SHOWN_MAX_CHARS) -> str:
+    """``value`` as one safe line for a terminal or log: the one function for text that came from a file.
+
+    Every string read from a file, a checkpoint or a model (a path, a step, a name, a metric key) goes
+    through here before it is printed: control characters (newlines, escape sequences, C1 codes, bidi
+    overrides) are written as Python escapes (``\\n``, ``\\x1b``), so a file cannot forge a ``lit-gpu:``
+    line, move the cursor or set a terminal's title; longer texts are cut at ``limit`` characters.
+    """
+    text = value if isinstance(value, str) else str(value)
+    out = []
+    for char in text:
+        code = ord(char)
+        if char == "\\":
+            out.append(char)
+        elif code < 0x20 or 0x7F <= code < 0xA0 or char in _INVISIBLE:
+            out.append(char.encode("unicode_escape").decode("ascii") if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(char)
+    line = "".join(out)
+    return line if len(line) <= limit else line[: limit - 1] + "\u2026"
+
+
+#: format characters that reorder or hide text on a terminal (bidi overrides, zero-width marks)
+_INVISIBLE = frozenset(
+    "\u200b\u200c\u200d\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff"
+)
+
+
 def first_line(err: BaseException) -> str:
     """The first line of an exception's message, or its type name when the message is empty."""
     text = str(err).strip()

@@ -23,3 +23,17 @@ def test_tell_is_silent_on_other_ranks_but_errors_are_not(capsys, monkeypatch):
     messages.tell_error("bad flag")
     out, err = capsys.readouterr()
     assert out == "" and err == "lit-gpu: error: bad flag\n"
+
+
+def test_shown_escapes_control_characters_and_keeps_one_line() -> None:
+    from lit_gpu.messages import shown
+
+    forged = "7\nlit-gpu: error: forged\x1b]0;pwned\x07\r\x9b31m\u202eevil"
+    line = shown(forged)
+    assert "\n" not in line and "\r" not in line and "\x1b" not in line and "\x07" not in line
+    assert "\x9b" not in line and "\u202e" not in line
+    assert line.startswith("7\\nlit-gpu: error: forged\\x1b]0;pwned\\x07\\r")
+    assert shown("plain text / é ✓") == "plain text / é ✓"
+    assert shown(3.5) == "3.5"
+    long = shown("x" * 1000)
+    assert len(long) == 200 and long.endswith("\u2026")
