@@ -7,6 +7,10 @@
 * :func:`read_for_resume`: what Lightning restores (``AtomicCheckpointIO.load_checkpoint``), with every
   path in callback state that leads outside the checkpoint's own folder dropped (:func:`drop_outside_paths`).
 * :func:`inside`: whether a path, after resolving ``..``, absolute forms and symlinks, is in a folder.
+
+Without ``trust``, every read is bounded by the file's size first (:mod:`lit_gpu.files.bounds`,
+:class:`CheckpointLimits`): a file that would cost more than ``constant + 2 x its size`` of memory, or
+that is not laid out as ``torch.save`` writes it, is one line before ``torch.load`` runs.
 """
 
 from __future__ import annotations
@@ -23,10 +27,12 @@ import torch
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files.bounds import BoundsError, CheckpointLimits, PickledObjects, check_bounds
 from lit_gpu.messages import first_line
 
 __all__ = [
     "CheckpointError",
+    "CheckpointLimits",
     "STATE_PATH_KEYS",
     "check_checkpoint_file",
     "drop_outside_paths",
@@ -85,9 +91,40 @@ def check_checkpoint_file(path: str | os.PathLike) -> Path:
     return path
 
 
+LEGACY_REFUSED = (
+    "{path} is not a zip-format torch checkpoint (the legacy format of torch < 1.6, or not a checkpoint), "
+    "whose reading cannot be bounded by its size; save it again with a current torch.save, or, only if "
+    "you trust the file, {opt_out}"
+)
+
+
+def _bounded(source: Any, path: Any, opt_out: str, limits: CheckpointLimits | None) -> Any:
+    """``source`` after :func:`check_bounds` passed it (a non-seekable stream is read into memory first)."""
+    if isinstance(source, io.IOBase) and not (source.seekable() and source.readable()):
+        source = io.BytesIO(source.read())
+    try:
+        if isinstance(source, str | os.PathLike) and not zipfile.is_zipfile(source):
+            raise CheckpointError(LEGACY_REFUSED.format(path=f"checkpoint {path}", opt_out=opt_out))
+        check_bounds(source, limits, where=f"checkpoint {path}")
+    except PickledObjects as err:
+        message = messages.PICKLE_REFUSED.format(path=f"checkpoint {path}", opt_out=opt_out)
+        raise CheckpointError(message) from err
+    except BoundsError as err:
+        raise CheckpointError(str(err)) from err
+    return source
+
+
 def _torch_load(
-    source: Any, path: Any, map_location: Any, weights_only: bool, opt_out: str, **kw: Any
+    source: Any,
+    path: Any,
+    map_location: Any,
+    weights_only: bool,
+    opt_out: str,
+    limits: CheckpointLimits | None = None,
+    **kw: Any,
 ) -> Any:
+    if weights_only:
+        source = _bounded(source, path, opt_out, limits)
     try:
         return torch.load(source, map_location=map_location, weights_only=weights_only, **kw)
     except pickle.UnpicklingError as err:
@@ -108,6 +145,7 @@ def read_checkpoint(
     trust: bool = False,
     *,
     opt_out: str = "pass trust=True",
+    limits: CheckpointLimits | None = None,
 ) -> Any:
     """Read a checkpoint file (``torch.save`` format or ``.safetensors``) into Python objects.
 
@@ -119,15 +157,18 @@ def read_checkpoint(
         trust: Allow arbitrary pickles (sets ``weights_only=False``). Only for files you trust: the
             caller passes the user's own choice here, never a value read from a file.
         opt_out: How the caller's user allows pickles, for the refusal message.
+        limits: The budgets of reading it (:class:`CheckpointLimits`; the defaults when ``None``):
+            without ``trust``, a file whose reading would cost more is refused before ``torch.load``.
 
     Raises:
-        CheckpointError: Missing, empty, corrupt or truncated file, or pickled objects without ``trust``.
+        CheckpointError: Missing, empty, corrupt or truncated file, pickled objects without ``trust``, or
+            a file whose reading would exceed ``limits``.
     """
     if not isinstance(path_or_obj, str | os.PathLike | io.IOBase):
         return path_or_obj
     weights_only = bool(weights_only) and not trust
     if isinstance(path_or_obj, io.IOBase):
-        return _torch_load(path_or_obj, "from a file object", map_location, weights_only, opt_out)
+        return _torch_load(path_or_obj, "from a file object", map_location, weights_only, opt_out, limits)
     path = check_checkpoint_file(path_or_obj)
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
@@ -137,10 +178,15 @@ def read_checkpoint(
             return load_file(str(path), device=device)
         except Exception as err:
             raise _corrupt(path, err) from None
-    return _torch_load(path, path, map_location, weights_only, opt_out)
+    return _torch_load(path, path, map_location, weights_only, opt_out, limits)
 
 
-def read_header(path: str | os.PathLike, trust: bool = False, opt_out: str = "pass trust=True") -> Any:
+def read_header(
+    path: str | os.PathLike,
+    trust: bool = False,
+    opt_out: str = "pass trust=True",
+    limits: CheckpointLimits | None = None,
+) -> Any:
     """The checkpoint with its tensors memory-mapped (not read): step, epoch, hyper-parameters, state.
 
     One weights-only read serves every question ``--ckpt_path`` resolution asks (which step, which
@@ -151,7 +197,7 @@ def read_header(path: str | os.PathLike, trust: bool = False, opt_out: str = "pa
         return None
     mmap = zipfile.is_zipfile(path)
     extra = {"mmap": True} if mmap else {}
-    return _torch_load(path, path, "cpu", not trust, opt_out, **extra)
+    return _torch_load(path, path, "cpu", not trust, opt_out, limits, **extra)
 
 
 def read_for_check(checkpoint_path: Any, weights_only: bool) -> Any:
