@@ -96,19 +96,29 @@ def clean_keys(state_dict: Mapping[str, Any], strip: Iterable[str] = ()) -> dict
     return cleaned
 
 
+#: wrappers nest a few deep in real checkpoints; more layers than this are left on the keys, which
+#: keeps cleaning linear in the keys' length whatever a file holds
+_MAX_WRAPPER_LAYERS = 16
+
+
 def _unwrap(keys: list[str]) -> list[str]:
-    changed = True
-    while changed and keys:
-        changed = False
+    keys = list(keys)
+    changed, rounds = True, 0
+    while changed and keys and rounds < _MAX_WRAPPER_LAYERS:
+        changed, rounds = False, rounds + 1
         for wrapper in WRAPPER_PREFIXES:
             if all(k.startswith(wrapper) for k in keys):
                 keys, changed = [k[len(wrapper) :] for k in keys], True
-        for attr in sorted({k.split(".", 1)[0] + "." for k in keys if "." in k}):
-            group = [k for k in keys if k.startswith(attr)]
+        groups: dict[str, list[int]] = {}  # "net." -> the positions of the keys under it (one pass)
+        for i, k in enumerate(keys):
+            if "." in k:
+                groups.setdefault(k.split(".", 1)[0] + ".", []).append(i)
+        for attr in sorted(groups):
             for wrapper in WRAPPER_PREFIXES:
-                if all(k.startswith(attr + wrapper) for k in group):
+                if all(keys[i].startswith(attr + wrapper) for i in groups[attr]):
                     cut = len(attr) + len(wrapper)
-                    keys = [attr + k[cut:] if k.startswith(attr) else k for k in keys]
+                    for i in groups[attr]:
+                        keys[i] = attr + keys[i][cut:]
                     changed = True
                     break
     return keys
@@ -129,15 +139,24 @@ def load_state_dict(
 
 
 # ---- loading into a model -----------------------------------------------------------------------
-def _candidates(state_dict: dict[str, Any], target_keys: set[str]) -> list[dict[str, Any]]:
-    """The state_dict as is, with a shared first segment removed, or with a target prefix added."""
-    options = [state_dict]
+def _best_candidate(state_dict: dict[str, Any], target_keys: set[str]) -> dict[str, Any]:
+    """The state_dict as is, with a shared first segment removed, or with a target prefix added:
+    whichever matches most target keys (the first of equals, in that order). Linear in the keys."""
+    best, score = state_dict, len(target_keys.intersection(state_dict))
     firsts = {k.split(".", 1)[0] for k in state_dict if "." in k}
     if len(firsts) == 1 and all("." in k for k in state_dict):
-        options.append(clean_keys(state_dict, strip=[firsts.pop() + "."]))
-    for prefix in sorted({k.split(".", 1)[0] + "." for k in target_keys if "." in k}):
-        options.append({prefix + k: v for k, v in state_dict.items()})
-    return options
+        stripped = clean_keys(state_dict, strip=[firsts.pop() + "."])
+        if len(target_keys.intersection(stripped)) > score:
+            best, score = stripped, len(target_keys.intersection(stripped))
+    added: dict[str, int] = {}  # "net." -> target keys that are "net." + a state_dict key
+    for key in target_keys:
+        if "." in key:
+            first, rest = key.split(".", 1)
+            added[first + "."] = added.get(first + ".", 0) + (rest in state_dict)
+    for prefix in sorted(added):
+        if added[prefix] > score:
+            best, score = {prefix + k: v for k, v in state_dict.items()}, added[prefix]
+    return best
 
 
 def _report(state_dict: Mapping[str, torch.Tensor], target: nn.Module) -> LoadReport:
@@ -181,7 +200,7 @@ def load_into(
     """
     state_dict = load_state_dict(source, map_location, weights_only, trust)
     target_keys = set(target.state_dict())
-    best = max(_candidates(state_dict, target_keys), key=lambda sd: len(target_keys & set(sd)))
+    best = _best_candidate(state_dict, target_keys)
     report = _report(best, target)
     if strict and not report.ok:
         name = source if isinstance(source, str | os.PathLike) else "the checkpoint"

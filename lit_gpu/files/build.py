@@ -167,7 +167,8 @@ def _import_module(module_name: str, class_path: str, where: _Where) -> types.Mo
             installed = root in sys.modules
         state = "is not a trusted package" if installed else "is not installed"
         fix = (
-            f"if you trust the package {root!r}: --trust_module {root} (lit-gpu export) or {TRUST_ENV}={root}"
+            f"if you trust the package {root!r}: --trust_module {root} (lit-gpu export), "
+            f"trust_modules=[{root!r}] (lit_gpu.checkpoints in Python) or {TRUST_ENV}={root}"
             if installed
             else f"install {root!r} or point PYTHONPATH at it"
         )

@@ -284,6 +284,25 @@ def drop_outside_state_paths(state: MutableMapping[str, Any], folder: str | os.P
     return dropped
 
 
+NOT_LIGHTNING = (
+    "{path} is {what}, not a Lightning checkpoint, so a run cannot start from it; give --ckpt_path "
+    "(ckpt_path=) a .ckpt written by lit-gpu fit, or load the weights into a module with "
+    "lit_gpu.checkpoints.load_into(module, path)"
+)
+
+
+def _what_it_is(path: str | os.PathLike, checkpoint: Any) -> str:
+    """A few words on a file that is not a Lightning checkpoint."""
+    if str(path).endswith(".safetensors"):
+        return "a safetensors file of weights"
+    if isinstance(checkpoint, Mapping) and checkpoint:
+        if all(isinstance(v, torch.Tensor) for v in checkpoint.values()):
+            return f"a plain state_dict of {len(checkpoint)} tensors (as lit-gpu export writes)"
+        keys = ", ".join(repr(k)[:30] for k in list(checkpoint)[:3])
+        return f"a torch.save file of a dict ({keys}{', ...' if len(checkpoint) > 3 else ''})"
+    return f"a torch.save file of {type(checkpoint).__name__}"
+
+
 def read_for_resume(
     path: str | os.PathLike, map_location: Any = "cpu", weights_only: bool | None = None
 ) -> Any:
@@ -294,6 +313,8 @@ def read_for_resume(
     """
     trust = weights_only is False
     checkpoint = read_checkpoint(path, map_location, trust=trust, opt_out="pass --weights_only false")
+    if not (isinstance(checkpoint, Mapping) and "pytorch-lightning_version" in checkpoint):
+        raise CheckpointError(NOT_LIGHTNING.format(path=path, what=_what_it_is(path, checkpoint)))
     folder = Path(path).resolve().parent
     dropped = drop_outside_paths(checkpoint, folder)
     if dropped:
