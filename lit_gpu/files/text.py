@@ -307,7 +307,7 @@ def _line(event: Any) -> int | None:
 
 
 def parse_yaml(text: str, source: object, limits: Limits = YAML_LIMITS, *, fix: str | None = None) -> Any:
-    """``text`` (from ``source``) as plain data within ``limits`` (PyYAML's safe loader: no tags, no objects)."""
+    """``text`` (from ``source``) as plain data within ``limits``: the safe loader (no tags, no objects)."""
     import yaml
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
