@@ -90,6 +90,14 @@ class BadFileError(LitGpuError):
             BAD_FILE.format(source=messages.shown(self.source), where=where, problem=problem, fix=fix or FIX)
         )
 
+    @classmethod
+    def stated(cls, source: object, message: str) -> BadFileError:
+        """The error with ``message`` as its whole line (a message that names the file and the fix)."""
+        err = cls.__new__(cls)
+        LitGpuError.__init__(err, message)
+        err.source, err.problem = str(source), message
+        return err
+
 
 # ---- opening ------------------------------------------------------------------------------------
 def open_regular(path: str | os.PathLike, fix: str | None = None) -> Any:
