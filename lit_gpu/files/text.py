@@ -19,7 +19,6 @@ The budgets of each kind are the constants below (``docs/checkpoints.md`` lists 
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import os
@@ -352,15 +351,6 @@ def read_yaml(path: str | os.PathLike, limits: Limits = YAML_LIMITS, *, fix: str
 
 
 # ---- CSV ----------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _field_limit(chars: int) -> Iterator[None]:
-    old = csv.field_size_limit(chars)
-    try:
-        yield
-    finally:
-        csv.field_size_limit(old)
-
-
 def csv_rows(
     path: str | os.PathLike, limits: Limits = CSV_LIMITS, *, fix: str | None = None
 ) -> Iterator[list[str]]:
@@ -374,15 +364,17 @@ def csv_rows(
 
     reader = csv.reader(texts())
     while True:
+        old = csv.field_size_limit(limits.max_field)  # process-wide: set for each row, put back at once
         try:
-            with _field_limit(limits.max_field):
-                row = next(reader)
+            row = next(reader)
         except StopIteration:
             return
         except csv.Error as err:
             raise BadFileError(
                 path, f"not CSV ({messages.first_line(err)})", fix, number[0] or None
             ) from None
+        finally:
+            csv.field_size_limit(old)
         if len(row) > limits.max_columns:
             raise BadFileError(path, f"a row has more than {limits.max_columns} fields", fix, number[0])
         yield row

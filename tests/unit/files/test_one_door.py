@@ -48,7 +48,10 @@ ALLOWED = {
     ("lit_gpu/commands/sweep/owners.py", "read_text"): "/proc/PID/stat, written by the kernel",
     ("lit_gpu/devices.py", "read_text"): "/proc/cpuinfo, written by the kernel",
     ("lit_gpu/recipes.py", "read_text"): "a recipe file shipped inside the lit_gpu package",
-    ("lit_gpu/commands/configs.py", "read_text"): "a recipe file shipped inside the lit_gpu package, copied out",
+    (
+        "lit_gpu/commands/configs.py",
+        "read_text",
+    ): "a recipe file shipped inside the lit_gpu package, copied out",
 }
 
 
