@@ -72,7 +72,15 @@ def make_storage(spec: str | None, sweep_dir: Path) -> Any:
     check_journal(path)
     try:
         return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError, AssertionError) as err:
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        IndexError,
+        AttributeError,
+        AssertionError,
+        RecursionError,
+    ) as err:
         # optuna replays the journal here: an entry it cannot apply was not written by optuna
         problem = f"an entry optuna cannot replay ({type(err).__name__}: {messages.first_line(err)})"
         raise BadFileError(path, messages.shown(problem, limit=160), JOURNAL_FIX) from err
