@@ -29,7 +29,7 @@ from lit_gpu.files.text import JSON_LIMITS, YAML_LIMITS, BadFileError, read_json
 
 SPACE_LIMITS = replace(YAML_LIMITS, max_bytes=1 << 20, max_depth=16)  # a search space is a few dozen lines
 OWNER_LIMITS = replace(JSON_LIMITS, max_bytes=64 << 10, max_depth=4)  # one flat record
-_MAX_PID = 1 << 22  # Linux's pid_max ceiling
+_MAX_PID = 1 << 31  # a pid is a positive C int (os.kill overflows past it)
 
 
 def read_space_file(path: str | os.PathLike) -> Any:

@@ -84,8 +84,8 @@ class GpuClaims:
             if path == self.mine:
                 continue
             tail = path.stem.rsplit("@", 1)[1]
-            if not (tail.isascii() and tail.isdigit() and 0 < len(tail) <= 7):
-                continue  # not a lease this module wrote (pids are below 2**22)
+            if not (tail.isascii() and tail.isdigit() and 0 < len(tail) <= 10 and 0 < int(tail) < 2**31):
+                continue  # not a lease this module wrote (a pid is a positive C int)
             pid = int(tail)
             try:
                 os.kill(pid, 0)
