@@ -20,7 +20,7 @@ import torch
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.checkpoint import inside
-from lit_gpu.files.text import csv_dicts
+from lit_gpu.files.text import METRICS_FIX, csv_dicts
 from lit_gpu.io import atomic_file
 
 DPI = 100
@@ -70,7 +70,7 @@ def read_metrics(run_dir: str | os.PathLike) -> Series:
     streamed through :func:`lit_gpu.files.text.csv_dicts` (its budgets: field and line size).
     """
     points: dict[str, dict[float, float]] = {}
-    _, rows = csv_dicts(find_metrics(run_dir))
+    _, rows = csv_dicts(find_metrics(run_dir), fix=METRICS_FIX)
     for row_number, row in enumerate(rows):
         step = _number(row.get("step"))
         x = float(row_number) if step is None else step

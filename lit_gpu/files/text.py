@@ -70,6 +70,7 @@ CSV_LIMITS = Limits(max_line=1 * MiB, max_field=128 * KiB, max_columns=10_000)
 TEXT_LIMITS = Limits(max_bytes=1 * MiB)
 
 FIX = "fix or remove that file"
+METRICS_FIX = "move it aside or remove it (only the curves logged so far are in it)"
 BAD_FILE = "{source}{where}: {problem}; {fix}"
 
 
