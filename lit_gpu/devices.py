@@ -30,6 +30,7 @@ from typing import Any
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files.text import parse_json
 from lit_gpu.messages import CPU_FIX
 
 FREE_PATTERN = re.compile(r"^\s*free\s*:\s*(\d+)\s*$", re.IGNORECASE)
@@ -218,6 +219,7 @@ def pick_free_gpus(n: int) -> list[int]:
 
 # ---- free:N for a whole job: decide once, hand down through the environment -------------------
 FREE_CHOICE_ENV = "LIT_GPU_FREE_CHOICE"
+ENV_FIX = f"unset {FREE_CHOICE_ENV} (a parent lit-gpu sets it for the ranks it starts)"
 """Environment variable with the JSON record of a job's ``free:N`` choice (set by the deciding process)."""
 
 
@@ -271,7 +273,7 @@ class FreeChoice:
     @classmethod
     def from_env(cls, text: str) -> FreeChoice:
         """Parse a :data:`FREE_CHOICE_ENV` value (``decided_here`` is ``False``)."""
-        data = json.loads(text)
+        data = parse_json(text, f"${FREE_CHOICE_ENV}", fix=ENV_FIX)
         return cls(
             n=int(data["n"]),
             gpus=tuple(ChosenGpu(**g) for g in data["gpus"]),
@@ -363,7 +365,7 @@ def claim_free_gpus(n: int) -> FreeChoice:
         try:
             choice = FreeChoice.from_env(recorded)
         except (ValueError, KeyError, TypeError) as err:
-            reason = f"{type(err).__name__}: {err}"
+            reason = messages.shown(f"{type(err).__name__}: {err}", limit=120)
             raise LitGpuError(
                 messages.FREE_RECORD_GARBLED.format(var=FREE_CHOICE_ENV, reason=reason)
             ) from err

@@ -40,6 +40,7 @@ from lit_gpu.errors import LitGpuError
 from lit_gpu.files.checkpoint import read_header
 from lit_gpu.files.locate import refuse_links_out_of
 from lit_gpu.files.run_config import CONFIG_N_RE, saved_configs
+from lit_gpu.files.text import METRICS_FIX, csv_header, read_csv
 from lit_gpu.io import atomic_file
 
 DEFAULT_ROOT = "runs"
@@ -173,10 +174,7 @@ def continue_run(run_dir: str | os.PathLike, step: int) -> int:
     path = Path(run_dir) / METRICS_NAME
     if not path.is_file():
         return 0
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        header = list(reader.fieldnames or [])
-        rows = list(reader)
+    header, rows = read_csv(path, fix=METRICS_FIX)  # lit_gpu.files.text: budgeted, one-line errors
     kept = [row for row in rows if not _step_at_or_after(row.get("step"), step)]
     if len(kept) == len(rows):
         return 0
@@ -353,9 +351,8 @@ class MetricsWriter:
 
     def _header(self) -> list[str]:
         try:
-            with open(self.metrics_file_path, newline="") as f:
-                return list(next(csv.reader(f), []))
-        except OSError:
+            return csv_header(self.metrics_file_path, fix=METRICS_FIX)
+        except FileNotFoundError:
             return []
 
     def log_hparams(self, params: dict[str, Any]) -> None:
@@ -378,8 +375,7 @@ class MetricsWriter:
         if new_keys:
             self.metrics_keys = sorted([*self.metrics_keys, *new_keys])
             if exists:
-                with open(self.metrics_file_path, newline="") as f:
-                    old_rows = list(csv.DictReader(f))
+                _, old_rows = read_csv(self.metrics_file_path, fix=METRICS_FIX)
                 with atomic_file(self.metrics_file_path, "w", newline="") as f:
                     writer = csv.DictWriter(f, fieldnames=self.metrics_keys)
                     writer.writeheader()

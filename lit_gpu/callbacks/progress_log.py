@@ -126,7 +126,8 @@ class ProgressLog(ProgressBar):
         self.interval = float(interval)
         self.format = format
         env_trial = os.environ.get(TRIAL_ENV, "").strip()
-        self.trial = trial if trial is not None else (int(env_trial) if env_trial.isdigit() else None)
+        ok = env_trial.isascii() and env_trial.isdigit() and len(env_trial) <= 18  # an int, not a 10**5000
+        self.trial = trial if trial is not None else (int(env_trial) if ok else None)
         self.command = list(command) if command is not None else None
         self.stream = stream
         self._enabled = True

@@ -12,13 +12,11 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Literal
-
-import yaml
 
 from lit_gpu import messages
 from lit_gpu.devices import FreeChoice, auto_precision, claim_free_gpus, parse_free_request
+from lit_gpu.files.text import BadFileError, read_yaml
 
 
 # ---- resolution before the Trainer is built ------------------------------------------------------
@@ -63,8 +61,8 @@ def as_argv(args: Any) -> list[str]:
 
 def _yaml_lookup(path: str, dotted: str) -> Any:
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError):
+        data = read_yaml(path)
+    except (OSError, BadFileError):
         return None
     for part in dotted.split("."):
         if not isinstance(data, dict) or part not in data:

@@ -27,6 +27,7 @@ from typing import Any
 from typing_extensions import override
 
 from lit_gpu.devices import on_cuda
+from lit_gpu.files.text import read_json
 
 MODES = ("cpu", "gpu", "amp", "bf16", "dp", "ddp")
 
@@ -244,7 +245,7 @@ def run_mode(plan: ModePlan, cli_args: list[str], steps: int, warmup: int, timeo
             return BenchResult(
                 plan.mode, plan.label, status=f"failed: {lines[-1] if lines else proc.returncode}"
             )
-        data = json.loads(result_path.read_text())
+        data = read_json(result_path)
     metrics = data["metrics"]  # Throughput adds the global "samples_per_sec" only when world_size > 1
     device_rate = metrics.get("device/samples_per_sec")
     rate = metrics.get("samples_per_sec", device_rate * data["world_size"] if device_rate else None)

@@ -9,7 +9,6 @@ notebooks keep their inline backend) at a fixed size and dpi: a curves PNG is al
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import os
 import sys
@@ -21,6 +20,7 @@ import torch
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.checkpoint import inside
+from lit_gpu.files.text import METRICS_FIX, csv_dicts
 from lit_gpu.io import atomic_file
 
 DPI = 100
@@ -28,6 +28,7 @@ CURVES_FIGSIZE = (12.0, 4.5)  # inches
 CURVES_SIZE_PX = (1200, 450)  # (width, height) of plot_run's PNG
 CONFUSION_FIGSIZE = (6.0, 5.5)
 CONFUSION_SIZE_PX = (600, 550)
+MAX_CURVES = 24  # curves per panel: a file with thousands of loss columns still draws in a second
 
 Series = dict[str, list[tuple[float, float]]]
 
@@ -65,18 +66,19 @@ def read_metrics(run_dir: str | os.PathLike) -> Series:
     Empty cells are skipped (Lightning writes step and epoch metrics on separate rows). The x value
     is the ``step`` column, or the row number when there is none. Points come sorted by step, one per
     step: where a step repeats (a file that several attempts of a restarted run appended to), the
-    later row wins, as the resumed attempt's value is the one the run continued from.
+    later row wins, as the resumed attempt's value is the one the run continued from. The file is
+    streamed through :func:`lit_gpu.files.text.csv_dicts` (its budgets: field and line size).
     """
     points: dict[str, dict[float, float]] = {}
-    with open(find_metrics(run_dir), newline="") as f:
-        for row_number, row in enumerate(csv.DictReader(f)):
-            step = _number(row.get("step"))
-            x = float(row_number) if step is None else step
-            for name, cell in row.items():
-                value = _number(cell)
-                if name in ("step", "epoch") or name is None or value is None:
-                    continue
-                points.setdefault(name, {})[x] = value
+    _, rows = csv_dicts(find_metrics(run_dir), fix=METRICS_FIX)
+    for row_number, row in enumerate(rows):
+        step = _number(row.get("step"))
+        x = float(row_number) if step is None else step
+        for name, cell in row.items():
+            value = _number(cell)
+            if name in ("step", "epoch") or value is None:
+                continue
+            points.setdefault(name, {})[x] = value
     return {name: sorted(by_step.items()) for name, by_step in points.items()}
 
 
@@ -87,18 +89,28 @@ def _number(cell: str | None) -> float | None:
         value = float(cell)
     except ValueError:
         return None
-    return value if math.isfinite(value) else None
+    return value if math.isfinite(value) and abs(value) < _PLOTTABLE else None
+
+
+_PLOTTABLE = 1e300  # beyond it matplotlib's axis arithmetic overflows
+
+
+def plain_label(text: object) -> str:
+    """``text`` from a file as a matplotlib label: one safe line (:func:`messages.shown`), ``$`` escaped
+    so that it is never read as mathtext, and no leading ``_`` (which would hide it from the legend)."""
+    label = messages.shown(text, limit=80).replace("$", r"\$")
+    return "\u200a" + label if label.startswith("_") else label
 
 
 def _label(name: str) -> str:
     for suffix in ("_step", "_epoch"):
         if name.endswith(suffix):
-            return f"{name.removesuffix(suffix)} ({suffix[1:]})"
-    return name
+            return plain_label(f"{name.removesuffix(suffix)} ({suffix[1:]})")
+    return plain_label(name)
 
 
 def _panel(ax, series: Series, names: Iterable[str], title: str) -> None:
-    for name in names:
+    for name in list(names)[:MAX_CURVES]:
         points = series[name]
         xs, ys = [p[0] for p in points], [p[1] for p in points]
         many = len(points) > 20
@@ -133,14 +145,16 @@ def plot_run(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -
     panels = [(names, title) for names, title in ((loss, "loss"), (acc, "accuracy")) if names]
     if not panels:
         raise LitGpuError(
-            f"{csv_path} has no loss or accuracy column (columns: {', '.join(series) or 'none'})"
+            f"{messages.shown(csv_path)} has no loss or accuracy column "
+            f"(columns: {messages.shown(', '.join(series) or 'none')}); "
+            "pass the run folder of a lit-gpu fit (its CSV logger writes loss and accuracy columns)"
         )
     fig = Figure(figsize=CURVES_FIGSIZE, dpi=DPI)
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (names, title) in zip(axes, panels, strict=True):
         _panel(ax, series, names, title)
-    fig.suptitle(str(csv_path.parent))
+    fig.suptitle(plain_label(csv_path.parent))
     fig.tight_layout()
     out_path = Path(out) if out is not None else csv_path.parent / "curves.png"
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ from lit_gpu.data.stateful import ResumableDataLoader
 from lit_gpu.data.tensor_loader import TensorLoader
 from lit_gpu.devices import on_cuda
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files.idx import check_idx_pair, idx_problem
 from lit_gpu.messages import first_line
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
@@ -34,33 +35,14 @@ def missing_raw_files(data_dir: str | Path) -> list[str]:
     return [name for name in RAW_FILES if not (raw / name).is_file()]
 
 
-_IDX_ITEM_SIZE = {0x08: 1, 0x09: 1, 0x0B: 2, 0x0C: 4, 0x0D: 4, 0x0E: 8}  # IDX type code -> bytes
-
-
 def idx_file_problem(path: str | Path) -> str | None:
     """Why an IDX file cannot be read (truncated, or not IDX at all), or ``None`` when its size is right.
 
     torchvision reads the whole file and reshapes it, so a short file fails with torch's
-    ``shape '[60000, 28, 28]' is invalid``; the header tells the size the file must have.
+    ``shape '[60000, 28, 28]' is invalid``; the header tells the size the file must have
+    (:mod:`lit_gpu.files.idx`).
     """
-    path = Path(path)
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        header = f.read(4)
-        if len(header) == 4 and header[:2] == b"\0\0" and header[2] in _IDX_ITEM_SIZE and 1 <= header[3] <= 4:
-            dims_bytes = f.read(4 * header[3])
-        else:
-            dims_bytes = b""
-    if not dims_bytes:
-        magic = int.from_bytes(header.ljust(4, b"\0"), "big")
-        return messages.NOT_AN_IDX_FILE.format(path=path, magic=magic)
-    count = 1
-    for i in range(0, len(dims_bytes) - 3, 4):
-        count *= int.from_bytes(dims_bytes[i : i + 4], "big")
-    expected = 4 + 4 * header[3] + count * _IDX_ITEM_SIZE[header[2]]
-    if len(dims_bytes) < 4 * header[3] or size != expected:
-        return messages.TRUNCATED_IDX_FILE.format(path=path, size=size, expected=expected)
-    return None
+    return idx_problem(path)
 
 
 class MNISTDataModule(pl.LightningDataModule):
@@ -168,10 +150,8 @@ class MNISTDataModule(pl.LightningDataModule):
         if missing:
             raise self._not_found(missing)
         raw = Path(self.data_dir) / "MNIST" / "raw"
-        for name in RAW_FILES[:2] if train else RAW_FILES[2:]:
-            problem = idx_file_problem(raw / name)
-            if problem:
-                raise LitGpuError(problem)
+        images, labels = RAW_FILES[:2] if train else RAW_FILES[2:]
+        check_idx_pair(raw / images, raw / labels)  # each file's size, and as many labels as images
         from torchvision.datasets import MNIST
 
         return MNIST(self.data_dir, train=train, download=False, transform=self.transform)

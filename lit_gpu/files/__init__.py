@@ -6,7 +6,11 @@
   only the model and data it names.
 * :mod:`lit_gpu.files.locate`: which run and which checkpoint ``--ckpt_path last|best|FILE`` means.
 * :mod:`lit_gpu.files.build`: building what a file names (``class_path``) after checking it all.
+* :mod:`lit_gpu.files.text`: every other text file (YAML, JSON, JSON lines, CSV, plain text), read within
+  budgets (bytes, line and field size, nesting, integer range, encoding) into plain data, or one line.
+* :mod:`lit_gpu.files.idx`: MNIST's IDX files, their headers checked against their sizes.
+* :mod:`lit_gpu.files.names`: names that become path components (a study name) checked as names.
 
-Nothing else in lit_gpu calls ``torch.load``, reads a run's YAML or imports what a file names
+Nothing else in lit_gpu calls ``torch.load``, reads a text file or imports what a file names
 (``tests/unit/files/test_one_door.py`` walks the package). Importing this package imports nothing.
 """

@@ -52,7 +52,6 @@ import types
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -60,6 +59,7 @@ from torch import nn
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files.text import BadFileError, parse_yaml, read_yaml
 
 __all__ = [
     "NESTED_KINDS",
@@ -318,13 +318,16 @@ def _imports_strings(annotation: Any, loader: bool = False) -> bool:
     return False
 
 
-def _parsed(text: str) -> Any:
-    import yaml
-
+def _parsed(text: str, where: Any) -> Any:
+    """``text`` parsed as YAML, as jsonargparse would; ``text`` itself where it is not YAML."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
+        return parse_yaml(text, "a string value")
+    except BadFileError as err:
+        if err.problem.startswith("YAML syntax error"):
+            return text
+        raise where.refuse(
+            f"the string {text[:80]!r} is YAML past lit_gpu's budget ({err.problem})"
+        ) from None
 
 
 def _element_annotation(annotation: Any, container: str) -> Any:
@@ -374,7 +377,7 @@ def _plan_value(value: Any, annotation: Any, where: _Where) -> Any:
             "(jsonargparse) would import and call what the string names"
         )
     if isinstance(value, str) and where.loader and any(_accepts_any(o) for o in _options(annotation)):
-        parsed = _parsed(value)  # jsonargparse parses strings for untyped parameters as YAML
+        parsed = _parsed(value, where)  # jsonargparse parses strings for untyped parameters as YAML
         if isinstance(parsed, dict | list):
             _plan_value(parsed, typing.Any, where)
     if isinstance(value, _PLAIN):
@@ -567,16 +570,15 @@ def check_hparams(
             hparams.update(checkpoint[key])
     where_key = "hyper_parameters"
     if hparams_file is not None:
-        import yaml
-
         source, where_key = str(hparams_file), "hparams"
+        fix = (
+            "YAML tags can build Python objects, so it was not loaded; "
+            "remove the tags or pass the arguments yourself"
+        )
         try:
-            loaded = yaml.safe_load(Path(hparams_file).read_text()) if os.path.isfile(hparams_file) else None
-        except yaml.YAMLError as err:
-            raise UnsafeBuildError(
-                f"{hparams_file}: not plain YAML ({str(err).splitlines()[0]}); YAML tags can build Python "
-                "objects, so it was not loaded; remove the tags or pass the arguments yourself"
-            ) from None
+            loaded = read_yaml(hparams_file, fix=fix) if os.path.isfile(hparams_file) else None
+        except BadFileError as err:
+            raise UnsafeBuildError(str(err)) from None
         hparams = dict(loaded) if isinstance(loaded, Mapping) else {}
     instantiator = hparams.pop("_instantiator", None)
     class_path = hparams.pop("_class_path", None)

@@ -28,6 +28,7 @@ import yaml
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files.text import BadFileError, read_yaml
 
 __all__ = [
     "CONFIG_NAME",
@@ -107,8 +108,8 @@ def _read(path: Path) -> dict[str, Any] | None:
     try:
         if not path.is_file() or path.stat().st_size > _MAX_BYTES:
             return None
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError, UnicodeDecodeError, RecursionError):
+        data = read_yaml(path)  # lit_gpu.files.text: budgeted plain YAML
+    except (OSError, yaml.YAMLError, UnicodeDecodeError, RecursionError, BadFileError):
         return None
     return data if isinstance(data, dict) else None
 

@@ -15,19 +15,21 @@ heartbeat) is read here too; a malformed one counts as absent.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.checkpoint import inside
+from lit_gpu.files.text import JSON_LIMITS, YAML_LIMITS, BadFileError, read_json, read_yaml
 
-_MAX_SPACE_BYTES = 1 << 20  # a search space is a few dozen lines
+SPACE_LIMITS = replace(YAML_LIMITS, max_bytes=1 << 20, max_depth=16)  # a search space is a few dozen lines
+OWNER_LIMITS = replace(JSON_LIMITS, max_bytes=64 << 10, max_depth=4)  # one flat record
+_MAX_PID = 1 << 31  # a pid is a positive C int (os.kill overflows past it)
 
 
 def read_space_file(path: str | os.PathLike) -> Any:
@@ -38,15 +40,10 @@ def read_space_file(path: str | os.PathLike) -> Any:
         OSError, ValueError: Unreadable, too big (over 1 MiB) or not YAML (``yaml.YAMLError`` is a
             ``ValueError`` here, with its first line as the message).
     """
-    import yaml
-
-    file = Path(path)
-    if file.stat().st_size > _MAX_SPACE_BYTES:
-        raise ValueError(f"{file.stat().st_size} bytes; a search space is a few dozen lines")
     try:
-        return yaml.safe_load(file.read_text())
-    except (yaml.YAMLError, RecursionError, UnicodeDecodeError) as err:
-        raise ValueError(str(err).splitlines()[0] if str(err) else type(err).__name__) from None
+        return read_yaml(path, SPACE_LIMITS, fix="fix the search space file")
+    except BadFileError as err:
+        raise ValueError(err.problem) from None
 
 
 OWNERS = ".owners"
@@ -165,7 +162,11 @@ class Owner:
 
 
 def _int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < _MAX_PID
+
+
+def _short_str(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= 256
 
 
 def owner_path(sweep_dir: Path, run_dir: Path) -> Path:
@@ -176,17 +177,20 @@ def owner_path(sweep_dir: Path, run_dir: Path) -> Path:
 def read_owner(path: Path) -> Owner | None:
     """The owner record at ``path``; ``None`` when absent or malformed."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = read_json(path, OWNER_LIMITS)
+    except (OSError, BadFileError):
         return None
     if not isinstance(data, dict):
         return None
+    beat = data.get("beat")
     ok = (
         _int(data.get("pid"))
-        and isinstance(data.get("host"), str)
-        and isinstance(data.get("beat"), int | float)
+        and _short_str(data.get("host"))
+        and isinstance(beat, int | float)
+        and not isinstance(beat, bool)
+        and math.isfinite(beat)
         and data.get("state", "running") in _STATES
-        and all(data.get(k) is None or isinstance(data.get(k), str) for k in ("started", "child_started"))
+        and all(data.get(k) is None or _short_str(data.get(k)) for k in ("started", "child_started"))
         and (data.get("child_pid") is None or _int(data.get("child_pid")))
     )
     if not ok:

@@ -22,7 +22,6 @@ spaces). Optuna is imported only when a sweep runs (``pip install 'lit-gpu[sweep
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 
@@ -34,7 +33,7 @@ from lit_gpu.commands.sweep.options import JOURNAL_NAME, SWEEPS_ROOT, SweepOptio
 from lit_gpu.commands.sweep.report import completed, plot_study, print_table
 from lit_gpu.commands.sweep.space import SearchSpace, load_space
 from lit_gpu.commands.sweep.study import make_storage, open_study, quiet_optuna, require_optuna
-from lit_gpu.commands.sweep.trial import TRIAL_ENV, run_trial_child
+from lit_gpu.commands.sweep.trial import TRIAL_ENV, run_trial_child, trial_spec
 from lit_gpu.commands.sweep.worker import Worker
 from lit_gpu.files.sweep_storage import check_params, read_trial
 
@@ -94,7 +93,7 @@ def main(argv: Sequence[str]) -> int:
     """``lit-gpu sweep --config ... --search SPACE.yaml --n_trials N [...]`` (see :mod:`.options`)."""
     spec = os.environ.get(TRIAL_ENV)
     if spec:  # a trial's child process (or one of its DDP ranks), started by run_in_child
-        return run_trial_child(json.loads(spec))
+        return run_trial_child(trial_spec(spec))
     options, fit_args = parse_argv(argv)
     return sweep(options, fit_args)
 

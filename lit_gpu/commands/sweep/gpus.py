@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -11,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from lit_gpu import devices as lit_devices
+from lit_gpu.files.text import JSON_LIMITS, BadFileError, read_json
+
+LEASE_LIMITS = dataclasses.replace(JSON_LIMITS, max_bytes=4096, max_depth=2)  # a list of GPU ordinals
 
 _MANY = 1 << 16  # "as many as asked": counts an explicit device list without a GPU query
 
@@ -79,7 +83,10 @@ class GpuClaims:
         for path in self.folder.glob(f"{self.host}@*.json"):
             if path == self.mine:
                 continue
-            pid = int(path.stem.rsplit("@", 1)[1])
+            tail = path.stem.rsplit("@", 1)[1]
+            if not (tail.isascii() and tail.isdigit() and 0 < len(tail) <= 10 and 0 < int(tail) < 2**31):
+                continue  # not a lease this module wrote (a pid is a positive C int)
+            pid = int(tail)
             try:
                 os.kill(pid, 0)
             except ProcessLookupError:
@@ -87,9 +94,11 @@ class GpuClaims:
                 continue
             except PermissionError:
                 pass
-            with contextlib.suppress(OSError, ValueError):
-                for ordinal in json.loads(path.read_text()):
-                    held[int(ordinal)] = held.get(int(ordinal), 0) + 1
+            with contextlib.suppress(OSError, BadFileError):
+                ordinals = read_json(path, LEASE_LIMITS)
+                for ordinal in ordinals if isinstance(ordinals, list) else ():
+                    if isinstance(ordinal, int) and 0 <= ordinal < 1024:
+                        held[ordinal] = held.get(ordinal, 0) + 1
         return held
 
     def claim(self, k: int) -> list[int]:

@@ -12,16 +12,16 @@ import csv
 import os
 from pathlib import Path
 
+from lit_gpu.files.text import read_csv
 from lit_gpu.io import atomic_file
 
 METRICS = "metrics.csv"
 ASIDE = ".metrics.before_continue.csv"
+FIX = "remove it (the trial continues from its checkpoint; only the curves of its earlier steps are lost)"
 
 
 def _rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        return list(reader.fieldnames or []), list(reader)
+    return read_csv(path, fix=FIX)
 
 
 def _step(row: dict[str, str]) -> float:

@@ -9,10 +9,12 @@ from pathlib import Path
 
 from lit_gpu import messages, recipes
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files.names import check_name
 
 SWEEPS_ROOT = "runs/sweeps"
 JOURNAL_NAME = "optuna_journal.log"
 DEFAULT_TRIALS = 10
+NAME_FIX = "pass --study_name NAME, or rename the search file (e.g. space.yaml)"
 
 
 @dataclass
@@ -112,4 +114,8 @@ def parse_argv(argv: Sequence[str]) -> tuple[SweepOptions, list[str]]:
     if options.until_complete is not None:
         _check_count("--until_complete", "only report", options.until_complete)
     _check_count("--gpus_per_trial", "as configured", options.gpus_per_trial)
+    if options.study_name is not None:
+        check_name(options.study_name, "--study_name", "pass a name without / such as my_study")
+    else:
+        check_name(options.study, f"the study name taken from --search {options.search!r}", NAME_FIX)
     return options, fit_args

@@ -8,6 +8,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from lit_gpu import messages
+from lit_gpu.commands.plot import plain_label
 from lit_gpu.commands.sweep.fitargs import fmt, short_names
 from lit_gpu.files.sweep_storage import TrialRecord
 
@@ -25,24 +27,30 @@ def print_table(study: Any, records: list[TrialRecord], metric: str, top: int) -
     """The best ``top`` trials (params, metric, run folder) and a count of states, on stdout."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    def cell(value: object) -> Text:  # text from the storage: one safe line, never Rich markup
+        return Text(messages.shown(value, limit=80))
 
     trials = completed(records, study.direction.name.lower() == "maximize")[:top]
     keys: list[str] = []
     for t in trials:
         keys += [k for k in t.params if k not in keys]
     names = short_names(keys)
-    table = Table(title=f"study {study.study_name}: best {len(trials)} trials by {metric}")
+    table = Table(title=cell(f"study {study.study_name}: best {len(trials)} trials by {metric}"))
     for column in ("rank", "trial", metric, *(names[k] for k in keys), "run folder"):
-        table.add_column(column, no_wrap=column == "run folder")
+        table.add_column(cell(column), no_wrap=column == "run folder")
     for rank, t in enumerate(trials, 1):
-        params = [fmt(t.params[k]) if k in t.params else "" for k in keys]
-        table.add_row(str(rank), str(t.number), f"{t.value:.6g}", *params, str(t.run_dir))
+        params = [cell(fmt(t.params[k])) if k in t.params else "" for k in keys]
+        table.add_row(str(rank), str(t.number), f"{t.value:.6g}", *params, cell(t.run_dir))
     console = Console(width=None if sys.stdout.isatty() else 200, soft_wrap=False)
     console.print(table)
     counts: dict[str, int] = {}
     for r in records:
         counts[r.state] = counts.get(r.state, 0) + 1
-    print(f"trials: {', '.join(f'{n} {state}' for state, n in sorted(counts.items()))}", flush=True)
+    print(
+        f"trials: {', '.join(f'{n} {state}' for state, n in sorted(counts.items()))}", flush=True
+    )  # optuna's names
 
 
 def plot_study(study: Any, out: Path, metric: str) -> Path:
@@ -72,7 +80,7 @@ def plot_study(study: Any, out: Path, metric: str) -> Path:
     history.xaxis.set_major_locator(MaxNLocator(integer=True))
     history.set_title("optimization history")
     history.set_xlabel("trial")
-    history.set_ylabel(metric)
+    history.set_ylabel(plain_label(metric))
     history.grid(alpha=0.3)
     if done or pruned:
         history.legend(fontsize="small")
@@ -89,14 +97,14 @@ def plot_study(study: Any, out: Path, metric: str) -> Path:
             why = str(err).splitlines()[0] if str(err) else type(err).__name__
     if scores:
         names = short_names(list(scores))
-        labels = [names[k] for k in scores][::-1]
+        labels = [plain_label(names[k]) for k in scores][::-1]
         importance.barh(labels, list(scores.values())[::-1], color="tab:green")
         importance.set_xlabel("importance (Optuna's PED-ANOVA, sums to 1)")
     else:
         importance.text(0.5, 0.5, why, ha="center", va="center", wrap=True, transform=importance.transAxes)
         importance.set_axis_off()
     importance.set_title("parameter importances")
-    fig.suptitle(f"study {study.study_name}")
+    fig.suptitle(plain_label(f"study {study.study_name}"))
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp.png")

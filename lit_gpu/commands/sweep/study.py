@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,8 +12,35 @@ from typing import Any
 from lit_gpu import messages
 from lit_gpu.commands.sweep.options import JOURNAL_NAME, SweepOptions
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files.checkpoint import inside
+from lit_gpu.files.text import JSON_LINES_LIMITS, BadFileError, json_lines
 
 RDB_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "oracle", "mssql")
+JOURNAL_FIX = "it was not written by lit-gpu sweep: use a new --study_name or --storage, or remove it"
+JOURNAL_LINKS_OUT = (
+    "sweep journal {path} is a link out of the sweep folder {folder}; remove the link, "
+    "or name the journal you mean with --storage"
+)
+BAD_STORAGE = (
+    "--storage {url}: cannot open that database ({reason}); check the URL "
+    "(e.g. sqlite:///sweep.db, postgresql://user:password@host/db) and that its driver is installed"
+)
+SWEEP_DIR_OUTSIDE = (
+    "sweep folder {folder} leads out of --root {root} (a link); remove the link or pass another --root"
+)
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+
+def _database_error(err: BaseException) -> bool:
+    """Whether ``err`` is the database layer's answer to a URL (bad URL, no driver, no server)."""
+    kinds: tuple[type[BaseException], ...] = (ImportError, ValueError, OSError)
+    with contextlib.suppress(ImportError):  # optuna needs SQLAlchemy for RDB storages
+        from sqlalchemy.exc import SQLAlchemyError
+
+        kinds += (SQLAlchemyError,)
+    return isinstance(err, kinds)
+
+
 _SEED_STRIDE = 1_000_003  # a prime: seed s, trial n -> (s * stride + n) mod 2**32
 
 
@@ -31,11 +59,46 @@ def make_storage(spec: str | None, sweep_dir: Path) -> Any:
     if spec and "://" in spec:
         scheme = spec.split("://", 1)[0].split("+", 1)[0].lower()
         if scheme not in RDB_SCHEMES:
-            raise LitGpuError(messages.SWEEP_UNKNOWN_STORAGE.format(spec=spec, scheme=scheme))
+            raise LitGpuError(
+                messages.SWEEP_UNKNOWN_STORAGE.format(spec=shown_url(spec), scheme=messages.shown(scheme))
+            )
         return _rdb_storage(spec)
     path = Path(spec) if spec else sweep_dir / JOURNAL_NAME
+    if not spec and (path.exists() or path.is_symlink()) and not inside(path, sweep_dir):
+        raise LitGpuError(
+            JOURNAL_LINKS_OUT.format(path=messages.shown(path), folder=messages.shown(sweep_dir))
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
-    return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+    check_journal(path)
+    try:
+        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        IndexError,
+        AttributeError,
+        AssertionError,
+        RecursionError,
+    ) as err:
+        # optuna replays the journal here: an entry it cannot apply was not written by optuna
+        problem = f"an entry optuna cannot replay ({type(err).__name__}: {messages.first_line(err)})"
+        raise BadFileError(path, messages.shown(problem, limit=160), JOURNAL_FIX) from err
+
+
+def check_journal(path: Path) -> None:
+    """Every complete line of a journal file is a JSON object with an integer ``op_code`` (budgeted:
+    :data:`lit_gpu.files.text.JSON_LINES_LIMITS`), before optuna replays it."""
+    if not path.exists():
+        return
+    for number, entry in json_lines(path, JSON_LINES_LIMITS, fix=JOURNAL_FIX):
+        if not (isinstance(entry, dict) and type(entry.get("op_code")) is int):
+            raise BadFileError(path, "an entry is not an optuna journal record", JOURNAL_FIX, number)
+
+
+def shown_url(url: str) -> str:
+    """A storage URL for a message: one safe line, its password hidden."""
+    return messages.shown(_PASSWORD.sub(r"\1***@", url), limit=120)
 
 
 def _rdb_storage(url: str, tries: int = 5) -> Any:
@@ -47,6 +110,9 @@ def _rdb_storage(url: str, tries: int = 5) -> Any:
             return optuna.storages.RDBStorage(url)
         except Exception as err:  # SQLAlchemy's IntegrityError/ProgrammingError: "... already exists"
             if attempt == tries - 1 or "already exists" not in str(err):
+                if _database_error(err):
+                    reason = messages.shown(messages.first_line(err), limit=160)
+                    raise LitGpuError(BAD_STORAGE.format(url=shown_url(url), reason=reason)) from err
                 raise
             time.sleep(0.5 + attempt)
     raise AssertionError("unreachable")  # pragma: no cover
@@ -112,6 +178,12 @@ def open_study(options: SweepOptions) -> Any:
     """Create the study, or load it when it exists (same name and storage: the sweep continues)."""
     import optuna
 
+    if options.sweep_dir.exists() and not inside(options.sweep_dir, options.root):
+        raise LitGpuError(
+            SWEEP_DIR_OUTSIDE.format(
+                folder=messages.shown(options.sweep_dir), root=messages.shown(options.root)
+            )
+        )
     storage = make_storage(options.storage, options.sweep_dir)
     study = optuna.create_study(
         study_name=options.study,

@@ -22,13 +22,17 @@ from typing import Any
 
 from typing_extensions import override
 
+from lit_gpu import messages
 from lit_gpu.commands.sweep.pruning import SweepPruning
+from lit_gpu.files.text import JSON_LIMITS, BadFileError, parse_json, read_json
 from lit_gpu.translate import explain
 
 TRIAL_ENV = "LIT_GPU_SWEEP_TRIAL"
 RESULT_NAME = "sweep_trial.json"
 ERROR_NAME = "sweep_error.txt"
 _SIGNAL_EXITS = (130, 143)  # 128 + SIGINT, 128 + SIGTERM
+SPEC_FIX = f"unset {TRIAL_ENV} (lit-gpu sweep sets it for the trial processes it starts)"
+RESULT_LIMITS = JSON_LIMITS
 
 
 @dataclass
@@ -142,13 +146,38 @@ def run_in_child(
         proc.wait()
         return TrialResult(error="interrupted", interrupted=130)
     if result_path.is_file():
-        result = TrialResult(**json.loads(result_path.read_text()))
+        result = read_result(result_path)
         if returncode == 0 or result.error:
             return result
     if returncode in _SIGNAL_EXITS or -returncode in (signal.SIGINT, signal.SIGTERM):
         code = returncode if returncode > 0 else 128 - returncode
         return TrialResult(error="interrupted", interrupted=code)
     return TrialResult(error=f"the trial process exited with status {returncode} (its error is above)")
+
+
+def trial_spec(text: str) -> dict[str, Any]:
+    """The trial spec a sweep worker put in ``$LIT_GPU_SWEEP_TRIAL`` for its child process."""
+    spec = parse_json(text, f"${TRIAL_ENV}", fix=SPEC_FIX)
+    keys = {"connect": dict, "metric": str, "args": list, "result": str}
+    if not isinstance(spec, dict) or not all(isinstance(spec.get(k), t) for k, t in keys.items()):
+        raise BadFileError(f"${TRIAL_ENV}", "not a trial spec of lit-gpu sweep", SPEC_FIX)
+    return spec
+
+
+def read_result(path: Path) -> TrialResult:
+    """The result file a trial's child process wrote; a damaged one counts as an error of that trial."""
+    fields = {"value": (int, float), "pruned_at": int, "logged": list, "error": str, "interrupted": int}
+    try:
+        data = read_json(path, RESULT_LIMITS)
+    except BadFileError as err:
+        return TrialResult(error=err.problem)
+    if not isinstance(data, dict) or not all(
+        k in fields and (v is None or isinstance(v, fields[k])) for k, v in data.items()
+    ):
+        return TrialResult(error=f"{messages.shown(path)} is not a trial result")
+    if data.get("logged") is not None:
+        data["logged"] = [str(x) for x in data["logged"]]
+    return TrialResult(**data)
 
 
 @contextlib.contextmanager
