@@ -368,7 +368,7 @@ class RunFolder:
         dropped = continue_run(folder, step)
         self._version = folder.name
         note = messages.CONTINUING_DROPPED.format(rows=dropped) if dropped else ""
-        messages.tell(messages.CONTINUING_RUN.format(folder=folder, step=step, dropped=note))
+        messages.tell(messages.CONTINUING_RUN.format(folder=shown(folder), step=step, dropped=note))
 
     def _same_model_check(self) -> Any:
         wanted = self.same_model

@@ -158,7 +158,7 @@ class Run:
         """``version_3 (RegressionModule(SimpleModel) + ...; last.ckpt, best-...ckpt)``."""
         if not self.mine:
             return f"{self.folder.name} (owned by {layout.owner_name(self.owner)}, not by you)"
-        what = self.signature.describe() if self.signature else f"no {CONFIG_NAME}"
+        what = shown(self.signature.describe()) if self.signature else f"no {CONFIG_NAME}"
         names = sorted({shown(p.name, limit=60) for p in self.checkpoints})
         ckpts = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "") if names else "no checkpoint"
         return f"{self.folder.name} ({what}; {ckpts})"
@@ -434,7 +434,7 @@ def resolve(config: Any, where: Where) -> Resolution | None:
             raise LitGpuError(messages.NO_CKPT_IN_DIRPATH.format(which=which, dirpath=where.dirpath))
         header = check_checkpoint(choice.path, sub, headers[choice.path])
         why = f"{choice.reason} in checkpoint.dirpath {shown(where.dirpath)}"
-        return Resolution(key, str(choice.path), header, text.format(path=choice.path, why=why))
+        return Resolution(key, str(choice.path), header, text.format(path=shown(choice.path), why=why))
     wanted = Signature.of({"model": _plain(_get(sub, "model")), "data": _plain(_get(sub, "data"))})
     found = [
         (run, _run_facts(run, wanted, which)) for parent in where.parents for run in layout.list_runs(parent)
@@ -452,7 +452,7 @@ def resolve(config: Any, where: Where) -> Resolution | None:
         newer = run_choice.skipped_newer(sorted(skipped, key=lambda s: -s.version), run.version)
         if newer:
             why += f"; passed over newer {newer}"
-        return Resolution(key, str(choice.path), header, text.format(path=choice.path, why=why))
+        return Resolution(key, str(choice.path), header, text.format(path=shown(choice.path), why=why))
     message = messages.NO_MATCHING_RUN.format(
         which=which,
         model=wanted.describe(),
