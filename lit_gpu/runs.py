@@ -362,6 +362,7 @@ class RunFolder:
 
     def _continue(self, continues: Continuation) -> None:
         folder, step = continues.folder, continues.step
+        layout.remove_dead_claims(folder.parent)  # a start killed while it claimed a folder
         self.lock = layout.RunLock.hold(folder)
         if self.lock is None:
             raise LitGpuError(RUN_BEING_WRITTEN.format(folder=shown(folder)))

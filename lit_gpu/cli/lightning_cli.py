@@ -311,8 +311,9 @@ class LitGpuCLI(LightningCLI):
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         if config_value(config, "trainer") is not None and config.trainer.get("callbacks", []) is None:
             config.trainer.callbacks = [cls() for cls in DEFAULT_CALLBACKS]  # a config older than the list
+        parsed = self.config[self.subcommand] if self.subcommand else self.config
         loggers, self.run_folder = run_folders.trainer_loggers(  # CSV + TB, one folder
-            config, self.subcommand, self.resolution
+            config, self.subcommand, self.resolution, parsed
         )
         if loggers is not None:
             kwargs.setdefault("logger", loggers)

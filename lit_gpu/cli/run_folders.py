@@ -54,7 +54,10 @@ def add_arguments(parser: LightningArgumentParser) -> None:
 
 
 def trainer_loggers(
-    config: Any, subcommand: str | None = None, resolution: locate.Resolution | None = None
+    config: Any,
+    subcommand: str | None = None,
+    resolution: locate.Resolution | None = None,
+    parsed: Any = None,
 ) -> tuple[list[Any] | None, runs.RunFolder | None]:
     """lit_gpu's loggers for this run and their shared folder, or ``(None, None)`` for the user's own.
 
@@ -63,7 +66,9 @@ def trainer_loggers(
     ``--new_run true``; a new fit may take over the folder of a start of the same model that died
     before its first checkpoint; ``validate``/``test``/``predict`` write into a new
     ``evaluations/<command>_<k>`` of the evaluated checkpoint's run. ``resolution`` hands on the
-    checkpoint's header, read once by the ``--ckpt_path`` resolution.
+    checkpoint's header, read once by the ``--ckpt_path`` resolution; ``parsed`` is the sub-command's
+    parsed config (plain ``class_path`` entries: which model and data this run trains), ``config`` if
+    not given.
     """
     logger = config_value(config, "trainer.logger")
     if logger is not None and logger is not True:
@@ -80,7 +85,8 @@ def trainer_loggers(
     continues = None
     if subcommand == "fit" and not config_value(config, "new_run", False):
         continues = runs.continuation(ckpt_path, header)  # the ckpt's folder, found from the file
-    model = {"model": _plain(config_value(config, "model")), "data": _plain(config_value(config, "data"))}
+    parsed = config if parsed is None else parsed
+    model = {"model": _plain(config_value(parsed, "model")), "data": _plain(config_value(parsed, "data"))}
     folder = runs.RunFolder(
         root_dir(config), runs.DEFAULT_NAME, continues=continues, same_model=Signature.of(model)
     )

@@ -269,8 +269,9 @@ def _clear_start_files(folder: Path) -> None:
     # temp files of its killed saves in checkpoints/ go with the fit's stale-temp cleanup (lit_gpu.io)
 
 
-def _remove_dead_claims(parent: Path) -> None:
-    """Temp folders of claims killed before their rename (their lock is free)."""
+def remove_dead_claims(parent: str | os.PathLike) -> None:
+    """Remove the temp folders of claims killed before their rename (their lock is free), yours only."""
+    parent = Path(parent)
     with contextlib.suppress(OSError):
         for entry in parent.iterdir():
             if entry.name.startswith(_CLAIM_PREFIX) and _real_dir(entry) and _owner(entry) == my_uid():
@@ -296,11 +297,11 @@ def claim_run(
     """
     parent = Path(root) / name
     parent.mkdir(parents=True, exist_ok=True)
+    remove_dead_claims(parent)
     if same_model is not None:
         taken = _take_over(parent, same_model)
         if taken is not None:
             return taken
-    _remove_dead_claims(parent)
     temp = parent / f"{_CLAIM_PREFIX}{uuid.uuid4().hex}"
     os.mkdir(temp)
     try:

@@ -73,7 +73,9 @@ def _ckpt(path: Path, step: int, score: float | None = None, mtime: float | None
 
 
 def _resolve(parent: Path, config: dict, which: str, sub: str = "test", **where) -> locate.Resolution | None:
-    namespace = dict_to_namespace({"subcommand": sub, sub: {**config, "ckpt_path": which, "weights_only": True}})
+    namespace = dict_to_namespace(
+        {"subcommand": sub, sub: {**config, "ckpt_path": which, "weights_only": True}}
+    )
     return locate.resolve(namespace, locate.Where(dirpath=None, parents=[parent], **where))
 
 
@@ -91,8 +93,9 @@ def test_last_is_the_highest_step_of_the_newest_matching_run_never_the_newest_fi
     assert got.path == str(run / "checkpoints" / "last-v1.ckpt") and got.header["global_step"] == 12
     assert "step 12, epoch 3; the highest step of 2 complete last*.ckpt; 1 incomplete left out" in got.line
     assert "run version_1, the newest of yours with RegressionModule(SimpleModel)" in got.line
-    assert "passed over newer version_3: no last*.ckpt yet; version_2: another model (RegressionModule(FooNet)" in (
-        got.line
+    assert (
+        "passed over newer version_3: no last*.ckpt yet; version_2: another model (RegressionModule(FooNet)"
+        in (got.line)
     )
     assert got.line.count("\n") == 0
 
@@ -144,7 +147,13 @@ def test_names_lit_gpu_did_not_make_are_ignored_never_fatal(tmp_path):
     from lit_gpu.files import layout
 
     parent = tmp_path / "lit_gpu"
-    for name in ("version_99999999999999999999", "version_abc", "version_\u0663", "version_01", "version_" + "9" * 5000):
+    for name in (
+        "version_99999999999999999999",
+        "version_abc",
+        "version_\u0663",
+        "version_01",
+        "version_" + "9" * 5000,
+    ):
         (parent / name[:250]).mkdir(parents=True)
     (parent / "version_7").write_text("")  # an empty file where a run would be
     run = _run(parent, 3, SIMPLE)
@@ -152,8 +161,16 @@ def test_names_lit_gpu_did_not_make_are_ignored_never_fatal(tmp_path):
     assert [r.name for r in layout.list_runs(parent)] == ["version_3"]
     assert _resolve(parent, SIMPLE, "last").path == str(run / "checkpoints" / "last.ckpt")
     claims = [layout.claim_run(tmp_path) for _ in range(5)]
-    assert [c.folder.name for c in claims] == ["version_4", "version_5", "version_6", "version_8", "version_9"]
-    assert (parent / "version_7").is_file() and not any(p.name.startswith(".claim-") for p in parent.iterdir())
+    assert [c.folder.name for c in claims] == [
+        "version_4",
+        "version_5",
+        "version_6",
+        "version_8",
+        "version_9",
+    ]
+    assert (parent / "version_7").is_file() and not any(
+        p.name.startswith(".claim-") for p in parent.iterdir()
+    )
 
 
 def test_a_file_name_cannot_forge_a_line(tmp_path):
