@@ -18,9 +18,9 @@ from torch import nn
 
 from lit_gpu import safe_build
 from lit_gpu.cli import LitGpuCLI
+from lit_gpu.cli.ckpt_path import resolve_ckpt_path
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files import build as build_module
-from lit_gpu.cli.ckpt_path import resolve_ckpt_path
 from lit_gpu.nets import SimpleModel
 from lit_gpu.safe_build import UnsafeBuildError, build, check, is_true_subclass
 from tests.helpers.paths import CONFIGS
