@@ -1,16 +1,17 @@
-"""Run folders: one run = one ``ROOT/lit_gpu/version_N`` folder, claimed atomically, found again by config.
+"""Run folders and lit_gpu's loggers: one run = one ``ROOT/lit_gpu/version_N`` folder, evaluations inside it.
 
-``ROOT`` is ``trainer.default_root_dir`` (``runs`` by default). A run folder holds ``config.yaml``,
-``metrics.csv``, the TensorBoard event file and ``checkpoints/``. This module is pure file logic:
+``ROOT`` is ``trainer.default_root_dir`` (``runs`` by default). The layout (which folders are runs, whose,
+the lock of a run being written, ``evaluations/``) is :mod:`lit_gpu.files.layout`'s; this module is the
+writing side:
 
-* :func:`claim_version` creates ``version_N`` with ``os.mkdir`` (atomic: two processes never get the
-  same folder); :func:`run_folder_for_process` hands DDP children the folder their rank 0 claimed;
+* :class:`RunFolder`: the folder lit_gpu's loggers share, claimed on global rank 0 when a run starts
+  (:func:`lit_gpu.files.layout.claim_run`: a new ``version_N``, or the folder of a start of the same
+  model that died before its first checkpoint), continued (a fit resumed from a checkpoint of one of
+  your runs: :func:`continuation`), or, for ``validate``/``test``/``predict``, a new
+  ``evaluations/<command>_<k>`` inside the run of the checkpoint evaluated (:func:`evaluation`);
 * :func:`remove_if_unused` removes the folder of a run that failed before it logged or saved anything;
-* finding earlier runs and reading their ``config.yaml`` is :mod:`lit_gpu.files.locate` and
-  :mod:`lit_gpu.files.run_config` (files someone else may have written are read there only).
-* :func:`continuation` / :func:`continue_run`: a fit resumed from a checkpoint in a run folder
-  continues in that folder (``metrics.csv`` and TensorBoard events appended, rows a stopped attempt
-  wrote after the checkpoint dropped), unless ``--new_run true``.
+* :func:`continue_run`: a continued run's ``metrics.csv`` rows written after the checkpoint are dropped
+  (and the TensorBoard events purged), unless ``--new_run true`` asked for a new folder.
 """
 
 from __future__ import annotations
@@ -37,64 +38,51 @@ from typing_extensions import override
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files import layout
 from lit_gpu.files.checkpoint import read_header
-from lit_gpu.files.locate import refuse_links_out_of
-from lit_gpu.files.run_config import CONFIG_N_RE, saved_configs
+from lit_gpu.files.locate import escaping_links, refuse_links_out_of
+from lit_gpu.files.run_config import CONFIG_N_RE, Signature, run_signature, saved_configs
 from lit_gpu.files.text import METRICS_FIX, csv_header, read_csv
 from lit_gpu.io import atomic_file
+from lit_gpu.messages import shown
 
 DEFAULT_ROOT = "runs"
-DEFAULT_NAME = "lit_gpu"
+DEFAULT_NAME = layout.NAME
 LOGGER_KINDS = ("csv", "tensorboard")
 CONFIG_NAME = "config.yaml"
 METRICS_NAME = "metrics.csv"
 
-_VERSION_RE = re.compile(r"^version_(\d+)$")
 # what a run leaves behind before its first logged metric or checkpoint
-_STARTUP_FILES = re.compile(r"^(config\.yaml|hparams\.yaml|events\.out\.tfevents\..*)$")
+_STARTUP_FILES = re.compile(r"^(config\.yaml|hparams\.yaml|events\.out\.tfevents\..*|\.lit_gpu\.lock)$")
 
 
 # ---- claiming a folder ----------------------------------------------------------------------------
 def version_number(path: str | os.PathLike) -> int | None:
-    """``N`` of a ``version_N`` folder name, else ``None``."""
-    match = _VERSION_RE.match(Path(path).name)
-    return int(match.group(1)) if match else None
+    """``N`` of a ``version_N`` folder name lit_gpu could have made, else ``None``."""
+    return layout.version_number(path)
 
 
 def list_versions(parent: str | os.PathLike) -> list[Path]:
-    """The ``version_N`` folders in ``parent``, by ``N``."""
-    parent = Path(parent)
-    if not parent.is_dir():
-        return []
-    found = [p for p in parent.iterdir() if p.is_dir() and version_number(p) is not None]
-    return sorted(found, key=lambda p: version_number(p) or 0)
+    """The ``version_N`` run folders in ``parent``, by ``N`` (links, files and odd names left out)."""
+    return [run.path for run in layout.list_runs(parent)]
 
 
 def claim_version(root: str | os.PathLike, name: str = DEFAULT_NAME) -> Path:
-    """Create and return the next free ``root/name/version_N``.
+    """Create and return the next free ``root/name/version_N`` (no take-over; its lock let go).
 
-    ``os.mkdir`` either creates the folder or fails with ``FileExistsError``, so two processes
-    claiming at the same moment get two different folders; the loser tries ``N + 1``.
+    Two processes claiming at the same moment get two different folders (see
+    :func:`lit_gpu.files.layout.claim_run`).
     """
-    parent = Path(root) / name
-    parent.mkdir(parents=True, exist_ok=True)
-    versions = list_versions(parent)
-    n = (version_number(versions[-1]) or 0) + 1 if versions else 0
-    while True:
-        folder = parent / f"version_{n}"
-        try:
-            os.mkdir(folder)
-        except FileExistsError:
-            n += 1
-            continue
-        return folder
+    claim = layout.claim_run(root, name)
+    claim.lock.release()
+    return claim.folder
 
 
 def remove_if_unused(folder: str | os.PathLike) -> bool:
     """Remove a run folder that holds only start-up files (no metrics, no checkpoint); True if removed.
 
-    Start-up files are ``config.yaml``, ``hparams.yaml``, TensorBoard event files and empty folders;
-    anything else (``metrics.csv``, a checkpoint, a user's file) keeps the folder.
+    Start-up files are ``config.yaml``, ``hparams.yaml``, TensorBoard event files, the run's lock and
+    empty folders; anything else (``metrics.csv``, a checkpoint, a user's file) keeps the folder.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -112,10 +100,10 @@ def run_folder_of(ckpt_path: str | os.PathLike) -> Path | None:
 
     Paths stored inside the checkpoint or its ``config.yaml`` (another machine's) are not used.
     """
-    ckpt = Path(ckpt_path)
-    if not ckpt.is_file() or ckpt.parent.name != "checkpoints" or version_number(ckpt.parent.parent) is None:
+    if not Path(ckpt_path).is_file():
         return None
-    return ckpt.parent.parent
+    run = layout.run_of_checkpoint(ckpt_path)
+    return None if run is None else run.path
 
 
 def resume_log_step(checkpoint: Mapping[str, Any]) -> int | None:
@@ -143,22 +131,84 @@ class Continuation:
     step: int
 
 
-def continuation(ckpt_path: str | os.PathLike | None) -> Continuation | None:
+NOT_YOUR_RUN = "the run {folder} of {ckpt} is owned by {owner}, not by you: {what} goes to a folder of yours"
+RUN_BEING_WRITTEN = (
+    "not continuing the run in {folder}: another process is writing it; wait for it to end, "
+    "or pass --new_run true to log into a new folder"
+)
+
+
+def _header(ckpt_path: str | os.PathLike, header: Any) -> Any:
+    if header is not None:
+        return header
+    try:
+        return read_header(ckpt_path)
+    except LitGpuError:  # the run's own load reports a bad file properly
+        return None
+
+
+def continuation(ckpt_path: str | os.PathLike | None, header: Any = None) -> Continuation | None:
     """How a fit resumed from ``ckpt_path`` continues its run folder, or ``None`` (a new folder).
 
-    Only a checkpoint inside a run folder (``version_N/checkpoints/``) continues it; its header (the
-    small pickle, read with ``mmap``; tensors are not loaded) gives the step.
+    Only a checkpoint inside one of *your* run folders (``version_N/checkpoints/``) continues it (another
+    user's run in a shared root is never written to: one line says so). The step comes from
+    ``header`` (the checkpoint's header, read once by the ``--ckpt_path`` resolution; read here when
+    not given; tensors are not loaded).
     """
-    folder = run_folder_of(ckpt_path) if ckpt_path else None
-    if folder is None:
+    run = layout.run_of_checkpoint(ckpt_path) if ckpt_path and Path(ckpt_path).is_file() else None
+    if run is None:
         return None
-    refuse_links_out_of(folder)  # hparams.yaml, metrics.csv, config.N.yaml... are written there
-    try:
-        header = read_header(ckpt_path)
-    except LitGpuError:  # the resume's own load reports a bad file properly
+    if not run.mine:
+        owner = layout.owner_name(run.owner)
+        messages.tell(
+            NOT_YOUR_RUN.format(
+                folder=shown(run.path), ckpt=shown(Path(ckpt_path).name), owner=owner, what="this fit"
+            )
+        )
         return None
+    refuse_links_out_of(run.path)  # hparams.yaml, metrics.csv, config.N.yaml... are written there
+    header = _header(ckpt_path, header)
     step = resume_log_step(header) if isinstance(header, Mapping) else None
-    return None if step is None else Continuation(folder, step)
+    return None if step is None else Continuation(run.path, step)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A ``validate``/``test``/``predict`` run: its ``command``, the run it evaluates, the step it logs at.
+
+    ``run`` is the run folder of the checkpoint evaluated (``None``: not one of your runs; the
+    evaluation then goes to ``ROOT/lit_gpu/evaluations/``); ``step`` is where its metrics are logged:
+    the step of the checkpoint's last training batch on the run's curves (its global step - 1, as the
+    training rows are logged), where ``lit-gpu plot`` marks them.
+    """
+
+    command: str
+    run: Path | None = None
+    step: int | None = None
+
+
+def evaluation(command: str, ckpt_path: str | os.PathLike | None, header: Any = None) -> Evaluation:
+    """Where the evaluation of ``ckpt_path`` writes: inside the checkpoint's run when it is yours."""
+    if not ckpt_path or not Path(ckpt_path).is_file():
+        return Evaluation(command)
+    header = _header(ckpt_path, header)
+    step = header.get("global_step") if isinstance(header, Mapping) else None
+    # the training curves log a batch's metrics at its index: the checkpoint's last batch is step - 1
+    step = max(step - 1, 0) if isinstance(step, int) and not isinstance(step, bool) else None
+    run = layout.run_of_checkpoint(ckpt_path)
+    if run is None:
+        return Evaluation(command, None, step)
+    if not run.mine:
+        owner = layout.owner_name(run.owner)
+        messages.tell(
+            NOT_YOUR_RUN.format(
+                folder=shown(run.path), ckpt=shown(Path(ckpt_path).name), owner=owner, what="this " + command
+            )
+        )
+        return Evaluation(command, None, step)
+    if escaping_links(run.path):  # evaluations/ would be written through a link: not in that run
+        return Evaluation(command, None, step)
+    return Evaluation(command, run.path, step)
 
 
 def continue_run(run_dir: str | os.PathLike, step: int) -> int:
@@ -236,33 +286,56 @@ def _rank() -> int:
 
 
 class RunFolder:
-    """``root/name/version_N``, shared by lit_gpu's loggers; claimed on first use, on global rank 0 only.
+    """The folder lit_gpu's loggers share; claimed on first use, on global rank 0 only.
 
     The claim happens when a logger first needs its folder (Lightning creates the loggers'
     experiments on rank 0 when a run starts), so building a Trainer claims nothing, and other ranks
     never create folders: :class:`RunFolderSync` hands them rank 0's folder at setup.
 
-    A fit resumed from a checkpoint of a run folder (``continues``) uses that folder instead:
-    rank 0 drops the ``metrics.csv`` rows logged after the checkpoint (:func:`continue_run`), and
-    the TensorBoard logger purges those events.
+    * a new run: :func:`lit_gpu.files.layout.claim_run` (with ``same_model``, the folder of a start of
+      the same model that died before its first checkpoint is taken over); the run's lock is held
+      until :meth:`release`;
+    * ``continues``: a fit resumed from a checkpoint of one of your run folders uses that folder:
+      rank 0 drops the ``metrics.csv`` rows logged after the checkpoint (:func:`continue_run`), and
+      the TensorBoard logger purges those events;
+    * ``evaluates``: a new ``evaluations/<command>_<k>`` in the evaluated run (or in
+      ``ROOT/lit_gpu/evaluations/``), where metrics are logged at the checkpoint's step.
 
     Args:
         root: ``trainer.default_root_dir``.
         name: Folder between the root and the version folders.
         continues: The run folder to continue (:func:`continuation`); ``root`` and ``name`` then
             come from where that folder is.
+        same_model: The model and data this run trains, to take over an abandoned start of it.
+        evaluates: The evaluation this run is (:func:`evaluation`).
     """
 
     def __init__(
-        self, root: str | os.PathLike, name: str = DEFAULT_NAME, continues: Continuation | None = None
+        self,
+        root: str | os.PathLike,
+        name: str = DEFAULT_NAME,
+        continues: Continuation | None = None,
+        same_model: Signature | None = None,
+        evaluates: Evaluation | None = None,
     ) -> None:
         if continues is not None:
             root, name = continues.folder.parent.parent, continues.folder.parent.name
+        elif evaluates is not None:
+            root = evaluates.run if evaluates.run is not None else Path(root) / name
+            name = layout.EVALUATIONS
         self.root = str(root)
         self.name = name
         self.continues = continues
+        self.same_model = same_model
+        self.evaluates = evaluates
         self.claimed: Path | None = None  # the folder this process created
+        self.lock: layout.RunLock | None = None
         self._version: str | None = None
+
+    @property
+    def fixed_step(self) -> int | None:
+        """The step an evaluation's metrics are logged at (the checkpoint's), else ``None``."""
+        return self.evaluates.step if self.evaluates is not None else None
 
     @property
     def version(self) -> str:
@@ -272,15 +345,40 @@ class RunFolder:
             if rank != 0:
                 return f"version_pending_rank{rank}"  # replaced by rank 0's at setup; never created
             if self.continues is not None:
-                folder, step = self.continues.folder, self.continues.step
-                dropped = continue_run(folder, step)
-                self._version = folder.name
-                note = messages.CONTINUING_DROPPED.format(rows=dropped) if dropped else ""
-                messages.tell(messages.CONTINUING_RUN.format(folder=folder, step=step, dropped=note))
-            else:
-                self.claimed = claim_version(self.root, self.name)
+                self._continue(self.continues)
+            elif self.evaluates is not None:
+                self.claimed = layout.claim_evaluation(self.root, self.evaluates.command)
                 self._version = self.claimed.name
+            else:
+                claim = layout.claim_run(self.root, self.name, self._same_model_check())
+                self.lock = claim.lock
+                self.claimed = claim.folder  # a taken-over folder holds only start-up files again
+                self._version = claim.folder.name
+                if claim.taken_over:
+                    messages.tell(TAKING_OVER.format(folder=shown(claim.folder)))
         return self._version
+
+    def _continue(self, continues: Continuation) -> None:
+        folder, step = continues.folder, continues.step
+        layout.remove_dead_claims(folder.parent)  # a start killed while it claimed a folder
+        self.lock = layout.RunLock.hold(folder)
+        if self.lock is None:
+            raise LitGpuError(RUN_BEING_WRITTEN.format(folder=shown(folder)))
+        dropped = continue_run(folder, step)
+        self._version = folder.name
+        note = messages.CONTINUING_DROPPED.format(rows=dropped) if dropped else ""
+        messages.tell(messages.CONTINUING_RUN.format(folder=shown(folder), step=step, dropped=note))
+
+    def _same_model_check(self) -> Any:
+        wanted = self.same_model
+        if wanted is None or not wanted.model:
+            return None
+
+        def same(folder: Path) -> bool:
+            saved = run_signature(folder)
+            return saved is None or wanted.matches(saved)  # no config.yaml: killed before it was written
+
+        return same
 
     @property
     def path(self) -> Path:
@@ -295,7 +393,18 @@ class RunFolder:
 
     def remove_if_unused(self) -> bool:
         """Remove the folder this process claimed if the run left nothing in it (a failed start)."""
-        return self.claimed is not None and remove_if_unused(self.claimed)
+        removed = self.claimed is not None and remove_if_unused(self.claimed)
+        self.release()
+        return removed
+
+    def release(self) -> None:
+        """The run ended here (done, stopped or failed): let go of its lock, removing the lock file."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+
+TAKING_OVER = "taking over {folder}: its start stopped before its first checkpoint"
 
 
 def make_loggers(kinds: Sequence[str], run: RunFolder) -> list[Any]:
@@ -410,9 +519,20 @@ class RunCSVLogger(_SharedRunVersion, CSVLogger):
 
     @override
     @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        super().log_metrics(metrics, _step(self.run, step))
+
+    @override
+    @rank_zero_only
     def finalize(self, status: str) -> None:
         if self._writer is not None:
             self.save()
+
+
+def _step(run: RunFolder, step: int | None) -> int | None:
+    """An evaluation logs at its checkpoint's step (``lit-gpu plot`` marks it there)."""
+    fixed = run.fixed_step
+    return step if fixed is None else fixed
 
 
 class RunTensorBoardLogger(_SharedRunVersion, TensorBoardLogger):
@@ -427,6 +547,11 @@ class RunTensorBoardLogger(_SharedRunVersion, TensorBoardLogger):
         if run.continues is not None:
             kwargs.setdefault("purge_step", run.continues.step)
         super().__init__(save_dir=run.root, name=run.name, **kwargs)
+
+    @override
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        super().log_metrics(metrics, _step(self.run, step))
 
 
 class RunFolderSync(Callback):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import os
 import sys
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -27,16 +28,20 @@ class CSVPredictionWriter(BasePredictionWriter):
     renamed from a temp file) when prediction ends.
 
     Args:
-        output_path: CSV file to write.
+        output_path: CSV file to write, or a function returning it when prediction starts (the
+            folder of the run, known only once the run has its folder).
         kind: ``"auto"`` (probabilities if every row is in [0, 1] and sums to 1), ``"classification"``
             or ``"raw"``.
     """
 
-    def __init__(self, output_path: str | os.PathLike = "predictions.csv", kind: str = "auto") -> None:
+    def __init__(
+        self, output_path: str | os.PathLike | Callable[[], Path] = "predictions.csv", kind: str = "auto"
+    ) -> None:
         super().__init__(write_interval="batch")
         if kind not in ("auto", "classification", "raw"):
             raise ValueError(f"kind must be 'auto', 'classification' or 'raw', got {kind!r}")
-        self.output_path = Path(output_path)
+        self._where = output_path if callable(output_path) else None
+        self.output_path = Path("predictions.csv") if callable(output_path) else Path(output_path)
         self.kind = kind
         self.rows = 0
         self._open: ExitStack | None = None  # the atomic temp file while predicting
@@ -56,6 +61,8 @@ class CSVPredictionWriter(BasePredictionWriter):
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.is_global_zero:
             return
+        if self._where is not None:
+            self.output_path = Path(self._where())
         self._open = ExitStack()
         self._writer = csv.writer(self._open.enter_context(atomic_file(self.output_path, "w", newline="")))
         self.rows = 0

@@ -2,7 +2,7 @@
 
 * :mod:`lit_gpu.cli.main`: the command table, ``--help``/``--version``, dispatch, error lines, exit codes.
 * :mod:`lit_gpu.cli.lightning_cli`: LitGpuCLI, its parser, default callbacks and the extra arguments.
-* :mod:`lit_gpu.cli.ckpt_path`: ``--ckpt_path last`` / ``best`` (the newest run of the same model).
+* :mod:`lit_gpu.cli.ckpt_path`: ``--ckpt_path last|best|FILE`` applied to the config (chosen in ``files/``).
 * :mod:`lit_gpu.cli.run_folders`: loggers under ``trainer.default_root_dir``, rebuild from a checkpoint.
 * :mod:`lit_gpu.cli.trainer`: ``devices: free:N``, ``precision: auto``, device errors.
 * :mod:`lit_gpu.cli.quiet`: the warning/logging filters ``main`` installs.

@@ -1,9 +1,9 @@
 """CLI wiring of ``--ckpt_path last|best|FILE``: where this config's runs live; the answer is the door's.
 
-A new run logs to a new ``version_N`` folder, where Lightning alone would not look for ``last``; and
-Lightning knows ``best`` only right after ``fit`` in the same process. Which run and which checkpoint
-is decided in :mod:`lit_gpu.files.locate` (the one place that reads runs' files); this module only
-says where the config being run keeps its runs.
+Lightning alone looks for ``last`` only in the trainer's own checkpoint folder, and knows ``best`` only
+right after ``fit`` in the same process. The facts are gathered in :mod:`lit_gpu.files.locate`, the
+choice is :mod:`lit_gpu.files.run_choice`'s; this module says where the config being run keeps its
+runs, applies the answer to the config and prints its line.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from jsonargparse import Namespace
 
 from lit_gpu import messages, runs
-from lit_gpu.files import locate
+from lit_gpu.files import layout, locate
 from lit_gpu.files.checkpoint import inside
 from lit_gpu.io import clean_stale_temp_files
 
@@ -67,17 +67,32 @@ def _inside_its_run(folder: Path) -> bool:
     return not run.name.startswith("version_") or inside(run, run.parent)
 
 
-def resolve_ckpt_path(config: Namespace) -> None:
-    """``ckpt_path: last|best|FILE`` of the sub-command, resolved and checked by the door.
+def resolve_ckpt_path(config: Namespace) -> locate.Resolution | None:
+    """``ckpt_path: last|best|FILE`` of the sub-command, resolved (:mod:`lit_gpu.files.locate`) and applied.
 
-    See :func:`lit_gpu.files.locate.resolve`.
+    The resolved path replaces the config's value, ``weights_only`` left unset becomes ``True``
+    (Lightning would read ``http(s)://`` checkpoints with ``False``), and the resolution line is printed.
+    Returns the resolution (with the checkpoint's header, read once) for the run folder to use.
     """
     subcommand = config_value(config, "subcommand")
     if not subcommand:
-        return
+        return None
     sub = config[subcommand]
-    where = locate.Where(dirpath=config_value(sub, "checkpoint.dirpath"), parents=run_parents(sub))
-    locate.resolve(config, where)
+    if "weights_only" in sub and config_value(sub, "weights_only") is None:
+        sub["weights_only"] = True
+    where = locate.Where(
+        dirpath=config_value(sub, "checkpoint.dirpath"),
+        parents=run_parents(sub),
+        mode=str(config_value(sub, "checkpoint.mode", "min")),
+        monitor=config_value(sub, "checkpoint.monitor"),
+    )
+    resolution = locate.resolve(config, where)
+    if resolution is None:
+        return None
+    config[resolution.key] = resolution.path
+    if resolution.line:
+        messages.tell(resolution.line)
+    return resolution
 
 
 def clean_run_folders(config: Namespace) -> None:
@@ -91,7 +106,15 @@ def clean_run_folders(config: Namespace) -> None:
     dirpath = config_value(config, "checkpoint.dirpath")
     for pattern in checkpoint_dirs(config):
         for folder in sorted(glob.glob(pattern)):
-            if not dirpath and not _inside_its_run(Path(folder)):
+            if not dirpath and not (_inside_its_run(Path(folder)) and _mine(Path(folder).parent)):
                 continue
             for removed in clean_stale_temp_files(folder):
                 messages.tell(messages.REMOVED_STALE_TEMP.format(file=removed))
+
+
+def _mine(folder: Path) -> bool:
+    """A run folder of this user (another user's folder in a shared root is left alone)."""
+    try:
+        return folder.lstat().st_uid == layout.my_uid()
+    except OSError:
+        return False

@@ -10,6 +10,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any, Literal
 
 import lightning.pytorch as pl
@@ -33,6 +34,7 @@ from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
 from lit_gpu.cli.run_config import RunConfigSaver
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files.locate import Resolution
 from lit_gpu.io import install_atomic_checkpoint_io
 from lit_gpu.profilers import skip_idle_profiler
 from lit_gpu.runs import RunFolder, RunFolderSync
@@ -84,8 +86,10 @@ def add_extra_arguments(parser: LightningArgumentParser) -> None:
     parser.add_argument(
         "--predict_out",
         type=str | None,
-        default="predictions.csv",
-        help="predict only: CSV file for the predictions (index,prediction,probability for classifiers)",
+        default=None,
+        help="predict only: CSV file for the predictions (index,prediction,probability for classifiers); "
+        "default: predictions.csv in the evaluation's folder (RUN/evaluations/predict_K/), or in the "
+        "working folder without lit_gpu's loggers",
     )
     parser.add_argument(
         "--tune_batch_size",
@@ -144,9 +148,18 @@ def default_callbacks() -> list[dict[str, str]]:
     return [{"class_path": f"{cls.__module__}.{cls.__qualname__}"} for cls in DEFAULT_CALLBACKS]
 
 
+PREDICTIONS_NAME = "predictions.csv"
+
+
 # ---- around the trainer ---------------------------------------------------------------------------
-def configure_trainer(trainer: pl.Trainer, config: Any, subcommand: str | None) -> None:
-    """Atomic checkpoint IO, no idle profiler or hooks, OOM recovery or naming, the predict writer."""
+def configure_trainer(
+    trainer: pl.Trainer, config: Any, subcommand: str | None, run_folder: RunFolder | None = None
+) -> None:
+    """Atomic checkpoint IO, no idle profiler or hooks, OOM recovery or naming, the predict writer.
+
+    ``predict`` without ``--predict_out`` writes ``predictions.csv`` into its evaluation folder
+    (``run_folder``), or into the working folder when lit_gpu's loggers are off.
+    """
     install_atomic_checkpoint_io(trainer)
     skip_idle_profiler(trainer)  # Lightning's default profiles nothing but costs ~8 calls per hook
     if subcommand == "fit":
@@ -160,6 +173,13 @@ def configure_trainer(trainer: pl.Trainer, config: Any, subcommand: str | None) 
         raise LitGpuError(messages.PREDICT_OUT_IS_DIRECTORY.format(path=predict_out, example=example))
     if subcommand == "predict" and predict_out:
         trainer.callbacks.append(CSVPredictionWriter(predict_out))
+    elif subcommand == "predict":
+        folder = run_folder
+
+        def where() -> Path:  # the evaluation's folder exists once the run started
+            return folder.path / PREDICTIONS_NAME if folder is not None else Path(PREDICTIONS_NAME)
+
+        trainer.callbacks.append(CSVPredictionWriter(where))
 
 
 def maybe_tune_batch_size(
@@ -204,6 +224,7 @@ class LitGpuCLI(LightningCLI):
         # the command line, so that a device error can name the flag or file that asked for a GPU
         self.argv = as_argv(sys.argv[1:] if args is None else args)
         self.run_folder: RunFolder | None = None
+        self.resolution: Resolution | None = None  # what --ckpt_path resolved to, with its header
         # `fit ...`: only fit's parser is built (the other three cost ~0.12 s together: cli_construct.py)
         named = self.argv[0] if self.argv else None
         self._only_subcommand = named if named in LightningCLI.subcommands() else None
@@ -217,11 +238,13 @@ class LitGpuCLI(LightningCLI):
             )
         except BaseException as err:
             if self.run_folder is not None:  # a failed start leaves no empty version_N behind
-                self.run_folder.remove_if_unused()
+                self.run_folder.remove_if_unused()  # and lets go of the run's lock
             code = stop_exit_code(getattr(self, "trainer", None)) if isinstance(err, SystemExit) else None
             if code is not None:  # stopped by SIGINT/SIGTERM, last.ckpt saved: exit 130 / 143
                 raise SystemExit(code) from err
             raise
+        if self.run_folder is not None and kwargs.get("run", True) is not False:
+            self.run_folder.release()  # the run ended here: its folder is no abandoned start
 
     @override
     def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
@@ -267,7 +290,7 @@ class LitGpuCLI(LightningCLI):
                 warnings.filterwarnings("ignore", message=r".*LightningCLI's args parameter is intended.*")
                 super().parse_arguments(parser, args)
         # last/best/FILE -> one checkpoint, read once (weights-only) and compared with the config's model
-        resolve_ckpt_path(self.config)
+        self.resolution = resolve_ckpt_path(self.config)
 
     @override
     def _parse_ckpt_path(self) -> None:
@@ -288,9 +311,10 @@ class LitGpuCLI(LightningCLI):
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         if config_value(config, "trainer") is not None and config.trainer.get("callbacks", []) is None:
             config.trainer.callbacks = [cls() for cls in DEFAULT_CALLBACKS]  # a config older than the list
-        loggers, self.run_folder = run_folders.trainer_loggers(
-            config, self.subcommand
-        )  # CSV + TB, one folder
+        parsed = self.config[self.subcommand] if self.subcommand else self.config
+        loggers, self.run_folder = run_folders.trainer_loggers(  # CSV + TB, one folder
+            config, self.subcommand, self.resolution, parsed
+        )
         if loggers is not None:
             kwargs.setdefault("logger", loggers)
         callbacks = run_folders.progress_bar_callbacks(config)  # redrawn 4x a second, not 100x
@@ -303,7 +327,9 @@ class LitGpuCLI(LightningCLI):
             if message is None:
                 raise
             raise LitGpuError(message) from err
-        configure_trainer(trainer, self.config, self.subcommand)  # atomic IO, OOM, CSV predictions
+        configure_trainer(
+            trainer, self.config, self.subcommand, self.run_folder
+        )  # atomic IO, OOM, predictions
         use_progress_log(  # plain lines (or JSON) in place of the live bar when stdout is not a terminal
             trainer,
             interval=config_value(config, "progress_interval", DEFAULT_INTERVAL),

@@ -27,6 +27,7 @@ from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.progress import default_progress_bar
 from lit_gpu.cli.ckpt_path import config_value, root_dir
 from lit_gpu.files import locate
+from lit_gpu.files.run_config import Signature
 from lit_gpu.net_spec import MODEL_SPEC_KEY, NET_SPEC_KEY, plain_spec
 
 DEFAULT_MONITOR = "val/loss"
@@ -53,12 +54,21 @@ def add_arguments(parser: LightningArgumentParser) -> None:
 
 
 def trainer_loggers(
-    config: Any, subcommand: str | None = None
+    config: Any,
+    subcommand: str | None = None,
+    resolution: locate.Resolution | None = None,
+    parsed: Any = None,
 ) -> tuple[list[Any] | None, runs.RunFolder | None]:
     """lit_gpu's loggers for this run and their shared folder, or ``(None, None)`` for the user's own.
 
     ``trainer.logger`` null/true means lit_gpu's ``--loggers`` (an empty list: no logger). A fit
-    resumed from a checkpoint inside a run folder continues that folder unless ``--new_run true``.
+    resumed from a checkpoint inside one of your run folders continues that folder unless
+    ``--new_run true``; a new fit may take over the folder of a start of the same model that died
+    before its first checkpoint; ``validate``/``test``/``predict`` write into a new
+    ``evaluations/<command>_<k>`` of the evaluated checkpoint's run. ``resolution`` hands on the
+    checkpoint's header, read once by the ``--ckpt_path`` resolution; ``parsed`` is the sub-command's
+    parsed config (plain ``class_path`` entries: which model and data this run trains), ``config`` if
+    not given.
     """
     logger = config_value(config, "trainer.logger")
     if logger is not None and logger is not True:
@@ -66,13 +76,25 @@ def trainer_loggers(
     kinds = list(config_value(config, "loggers", runs.LOGGER_KINDS))
     if not kinds:
         return [], None
+    ckpt_path = config_value(config, "ckpt_path")
+    header = resolution.header if resolution is not None and resolution.path == ckpt_path else None
+    if subcommand in ("validate", "test", "predict"):
+        evaluates = runs.evaluation(subcommand, ckpt_path, header)
+        folder = runs.RunFolder(root_dir(config), runs.DEFAULT_NAME, evaluates=evaluates)
+        return runs.make_loggers(kinds, folder), folder
     continues = None
     if subcommand == "fit" and not config_value(config, "new_run", False):
-        continues = runs.continuation(
-            config_value(config, "ckpt_path")
-        )  # the ckpt's folder, found from the file
-    folder = runs.RunFolder(root_dir(config), runs.DEFAULT_NAME, continues=continues)
+        continues = runs.continuation(ckpt_path, header)  # the ckpt's folder, found from the file
+    parsed = config if parsed is None else parsed
+    model = {"model": _plain(config_value(parsed, "model")), "data": _plain(config_value(parsed, "data"))}
+    folder = runs.RunFolder(
+        root_dir(config), runs.DEFAULT_NAME, continues=continues, same_model=Signature.of(model)
+    )
     return runs.make_loggers(kinds, folder), folder
+
+
+def _plain(node: Any) -> Any:
+    return node.as_dict() if hasattr(node, "as_dict") else node
 
 
 def progress_bar_callbacks(config: Any) -> list[Any] | None:

@@ -14,11 +14,13 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files import layout
 from lit_gpu.files.checkpoint import inside
 from lit_gpu.files.text import METRICS_FIX, csv_dicts
 from lit_gpu.io import atomic_file
@@ -122,8 +124,38 @@ def _panel(ax, series: Series, names: Iterable[str], title: str) -> None:
     ax.legend(fontsize="small")
 
 
+def _mark_evaluations(axes: dict[str, Any], run: Path) -> None:
+    """Mark each evaluation of the run (``evaluations/<command>_<k>/metrics.csv``) at its checkpoint's step.
+
+    An evaluation logs its metrics at the step of the checkpoint it evaluated, so ``test/loss`` of
+    ``last.ckpt`` sits at the end of the training curve, as a star labelled with the evaluation's folder.
+    """
+    marked = set()
+    for folder in layout.evaluations(run):
+        if not (folder / "metrics.csv").is_file():
+            continue
+        try:
+            series = read_metrics(folder)
+        except (LitGpuError, OSError, UnicodeDecodeError, csv.Error):
+            continue  # an unreadable evaluation does not stop the plot of the run
+        for name, points in sorted(series.items()):
+            metric = name.split("/")[-1]
+            title = "loss" if metric.startswith("loss") else "accuracy" if metric.startswith("acc") else None
+            ax = axes.get(title or "")
+            if ax is None or not points:
+                continue
+            xs, ys = [p[0] for p in points], [p[1] for p in points]
+            ax.scatter(xs, ys, marker="*", s=90, zorder=3, label=f"{_label(name)} ({folder.name})")
+            marked.add(title)
+    for title in marked:
+        axes[title].legend(fontsize="small")
+
+
 def plot_run(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
     """Draw a run's loss curves (train per step and per epoch, val, test) and accuracy, if logged.
+
+    The run's evaluations (``validate``/``test``/``predict`` of its checkpoints, each in
+    ``evaluations/<command>_<k>/``) are marked on the curves at the step of the checkpoint evaluated.
 
     Args:
         run_dir: See :func:`find_metrics`.
@@ -154,6 +186,7 @@ def plot_run(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (names, title) in zip(axes, panels, strict=True):
         _panel(ax, series, names, title)
+    _mark_evaluations(dict(zip([title for _, title in panels], axes, strict=True)), csv_path.parent)
     fig.suptitle(plain_label(csv_path.parent))
     fig.tight_layout()
     out_path = Path(out) if out is not None else csv_path.parent / "curves.png"

@@ -4,7 +4,10 @@
   flag says otherwise), and the callback state of a checkpoint with paths outside its folder dropped.
 * :mod:`lit_gpu.files.run_config`: a run's ``config.yaml``, only in its own ``version_N/`` folder, and
   only the model and data it names.
-* :mod:`lit_gpu.files.locate`: which run and which checkpoint ``--ckpt_path last|best|FILE`` means.
+* :mod:`lit_gpu.files.layout`: the layout of a run (which folders are runs, whose, the run's lock,
+  taking over a start that died before its first checkpoint, ``evaluations/``).
+* :mod:`lit_gpu.files.locate`: the facts ``--ckpt_path last|best|FILE`` is chosen from (each header
+  read once); :mod:`lit_gpu.files.run_choice`: the choice, a pure function of those facts.
 * :mod:`lit_gpu.files.build`: building what a file names (``class_path``) after checking it all.
 * :mod:`lit_gpu.files.text`: every other text file (YAML, JSON, JSON lines, CSV, plain text), read within
   budgets (bytes, line and field size, nesting, integer range, encoding) into plain data, or one line.

@@ -1,20 +1,26 @@
-"""Which run, which checkpoint: ``--ckpt_path last|best|FILE``, answered in one place, the file read once.
+"""Which run, which checkpoint: ``--ckpt_path last|best|FILE``, gathered in one place, each header read once.
 
-* ``last`` / ``best``: the newest ``{which}*.ckpt`` among runs under ``trainer.default_root_dir`` whose
-  saved ``config.yaml`` names the same model and data classes (:func:`pick_checkpoint`; the configs are
-  compared as strings, nothing is imported), or in ``checkpoint.dirpath`` when one is set.
+* ``last`` / ``best``: the facts of the runs under ``trainer.default_root_dir`` (owner, whether their
+  ``config.yaml`` names the same model and data classes, compared as strings, nothing imported; their
+  ``{which}*.ckpt`` files) and of the checkpoints of the run taken (step, monitored value, from their
+  headers) are gathered here and handed to :mod:`lit_gpu.files.run_choice`, which chooses and says why.
+  Another user's run is never chosen (a shared root is not a trusted root).
 * ``FILE``: checked as a file; with neither ``--config`` nor ``--model`` the run is rebuilt from the
   model and data of its ``version_N/config.yaml`` (:func:`args_with_saved_config`), nothing else.
 * A checkpoint inside a run folder that is a symlink leading outside it is refused, naming its target.
 * The chosen checkpoint is read once (weights-only, tensors memory-mapped; :func:`check_checkpoint`):
-  a pickle payload is one line, its step and epoch are told, and a checkpoint of another model class
-  than the config's is refused (LightningCLI would re-parse its hyper-parameters over ``--config``).
+  a pickle payload is one line, and a checkpoint of another model class than the config's is refused
+  (LightningCLI would re-parse its hyper-parameters over ``--config``).
+
+:func:`resolve` returns a :class:`Resolution` (the path, the header, the line to print); it changes
+nothing and prints nothing: the CLI applies it (:mod:`lit_gpu.cli.ckpt_path`).
 """
 
 from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import stat
 import sys
@@ -27,6 +33,7 @@ from typing import Any
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files import layout, run_choice
 from lit_gpu.files.checkpoint import check_checkpoint_file, inside, read_header
 from lit_gpu.files.run_config import (
     CONFIG_NAME,
@@ -37,39 +44,27 @@ from lit_gpu.files.run_config import (
     root_of_checkpoint,
     run_signature,
 )
+from lit_gpu.messages import shown
 
 __all__ = [
-    "Pick",
+    "Resolution",
     "Run",
     "SUBCOMMANDS",
+    "Where",
     "args_with_saved_config",
-    "escaping_links",
-    "refuse_links_out_of",
     "check_checkpoint",
+    "escaping_links",
     "explain_choice",
     "find_last_checkpoint",
     "find_runs",
-    "pick_checkpoint",
+    "refuse_links_out_of",
     "resolve",
+    "run_checkpoints",
 ]
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 _SPECIAL_CKPT = ("best", "last", "hpc", "registry")
 _VERSION_PREFIX = "version_"
-
-
-def _version_folders(parent: Path) -> list[Path]:
-    if not parent.is_dir():
-        return []
-    found = [
-        p
-        for p in parent.iterdir()
-        if p.is_dir()
-        and p.name[len(_VERSION_PREFIX) :].isdigit()
-        and p.name.startswith(_VERSION_PREFIX)
-        and inside(p, parent)  # a version_N planted as a link to a folder elsewhere is not a run here
-    ]
-    return sorted(found, key=lambda p: int(p.name[len(_VERSION_PREFIX) :]))
 
 
 # ---- symlinks that leave a run ----------------------------------------------------------------------
@@ -147,72 +142,60 @@ def refuse_links_out_of(
 # ---- finding earlier runs ---------------------------------------------------------------------------
 @dataclass
 class Run:
-    """A ``version_N`` folder with what it holds."""
+    """A ``version_N`` folder with what it holds, as the listing of a ``no matching run`` line shows it."""
 
     folder: Path
     signature: Signature | None
     checkpoints: list[Path] = field(default_factory=list)
+    owner: int | None = None
 
-    def newest(self, prefix: str) -> Path | None:
-        """Newest non-empty ``{prefix}*.ckpt`` of this run."""
-        found = [p for p in self.checkpoints if p.name.startswith(prefix)]
-        return max(found, key=lambda p: p.stat().st_mtime) if found else None
+    @property
+    def mine(self) -> bool:
+        """Owned by the user this process runs as."""
+        return self.owner == layout.my_uid()
 
     def describe(self) -> str:
         """``version_3 (RegressionModule(SimpleModel) + ...; last.ckpt, best-...ckpt)``."""
-        what = self.signature.describe() if self.signature else f"no {CONFIG_NAME}"
-        names = sorted({p.name for p in self.checkpoints})
+        if not self.mine:
+            return f"{self.folder.name} (owned by {layout.owner_name(self.owner)}, not by you)"
+        what = shown(self.signature.describe()) if self.signature else f"no {CONFIG_NAME}"
+        names = sorted({shown(p.name, limit=60) for p in self.checkpoints})
         ckpts = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "") if names else "no checkpoint"
         return f"{self.folder.name} ({what}; {ckpts})"
 
 
 def find_runs(parent: str | os.PathLike) -> list[Run]:
-    """Every ``version_N`` run folder in ``parent`` (``ROOT/lit_gpu``), by ``N``."""
-    runs = []
-    for folder in _version_folders(Path(parent)):
-        ckpt_dir = folder / "checkpoints"
-        ckpts = [p for p in ckpt_dir.glob("*.ckpt") if p.is_file() and p.stat().st_size > 0]
-        runs.append(Run(folder, run_signature(folder), ckpts))
-    return runs
-
-
-@dataclass
-class Pick:
-    """The checkpoint chosen for ``last``/``best`` (or ``None``) and every run that was looked at."""
-
-    checkpoint: Path | None
-    run: Run | None
-    looked_at: list[Run]
-    parents: list[Path]
-
-    def listing(self, limit: int = 4) -> str:
-        """What is there, newest first, for a one-line message."""
-        if not self.looked_at:
-            return "no runs"
-        newest = sorted(self.looked_at, key=_run_age, reverse=True)
-        text = ", ".join(r.describe() for r in newest[:limit])
-        return text + (f" and {len(newest) - limit} more" if len(newest) > limit else "")
-
-
-def _run_age(run: Run) -> float:
-    times = [p.stat().st_mtime for p in run.checkpoints]
-    return max(times) if times else run.folder.stat().st_mtime
-
-
-def pick_checkpoint(parents: Iterable[str | os.PathLike], signature: Signature, which: str = "last") -> Pick:
-    """Newest ``{which}*.ckpt`` among runs in ``parents`` whose saved config matches ``signature``."""
-    parents = [Path(p) for p in parents]
-    looked_at = [run for parent in parents for run in find_runs(parent)]
-    best: tuple[float, Path, Run] | None = None
-    for run in looked_at:
-        if run.signature is None or not signature.matches(run.signature):
+    """Every ``version_N`` run folder in ``parent`` (``ROOT/lit_gpu``), by ``N``; others' configs unread."""
+    found = []
+    for run in layout.list_runs(parent):
+        if not run.mine:
+            found.append(Run(run.path, None, [], run.owner))
             continue
-        ckpt = run.newest(which)
-        if ckpt is not None and (best is None or ckpt.stat().st_mtime > best[0]):
-            best = (ckpt.stat().st_mtime, ckpt, run)
-    if best is None:
-        return Pick(None, None, looked_at, parents)
-    return Pick(best[1], best[2], looked_at, parents)
+        found.append(Run(run.path, run_signature(run.path), run_checkpoints(run.path), run.owner))
+    return found
+
+
+def run_checkpoints(folder: str | os.PathLike, prefix: str = "") -> list[Path]:
+    """Non-empty ``{prefix}*.ckpt`` in ``folder/checkpoints`` (a link leaving the run: refused when read)."""
+    ckpt_dir = Path(folder) / layout.CHECKPOINTS
+    try:
+        entries = sorted(ckpt_dir.iterdir())
+    except OSError:
+        return []
+    return [
+        p
+        for p in entries
+        if p.name.startswith(prefix) and p.name.endswith(".ckpt") and p.is_file() and p.stat().st_size > 0
+    ]
+
+
+def _listing(runs: Sequence[Run], limit: int = 4) -> str:
+    """What is there, newest first, for a one-line message."""
+    if not runs:
+        return "no runs"
+    newest = sorted(runs, key=lambda r: layout.version_number(r.folder) or 0, reverse=True)
+    text = ", ".join(r.describe() for r in newest[:limit])
+    return text + (f" and {len(newest) - limit} more" if len(newest) > limit else "")
 
 
 def find_last_checkpoint(patterns: Iterable[str | os.PathLike], prefix: str = "last") -> Path | None:
@@ -235,7 +218,7 @@ def _run_folders(pattern: str | os.PathLike) -> list[Path]:
 
 def _facts(header: Any) -> str | None:
     if isinstance(header, Mapping) and "global_step" in header:
-        return f"step {header['global_step']}, epoch {header.get('epoch')}"
+        return f"step {shown(header['global_step'])}, epoch {shown(header.get('epoch'))}"
     return None
 
 
@@ -292,12 +275,17 @@ def _loaded_class(class_path: str) -> type | None:
     return obj if isinstance(obj, type) else None
 
 
-def check_checkpoint(path: str | os.PathLike, sub: Any) -> Any:
+def check_checkpoint(path: str | os.PathLike, sub: Any, header: Any = None) -> Any:
     """Read ``path`` once (weights-only unless ``sub.weights_only`` is ``False``) and compare its model class.
 
     LightningCLI's ``_parse_ckpt_path`` would re-parse the checkpoint's ``hyper_parameters``
     (``_class_path`` included) over the user's config, so a checkpoint could choose the model class;
     here its hparams select nothing, and a recorded class that differs from the config's is refused.
+
+    Args:
+        path: The checkpoint.
+        sub: The sub-command's config (``weights_only``, ``model.class_path``).
+        header: The header already read (the choice of ``last``/``best`` read it); ``None``: read it here.
 
     Returns:
         The checkpoint header (tensors memory-mapped).
@@ -305,8 +293,8 @@ def check_checkpoint(path: str | os.PathLike, sub: Any) -> Any:
     Raises:
         LitGpuError: A pickle payload, or a checkpoint of another model class than the config's.
     """
-    trust = _get(sub, "weights_only") is False
-    header = read_header(path, trust=trust, opt_out="pass --weights_only false")
+    if header is None:
+        header = read_header(path, trust=_trusted(sub), opt_out=_OPT_OUT)
     hparams = header.get("hyper_parameters") if isinstance(header, Mapping) else None
     recorded = hparams.get("_class_path") if isinstance(hparams, Mapping) else None
     configured = _get(sub, "model.class_path")
@@ -316,10 +304,15 @@ def check_checkpoint(path: str | os.PathLike, sub: Any) -> Any:
     if wanted is not None and isinstance(recorded, str) and _loaded_class(recorded) is wanted:
         return header  # another import path of the same class
     raise LitGpuError(
-        messages.CKPT_MODEL_CLASS_DIFFERS.format(
-            path=path, recorded=str(recorded)[:200], configured=configured
-        )
+        messages.CKPT_MODEL_CLASS_DIFFERS.format(path=path, recorded=shown(recorded), configured=configured)
     )
+
+
+_OPT_OUT = "pass --weights_only false"
+
+
+def _trusted(sub: Any) -> bool:
+    return _get(sub, "weights_only") is False  # the user's flag, never a file's
 
 
 @dataclass
@@ -328,15 +321,91 @@ class Where:
 
     dirpath: str | None  # an explicit checkpoint.dirpath
     parents: list[Path]  # ROOT/NAME folders holding version_N runs
+    mode: str = "min"  # checkpoint.mode: which monitored value is best
+    monitor: str | None = None  # checkpoint.monitor
 
 
-def resolve(config: Any, where: Where) -> None:
-    """Turn ``ckpt_path: last|best`` into a file of a matching earlier run, check it, say which.
+@dataclass
+class Resolution:
+    """What ``--ckpt_path`` of a sub-command resolved to; the CLI applies it (sets the key, prints ``line``).
 
-    With no matching run, ``fit --ckpt_path last`` starts from scratch (as Lightning does) with one
-    line listing what is there; ``test``/``validate``/``predict`` need a checkpoint, so it is an error.
-    ``fit --ckpt_path best`` is Lightning's. ``weights_only`` left unset becomes ``True`` (Lightning
-    would read ``http(s)://`` checkpoints with ``False``).
+    ``path`` is the checkpoint to use (``None``: train from scratch), ``header`` its header, read once
+    here and handed on (the model-class check, the step a continued run logs from), ``line`` the
+    resolution line (values from files already passed through :func:`lit_gpu.messages.shown`).
+    """
+
+    key: str
+    path: str | None
+    header: Any = None
+    line: str | None = None
+
+
+def _header_facts(path: Path, header: Any, monitor: str | None) -> run_choice.CkptFacts:
+    step = epoch = None
+    score = None
+    if isinstance(header, Mapping):
+        step = _int(header.get("global_step"))
+        epoch = _int(header.get("epoch"))
+        callbacks = header.get("callbacks")
+        if isinstance(callbacks, Mapping):
+            for state in callbacks.values():
+                if not (isinstance(state, Mapping) and "current_score" in state):
+                    continue
+                if monitor is None or state.get("monitor") == monitor:
+                    score = _float(state.get("current_score"))
+                    break
+    return run_choice.CkptFacts(path, True, step, epoch, score)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value: Any) -> float | None:
+    try:
+        number = float(value)  # a 0-d tensor too
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _read_files(
+    files: Sequence[Path], which: str, sub: Any, where: Where
+) -> tuple[run_choice.FileChoice | None, dict[Path, Any]]:
+    """The facts of ``files`` (each header read once), and the choice among them."""
+    facts = []
+    headers: dict[Path, Any] = {}
+    for path in files:
+        refuse_escaping_link(path, which)  # before anything of it is read
+        try:
+            check_checkpoint_file(path)
+        except LitGpuError:  # truncated, empty: a save that did not finish
+            facts.append(run_choice.CkptFacts(path, False))
+            continue
+        headers[path] = read_header(path, trust=_trusted(sub), opt_out=_OPT_OUT)
+        facts.append(_header_facts(path, headers[path], where.monitor))
+    return run_choice.choose_file(facts, which, where.mode, where.monitor), headers
+
+
+def _run_facts(run: layout.RunDir, wanted: Signature, which: str) -> run_choice.RunFacts:
+    owner = layout.owner_name(run.owner)
+    if not run.mine:  # another user's run: nothing of it is read
+        return run_choice.RunFacts(run.name, run.version, False, owner, None, ())
+    signature = run_signature(run.path)
+    files = tuple(p.name for p in run_checkpoints(run.path, which))
+    matches = None if signature is None else wanted.matches(signature)
+    model = signature.describe() if signature is not None else ""
+    return run_choice.RunFacts(run.name, run.version, True, owner, matches, files, model)
+
+
+def resolve(config: Any, where: Where) -> Resolution | None:
+    """What ``ckpt_path: last|best|FILE`` of the sub-command means, checked; nothing is changed or printed.
+
+    ``last`` / ``best``: the run and the file are chosen by :mod:`lit_gpu.files.run_choice` from what
+    the runs and checkpoints say (this user's runs of the same model; the highest step, the best
+    monitored value). With no such run, ``fit --ckpt_path last`` starts from scratch (as Lightning
+    does; the line lists what is there); ``test``/``validate``/``predict`` need a checkpoint, so it is
+    an error. ``fit --ckpt_path best`` is Lightning's. ``FILE``: checked, its header read once.
 
     Raises:
         LitGpuError: No matching checkpoint for ``test``/``validate``/``predict``, a symlink leaving its
@@ -344,53 +413,68 @@ def resolve(config: Any, where: Where) -> None:
     """
     subcommand = _get(config, "subcommand")
     if not subcommand:
-        return
+        return None
     sub = config[subcommand]
-    if "weights_only" in sub and _get(sub, "weights_only") is None:
-        sub["weights_only"] = True
     key = f"{subcommand}.ckpt_path"
     which = _get(config, key)
     if not which:
-        return
+        return None
     if which not in ("last", "best"):
-        if which not in _SPECIAL_CKPT and "://" not in str(which):
-            refuse_escaping_link(which, str(which))
-            check_checkpoint_file(which)
-            check_checkpoint(which, sub)
-        return
+        if which in _SPECIAL_CKPT or "://" in str(which):
+            return None
+        refuse_escaping_link(which, str(which))
+        check_checkpoint_file(which)
+        return Resolution(key, str(which), check_checkpoint(which, sub))
     if which == "best" and subcommand == "fit":
-        return
+        return None
     text = messages.RESUMING_FROM if subcommand == "fit" else messages.USING_CHECKPOINT
     if where.dirpath:
-        found = find_last_checkpoint([where.dirpath], prefix=which)
-        if found is None:
+        choice, headers = _read_files(_dir_files(where.dirpath, which), which, sub, where)
+        if choice is None:
             raise LitGpuError(messages.NO_CKPT_IN_DIRPATH.format(which=which, dirpath=where.dirpath))
-        refuse_escaping_link(found, which)
-        header = check_checkpoint(found, sub)
-        messages.tell(text.format(path=found, why=explain_choice(found, [where.dirpath], which, header)))
-        config[key] = str(found)
-        return
+        header = check_checkpoint(choice.path, sub, headers[choice.path])
+        why = f"{choice.reason} in checkpoint.dirpath {shown(where.dirpath)}"
+        return Resolution(key, str(choice.path), header, text.format(path=shown(choice.path), why=why))
     wanted = Signature.of({"model": _plain(_get(sub, "model")), "data": _plain(_get(sub, "data"))})
-    picked = pick_checkpoint(where.parents, wanted, which)
-    if picked.checkpoint is None or picked.run is None:
-        message = messages.NO_MATCHING_RUN.format(
-            which=which,
-            model=wanted.describe(),
-            where=" or ".join(str(p) for p in picked.parents),
-            listing=picked.listing(),
-        )
-        if subcommand == "fit":
-            messages.tell(message + messages.NO_MATCHING_RUN_FIT)
-            config[key] = None
-            return
-        raise LitGpuError(message + messages.NO_MATCHING_RUN_FIX)
-    refuse_escaping_link(picked.checkpoint, which)
-    header = check_checkpoint(picked.checkpoint, sub)
-    patterns = [str(parent / "version_*" / "checkpoints") for parent in picked.parents]
-    why = explain_choice(picked.checkpoint, patterns, prefix=which, header=header)
-    why += messages.PICKED_RUN.format(run=picked.run.describe())
-    messages.tell(text.format(path=picked.checkpoint, why=why))
-    config[key] = str(picked.checkpoint)
+    found = [
+        (run, _run_facts(run, wanted, which)) for parent in where.parents for run in layout.list_runs(parent)
+    ]
+    folder_of = {id(facts): run.path for run, facts in found}
+    usable, skipped = run_choice.order_runs([facts for _, facts in found], which)
+    for run in usable:
+        folder = folder_of[id(run)]
+        choice, headers = _read_files(run_checkpoints(folder, which), which, sub, where)
+        if choice is None:
+            skipped.append(run_choice.Skipped(run.name, run.version, f"no complete {which}*.ckpt"))
+            continue
+        header = check_checkpoint(choice.path, sub, headers[choice.path])
+        why = f"{choice.reason}; run {run.name}, the newest of yours with {wanted.describe()}"
+        newer = run_choice.skipped_newer(sorted(skipped, key=lambda s: -s.version), run.version)
+        if newer:
+            why += f"; passed over newer {newer}"
+        return Resolution(key, str(choice.path), header, text.format(path=shown(choice.path), why=why))
+    message = messages.NO_MATCHING_RUN.format(
+        which=which,
+        model=wanted.describe(),
+        where=" or ".join(str(p) for p in where.parents),
+        listing=_listing([r for parent in where.parents for r in find_runs(parent)]),
+    )
+    if subcommand == "fit":
+        return Resolution(key, None, None, message + messages.NO_MATCHING_RUN_FIT)
+    raise LitGpuError(message + messages.NO_MATCHING_RUN_FIX)
+
+
+def _dir_files(dirpath: str | os.PathLike, which: str) -> list[Path]:
+    folder = Path(dirpath)
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:
+        return []
+    return [
+        p
+        for p in entries
+        if p.name.startswith(which) and p.name.endswith(".ckpt") and p.is_file() and p.stat().st_size > 0
+    ]
 
 
 def _plain(node: Any) -> Any:

@@ -197,3 +197,45 @@ def test_representative_readme_commands_run_on_cpu(readme_text, scratch, capsys)
     header = (scratch / "preds.csv").read_text().splitlines()[0]
     assert header.startswith("index,output_0")
     assert "all 2 keys matched" in capsys.readouterr().out
+
+
+def test_quickstart_in_order_then_plot_draws_the_training_run_and_evaluations_stay_in_it(scratch, capsys):
+    """The Quickstart's first run, ``test --ckpt_path last`` twice, ``plot``, ``fit --ckpt_path last``: one
+    run folder; both tests and the resumed fit resolve that run; the evaluations are inside it."""
+    from lit_gpu.commands import plot as plot_cmd
+
+    simple = ["--config", "configs/simple.yaml", *DEBUG]
+    assert _call(main, ["fit", *simple])[0] == 0
+    run0 = scratch / "runs" / "lit_gpu" / "version_0"
+    capsys.readouterr()
+    for _ in range(2):
+        assert _call(main, ["test", *simple, "--ckpt_path", "last"])[0] == 0
+        assert (
+            f"using {Path('runs/lit_gpu/version_0/checkpoints/last.ckpt')} (step 8" in capsys.readouterr().err
+        )
+    drawn: dict[str, list[str]] = {}
+    real_panel = plot_cmd._panel
+
+    def panel(ax, series, names, title) -> None:
+        real_panel(ax, series, names, title)
+        drawn[title] = list(names)
+
+    plot_cmd._panel = panel
+    try:
+        assert _call(main, ["plot"])[0] == 0  # the root: its newest run is the training run
+    finally:
+        plot_cmd._panel = real_panel
+    assert "train/loss_step" in drawn["loss"] and "val/loss" in drawn["loss"]  # curves, not one test dot
+    assert (run0 / "curves.png").is_file()
+    capsys.readouterr()
+    assert _call(main, ["fit", *simple, "--ckpt_path", "last", "--trainer.max_epochs", "3"])[0] == 0
+    assert "resuming from runs/lit_gpu/version_0/checkpoints/last.ckpt" in capsys.readouterr().err
+    assert sorted(p.name for p in run0.parent.iterdir()) == ["version_0"]
+    assert sorted(p.name for p in (run0 / "evaluations").iterdir()) == ["test_0", "test_1"]
+    for k in (0, 1):  # each evaluation logged at the checkpoint's last batch: marked on the curves there
+        assert (
+            (run0 / "evaluations" / f"test_{k}" / "metrics.csv")
+            .read_text()
+            .splitlines()[1]
+            .startswith("0,7,")
+        )

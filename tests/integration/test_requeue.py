@@ -8,17 +8,21 @@ changed config is saved beside the first one; DDP ranks continue the same folder
 
 from __future__ import annotations
 
+import random
 import shutil
+import signal
+import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from lit_gpu.cli import LitGpuCLI, main
 from lit_gpu.commands import plot as plot_cmd
 from lit_gpu.commands.plot import main as plot_main
 from lit_gpu.commands.plot import read_metrics
-from tests.helpers.forked_cli import run_cli
+from tests.helpers.forked_cli import popen, run_cli
 from tests.helpers.paths import CONFIGS
 
 SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
@@ -226,3 +230,44 @@ def test_a_run_folder_with_links_out_of_it_is_not_continued(tmp_path, monkeypatc
     LitGpuCLI(args=["fit", *SIMPLE, "--trainer.max_epochs", "2", "--ckpt_path", "last", "--new_run", "true"])
     assert _versions(tmp_path / RUN) == ["version_0", "version_1"]
     assert victim.read_text() == "precious" and not (tmp_path / "created.yaml").exists()
+
+
+def _started_since(parent: Path, since: float) -> bool:
+    """An attempt has claimed, taken over or started writing a run folder since ``since``."""
+    return any(p.stat().st_mtime >= since for p in parent.glob("version_*"))
+
+
+def test_a_requeue_loop_of_sigkills_at_random_times_leaves_one_run_folder(tmp_path, cli_env):
+    """15 SIGKILLs at random times, then the same command to the end: one run folder, no claim litter,
+    no lock left, the run complete. While no checkpoint exists, the first eight attempts are killed a
+    random 0-0.8 s after their run folder appeared (mostly before their first checkpoint: the folder a
+    requeued job used to leave behind); the others a random 0-8 s after the start."""
+    cmd = ["fit", *SIMPLE, "--trainer.max_epochs", "12", "--ckpt_path", "last"]
+    rng = random.Random(40)
+    parent = tmp_path / RUN
+    before_first_checkpoint = 0
+    for attempt in range(15):
+        start = time.time() - 0.05  # file times are a little coarse
+        run = popen(cmd, tmp_path, cli_env)
+        if attempt < 8 and not any(parent.glob("version_*/checkpoints/*.ckpt")):
+            while run.poll() is None and not _started_since(parent, start):  # watched, never slowed
+                time.sleep(0.002)
+            deadline = time.time() + rng.uniform(0, 0.8)
+        else:
+            deadline = start + rng.uniform(0, 8)
+        while run.poll() is None and time.time() < deadline:
+            time.sleep(0.002)
+        if run.poll() is None:
+            before_first_checkpoint += not any(parent.glob("version_*/checkpoints/*.ckpt"))
+            run.send_signal(signal.SIGKILL)
+        run.communicate(timeout=120)
+    assert before_first_checkpoint >= 2  # the case this is about happened
+    done = run_cli(cmd, tmp_path, cli_env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in parent.iterdir()) == ["version_0"], done.stderr[-2000:]
+    run_dir = parent / "version_0"
+    assert not (run_dir / ".lit_gpu.lock").exists()
+    state = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert state["global_step"] == 48  # 12 epochs x 4 batches
+    for name, steps in _steps_once(run_dir / "metrics.csv").items():
+        assert len(steps) == len(set(steps)), (name, steps)

@@ -215,3 +215,92 @@ def test_saved_configs_and_changes(tmp_path):
     assert runs.config_changes(old, new) == ["trainer.max_epochs: 3 -> 5", "a: 1 -> None", "b: None -> 2"]
     assert runs.config_changes(old, new, limit=1) == ["trainer.max_epochs: 3 -> 5", "and 2 more"]
     assert runs.config_changes(old, {**old, "ckpt_path": "y", "new_run": True}) == []
+
+
+# ---- one run, one folder: a start that died before its first checkpoint is taken over ---------------
+def _start_and_die(root: str, write: tuple[str, ...]) -> None:
+    """A start killed before its first checkpoint: the folder is claimed, files written, no clean end."""
+    claim = runs.layout.claim_run(root)  # a new folder each time
+    for name in write:
+        (claim.folder / name).write_text("from the dead start")
+    os._exit(0)  # the kernel lets go of the lock, the lock file stays (as after SIGKILL)
+
+
+def _dead_start(root: Path, write: tuple[str, ...] = ("config.yaml", "metrics.csv")) -> None:
+    child = mp.get_context("fork").Process(target=_start_and_die, args=(str(root), write))
+    child.start()
+    child.join(timeout=60)
+
+
+def test_the_next_start_takes_over_the_folder_of_a_start_that_died_before_its_first_checkpoint(tmp_path):
+    layout = runs.layout
+    _dead_start(tmp_path)
+    folder = tmp_path / "lit_gpu" / "version_0"
+    assert (folder / layout.LOCK_NAME).is_file() and (folder / "metrics.csv").is_file()
+    claim = layout.claim_run(tmp_path, same_model=lambda _: True)
+    assert claim.taken_over and claim.folder == folder
+    assert sorted(p.name for p in folder.iterdir()) == [layout.LOCK_NAME]  # the dead start's files are gone
+    # while it runs (lock held) no other start takes it: a second start gets a new folder
+    second = layout.claim_run(tmp_path, same_model=lambda _: True)
+    assert not second.taken_over and second.folder.name == "version_1"
+    second.lock.release()  # a clean end: the lock file goes, so a finished run is never taken over
+    assert not (second.folder / layout.LOCK_NAME).exists()
+    third = layout.claim_run(tmp_path, same_model=lambda _: True)
+    assert third.folder.name == "version_2"
+    claim.lock.release()
+    third.lock.release()
+
+
+def test_only_an_abandoned_folder_of_the_same_model_without_checkpoints_is_taken_over(tmp_path):
+    layout = runs.layout
+    _dead_start(tmp_path)  # version_0: another model
+    _dead_start(tmp_path)  # version_1: this one's, with a checkpoint (resumed from, not taken over)
+    ckpt = tmp_path / "lit_gpu" / "version_1" / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir()
+    ckpt.write_bytes(b"x")
+    claim = layout.claim_run(tmp_path, same_model=lambda folder: folder.name != "version_0")
+    assert not claim.taken_over and claim.folder.name == "version_2"
+    claim.lock.release()
+    assert layout.claim_run(tmp_path, same_model=None).folder.name == "version_3"  # never asked: never
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a folder to another user")
+def test_another_users_folders_are_never_taken_over_continued_or_written(tmp_path, capsys):
+    layout = runs.layout
+    _dead_start(tmp_path)
+    theirs = tmp_path / "lit_gpu" / "version_0"
+    ckpt = theirs / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir()
+    torch.save(_header(5, True, 6), ckpt)
+    (theirs / "checkpoints" / "last.ckpt").unlink()  # an abandoned start of theirs, no checkpoint
+    for path in [theirs, *theirs.rglob("*")]:
+        os.chown(path, 65534, 65534)
+    claim = layout.claim_run(tmp_path, same_model=lambda _: True)
+    assert not claim.taken_over and claim.folder.name == "version_1"
+    claim.lock.release()
+    torch.save(_header(5, True, 6), ckpt)
+    os.chown(ckpt, 65534, 65534)
+    before = sorted(p.name for p in theirs.rglob("*"))
+    assert runs.continuation(ckpt) is None  # a fit from their checkpoint logs into a folder of yours
+    assert "is owned by" in capsys.readouterr().err
+    assert runs.evaluation("test", ckpt).run is None  # so does an evaluation of it
+    assert sorted(p.name for p in theirs.rglob("*")) == before
+
+
+def test_each_evaluation_gets_its_own_folder_in_its_run_and_logs_at_the_checkpoints_step(tmp_path):
+    folder = _run(tmp_path / "lit_gpu", 0, SIMPLE)
+    ckpt = folder / "checkpoints" / "last.ckpt"
+    torch.save({"global_step": 12}, ckpt)
+    for k in range(2):
+        evaluates = runs.evaluation("test", ckpt)
+        assert evaluates == runs.Evaluation("test", folder, 11)
+        run = runs.RunFolder(tmp_path, evaluates=evaluates)
+        (csv_logger,) = runs.make_loggers(["csv"], run)
+        assert csv_logger.log_dir == str(folder / "evaluations" / f"test_{k}")
+        csv_logger.log_metrics({"test/loss": 0.5}, step=0)
+        csv_logger.finalize("success")
+        assert (folder / "evaluations" / f"test_{k}" / "metrics.csv").read_text().splitlines()[1] == "11,0.5"
+    loose = tmp_path / "loose.ckpt"
+    torch.save({"global_step": 3}, loose)
+    outside = runs.RunFolder(tmp_path, evaluates=runs.evaluation("predict", loose))
+    assert outside.path == tmp_path / "lit_gpu" / "evaluations" / "predict_0"

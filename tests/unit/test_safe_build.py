@@ -18,9 +18,9 @@ from torch import nn
 
 from lit_gpu import safe_build
 from lit_gpu.cli import LitGpuCLI
+from lit_gpu.cli.ckpt_path import resolve_ckpt_path
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files import build as build_module
-from lit_gpu.files import locate
 from lit_gpu.nets import SimpleModel
 from lit_gpu.safe_build import UnsafeBuildError, build, check, is_true_subclass
 from tests.helpers.paths import CONFIGS
@@ -305,11 +305,10 @@ def test_lightning_bases():
 # ---- pickle payloads and --ckpt_path ---------------------------------------------------------------
 def test_unset_weights_only_becomes_true_for_urls():
     config = Namespace(subcommand="test", test=Namespace(ckpt_path="https://x/y.ckpt", weights_only=None))
-    where = locate.Where(dirpath=None, parents=[])
-    locate.resolve(config, where)
+    assert resolve_ckpt_path(config) is None  # a URL is Lightning's to read
     assert config.test.weights_only is True
     config.test.weights_only = False  # the user's explicit choice stays
-    locate.resolve(config, where)
+    resolve_ckpt_path(config)
     assert config.test.weights_only is False
 
 

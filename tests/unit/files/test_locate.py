@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from jsonargparse import dict_to_namespace
 
@@ -61,33 +62,122 @@ def test_signature_reads_model_and_net_classes_not_optimizers():
     assert not Signature.of({}).matches(Signature.of({}))
 
 
-def test_pick_takes_the_newest_matching_run_not_the_newest_run(tmp_path):
+def _ckpt(path: Path, step: int, score: float | None = None, mtime: float | None = None) -> Path:
+    """A small real checkpoint: its header says the step (and the monitored value it was saved for)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {"monitor": "val/loss", "current_score": None if score is None else torch.tensor(score)}
+    torch.save({"global_step": step, "epoch": step // 4, "callbacks": {"ModelCheckpoint{}": state}}, path)
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+    return path
+
+
+def _resolve(parent: Path, config: dict, which: str, sub: str = "test", **where) -> locate.Resolution | None:
+    namespace = dict_to_namespace(
+        {"subcommand": sub, sub: {**config, "ckpt_path": which, "weights_only": True}}
+    )
+    return locate.resolve(namespace, locate.Where(dirpath=None, parents=[parent], **where))
+
+
+def test_last_is_the_highest_step_of_the_newest_matching_run_never_the_newest_file(tmp_path):
     parent = tmp_path / "lit_gpu"
-    _run(parent, 0, SIMPLE, {"last.ckpt": 100, "best-epoch01-step8.ckpt": 90})
-    _run(parent, 1, SIMPLE, {"last.ckpt": 200})
-    _run(parent, 2, FOONET, {"last.ckpt": 300})  # newest, other model
-    _run(parent, 3, None, {"last.ckpt": 400})  # no config.yaml: never matched
-    pick = locate.pick_checkpoint([parent], Signature.of(SIMPLE), "last")
-    assert pick.checkpoint == parent / "version_1" / "checkpoints" / "last.ckpt"
-    best = locate.pick_checkpoint([parent], Signature.of(SIMPLE), "best")
-    assert best.checkpoint == parent / "version_0" / "checkpoints" / "best-epoch01-step8.ckpt"
-    assert locate.pick_checkpoint([parent], Signature.of(FOONET)).run.folder.name == "version_2"
+    old = _run(parent, 0, SIMPLE)
+    _ckpt(old / "checkpoints" / "last.ckpt", 40, mtime=9e9)  # touched later: times do not choose
+    run = _run(parent, 1, SIMPLE)
+    _ckpt(run / "checkpoints" / "last.ckpt", 8, mtime=300)
+    _ckpt(run / "checkpoints" / "last-v1.ckpt", 12, mtime=100)  # the higher step, written earlier
+    (run / "checkpoints" / "last-v2.ckpt").write_bytes(b"PK\x03\x04 truncated")  # a save cut short
+    _ckpt(_run(parent, 2, FOONET) / "checkpoints" / "last.ckpt", 99)  # newer, other model
+    _run(parent, 3, SIMPLE)  # newer, no checkpoint yet
+    got = _resolve(parent, SIMPLE, "last")
+    assert got.path == str(run / "checkpoints" / "last-v1.ckpt") and got.header["global_step"] == 12
+    assert "step 12, epoch 3; the highest step of 2 complete last*.ckpt; 1 incomplete left out" in got.line
+    assert "run version_1, the newest of yours with RegressionModule(SimpleModel)" in got.line
+    assert (
+        "passed over newer version_3: no last*.ckpt yet; version_2: another model (RegressionModule(FooNet)"
+        in (got.line)
+    )
+    assert got.line.count("\n") == 0
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("min", "best-b.ckpt"), ("max", "best-a.ckpt")])
+def test_best_is_the_best_monitored_value_by_the_configs_mode(tmp_path, mode, expected):
+    run = _run(tmp_path / "lit_gpu", 0, SIMPLE)
+    _ckpt(run / "checkpoints" / "best-a.ckpt", 4, score=0.5)
+    _ckpt(run / "checkpoints" / "best-b.ckpt", 8, score=0.3)
+    got = _resolve(tmp_path / "lit_gpu", SIMPLE, "best", mode=mode, monitor="val/loss")
+    assert Path(got.path).name == expected and f"the {mode} of 2 best*.ckpt" in got.line
 
 
 def test_no_match_lists_what_is_there(tmp_path):
     parent = tmp_path / "lit_gpu"
-    _run(parent, 0, FOONET, {"last.ckpt": 100})
+    _ckpt(_run(parent, 0, FOONET) / "checkpoints" / "last.ckpt", 4)
     _run(parent, 1, SIMPLE)
     (parent / "version_2").mkdir()
     (parent / "version_2" / "config.yaml").write_text("model: [unclosed")  # unreadable: listed, not matched
     mnist = {"model": {"class_path": "lit_gpu.modules.ClassificationModule"}}
-    pick = locate.pick_checkpoint([parent], Signature.of(mnist))
-    assert pick.checkpoint is None
-    listing = pick.listing()
+    with pytest.raises(LitGpuError) as info:
+        _resolve(parent, mnist, "last")
+    listing = str(info.value)
     assert "version_0 (RegressionModule(FooNet) + SyntheticRegressionDataModule; last.ckpt)" in listing
     assert "version_1 (RegressionModule(SimpleModel) + Synthetic" in listing and "; no checkpoint)" in listing
     assert "version_2 (no config.yaml; no checkpoint)" in listing
-    assert locate.pick_checkpoint([tmp_path / "nothing"], Signature.of(mnist)).listing() == "no runs"
+    fit = _resolve(tmp_path / "nothing", mnist, "last", sub="fit")  # fit starts from scratch, says so
+    assert fit.path is None and "(there: no runs)" in fit.line and "training from scratch" in fit.line
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a folder to another user")
+def test_another_users_newer_run_in_a_shared_root_is_never_chosen_and_the_line_says_why(tmp_path):
+    parent = tmp_path / "lit_gpu"
+    mine = _run(parent, 0, SIMPLE)
+    _ckpt(mine / "checkpoints" / "last.ckpt", 4)
+    _ckpt(mine / "checkpoints" / "best-x.ckpt", 4, score=0.9)
+    theirs = _run(parent, 1, SIMPLE)
+    _ckpt(theirs / "checkpoints" / "last.ckpt", 400)
+    _ckpt(theirs / "checkpoints" / "best-y.ckpt", 400, score=0.1)
+    for path in [theirs, *theirs.rglob("*")]:
+        os.chown(path, 65534, 65534)
+    for which in ("last", "best"):
+        got = _resolve(parent, SIMPLE, which)
+        assert Path(got.path).parent.parent == mine
+        assert "passed over newer version_1: owned by" in got.line and "(uid 65534), not by you" in got.line
+
+
+def test_names_lit_gpu_did_not_make_are_ignored_never_fatal(tmp_path):
+    from lit_gpu.files import layout
+
+    parent = tmp_path / "lit_gpu"
+    for name in (
+        "version_99999999999999999999",
+        "version_abc",
+        "version_\u0663",
+        "version_01",
+        "version_" + "9" * 5000,
+    ):
+        (parent / name[:250]).mkdir(parents=True)
+    (parent / "version_7").write_text("")  # an empty file where a run would be
+    run = _run(parent, 3, SIMPLE)
+    _ckpt(run / "checkpoints" / "last.ckpt", 4)
+    assert [r.name for r in layout.list_runs(parent)] == ["version_3"]
+    assert _resolve(parent, SIMPLE, "last").path == str(run / "checkpoints" / "last.ckpt")
+    claims = [layout.claim_run(tmp_path) for _ in range(5)]
+    assert [c.folder.name for c in claims] == [
+        "version_4",
+        "version_5",
+        "version_6",
+        "version_8",
+        "version_9",
+    ]
+    assert (parent / "version_7").is_file() and not any(
+        p.name.startswith(".claim-") for p in parent.iterdir()
+    )
+
+
+def test_a_file_name_cannot_forge_a_line(tmp_path):
+    run = _run(tmp_path / "lit_gpu", 0, SIMPLE)
+    _ckpt(run / "checkpoints" / "last\n\x1b[2Klit-gpu: forged.ckpt", 4)
+    got = _resolve(tmp_path / "lit_gpu", SIMPLE, "last")
+    assert "\n" not in got.line and "\x1b" not in got.line and "\\x1b[2Klit-gpu: forged" in got.line
 
 
 # ---- the config of a checkpoint's run ----------------------------------------------------------
