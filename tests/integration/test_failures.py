@@ -289,3 +289,19 @@ def test_a_sweep_search_space_passed_as_config_does_not_blame_typing_union(tmp_p
     monkeypatch.chdir(tmp_path)
     line = _one_line(["fit", *SIMPLE, "--config", str(CONFIGS / "sweeps" / "mnist_fast.yaml")], capsys)
     assert "no class_path given there?" in line and "typing.Union" not in line, line
+
+
+def test_predict_on_a_model_without_predict_step_is_one_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "nopredict_for_test.py").write_text(
+        "import lightning.pytorch as pl\nimport torch\n\n\n"
+        "class NoPredict(pl.LightningModule):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.layer = torch.nn.Linear(10, 10)\n\n"
+        "    def training_step(self, batch, batch_idx):\n"
+        "        return torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    line = _one_line(["predict", *SIMPLE, "--model", "nopredict_for_test.NoPredict"], capsys)
+    assert "model.class_path nopredict_for_test.NoPredict: the model has no predict_step" in line
+    assert "define predict_step(self, batch, batch_idx)" in line and "lit_gpu.modules" in line
+    assert not (tmp_path / "predictions.csv").exists()
