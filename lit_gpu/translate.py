@@ -8,10 +8,13 @@ where the trainer is built (:mod:`lit_gpu.cli.trainer`), where the config that a
 
 from __future__ import annotations
 
+import functools
+import inspect
 import pickle
 import re
 import zipfile
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -221,6 +224,62 @@ def trainer_argument_error(err: BaseException) -> str | None:
         return None
     reason = messages.first_line(err).strip().rstrip(".")
     return messages.BAD_TRAINER_SETTING.format(source=f"trainer.{named[0]}", reason=reason)
+
+
+def _partial_class(factory: Any) -> tuple[type, dict[str, Any]] | None:
+    """Class and keywords of ``partial(cls, **kw)`` or of jsonargparse's ``partial(call, inst, cls, **kw)``."""
+    if not isinstance(factory, functools.partial):
+        return None
+    cls = factory.func if isinstance(factory.func, type) else None
+    cls = cls or next((a for a in factory.args if isinstance(a, type)), None)
+    return None if cls is None else (cls, dict(factory.keywords))
+
+
+def refused_init_arg(factory: Any, make_arg: Callable[[], Any]) -> tuple[str, Any, BaseException] | None:
+    """The config argument a class refuses on its own: ``(name, value, the class's error)``, or ``None``.
+
+    ``factory`` is what the CLI built from ``class_path`` + ``init_args`` (e.g. the optimizer).
+    Each of its keyword arguments is tried alone (with the ones that have no default) on a throwaway
+    first argument from ``make_arg`` (a one-number parameter list, an optimizer of it); the first one the
+    class answers with a ``ValueError`` or ``TypeError`` is named. Only called after the real call failed.
+    """
+    found = _partial_class(factory)
+    if found is None:
+        return None
+    cls, keywords = found
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return None
+    needed = {k: v for k, v in keywords.items() if k in params and params[k].default is params[k].empty}
+    for name, value in keywords.items():
+        try:
+            cls(make_arg(), **{**needed, name: value})
+        except (ValueError, TypeError) as err:
+            return name, value, err
+        except Exception:  # noqa: BLE001,S112  (another failure says nothing about this argument)
+            continue
+    return None
+
+
+def init_arg_error(key: str, factory: Any, err: BaseException, make_arg: Callable[[], Any]) -> str | None:
+    """One line for ``factory(...)``'s ``ValueError``/``TypeError`` caused by one of its config init_args.
+
+    Names ``KEY.init_args.NAME`` and the value (``model.optimizer.init_args.momentum: None refused by
+    SGD (...)``); torch's ``Invalid ...`` checks it cannot pin on one argument name ``KEY`` alone; any other
+    error is not the config's (``None``: it keeps its traceback).
+    """
+    if not isinstance(err, ValueError | TypeError):
+        return None
+    found = refused_init_arg(factory, make_arg)
+    if found is not None:
+        name, value, own = found
+        cls = _partial_class(factory)[0]  # type: ignore[index]  # found implies a class
+        reason = f"{messages.shown(repr(value))} refused by {cls.__name__} ({messages.first_line(own)})"
+        return messages.BAD_OPTIMIZER_SETTING.format(key=f"{key}.init_args.{name}", reason=reason)
+    if isinstance(err, ValueError) and str(err).startswith("Invalid "):
+        return messages.BAD_OPTIMIZER_SETTING.format(key=key, reason=messages.first_line(err))
+    return None
 
 
 Translator = Callable[[BaseException], "str | None"]

@@ -107,7 +107,10 @@ def _one_line(argv: list[str], capsys) -> str:
             ["--trainer.max_epochs -5: invalid trainer setting", "You passed in -5"],
         ),
         (["--trainer.strategy", "ddpp"], ["--trainer.strategy ddpp: invalid trainer setting"]),
-        (["--model.optimizer.lr", "-1"], ["model.optimizer: Invalid learning rate: -1.0"]),
+        (
+            ["--model.optimizer.lr", "-1"],
+            ["model.optimizer.init_args.lr: -1.0 refused by SGD (Invalid learning rate: -1.0)"],
+        ),
         (
             ["--checkpoint.monitor", "val/accc"],
             ["--checkpoint.monitor val/accc: the model never logs", "val/loss"],
@@ -295,7 +298,8 @@ def test_predict_on_a_model_without_predict_step_is_one_line(tmp_path, monkeypat
     (tmp_path / "nopredict_for_test.py").write_text(
         "import lightning.pytorch as pl\nimport torch\n\n\n"
         "class NoPredict(pl.LightningModule):\n"
-        "    def __init__(self):\n        super().__init__()\n        self.layer = torch.nn.Linear(10, 10)\n\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.layer = torch.nn.Linear(10, 10)\n\n"
         "    def training_step(self, batch, batch_idx):\n"
         "        return torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])\n"
     )

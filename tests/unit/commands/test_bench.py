@@ -56,7 +56,9 @@ def test_markdown_speedup_column():
 def _plant_yaml(folder: Path) -> Path:
     """A ``yaml.py`` in ``folder`` that leaves a marker file when it is imported; returns the marker."""
     marker = folder / "planted_yaml_ran"
-    (folder / "yaml.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nraise ImportError('planted')\n")
+    (folder / "yaml.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\nraise ImportError('planted')\n"
+    )
     return marker
 
 
