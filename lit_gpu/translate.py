@@ -227,7 +227,7 @@ def trainer_argument_error(err: BaseException) -> str | None:
 
 
 def _partial_class(factory: Any) -> tuple[type, dict[str, Any]] | None:
-    """Class and keywords of ``partial(cls, **kw)`` or of jsonargparse's ``partial(call, inst, cls, **kw)``."""
+    """Class and keywords of ``partial(cls, **kw)`` or jsonargparse's ``partial(call, inst, cls, **kw)``."""
     if not isinstance(factory, functools.partial):
         return None
     cls = factory.func if isinstance(factory.func, type) else None
