@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import pickle
 import re
 import zipfile
@@ -282,6 +283,63 @@ def init_arg_error(key: str, factory: Any, err: BaseException, make_arg: Callabl
     return None
 
 
+def host_memory_bytes() -> int | None:
+    """This machine's physical memory in bytes (``None`` where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def human_bytes(size: float) -> str:
+    """``4000000000000`` -> ``"4.0 TB"`` (powers of 1000, as the allocator's messages count)."""
+    for unit in ("bytes", "kB", "MB", "GB", "TB", "PB"):
+        if size < 1000 or unit == "PB":
+            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1000
+    raise AssertionError("unreachable")
+
+
+_HOST_ALLOCATION = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")
+_SIZE_OVERFLOW = re.compile(r"Storage size calculation overflowed with sizes=\[([^\]]*)\]")
+
+
+def allocation_refused(err: BaseException) -> tuple[BaseException, str] | None:
+    """The host allocator's refusal in ``err``'s chain and what was asked (``"4.0 TB"``), or ``None``.
+
+    torch's ``DefaultCPUAllocator: can't allocate memory`` (more than the machine can map) and its
+    ``Storage size calculation overflowed`` (more than 2**63 bytes): a size in a config far too large.
+    """
+    for raised in _chain(err):
+        if not isinstance(raised, RuntimeError):
+            continue
+        text = str(raised)
+        if match := _HOST_ALLOCATION.search(text):
+            return raised, human_bytes(int(match.group(1)))
+        if match := _SIZE_OVERFLOW.search(text):
+            return raised, f"a tensor of shape ({match.group(1)}), over 2**63 bytes"
+    return None
+
+
+HOST_ALLOCATION_REFUSED = (
+    "the host could not allocate {asked} ({reason}); this machine has {have} of memory: make the sizes "
+    "in your config (net widths, data.num_samples, batch size) smaller"
+)
+
+
+def host_allocation_refused(err: BaseException) -> str | None:
+    """torch's host allocator refusing a size no machine here has (the config's sizes are too big)."""
+    found = allocation_refused(err)
+    if found is None:
+        return None
+    have = host_memory_bytes()
+    return HOST_ALLOCATION_REFUSED.format(
+        asked=found[1],
+        reason=messages.shown(messages.first_line(found[0]), limit=160),
+        have=human_bytes(have) if have else "an unknown amount",
+    )
+
+
 Translator = Callable[[BaseException], "str | None"]
 
 # Tried in order; the first answer wins.
@@ -294,6 +352,7 @@ TRANSLATORS: tuple[Translator, ...] = (
     dataset_raised_in_worker,
     monitor_not_logged,
     trainer_argument_error,
+    host_allocation_refused,
 )
 
 
