@@ -293,8 +293,8 @@ def host_memory_bytes() -> int | None:
 
 def human_bytes(size: float) -> str:
     """``4000000000000`` -> ``"4.0 TB"`` (powers of 1000, as the allocator's messages count)."""
-    for unit in ("bytes", "kB", "MB", "GB", "TB", "PB"):
-        if size < 1000 or unit == "PB":
+    for unit in ("bytes", "kB", "MB", "GB", "TB", "PB", "EB"):
+        if size < 1000 or unit == "EB":
             return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
         size /= 1000
     raise AssertionError("unreachable")
@@ -317,12 +317,12 @@ def allocation_refused(err: BaseException) -> tuple[BaseException, str] | None:
         if match := _HOST_ALLOCATION.search(text):
             return raised, human_bytes(int(match.group(1)))
         if match := _SIZE_OVERFLOW.search(text):
-            return raised, f"a tensor of shape ({match.group(1)}), over 2**63 bytes"
+            return raised, f"over {human_bytes(2**63)} (a tensor of shape ({match.group(1)}))"
     return None
 
 
 HOST_ALLOCATION_REFUSED = (
-    "the host could not allocate {asked} ({reason}); this machine has {have} of memory: make the sizes "
+    "the host could not allocate {asked}, more than this machine's {have} of memory; make the sizes "
     "in your config (net widths, data.num_samples, batch size) smaller"
 )
 
@@ -333,11 +333,7 @@ def host_allocation_refused(err: BaseException) -> str | None:
     if found is None:
         return None
     have = host_memory_bytes()
-    return HOST_ALLOCATION_REFUSED.format(
-        asked=found[1],
-        reason=messages.shown(messages.first_line(found[0]), limit=160),
-        have=human_bytes(have) if have else "an unknown amount",
-    )
+    return HOST_ALLOCATION_REFUSED.format(asked=found[1], have=human_bytes(have) if have else "amount")
 
 
 Translator = Callable[[BaseException], "str | None"]

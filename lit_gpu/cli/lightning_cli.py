@@ -31,6 +31,7 @@ from lit_gpu.cli import run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, resolve_ckpt_path
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
 from lit_gpu.cli.run_config import RunConfigSaver
+from lit_gpu.cli.too_big import explain_build_failure
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import install_atomic_checkpoint_io
@@ -306,6 +307,17 @@ class LitGpuCLI(LightningCLI):
         config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
         choice = resolve_trainer_config(config.trainer)
         config.free_gpus = None if choice is None else choice.record()  # saved in config.yaml
+
+    @override
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except Exception as err:  # a net too big for memory: jsonargparse wraps the allocator's error
+            config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
+            message = explain_build_failure(err, config.as_dict())  # names the config key
+            if message is None:
+                raise
+            raise LitGpuError(message) from err
 
     @override
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
