@@ -20,7 +20,7 @@ TOO_BIG_TO_BUILD = (
 
 
 def _specs(config: Any, prefix: str = "") -> Iterator[tuple[str, str, Any]]:
-    """``(key, class_path, init_args)`` of each ``class_path`` entry of a config (dicts, lists), outer first."""
+    """``(key, class_path, init_args)`` of each ``class_path`` entry in a config, outer first."""
     if isinstance(config, dict):
         if isinstance(config.get("class_path"), str):
             yield prefix, config["class_path"], config.get("init_args")
