@@ -8,10 +8,14 @@ where the trainer is built (:mod:`lit_gpu.cli.trainer`), where the config that a
 
 from __future__ import annotations
 
+import functools
+import inspect
+import os
 import pickle
 import re
 import zipfile
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -223,6 +227,115 @@ def trainer_argument_error(err: BaseException) -> str | None:
     return messages.BAD_TRAINER_SETTING.format(source=f"trainer.{named[0]}", reason=reason)
 
 
+def _partial_class(factory: Any) -> tuple[type, dict[str, Any]] | None:
+    """Class and keywords of ``partial(cls, **kw)`` or jsonargparse's ``partial(call, inst, cls, **kw)``."""
+    if not isinstance(factory, functools.partial):
+        return None
+    cls = factory.func if isinstance(factory.func, type) else None
+    cls = cls or next((a for a in factory.args if isinstance(a, type)), None)
+    return None if cls is None else (cls, dict(factory.keywords))
+
+
+def refused_init_arg(factory: Any, make_arg: Callable[[], Any]) -> tuple[str, Any, BaseException] | None:
+    """The config argument a class refuses on its own: ``(name, value, the class's error)``, or ``None``.
+
+    ``factory`` is what the CLI built from ``class_path`` + ``init_args`` (e.g. the optimizer).
+    Each of its keyword arguments is tried alone (with the ones that have no default) on a throwaway
+    first argument from ``make_arg`` (a one-number parameter list, an optimizer of it); the first one the
+    class answers with a ``ValueError`` or ``TypeError`` is named. Only called after the real call failed.
+    """
+    found = _partial_class(factory)
+    if found is None:
+        return None
+    cls, keywords = found
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return None
+    needed = {k: v for k, v in keywords.items() if k in params and params[k].default is params[k].empty}
+    for name, value in keywords.items():
+        try:
+            cls(make_arg(), **{**needed, name: value})
+        except (ValueError, TypeError) as err:
+            return name, value, err
+        except Exception:  # noqa: BLE001,S112  (another failure says nothing about this argument)
+            continue
+    return None
+
+
+def init_arg_error(key: str, factory: Any, err: BaseException, make_arg: Callable[[], Any]) -> str | None:
+    """One line for ``factory(...)``'s ``ValueError``/``TypeError`` caused by one of its config init_args.
+
+    Names ``KEY.init_args.NAME`` and the value (``model.optimizer.init_args.momentum: None refused by
+    SGD (...)``); torch's ``Invalid ...`` checks it cannot pin on one argument name ``KEY`` alone; any other
+    error is not the config's (``None``: it keeps its traceback).
+    """
+    if not isinstance(err, ValueError | TypeError):
+        return None
+    found = refused_init_arg(factory, make_arg)
+    if found is not None:
+        name, value, own = found
+        cls = _partial_class(factory)[0]  # type: ignore[index]  # found implies a class
+        reason = f"{messages.shown(repr(value))} refused by {cls.__name__} ({messages.first_line(own)})"
+        return messages.BAD_OPTIMIZER_SETTING.format(key=f"{key}.init_args.{name}", reason=reason)
+    if isinstance(err, ValueError) and str(err).startswith("Invalid "):
+        return messages.BAD_OPTIMIZER_SETTING.format(key=key, reason=messages.first_line(err))
+    return None
+
+
+def host_memory_bytes() -> int | None:
+    """This machine's physical memory in bytes (``None`` where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def human_bytes(size: float) -> str:
+    """``4000000000000`` -> ``"4.0 TB"`` (powers of 1000, as the allocator's messages count)."""
+    for unit in ("bytes", "kB", "MB", "GB", "TB", "PB", "EB"):
+        if size < 1000 or unit == "EB":
+            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1000
+    raise AssertionError("unreachable")
+
+
+_HOST_ALLOCATION = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")
+_SIZE_OVERFLOW = re.compile(r"Storage size calculation overflowed with sizes=\[([^\]]*)\]")
+
+
+def allocation_refused(err: BaseException) -> tuple[BaseException, str] | None:
+    """The host allocator's refusal in ``err``'s chain and what was asked (``"4.0 TB"``), or ``None``.
+
+    torch's ``DefaultCPUAllocator: can't allocate memory`` (more than the machine can map) and its
+    ``Storage size calculation overflowed`` (more than 2**63 bytes): a size in a config far too large.
+    """
+    for raised in _chain(err):
+        if not isinstance(raised, RuntimeError):
+            continue
+        text = str(raised)
+        if match := _HOST_ALLOCATION.search(text):
+            return raised, human_bytes(int(match.group(1)))
+        if match := _SIZE_OVERFLOW.search(text):
+            return raised, f"over {human_bytes(2**63)} (a tensor of shape ({match.group(1)}))"
+    return None
+
+
+HOST_ALLOCATION_REFUSED = (
+    "the host could not allocate {asked}, more than this machine's {have} of memory; make the sizes "
+    "in your config (net widths, data.num_samples, batch size) smaller"
+)
+
+
+def host_allocation_refused(err: BaseException) -> str | None:
+    """torch's host allocator refusing a size no machine here has (the config's sizes are too big)."""
+    found = allocation_refused(err)
+    if found is None:
+        return None
+    have = host_memory_bytes()
+    return HOST_ALLOCATION_REFUSED.format(asked=found[1], have=human_bytes(have) if have else "amount")
+
+
 Translator = Callable[[BaseException], "str | None"]
 
 # Tried in order; the first answer wins.
@@ -235,6 +348,7 @@ TRANSLATORS: tuple[Translator, ...] = (
     dataset_raised_in_worker,
     monitor_not_logged,
     trainer_argument_error,
+    host_allocation_refused,
 )
 
 

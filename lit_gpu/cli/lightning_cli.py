@@ -32,6 +32,7 @@ from lit_gpu.cli import run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, resolve_ckpt_path
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
 from lit_gpu.cli.run_config import RunConfigSaver
+from lit_gpu.cli.too_big import explain_build_failure
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.locate import Resolution
@@ -196,6 +197,30 @@ def maybe_tune_batch_size(
     messages.tell(messages.BATCH_SIZE_FOUND.format(size=found))
 
 
+NO_PREDICT_STEP = (
+    "model.class_path {class_path}: the model has no predict_step (nor forward), so lit-gpu predict cannot "
+    "run it; define predict_step(self, batch, batch_idx) in it, or use a lit_gpu module "
+    "(e.g. lit_gpu.modules.ClassificationModule)"
+)
+
+
+def check_predictable(model: pl.LightningModule, config: Any) -> None:
+    """Refuse ``lit-gpu predict`` on a model Lightning cannot predict with, in one line naming its class.
+
+    Lightning's own check (``predict_step`` is None, or neither ``predict_step`` nor ``forward``
+    overridden) raises deep inside ``Trainer.predict``; this one runs before it, where the config is known.
+    """
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    step = getattr(model, "predict_step", None)
+    if step is not None and (is_overridden("predict_step", model) or is_overridden("forward", model)):
+        return
+    class_path = config_value(config, "predict.model.class_path", None)
+    if not isinstance(class_path, str):
+        class_path = f"{type(model).__module__}.{type(model).__qualname__}"
+    raise LitGpuError(NO_PREDICT_STEP.format(class_path=class_path))
+
+
 # what Trainer(...) raises for settings it refuses; explain_trainer_error decides which are the user's
 _TRAINER_ERRORS = (MisconfigurationException, ValueError, TypeError, ImportError)
 
@@ -307,6 +332,17 @@ class LitGpuCLI(LightningCLI):
         config.free_gpus = None if choice is None else choice.record()  # saved in config.yaml
 
     @override
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except Exception as err:  # a net too big for memory: jsonargparse wraps the allocator's error
+            config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
+            message = explain_build_failure(err, config.as_dict())  # names the config key
+            if message is None:
+                raise
+            raise LitGpuError(message) from err
+
+    @override
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         if config_value(config, "trainer") is not None and config.trainer.get("callbacks", []) is None:
@@ -343,3 +379,6 @@ class LitGpuCLI(LightningCLI):
 
     def before_fit(self) -> None:
         maybe_tune_batch_size(self.trainer, self.model, self.datamodule, self.config)
+
+    def before_predict(self) -> None:
+        check_predictable(self.model, self.config)  # no predict_step: one line, not Lightning's wall

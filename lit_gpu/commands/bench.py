@@ -7,6 +7,9 @@ crash in one mode does not end the table), which builds model and data from the 
 :class:`~lit_gpu.cli.LitGpuCLI` and fits ``--steps`` steps with no validation, logger or
 checkpoints. Throughput comes from Lightning's ``ThroughputMonitor`` (``Throughput`` rates over
 the steps after ``--warmup``). Modes that cannot run here are skipped with the reason.
+
+The subprocesses never put the working folder on ``sys.path`` (:func:`child_python`): a ``torch.py``
+or ``yaml.py`` lying where ``lit-gpu bench`` runs is data, not code the benchmark imports.
 """
 
 from __future__ import annotations
@@ -218,6 +221,31 @@ def run_worker(argv: list[str]) -> int:
 
 
 # ---- driver --------------------------------------------------------------------------------
+# Python 3.10 has neither -P nor PYTHONSAFEPATH: `python -c` drops its working-folder entry itself.
+_RUN_MODULE = (
+    "import runpy, sys; sys.path[:1] = [p for p in sys.path[:1] if p]; "
+    "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)"
+)
+
+
+def child_python(module: str) -> tuple[list[str], dict[str, str]]:
+    """``python -m MODULE`` and its environment, with the working folder kept off ``sys.path``.
+
+    Python 3.11+: ``-P`` and ``PYTHONSAFEPATH=1`` (which Lightning's DDP launcher passes on to the
+    ranks it starts); 3.10: a ``-c`` stub that removes the folder before running the module. Empty
+    ``PYTHONPATH`` entries (a stray ``:``, which means the working folder) are dropped; the others
+    are made absolute (``.`` stays the folder the user named).
+    """
+    env = {**os.environ, "PYTHONSAFEPATH": "1"}
+    if "PYTHONPATH" in env:
+        env["PYTHONPATH"] = os.pathsep.join(
+            os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p
+        )
+    if sys.version_info >= (3, 11):
+        return [sys.executable, "-P", "-m", module], env
+    return [sys.executable, "-c", _RUN_MODULE, module], env
+
+
 def run_mode(plan: ModePlan, cli_args: list[str], steps: int, warmup: int, timeout: float) -> BenchResult:
     """Fit ``plan`` for ``steps`` steps in a fresh subprocess and measure it (a skip plan is not run).
 
@@ -232,9 +260,9 @@ def run_mode(plan: ModePlan, cli_args: list[str], steps: int, warmup: int, timeo
         return BenchResult(plan.mode, status=f"skipped: {plan.skip}")
     with tempfile.TemporaryDirectory() as tmp:
         result_path = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "lit_gpu", "bench", "--worker", "--mode", plan.mode]
+        cmd, env = child_python("lit_gpu")
+        cmd += ["bench", "--worker", "--mode", plan.mode]
         cmd += ["--steps", str(steps), "--warmup", str(warmup), "--result", str(result_path), *cli_args]
-        env = dict(os.environ)
         env.setdefault("PYTHONWARNINGS", "ignore")
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

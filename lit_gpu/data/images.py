@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from typing_extensions import override
 
-from lit_gpu.data._checks import check_loader_args
+from lit_gpu.data._checks import check_counts, check_fits_in_memory, check_loader_args
 from lit_gpu.data._trainer import rank_and_world, use_pin_memory
 from lit_gpu.data.stateful import ResumableDataLoader
 
@@ -129,6 +129,16 @@ class SyntheticImageDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         check_loader_args(batch_size, num_workers)
+        check_counts(
+            num_samples=(num_samples, 1),
+            num_classes=(num_classes, 1),
+            image_size=(image_size, 1),
+            channels=(channels, 1),
+            seed=(seed, 0),
+        )
+        rows = num_samples + 2 * max(1, num_samples // 10)  # uint8 pixels and int64 labels
+        sizes = {"num_samples": num_samples, "image_size": image_size, "channels": channels}
+        check_fits_in_memory(sizes, rows * (channels * image_size * image_size + 8))
         self.save_hyperparameters()
         self.num_samples, self.num_classes = num_samples, num_classes
         self.image_size, self.channels = image_size, channels

@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from typing_extensions import override
 
 from lit_gpu import messages
-from lit_gpu.data._checks import check_loader_args
+from lit_gpu.data._checks import check_counts, check_fits_in_memory, check_loader_args, check_number
 from lit_gpu.data._trainer import rank_and_world
 from lit_gpu.data.stateful import ResumableDataLoader
 from lit_gpu.errors import LitGpuError
@@ -47,6 +47,18 @@ class SyntheticRegressionDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         check_loader_args(batch_size, num_workers)
+        check_counts(
+            in_features=(in_features, 1),
+            out_features=(out_features, 1),
+            num_samples=(num_samples, 1),
+            seed=(seed, 0),
+        )
+        check_number("noise", noise)
+        # x and y of train + val + test (a quarter each) and the teacher, as float32: 4 bytes a number
+        rows = num_samples + 2 * max(1, num_samples // 4)
+        needs = 4 * (rows * (in_features + out_features) + in_features * out_features + out_features)
+        sizes = {"num_samples": num_samples, "in_features": in_features, "out_features": out_features}
+        check_fits_in_memory(sizes, needs)
         if teacher not in ("linear", "relu"):
             raise LitGpuError(
                 messages.BAD_DATA_CHOICE.format(name="teacher", choices="linear, relu", value=teacher)

@@ -11,23 +11,26 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
 from typing_extensions import Self, override
 
-from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.net_spec import NET_SPEC_KEY, net_spec
-from lit_gpu.translate import net_input_mismatch
+from lit_gpu.translate import init_arg_error, net_input_mismatch
 from lit_gpu.upstream import PlainHookName, loggers_record_this_step, restricted_classmethod
 
 
+def _one_param() -> list[torch.nn.Parameter]:
+    return [torch.nn.Parameter(torch.zeros(1))]
+
+
 def _build(key: str, factory: Any, arg: Any) -> Any:
-    """``factory(arg)``; torch's argument checks (``Invalid learning rate: -1.0``) become one line."""
+    """``factory(arg)``; a config init_arg torch refuses (``lr: -1``, ``momentum: null``) becomes one line."""
     try:
         return factory(arg)
-    except ValueError as err:
-        if not str(err).startswith("Invalid "):
+    except (ValueError, TypeError) as err:
+        make_arg = _one_param if key == "model.optimizer" else lambda: torch.optim.SGD(_one_param(), lr=0.1)
+        message = init_arg_error(key, factory, err, make_arg)
+        if message is None:
             raise
-        raise LitGpuError(
-            messages.BAD_OPTIMIZER_SETTING.format(key=key, reason=messages.first_line(err))
-        ) from err
+        raise LitGpuError(message) from err
 
 
 class LitModule(PlainHookName, pl.LightningModule):

@@ -107,7 +107,10 @@ def _one_line(argv: list[str], capsys) -> str:
             ["--trainer.max_epochs -5: invalid trainer setting", "You passed in -5"],
         ),
         (["--trainer.strategy", "ddpp"], ["--trainer.strategy ddpp: invalid trainer setting"]),
-        (["--model.optimizer.lr", "-1"], ["model.optimizer: Invalid learning rate: -1.0"]),
+        (
+            ["--model.optimizer.lr", "-1"],
+            ["model.optimizer.init_args.lr: -1.0 refused by SGD (Invalid learning rate: -1.0)"],
+        ),
         (
             ["--checkpoint.monitor", "val/accc"],
             ["--checkpoint.monitor val/accc: the model never logs", "val/loss"],
@@ -116,6 +119,34 @@ def _one_line(argv: list[str], capsys) -> str:
         (["--trainer.val_check_interval", "5000"], ["trainer.val_check_interval: invalid trainer setting"]),
         (["--data.teacher", "foo"], ["data.teacher must be one of linear, relu, got 'foo'"]),
         (["--model.net.in_features", "5"], ["the net SimpleModel does not fit the data", "shape (64, 10)"]),
+        (["--data.out_features", "null"], ["data.out_features must be a positive integer, got None"]),
+        (["--data.noise", "-1"], ["data.noise must be a finite number >= 0, got -1.0"]),
+        (
+            ["--data.num_samples", "1000000000000"],
+            ["data.num_samples=1000000000000", "would need 120.0 TB", "make data.num_samples smaller"],
+        ),
+        (  # ~2 EB: more than any address space, so refused at once even where the kernel overcommits
+            [
+                "--model.net.init_args.in_features",
+                "700000000",
+                "--model.net.init_args.out_features",
+                "700000000",
+            ],
+            [
+                "model.init_args.net: lit_gpu.nets.SimpleModel(in_features=700000000, "
+                "out_features=700000000) asks for 2.0 EB while it is built",
+                "make it smaller (model.init_args.net.init_args.*",
+            ],
+        ),
+        (  # more than 2**63 bytes: torch refuses to compute the size
+            [
+                "--model.net.init_args.in_features",
+                str(10**10),
+                "--model.net.init_args.out_features",
+                str(10**10),
+            ],
+            ["model.init_args.net: lit_gpu.nets.SimpleModel(in_features=10000000000", "over 9.2 EB"],
+        ),
     ],
 )
 def test_user_mistakes_are_one_line_with_the_cause(args, needles, tmp_path, monkeypatch, capsys):
@@ -289,3 +320,45 @@ def test_a_sweep_search_space_passed_as_config_does_not_blame_typing_union(tmp_p
     monkeypatch.chdir(tmp_path)
     line = _one_line(["fit", *SIMPLE, "--config", str(CONFIGS / "sweeps" / "mnist_fast.yaml")], capsys)
     assert "no class_path given there?" in line and "typing.Union" not in line, line
+
+
+def test_predict_on_a_model_without_predict_step_is_one_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "nopredict_for_test.py").write_text(
+        "import lightning.pytorch as pl\nimport torch\n\n\n"
+        "class NoPredict(pl.LightningModule):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.layer = torch.nn.Linear(10, 10)\n\n"
+        "    def training_step(self, batch, batch_idx):\n"
+        "        return torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    line = _one_line(["predict", *SIMPLE, "--model", "nopredict_for_test.NoPredict"], capsys)
+    assert "model.class_path nopredict_for_test.NoPredict: the model has no predict_step" in line
+    assert "define predict_step(self, batch, batch_idx)" in line and "lit_gpu.modules" in line
+    assert not (tmp_path / "predictions.csv").exists()
+
+
+@pytest.mark.parametrize(
+    "old, new, needles",
+    [
+        ("lr: 0.05", "lr: {}", ["model.optimizer.init_args.lr: tensor([]) refused by SGD (Tensor lr"]),
+        ("momentum: 0.9", "momentum: null", ["model.optimizer.init_args.momentum: None refused by SGD"]),
+        (
+            "    out_features: 10\n    num_samples",
+            "    out_features: null\n    num_samples",
+            ["data.out_features"],
+        ),
+        ("num_samples: 2048", "num_samples: 1e12", ['Parser key "data.num_samples"', "1000000000000.0"]),
+        ("num_samples: 2048", "num_samples: 1000000000000", ["make data.num_samples smaller"]),
+    ],
+)
+def test_one_field_changes_of_simple_yaml_are_one_line(old, new, needles, tmp_path, monkeypatch, capsys):
+    """Values that reach torch unchecked from a config file (the command line's parser checks more)."""
+    text = (CONFIGS / "simple.yaml").read_text()
+    assert old in text
+    (tmp_path / "changed.yaml").write_text(text.replace(old, new, 1))
+    monkeypatch.chdir(tmp_path)
+    line = _one_line(["fit", "--config", "changed.yaml", "--config", str(CONFIGS / "debug.yaml")], capsys)
+    for needle in needles:
+        assert needle in line, line

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,36 @@ def test_markdown_speedup_column():
     assert "skipped: no CUDA device" in md
 
 
+def _plant_yaml(folder: Path) -> Path:
+    """A ``yaml.py`` in ``folder`` that leaves a marker file when it is imported; returns the marker."""
+    marker = folder / "planted_yaml_ran"
+    (folder / "yaml.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\nraise ImportError('planted')\n"
+    )
+    return marker
+
+
+@pytest.mark.parametrize("version", [(3, 10), sys.version_info[:2]])
+def test_child_python_keeps_the_working_folder_off_sys_path(version, tmp_path, monkeypatch):
+    """A module the child runs imports the real ``yaml``, not the one planted in its working folder."""
+    work, code = tmp_path / "work", tmp_path / "code"
+    work.mkdir()
+    code.mkdir()
+    marker = _plant_yaml(work)
+    (code / "uses_yaml.py").write_text("import yaml\nprint(yaml.safe_load('a: 1')['a'])\n")
+    monkeypatch.setenv("PYTHONPATH", f"{code}{os.pathsep}")  # the stray empty entry means "here"
+    plain = subprocess.run([sys.executable, "-m", "uses_yaml"], cwd=work, capture_output=True, text=True)
+    assert plain.returncode != 0 and marker.is_file()  # the trap works on a plain `python -m`
+    marker.unlink()
+
+    monkeypatch.setattr(sys, "version_info", version)
+    command, env = bench.child_python("uses_yaml")
+    assert ("-P" in command) == (version >= (3, 11)) and env["PYTHONPATH"] == str(code)
+    done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "1", done.stderr
+    assert not marker.exists()
+
+
 @pytest.mark.integration
 def test_bench_cpu_run_and_gpu_skip(fake_mnist_dir: Path, tmp_path: Path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
@@ -60,6 +92,7 @@ def test_bench_cpu_run_and_gpu_skip(fake_mnist_dir: Path, tmp_path: Path, monkey
         "PYTHONPATH", str(Path(__file__).resolve().parents[2]) + os.pathsep + os.environ.get("PYTHONPATH", "")
     )
     _no_cuda(monkeypatch)
+    marker = _plant_yaml(tmp_path)  # the working folder is data: the mode's child never imports it
     config = tmp_path / "tiny.yaml"
     config.write_text(
         "model:\n  class_path: lit_gpu.modules.ClassificationModule\n  init_args:\n"
@@ -97,3 +130,4 @@ def test_bench_cpu_run_and_gpu_skip(fake_mnist_dir: Path, tmp_path: Path, monkey
     assert cells[6] == "1.00x" and cells[7] == "ok"
     assert "(RSS)" in cells[5]
     assert out_csv.read_text().splitlines()[0].startswith("mode,setup,samples/s")
+    assert not marker.exists()

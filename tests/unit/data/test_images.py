@@ -82,3 +82,16 @@ def test_the_data_module_trains_resnet18_a_step_on_cpu():
     assert net.conv1.kernel_size == (3, 3) and isinstance(net.maxpool, torch.nn.Identity)
     imagenet_stem = ResNet18(num_classes=5, cifar_stem=False, in_channels=1)
     assert imagenet_stem(torch.zeros(2, 1, 64, 64)).shape == (2, 5)
+
+
+def test_image_sizes_are_checked_at_init(monkeypatch):
+    import pytest
+
+    from lit_gpu.data import _checks
+    from lit_gpu.errors import LitGpuError
+
+    with pytest.raises(LitGpuError, match=r"^data.channels must be a positive integer, got None"):
+        SyntheticImageDataModule(channels=None)
+    monkeypatch.setattr(_checks, "host_memory_bytes", lambda: 10**6)
+    with pytest.raises(LitGpuError, match=r"^data.num_samples=50000, .* make data.num_samples smaller"):
+        SyntheticImageDataModule()

@@ -57,3 +57,41 @@ def test_bad_loader_settings_are_one_line_errors(kwargs, key):
 
     with pytest.raises(LitGpuError, match=rf"^{key} must be .*, got -?\d+; set --{key}"):
         SyntheticRegressionDataModule(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, line",
+    [
+        ({"out_features": None}, "data.out_features must be a positive integer, got None"),
+        ({"in_features": 0}, "data.in_features must be a positive integer, got 0"),
+        ({"num_samples": 2.5}, "data.num_samples must be a positive integer, got 2.5"),
+        ({"num_samples": True}, "data.num_samples must be a positive integer, got True"),
+        ({"seed": -1}, "data.seed must be an integer >= 0, got -1"),
+        ({"noise": float("inf")}, "data.noise must be a finite number >= 0, got inf"),
+        ({"noise": "0.1"}, "data.noise must be a finite number >= 0, got '0.1'"),
+    ],
+)
+def test_bad_sizes_are_one_line_at_init(kwargs, line):
+    """Settings that would otherwise fail deep inside torch (``out_features: null``) are refused at init."""
+    from lit_gpu.errors import LitGpuError
+
+    with pytest.raises(LitGpuError) as info:
+        SyntheticRegressionDataModule(**kwargs)
+    assert str(info.value).startswith(line) and "\n" not in str(info.value)
+
+
+def test_data_that_cannot_fit_in_memory_is_refused_before_allocating(monkeypatch):
+    from lit_gpu.data import _checks
+    from lit_gpu.errors import LitGpuError
+
+    monkeypatch.setattr(_checks, "host_memory_bytes", lambda: 10**6)  # a 1 MB machine
+    SyntheticRegressionDataModule(num_samples=1000, in_features=10, out_features=10)  # 120 kB: fits
+    with pytest.raises(LitGpuError) as info:
+        SyntheticRegressionDataModule(num_samples=100_000, in_features=10, out_features=10)
+    assert str(info.value) == (
+        "data.num_samples=100000, data.in_features=10, data.out_features=10: the data's tensors would need "
+        "12.0 MB, more than this machine's 1.0 MB of memory; make data.num_samples smaller "
+        "(--data.num_samples, or num_samples: in your config)"
+    )
+    with pytest.raises(LitGpuError, match=r"make data.in_features smaller"):
+        SyntheticRegressionDataModule(num_samples=100, in_features=100_000)

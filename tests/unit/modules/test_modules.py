@@ -113,7 +113,57 @@ def test_an_invalid_optimizer_argument_is_one_line_naming_the_key(lr):
     from lit_gpu.errors import LitGpuError
 
     module = RegressionModule(net=SimpleModel(), optimizer=partial(torch.optim.SGD, lr=lr))
-    with pytest.raises(LitGpuError, match=rf"^model.optimizer: Invalid learning rate: {lr}"):
+    with pytest.raises(
+        LitGpuError, match=rf"^model.optimizer.init_args.lr: {lr} refused by SGD \(Invalid lea"
+    ):
+        module.configure_optimizers()
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"lr": 0.1, "momentum": None}, "model.optimizer.init_args.momentum: None refused by SGD ('<' not"),
+        ({"lr": torch.tensor([])}, "model.optimizer.init_args.lr: tensor([]) refused by SGD (Tensor lr"),
+        ({"lr": 0.1, "weight_decay": "x"}, "model.optimizer.init_args.weight_decay: 'x' refused by SGD"),
+    ],
+)
+def test_an_optimizer_argument_of_the_wrong_kind_is_one_line_naming_it(kwargs, needle):
+    """``momentum: null`` or ``lr: {}`` in a config reach torch unchecked: the key is named, cause kept."""
+    from functools import partial
+
+    from lit_gpu.errors import LitGpuError
+
+    module = RegressionModule(net=SimpleModel(), optimizer=partial(torch.optim.SGD, **kwargs))
+    with pytest.raises(LitGpuError) as info:
+        module.configure_optimizers()
+    assert str(info.value).startswith(needle), info.value
+    assert isinstance(info.value.__cause__, ValueError | TypeError)
+
+
+def test_a_scheduler_argument_torch_refuses_is_one_line_naming_it():
+    from functools import partial
+
+    from lit_gpu.errors import LitGpuError
+
+    scheduler = partial(torch.optim.lr_scheduler.LinearLR, start_factor=2.0)
+    module = RegressionModule(
+        net=SimpleModel(), optimizer=partial(torch.optim.SGD, lr=0.1), scheduler=scheduler
+    )
+    with pytest.raises(
+        LitGpuError, match=r"^model.scheduler.init_args.start_factor: 2.0 refused by LinearLR"
+    ):
+        module.configure_optimizers()
+
+
+def test_an_optimizer_that_fails_for_another_reason_keeps_its_traceback():
+    """An error no config argument explains (a bug in code, not a setting) is not turned into one line."""
+
+    class Broken(torch.optim.SGD):
+        def __init__(self, params, lr=0.1):
+            raise TypeError("a bug in the optimizer's own code")
+
+    module = RegressionModule(net=SimpleModel(), optimizer=lambda params: Broken(params))
+    with pytest.raises(TypeError, match="a bug"):
         module.configure_optimizers()
 
 
