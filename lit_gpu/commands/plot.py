@@ -136,7 +136,7 @@ def _mark_evaluations(axes: dict[str, Any], run: Path) -> None:
             continue
         try:
             series = read_metrics(folder)
-        except (LitGpuError, OSError, UnicodeDecodeError, csv.Error):
+        except (LitGpuError, OSError):
             continue  # an unreadable evaluation does not stop the plot of the run
         for name, points in sorted(series.items()):
             metric = name.split("/")[-1]
