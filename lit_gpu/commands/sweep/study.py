@@ -111,7 +111,7 @@ def _rdb_storage(url: str, tries: int = 5) -> Any:
         except Exception as err:  # SQLAlchemy's IntegrityError/ProgrammingError: "... already exists"
             if attempt == tries - 1 or "already exists" not in str(err):
                 if _database_error(err):
-                    reason = messages.shown(messages.first_line(err), limit=160)
+                    reason = shown_url(messages.first_line(err))  # its text may quote the URL
                     raise LitGpuError(BAD_STORAGE.format(url=shown_url(url), reason=reason)) from err
                 raise
             time.sleep(0.5 + attempt)
