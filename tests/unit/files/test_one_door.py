@@ -39,7 +39,7 @@ ALLOWED = {
         "lit_gpu/upstream/gate.py",
         "importlib.import_module",
     ): "Lightning module paths: the gate's own table",
-    ("lit_gpu/cli/run_config.py", "yaml.safe_load"): "the parser's own dump of this run's config",
+    ("lit_gpu/cli/config_saver.py", "yaml.safe_load"): "the parser's own dump of this run's config",
     ("lit_gpu/cli/trainer.py", "yaml.safe_load"): "the user's own --config files, to name the GPU setting",
     ("lit_gpu/devices.py", "json.loads"): "the environment a parent lit-gpu process set for its ranks",
     ("lit_gpu/commands/bench.py", "json.loads"): "a result file the bench's own child just wrote",
