@@ -76,7 +76,9 @@ def test_ckpt_path_last_and_best_pick_the_newest_run_of_the_same_model(tmp_path,
     test = LitGpuCLI(args=["test", *FOONET, "--ckpt_path", "last", "--trainer.logger", "false"])
     picked = Path(test.config["test"]["ckpt_path"])
     assert picked.parts[-3:] == ("version_0", "checkpoints", "last.ckpt")
-    assert "newest matching run: version_0 (RegressionModule(FooNet)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "run version_0, the newest of yours with RegressionModule(FooNet)" in err
+    assert "passed over newer version_1: another model (RegressionModule(SimpleModel)" in err
     best = LitGpuCLI(args=["test", *SIMPLE, "--ckpt_path", "best", "--trainer.logger", "false"])
     assert Path(best.config["test"]["ckpt_path"]).parent.parent.name == "version_1"
     assert Path(best.config["test"]["ckpt_path"]).name.startswith("best-")
