@@ -30,8 +30,8 @@ from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.cli import run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, resolve_ckpt_path
+from lit_gpu.cli.config_saver import RunConfigSaver
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
-from lit_gpu.cli.run_config import RunConfigSaver
 from lit_gpu.cli.too_big import explain_build_failure
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
@@ -351,6 +351,8 @@ class LitGpuCLI(LightningCLI):
         loggers, self.run_folder = run_folders.trainer_loggers(  # CSV + TB, one folder
             config, self.subcommand, self.resolution, parsed
         )
+        if self.resolution is not None:  # its header (tensors memory-mapped) was handed on: let it go
+            self.resolution.header = None
         if loggers is not None:
             kwargs.setdefault("logger", loggers)
         callbacks = run_folders.progress_bar_callbacks(config)  # redrawn 4x a second, not 100x

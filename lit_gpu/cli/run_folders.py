@@ -7,7 +7,9 @@
   its run's ``config.yaml`` (:func:`lit_gpu.files.locate.args_with_saved_config`), nothing else.
 * :class:`RecordModelSpec` writes the CLI's model (and net) spec into every checkpoint, for
   ``lit-gpu export`` of any LightningModule.
-* ``fit --ckpt_path last|FILE`` continues the checkpoint's run folder (``--new_run true``: a new one).
+* ``fit --ckpt_path last|FILE`` continues the checkpoint's run folder (``--new_run true``: a new one);
+  ``validate``/``test``/``predict`` of a run's checkpoint write into ``evaluations/<command>_<k>/`` of
+  that run (:mod:`lit_gpu.runs`, :mod:`lit_gpu.files.layout`).
 * The progress bar redraws a few times a second (:mod:`lit_gpu.callbacks.progress`), not 100.
 * The default checkpoint monitor ``val/loss`` falls back to ``last.ckpt`` only for a module that
   never logs it.

@@ -145,11 +145,15 @@ def list_runs(parent: str | os.PathLike) -> list[RunDir]:
 
 
 def run_of_checkpoint(ckpt_path: str | os.PathLike) -> RunDir | None:
-    """The run folder of ``.../version_N/checkpoints/X.ckpt`` (from where the file is), else ``None``."""
+    """The run folder of ``.../version_N/checkpoints/X.ckpt`` (from where the file is), else ``None``.
+
+    A ``version_N`` that is a link is returned too (its owner is the link's), for the caller to refuse
+    it by name (:func:`lit_gpu.files.locate.escaping_links`) rather than to pass it over silently.
+    """
     ckpt = Path(ckpt_path)
     run = ckpt.parent.parent
     number = version_number(run)
-    if ckpt.parent.name != CHECKPOINTS or number is None or not _real_dir(run):
+    if ckpt.parent.name != CHECKPOINTS or number is None or not run.is_dir():
         return None
     return RunDir(run, number, _owner(run))
 
@@ -331,6 +335,7 @@ def claim_run(
 def claim_evaluation(run: str | os.PathLike, command: str) -> Path:
     """A new ``run/evaluations/<command>_<k>`` folder (``mkdir``: two evaluations never share one)."""
     base = Path(run) / EVALUATIONS
+    Path(run).mkdir(parents=True, exist_ok=True)  # ROOT/lit_gpu for an evaluation outside any run
     with contextlib.suppress(FileExistsError):
         os.mkdir(base)
     if not _real_dir(base):

@@ -234,7 +234,9 @@ def test_test_and_predict_with_a_real_checkpoint_still_work(good_ckpt, tmp_path,
     for subcommand in ("test", "predict"):
         main([subcommand, *SIMPLE, "--ckpt_path", str(good_ckpt)])  # returns: no SystemExit on success
     assert "test/loss" in capsys.readouterr().out
-    with open(tmp_path / "predictions.csv") as f:
+    run = good_ckpt.parent.parent  # the evaluations of a run's checkpoint are written into that run
+    assert sorted(p.name for p in (run / "evaluations").iterdir())[-2:] == ["predict_0", "test_0"]
+    with open(run / "evaluations" / "predict_0" / "predictions.csv") as f:
         rows = list(csv.reader(f))
     assert rows[0][:2] == ["index", "output_0"] and len(rows) > 1
 

@@ -124,7 +124,7 @@ def test_signal_to_process_group_saves_last_ckpt_and_resumes(
         f"lit-gpu: resuming from {RUN / 'version_0' / 'checkpoints' / 'last.ckpt'} (step {stopped_at}, "
         in out
     )
-    assert "skipped newer version_1: no last*.ckpt yet" in out
+    assert "passed over newer version_1: no config.yaml" in out
     assert f"lit-gpu: continuing the run in {RUN / 'version_0'} from step {stopped_at};" in out
     assert sorted(p.name for p in ckpt_dir.glob("last*")) == ["last.ckpt"]
     final = torch.load(ckpt_dir / "last.ckpt", weights_only=True)  # the run went on in its own folder

@@ -76,7 +76,9 @@ def test_ckpt_path_last_and_best_pick_the_newest_run_of_the_same_model(tmp_path,
     test = LitGpuCLI(args=["test", *FOONET, "--ckpt_path", "last", "--trainer.logger", "false"])
     picked = Path(test.config["test"]["ckpt_path"])
     assert picked.parts[-3:] == ("version_0", "checkpoints", "last.ckpt")
-    assert "newest matching run: version_0 (RegressionModule(FooNet)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "run version_0, the newest of yours with RegressionModule(FooNet)" in err
+    assert "passed over newer version_1: another model (RegressionModule(SimpleModel)" in err
     best = LitGpuCLI(args=["test", *SIMPLE, "--ckpt_path", "best", "--trainer.logger", "false"])
     assert Path(best.config["test"]["ckpt_path"]).parent.parent.name == "version_1"
     assert Path(best.config["test"]["ckpt_path"]).name.startswith("best-")
@@ -178,3 +180,42 @@ def test_foreign_module_under_ddp_on_cpu_writes_into_one_folder(tmp_path, cli_en
     assert _versions(parent) == ["version_0"]
     assert (parent / "version_0" / "checkpoints" / "last.ckpt").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
+
+
+# ---- 7: a root several users write ---------------------------------------------------------------
+def test_a_shared_root_with_odd_names_and_another_users_runs(tmp_path, monkeypatch, capsys):
+    """Planted names never stop a fit; another user's newer run is passed over by last and best, never
+    taken over, continued or written; the resolution line says why."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    parent = tmp_path / "runs" / "lit_gpu"
+    for name in ("version_" + "9" * 40, "version_abc", "version_01"):
+        (parent / name).mkdir(parents=True)
+    (parent / "version_0").write_text("")  # an empty file where a run would be
+    LitGpuCLI(args=["fit", *SIMPLE, "--trainer.max_epochs", "1"])
+    mine = parent / "version_1"
+    assert (mine / "checkpoints" / "last.ckpt").is_file() and (parent / "version_0").read_text() == ""
+    if os.geteuid() != 0:
+        return  # giving a folder to another user needs root
+    theirs = parent / "version_2"
+    LitGpuCLI(args=["fit", *SIMPLE, "--trainer.max_epochs", "2", "--new_run", "true"])
+    (theirs / ".lit_gpu.lock").write_text("")  # and an abandoned start of theirs, version_3
+    (parent / "version_3").mkdir()
+    (parent / "version_3" / ".lit_gpu.lock").write_text("")
+    for path in [theirs, parent / "version_3", *theirs.rglob("*"), *(parent / "version_3").rglob("*")]:
+        os.chown(path, 65534, 65534)
+    before = {p: p.stat().st_mtime_ns for p in [*theirs.rglob("*"), *(parent / "version_3").rglob("*")]}
+    capsys.readouterr()
+    for which in ("last", "best"):
+        test = LitGpuCLI(args=["test", *SIMPLE, "--ckpt_path", which])
+        assert Path(test.config["test"]["ckpt_path"]).parent.parent.absolute() == mine
+    err = capsys.readouterr().err
+    assert err.count("passed over newer version_3: owned by") == 2 and "version_2: owned by" in err
+    LitGpuCLI(args=["fit", *SIMPLE, "--trainer.max_epochs", "2", "--ckpt_path", "last"])  # continues mine
+    LitGpuCLI(args=["fit", *SIMPLE, "--trainer.max_epochs", "1"])  # a new run: no take-over of theirs
+    assert (parent / "version_4" / "checkpoints" / "last.ckpt").is_file()
+    assert not (parent / "version_5").exists()
+    assert sorted(p.name for p in (mine / "evaluations").iterdir()) == ["test_0", "test_1"]
+    now = {p: p.stat().st_mtime_ns for p in [*theirs.rglob("*"), *(parent / "version_3").rglob("*")]}
+    assert now == before  # nothing written, created or removed in another user's folders
