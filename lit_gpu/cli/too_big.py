@@ -1,4 +1,4 @@
-"""A class in the config too big to build (``in_features: 10000000``): one line naming its config key.
+"""A class in the config too big (``in_features: 10000000``) or of a negative size: one line naming its key.
 
 torch's host allocator refuses the size inside the class's ``__init__`` (jsonargparse wraps the error
 while it builds the config's classes); :func:`explain_build_failure` finds which ``class_path`` entry
@@ -50,6 +50,33 @@ def _shown_args(init_args: Any) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in init_args.items() if isinstance(v, plain))
 
 
+CANNOT_BUILD = (
+    "{key}: {class_path}({init_args}) cannot be built: {reason}; fix its sizes "
+    "({key}.init_args.* on the command line or in your config)"
+)
+_SIZE_ERRORS = ("Trying to create tensor with negative dimension",)
+
+
+def _built_by_config(err: BaseException, specs: list[tuple[str, str, Any]]) -> tuple[str, str, Any] | None:
+    """The config entry whose class was being built where ``err`` was raised (outermost first)."""
+    for cls in _classes_being_built(err):
+        for key, class_path, init_args in specs:
+            if class_path.rsplit(".", 1)[-1] == cls.__name__:
+                return key, class_path, init_args
+    return None
+
+
+def _size_error(err: BaseException) -> BaseException | None:
+    """torch's refusal of a size given to a layer (``nn.Linear(10, -1)``) in ``err``'s chain."""
+    current: BaseException | None = err
+    seen = 0
+    while current is not None and seen < 8:
+        if isinstance(current, RuntimeError) and any(s in str(current) for s in _SIZE_ERRORS):
+            return current
+        current, seen = current.__cause__ or current.__context__, seen + 1
+    return None
+
+
 def explain_build_failure(err: BaseException, config: Any) -> str | None:
     """One line when building the config's classes failed on a size the host cannot allocate, else ``None``.
 
@@ -57,20 +84,23 @@ def explain_build_failure(err: BaseException, config: Any) -> str | None:
         err: What building the classes raised.
         config: The (sub-command's) config as a dict, with ``class_path``/``init_args`` entries.
     """
-    found = allocation_refused(err)
-    if found is None:
-        return None
-    refused, asked = found
     specs = list(_specs(config))
-    for cls in _classes_being_built(refused):
-        for key, class_path, init_args in specs:
-            if class_path.rsplit(".", 1)[-1] == cls.__name__:
-                have = host_memory_bytes()
-                return TOO_BIG_TO_BUILD.format(
-                    key=key,
-                    class_path=messages.shown(class_path),
-                    init_args=messages.shown(_shown_args(init_args)),
-                    asked=asked,
-                    have=human_bytes(have) if have else "amount",
-                )
+    found = allocation_refused(err)
+    if found is not None and (entry := _built_by_config(found[0], specs)) is not None:
+        have = host_memory_bytes()
+        return TOO_BIG_TO_BUILD.format(
+            key=entry[0],
+            class_path=messages.shown(entry[1]),
+            init_args=messages.shown(_shown_args(entry[2])),
+            asked=found[1],
+            have=human_bytes(have) if have else "amount",
+        )
+    refused = _size_error(err)
+    if refused is not None and (entry := _built_by_config(refused, specs)) is not None:
+        return CANNOT_BUILD.format(
+            key=entry[0],
+            class_path=messages.shown(entry[1]),
+            init_args=messages.shown(_shown_args(entry[2])),
+            reason=messages.shown(messages.first_line(refused)),
+        )
     return None
