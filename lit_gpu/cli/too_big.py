@@ -1,12 +1,18 @@
-"""A class in the config too big (``in_features: 10000000``) or of a negative size: one line naming its key.
+"""A config class torch cannot build (``in_features: 10000000``, ``-1``, ``null``): one line naming its key.
 
-torch's host allocator refuses the size inside the class's ``__init__`` (jsonargparse wraps the error
-while it builds the config's classes); :func:`explain_build_failure` finds which ``class_path`` entry
-was being built from the frames of the refused allocation and names its key and its init_args.
+jsonargparse builds the config's classes and wraps what their ``__init__`` raised: torch's host allocator
+refusing a size, torch refusing an argument (a negative size, ``None`` for a size), or a ``null`` given
+to a parameter that needs a value. :func:`explain_build_failure` finds which ``class_path`` entry was
+being built from the frames of the error (no import, no call) and names its key and its init_args;
+anything else keeps its traceback.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+import types
+import typing
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,10 +57,9 @@ def _shown_args(init_args: Any) -> str:
 
 
 CANNOT_BUILD = (
-    "{key}: {class_path}({init_args}) cannot be built: {reason}; fix its sizes "
+    "{key}: {class_path}({init_args}) cannot be built ({reason}); fix its init_args "
     "({key}.init_args.* on the command line or in your config)"
 )
-_SIZE_ERRORS = ("Trying to create tensor with negative dimension",)
 
 
 def _built_by_config(err: BaseException, specs: list[tuple[str, str, Any]]) -> tuple[str, str, Any] | None:
@@ -66,14 +71,67 @@ def _built_by_config(err: BaseException, specs: list[tuple[str, str, Any]]) -> t
     return None
 
 
-def _size_error(err: BaseException) -> BaseException | None:
-    """torch's refusal of a size given to a layer (``nn.Linear(10, -1)``) in ``err``'s chain."""
+def _raised_in_torch(err: BaseException) -> bool:
+    tb, last = err.__traceback__, ""
+    while tb is not None:
+        last, tb = tb.tb_frame.f_code.co_filename, tb.tb_next
+    return f"{os.sep}torch{os.sep}" in last
+
+
+def _torch_refusal(err: BaseException) -> BaseException | None:
+    """torch refusing an argument a config class passed on (``nn.Linear(10, -1)``, ``nn.Linear(None, 3)``)."""
     current: BaseException | None = err
     seen = 0
     while current is not None and seen < 8:
-        if isinstance(current, RuntimeError) and any(s in str(current) for s in _SIZE_ERRORS):
+        if isinstance(current, RuntimeError | TypeError | ValueError) and _raised_in_torch(current):
             return current
         current, seen = current.__cause__ or current.__context__, seen + 1
+    return None
+
+
+NULL_FOR_A_VALUE = (
+    "{key}.init_args.{name}: null, but {class_path} needs {expects} there; "
+    "set a value (on the command line or in your config)"
+)
+
+
+def _null_for_a_value(err: BaseException, specs: list[tuple[str, str, Any]]) -> str | None:
+    """A ``null`` init_arg whose parameter's annotation does not admit ``None`` (``neural_num: null``).
+
+    Only the classes whose ``__init__`` was running where ``err`` (or an error it came from) was raised
+    are looked at, and only if already imported: nothing is imported here.
+    """
+    building: set[type] = set()
+    current: BaseException | None = err
+    for _ in range(8):
+        if current is None:
+            break
+        building.update(_classes_being_built(current))
+        current = current.__cause__ or current.__context__
+    for key, class_path, init_args in specs:
+        module_name, _, name = class_path.rpartition(".")
+        cls = getattr(sys.modules.get(module_name), "__dict__", {}).get(name)
+        if cls not in building or not isinstance(init_args, dict):
+            continue
+        try:
+            hints = typing.get_type_hints(cls.__init__)
+        except Exception:  # noqa: BLE001  (unresolvable annotations: nothing to say)
+            continue
+        for arg, value in init_args.items():
+            hint = hints.get(arg)
+            if value is not None or hint is None or hint is Any:
+                continue
+            options = (
+                typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else ()
+            )
+            if hint is not type(None) and type(None) not in options:
+                expects = getattr(hint, "__name__", None) or str(hint)
+                return NULL_FOR_A_VALUE.format(
+                    key=key,
+                    name=arg,
+                    class_path=messages.shown(class_path),
+                    expects=f"a value of type {expects}",
+                )
     return None
 
 
@@ -85,6 +143,8 @@ def explain_build_failure(err: BaseException, config: Any) -> str | None:
         config: The (sub-command's) config as a dict, with ``class_path``/``init_args`` entries.
     """
     specs = list(_specs(config))
+    if (null := _null_for_a_value(err, specs)) is not None:
+        return null
     found = allocation_refused(err)
     if found is not None and (entry := _built_by_config(found[0], specs)) is not None:
         have = host_memory_bytes()
@@ -95,12 +155,12 @@ def explain_build_failure(err: BaseException, config: Any) -> str | None:
             asked=found[1],
             have=human_bytes(have) if have else "amount",
         )
-    refused = _size_error(err)
+    refused = _torch_refusal(err)
     if refused is not None and (entry := _built_by_config(refused, specs)) is not None:
         return CANNOT_BUILD.format(
             key=entry[0],
             class_path=messages.shown(entry[1]),
             init_args=messages.shown(_shown_args(entry[2])),
-            reason=messages.shown(messages.first_line(refused)),
+            reason=messages.shown(messages.first_line(refused), limit=160),
         )
     return None
