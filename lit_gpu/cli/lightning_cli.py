@@ -331,7 +331,8 @@ class LitGpuCLI(LightningCLI):
             super().instantiate_classes()
         except Exception as err:  # a net too big for memory: jsonargparse wraps the allocator's error
             config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
-            message = explain_build_failure(err, config.as_dict())  # names the config key
+            groups = {"checkpoint": FreshLastCheckpoint, "speed": SpeedLevers, "nan_guard": NaNGuard}
+            message = explain_build_failure(err, config.as_dict(), groups)  # names the config key
             if message is None:
                 raise
             raise LitGpuError(message) from err

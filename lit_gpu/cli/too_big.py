@@ -135,14 +135,34 @@ def _null_for_a_value(err: BaseException, specs: list[tuple[str, str, Any]]) -> 
     return None
 
 
-def explain_build_failure(err: BaseException, config: Any) -> str | None:
+REFUSED_SETTING = "{key}: {reason}; fix {key}.* on the command line or in your config"
+
+
+def _lightning_refusal(err: BaseException) -> BaseException | None:
+    """Lightning's ``MisconfigurationException`` (its error for a setting the user chose) in the chain."""
+    current: BaseException | None = err
+    for _ in range(8):
+        if current is None:
+            return None
+        if type(current).__name__ == "MisconfigurationException":
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def explain_build_failure(
+    err: BaseException, config: Any, groups: dict[str, type] | None = None
+) -> str | None:
     """One line when building the config's classes failed on a size the host cannot allocate, else ``None``.
 
     Args:
         err: What building the classes raised.
         config: The (sub-command's) config as a dict, with ``class_path``/``init_args`` entries.
+        groups: Config keys holding one class's arguments without a ``class_path`` (``checkpoint``).
     """
     specs = list(_specs(config))
+    for key, cls in (groups or {}).items():
+        specs.append((key, f"{cls.__module__}.{cls.__qualname__}", config.get(key)))
     if (null := _null_for_a_value(err, specs)) is not None:
         return null
     found = allocation_refused(err)
@@ -163,4 +183,7 @@ def explain_build_failure(err: BaseException, config: Any) -> str | None:
             init_args=messages.shown(_shown_args(entry[2])),
             reason=messages.shown(messages.first_line(refused), limit=160),
         )
+    refused = _lightning_refusal(err)
+    if refused is not None and (entry := _built_by_config(refused, specs)) is not None:
+        return REFUSED_SETTING.format(key=entry[0], reason=messages.shown(messages.first_line(refused)))
     return None
