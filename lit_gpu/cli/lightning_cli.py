@@ -332,6 +332,7 @@ class LitGpuCLI(LightningCLI):
         except Exception as err:  # a net too big for memory: jsonargparse wraps the allocator's error
             config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
             groups = {"checkpoint": FreshLastCheckpoint, "speed": SpeedLevers, "nan_guard": NaNGuard}
+            groups["trainer"] = pl.Trainer
             message = explain_build_failure(err, config.as_dict(), groups)  # names the config key
             if message is None:
                 raise

@@ -75,7 +75,7 @@ def _raised_in_torch(err: BaseException) -> bool:
     tb, last = err.__traceback__, ""
     while tb is not None:
         last, tb = tb.tb_frame.f_code.co_filename, tb.tb_next
-    return f"{os.sep}torch{os.sep}" in last
+    return any(f"{os.sep}{package}{os.sep}" in last for package in ("torch", "torchmetrics"))
 
 
 def _torch_refusal(err: BaseException) -> BaseException | None:
@@ -90,12 +90,14 @@ def _torch_refusal(err: BaseException) -> BaseException | None:
 
 
 NULL_FOR_A_VALUE = (
-    "{key}.init_args.{name}: null, but {class_path} needs {expects} there; "
+    "{key}.{name}: null, but {class_path} needs {expects} there; "
     "set a value (on the command line or in your config)"
 )
 
 
-def _null_for_a_value(err: BaseException, specs: list[tuple[str, str, Any]]) -> str | None:
+def _null_for_a_value(
+    err: BaseException, specs: list[tuple[str, str, Any]], groups: set[tuple[str, str]]
+) -> str | None:
     """A ``null`` init_arg whose parameter's annotation does not admit ``None`` (``neural_num: null``).
 
     Only the classes whose ``__init__`` was running where ``err`` (or an error it came from) was raised
@@ -113,10 +115,12 @@ def _null_for_a_value(err: BaseException, specs: list[tuple[str, str, Any]]) -> 
         cls = getattr(sys.modules.get(module_name), "__dict__", {}).get(name)
         if cls not in building or not isinstance(init_args, dict):
             continue
-        try:
-            hints = typing.get_type_hints(cls.__init__)
-        except Exception:  # noqa: BLE001  (unresolvable annotations: nothing to say)
-            continue
+        hints: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):  # a subclass's __init__(**kwargs) passes its base's on
+            try:
+                hints.update(typing.get_type_hints(klass.__init__))
+            except Exception:  # noqa: BLE001,S112  (unresolvable annotations: nothing to say)
+                continue
         for arg, value in init_args.items():
             hint = hints.get(arg)
             if value is not None or hint is None or hint is Any:
@@ -126,8 +130,9 @@ def _null_for_a_value(err: BaseException, specs: list[tuple[str, str, Any]]) -> 
             )
             if hint is not type(None) and type(None) not in options:
                 expects = getattr(hint, "__name__", None) or str(hint)
+                args_key = key if (key, class_path) in groups else f"{key}.init_args"
                 return NULL_FOR_A_VALUE.format(
-                    key=key,
+                    key=args_key,
                     name=arg,
                     class_path=messages.shown(class_path),
                     expects=f"a value of type {expects}",
@@ -161,9 +166,9 @@ def explain_build_failure(
         groups: Config keys holding one class's arguments without a ``class_path`` (``checkpoint``).
     """
     specs = list(_specs(config))
-    for key, cls in (groups or {}).items():
-        specs.append((key, f"{cls.__module__}.{cls.__qualname__}", config.get(key)))
-    if (null := _null_for_a_value(err, specs)) is not None:
+    grouped = {(key, f"{cls.__module__}.{cls.__qualname__}") for key, cls in (groups or {}).items()}
+    specs += [(key, class_path, config.get(key)) for key, class_path in sorted(grouped)]
+    if (null := _null_for_a_value(err, specs, grouped)) is not None:
         return null
     found = allocation_refused(err)
     if found is not None and (entry := _built_by_config(found[0], specs)) is not None:
