@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from lit_gpu import messages
+from lit_gpu.errors import LitGpuError
 from lit_gpu.translate import allocation_refused, host_memory_bytes, human_bytes
 
 TOO_BIG_TO_BUILD = (
@@ -165,6 +166,13 @@ def explain_build_failure(
         config: The (sub-command's) config as a dict, with ``class_path``/``init_args`` entries.
         groups: Config keys holding one class's arguments without a ``class_path`` (``checkpoint``).
     """
+    current: BaseException | None = err
+    for _ in range(8):  # a class that said what is wrong itself (a LitGpuError): its line stands
+        if current is None:
+            break
+        if isinstance(current, LitGpuError):
+            return None
+        current = current.__cause__ or current.__context__
     specs = list(_specs(config))
     grouped = {(key, f"{cls.__module__}.{cls.__qualname__}") for key, cls in (groups or {}).items()}
     specs += [(key, class_path, config.get(key)) for key, class_path in sorted(grouped)]
