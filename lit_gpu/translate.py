@@ -283,6 +283,20 @@ def init_arg_error(key: str, factory: Any, err: BaseException, make_arg: Callabl
     return None
 
 
+def beyond_float32(factory: Any) -> tuple[str, float] | None:
+    """A float init_arg of ``factory`` too large for float32 (``lr: 1e300``): ``(name, value)``, or ``None``.
+
+    torch builds the optimizer with it and fails at the first step (``value cannot be converted to type
+    float without overflow``), deep inside the training loop.
+    """
+    found = _partial_class(factory)
+    largest = torch.finfo(torch.float32).max
+    for name, value in (found[1] if found else {}).items():
+        if isinstance(value, float) and abs(value) > largest:
+            return name, value
+    return None
+
+
 def host_memory_bytes() -> int | None:
     """This machine's physical memory in bytes (``None`` where the OS does not say)."""
     try:

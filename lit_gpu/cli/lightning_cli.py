@@ -197,6 +197,22 @@ def maybe_tune_batch_size(
     messages.tell(messages.BATCH_SIZE_FOUND.format(size=found))
 
 
+BAD_SEED = (
+    "seed_everything: {seed!r} is out of range, the seed must be an integer from 0 to 4294967295 "
+    "(or true for a random one, false for none); set --seed_everything (or seed_everything: in your config)"
+)
+
+
+def check_seed(config: Any) -> None:
+    """Refuse a ``seed_everything`` Lightning's ``seed_everything`` would raise a ValueError for."""
+    sub = config_value(config, "subcommand")
+    seed = config_value(config, f"{sub}.seed_everything" if sub else "seed_everything")
+    if seed is None or isinstance(seed, bool):
+        return
+    if not isinstance(seed, int) or not 0 <= seed <= 2**32 - 1:
+        raise LitGpuError(BAD_SEED.format(seed=seed))
+
+
 NO_PREDICT_STEP = (
     "model.class_path {class_path}: the model has no predict_step (nor forward), so lit-gpu predict cannot "
     "run it; define predict_step(self, batch, batch_idx) in it, or use a lit_gpu module "
@@ -316,6 +332,7 @@ class LitGpuCLI(LightningCLI):
                 super().parse_arguments(parser, args)
         # last/best/FILE -> one checkpoint, read once (weights-only) and compared with the config's model
         self.resolution = resolve_ckpt_path(self.config)
+        check_seed(self.config)  # out of numpy's range: one line, not a ValueError from seed_everything
 
     @override
     def _parse_ckpt_path(self) -> None:
@@ -337,7 +354,9 @@ class LitGpuCLI(LightningCLI):
             super().instantiate_classes()
         except Exception as err:  # a net too big for memory: jsonargparse wraps the allocator's error
             config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
-            message = explain_build_failure(err, config.as_dict())  # names the config key
+            groups = {"checkpoint": FreshLastCheckpoint, "speed": SpeedLevers, "nan_guard": NaNGuard}
+            groups["trainer"] = pl.Trainer
+            message = explain_build_failure(err, config.as_dict(), groups)  # names the config key
             if message is None:
                 raise
             raise LitGpuError(message) from err

@@ -11,9 +11,10 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
 from typing_extensions import Self, override
 
+from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.net_spec import NET_SPEC_KEY, net_spec
-from lit_gpu.translate import init_arg_error, net_input_mismatch
+from lit_gpu.translate import beyond_float32, init_arg_error, net_input_mismatch
 from lit_gpu.upstream import PlainHookName, loggers_record_this_step, restricted_classmethod
 
 
@@ -23,6 +24,11 @@ def _one_param() -> list[torch.nn.Parameter]:
 
 def _build(key: str, factory: Any, arg: Any) -> Any:
     """``factory(arg)``; a config init_arg torch refuses (``lr: -1``, ``momentum: null``) becomes one line."""
+    if (huge := beyond_float32(factory)) is not None:
+        reason = f"{huge[1]!r} is beyond float32's range (at most 3.4e+38), the parameters' precision"
+        raise LitGpuError(
+            messages.BAD_OPTIMIZER_SETTING.format(key=f"{key}.init_args.{huge[0]}", reason=reason)
+        )
     try:
         return factory(arg)
     except (ValueError, TypeError) as err:

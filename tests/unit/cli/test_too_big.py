@@ -60,3 +60,51 @@ def test_the_allocators_refusal_elsewhere_is_still_one_line():
     assert line is not None and line.startswith(
         "the host could not allocate 40.0 TB, more than this machine's"
     )
+
+
+def _build_error(cls: type, **init_args) -> BaseException:
+    try:
+        try:
+            cls(**init_args)
+        except (RuntimeError, TypeError, ValueError) as inner:
+            raise ValueError("Does not validate against any of the Union subtypes") from inner
+    except ValueError as outer:
+        return outer
+    raise AssertionError("built")
+
+
+def test_a_null_for_a_size_and_a_negative_size_name_the_key():
+    from lit_gpu.nets import FooNet, SimpleModel
+
+    def config(class_path: str, init_args: dict) -> dict:
+        return {"model": {"init_args": {"net": {"class_path": class_path, "init_args": init_args}}}}
+
+    null = explain_build_failure(
+        _build_error(FooNet, neural_num=3, layers=None), config("lit_gpu.nets.FooNet", {"layers": None})
+    )
+    assert null == (
+        "model.init_args.net.init_args.layers: null, but lit_gpu.nets.FooNet needs a value of type int "
+        "there; set a value (on the command line or in your config)"
+    )
+    negative = explain_build_failure(
+        _build_error(SimpleModel, in_features=-1),
+        config("lit_gpu.nets.SimpleModel", {"in_features": -1, "out_features": 10}),
+    )
+    assert negative is not None and negative.startswith(
+        "model.init_args.net: lit_gpu.nets.SimpleModel(in_features=-1, out_features=10) cannot be built "
+        "(Trying to create tensor with negative dimension -1"
+    )
+
+
+def test_an_error_of_lit_gpus_own_code_is_not_blamed_on_the_config():
+    """A class raising from its own code (not torch's) with no null argument keeps its traceback."""
+
+    class Buggy(nn.Module):
+        def __init__(self, width: int) -> None:
+            super().__init__()
+            raise TypeError("a bug")
+
+    err = _build_error(Buggy, width=3)
+    assert (
+        explain_build_failure(err, {"model": {"class_path": "here.Buggy", "init_args": {"width": 3}}}) is None
+    )
