@@ -7,6 +7,7 @@ through :func:`tell`, which prints once per job (global rank zero).
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TextIO
 
@@ -352,12 +353,23 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
+#: the variables Lightning reads a process's rank from before a Trainer sets it (lightning.fabric's _get_rank)
+_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+
+
 def _global_rank() -> int:
-    try:
-        from lightning.fabric.utilities.rank_zero import rank_zero_only
-    except ModuleNotFoundError:  # plain-torch installs (exported nets): one process
-        return 0
-    return int(getattr(rank_zero_only, "rank", 0) or 0)
+    """Lightning's global rank where Lightning is imported, else the launcher's (environment); no import."""
+    rank_zero = sys.modules.get("lightning.fabric.utilities.rank_zero")
+    if rank_zero is not None:
+        return int(getattr(rank_zero.rank_zero_only, "rank", 0) or 0)
+    for key in _RANK_VARIABLES:
+        value = os.environ.get(key)
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                return 0
+    return 0
 
 
 def tell(text: str, *, stream: TextIO | None = None) -> None:

@@ -18,6 +18,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from typing_extensions import override
 
 from lit_gpu import messages, recipes
+from lit_gpu import strategies as _strategies  # noqa: F401  (registers strategy: dp)
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt, stop_exit_code
 from lit_gpu.callbacks.nan_guard import NaNGuard
