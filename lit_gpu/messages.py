@@ -313,6 +313,22 @@ INIT_WOULD_OVERWRITE = (
 )
 INIT_NOT_A_FOLDER = "lit-gpu init {folder}: {folder} is a file, not a folder; name a new or empty folder"
 INIT_WROTE = "wrote {files} into {folder}; next: {next}"
+INIT_DANGLING_LINK = (
+    "lit-gpu init {folder}: {folder} is a link to {target}, which does not exist; "
+    "create {target} first, or remove the link, or name another folder"
+)
+INIT_PARENT_IS_FILE = (
+    "lit-gpu init {folder}: cannot create the folder: {blocker} is a file, not a folder; "
+    "name a folder whose parents are folders (or move {blocker} away)"
+)
+INIT_NO_PERMISSION = (
+    "lit-gpu init {folder}: cannot write {path}: permission denied; "
+    "name a folder you can write to (e.g. under your home folder), or get write permission there"
+)
+INIT_CANNOT_WRITE = (
+    "lit-gpu init {folder}: cannot write {path}: {reason}; no file of the project was left there; "
+    "name another folder"
+)
 
 
 #: longest text from a file shown in one message; the rest is cut with an ellipsis
