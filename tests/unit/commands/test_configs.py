@@ -34,3 +34,13 @@ def test_unknown_name_is_one_line_exit_2(capsys):
         "lit-gpu: error: no shipped config named lit_gpu:simpel (did you mean lit_gpu:simple?); "
         "lit-gpu configs lists them\n"
     )
+
+
+def test_recipes_say_what_they_are_for_not_which_tracker_entry_made_them():
+    import re
+
+    jargon = re.compile(r"\b(issue|round)\s*#?\d", re.IGNORECASE)
+    cited = {name: m.group(0) for name in recipes.names() if (m := jargon.search(recipes.path(name).read_text()))}
+    assert cited == {}
+    for name in recipes.names():
+        assert not recipes.describe(name).endswith(":"), f"{name}: the listing shows a line cut mid-sentence"
