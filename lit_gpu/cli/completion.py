@@ -42,7 +42,7 @@ _lit_gpu_complete() {
     cur="${words[${#words[@]}-1]}"
     local IFS=$'\n'
     COMPREPLY=($(command lit-gpu completion --complete -- "${words[@]:1}" 2>/dev/null))
-    # bash replaces only the part of the word after its last COMP_WORDBREAKS character (: and = in lit_gpu:NAME)
+    # bash replaces only the word's part after its last COMP_WORDBREAKS character (: in lit_gpu:NAME)
     for (( i = ${#cur} - 1; i >= 0; i-- )); do
         if [[ "$COMP_WORDBREAKS" == *"${cur:i:1}"* ]]; then trim="${cur:0:i+1}"; break; fi
     done
@@ -188,7 +188,7 @@ def write_flags(path: Path | None = None) -> Path:
     lines = [
         '"""Each command\'s flags for shell completion, read from the real parsers (generated: do not edit).',
         "",
-        "Rewritten by ``python -m lit_gpu.cli.completion``; tests/unit/cli/test_completion.py checks it is current.",
+        "Rewritten by ``python -m lit_gpu.cli.completion``; tests/unit/cli/test_completion.py checks it.",
         '"""',
         "",
         "FLAGS: dict[str, tuple[str, ...]] = {",

@@ -1,6 +1,6 @@
 """Each command's flags for shell completion, read from the real parsers (generated: do not edit).
 
-Rewritten by ``python -m lit_gpu.cli.completion``; tests/unit/cli/test_completion.py checks it is current.
+Rewritten by ``python -m lit_gpu.cli.completion``; tests/unit/cli/test_completion.py checks it.
 """
 
 FLAGS: dict[str, tuple[str, ...]] = {

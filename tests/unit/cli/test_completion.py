@@ -1,4 +1,4 @@
-"""``lit-gpu completion``: the candidates at each TAB, the flags table against the real parsers, a real bash."""
+"""``lit-gpu completion``: the candidates at each TAB, the flags table against the parsers, a real bash."""
 
 from __future__ import annotations
 
@@ -78,7 +78,9 @@ def test_a_real_bash_completes_with_the_generated_script(tmp_path, capsys):
     drive = f"""
 source {script}
 complete -p lit-gpu
-tab() {{ COMP_LINE="$1"; COMP_POINT=${{#COMP_LINE}}; COMPREPLY=(); _lit_gpu_complete; echo "${{COMPREPLY[*]}}"; }}
+tab() {{
+    COMP_LINE="$1"; COMP_POINT=${{#COMP_LINE}}; COMPREPLY=(); _lit_gpu_complete; echo "${{COMPREPLY[*]}}"
+}}
 tab "lit-gpu fi"
 tab "lit-gpu fit --config lit_gpu:trainer/cp"
 tab "lit-gpu fit --config=lit_gpu:trainer/gp"

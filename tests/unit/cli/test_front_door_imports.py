@@ -74,7 +74,7 @@ DP_REGISTERED = (
 )
 
 
-@pytest.mark.integration  # a fresh interpreter importing Lightning each (lightning first: test_import_side_effects)
+@pytest.mark.integration  # a fresh interpreter importing Lightning each
 @pytest.mark.parametrize(
     ("imports", "registered"),
     [

@@ -40,7 +40,8 @@ def test_recipes_say_what_they_are_for_not_which_tracker_entry_made_them():
     import re
 
     jargon = re.compile(r"\b(issue|round)\s*#?\d", re.IGNORECASE)
-    cited = {name: m.group(0) for name in recipes.names() if (m := jargon.search(recipes.path(name).read_text()))}
+    texts = {name: recipes.path(name).read_text() for name in recipes.names()}
+    cited = {name: m.group(0) for name, text in texts.items() if (m := jargon.search(text))}
     assert cited == {}
     for name in recipes.names():
         assert not recipes.describe(name).endswith(":"), f"{name}: the listing shows a line cut mid-sentence"
