@@ -2,9 +2,10 @@
 failures into one line and exit 2.
 
 The commands are one table, :data:`COMMANDS`: name -> (module whose ``main(argv) -> int`` runs it, one
-line of help). Tool modules are imported only when their command runs, so ``lit-gpu --help`` and
-``lit-gpu env`` import neither LitGpuCLI nor optuna or matplotlib, and no module of
-:mod:`lit_gpu.commands` imports this dispatcher (commands sit above :mod:`lit_gpu.cli`).
+line of help). Tool modules are imported only when their command runs, so ``lit-gpu --help``,
+``--version``, ``configs``, ``init`` and ``completion`` import neither torch nor Lightning (this module
+imports only the standard library, ``messages`` and ``errors``), ``lit-gpu env`` imports torch only, and
+no module of :mod:`lit_gpu.commands` imports this dispatcher (commands sit above :mod:`lit_gpu.cli`).
 """
 
 from __future__ import annotations
