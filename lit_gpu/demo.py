@@ -93,7 +93,11 @@ def mnist_or_standin(standin_dir: str | Path = "mnist_standin", *search: str | P
 
 def work_dir(prefix: str = "lit_gpu_nb_") -> Path:
     """A new temporary folder, made the working folder: a notebook's ``runs/``, checkpoints and PNGs
-    land there, and each run of the notebook starts clean."""
+    land there, and each run of the notebook starts clean. Lightning's "💡 Tip" adverts are dropped from
+    then on (:func:`lit_gpu.cli.quiet.drop_tips`)."""
+    from lit_gpu.cli.quiet import drop_tips
+
+    drop_tips()
     folder = Path(tempfile.mkdtemp(prefix=prefix)).resolve()
     os.chdir(folder)
     return folder

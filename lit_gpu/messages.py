@@ -7,6 +7,7 @@ through :func:`tell`, which prints once per job (global rank zero).
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TextIO
 
@@ -312,6 +313,22 @@ INIT_WOULD_OVERWRITE = (
 )
 INIT_NOT_A_FOLDER = "lit-gpu init {folder}: {folder} is a file, not a folder; name a new or empty folder"
 INIT_WROTE = "wrote {files} into {folder}; next: {next}"
+INIT_DANGLING_LINK = (
+    "lit-gpu init {folder}: {folder} is a link to {target}, which does not exist; "
+    "create {target} first, or remove the link, or name another folder"
+)
+INIT_PARENT_IS_FILE = (
+    "lit-gpu init {folder}: cannot create the folder: {blocker} is a file, not a folder; "
+    "name a folder whose parents are folders (or move {blocker} away)"
+)
+INIT_NO_PERMISSION = (
+    "lit-gpu init {folder}: cannot write {path}: permission denied; "
+    "name a folder you can write to (e.g. under your home folder), or get write permission there"
+)
+INIT_CANNOT_WRITE = (
+    "lit-gpu init {folder}: cannot write {path}: {reason}; no file of the project was left there; "
+    "name another folder"
+)
 
 
 #: longest text from a file shown in one message; the rest is cut with an ellipsis
@@ -352,12 +369,23 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
+#: the variables Lightning reads a process's rank from before a Trainer sets it (lightning.fabric's _get_rank)
+_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+
+
 def _global_rank() -> int:
-    try:
-        from lightning.fabric.utilities.rank_zero import rank_zero_only
-    except ModuleNotFoundError:  # plain-torch installs (exported nets): one process
-        return 0
-    return int(getattr(rank_zero_only, "rank", 0) or 0)
+    """Lightning's global rank where Lightning is imported, else the launcher's (environment); no import."""
+    rank_zero = sys.modules.get("lightning.fabric.utilities.rank_zero")
+    if rank_zero is not None:
+        return int(getattr(rank_zero.rank_zero_only, "rank", 0) or 0)
+    for key in _RANK_VARIABLES:
+        value = os.environ.get(key)
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                return 0
+    return 0
 
 
 def tell(text: str, *, stream: TextIO | None = None) -> None:

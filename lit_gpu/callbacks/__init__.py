@@ -1,5 +1,6 @@
 """Callbacks the ``lit-gpu`` CLI turns on by default; usable with any Lightning Trainer."""
 
+from lit_gpu import strategies as _strategies  # noqa: F401  (registers Trainer(strategy="dp"))
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
 from lit_gpu.callbacks.nan_guard import NaNGuard, NonFiniteLossError

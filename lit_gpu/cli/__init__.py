@@ -6,6 +6,7 @@
 * :mod:`lit_gpu.cli.run_folders`: loggers under ``trainer.default_root_dir``, rebuild from a checkpoint.
 * :mod:`lit_gpu.cli.trainer`: ``devices: free:N``, ``precision: auto``, device errors.
 * :mod:`lit_gpu.cli.quiet`: the warning/logging filters ``main`` installs.
+* :mod:`lit_gpu.cli.completion`: ``lit-gpu completion bash|zsh`` and the answers to each TAB.
 
 ``LitGpuCLI`` is imported on first use, so that ``lit-gpu --help`` does not build LightningCLI's machinery.
 """

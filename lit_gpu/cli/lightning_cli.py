@@ -19,6 +19,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from typing_extensions import override
 
 from lit_gpu import messages, recipes
+from lit_gpu import strategies as _strategies  # noqa: F401  (registers strategy: dp)
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt, stop_exit_code
 from lit_gpu.callbacks.nan_guard import NaNGuard
@@ -28,7 +29,7 @@ from lit_gpu.callbacks.progress import use_progress_log
 from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
-from lit_gpu.cli import run_folders
+from lit_gpu.cli import quiet, run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, resolve_ckpt_path
 from lit_gpu.cli.config_saver import RunConfigSaver
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
@@ -252,6 +253,7 @@ class LitGpuCLI(LightningCLI):
     """
 
     def __init__(self, args: Sequence[str] | None = None, **kwargs) -> None:
+        quiet.drop_tips()  # Lightning's cloud-service adverts, also from Python (notebooks)
         kwargs.setdefault("seed_everything_default", 42)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("auto_configure_optimizers", False)

@@ -2,9 +2,10 @@
 failures into one line and exit 2.
 
 The commands are one table, :data:`COMMANDS`: name -> (module whose ``main(argv) -> int`` runs it, one
-line of help). Tool modules are imported only when their command runs, so ``lit-gpu --help`` and
-``lit-gpu env`` import neither LitGpuCLI nor optuna or matplotlib, and no module of
-:mod:`lit_gpu.commands` imports this dispatcher (commands sit above :mod:`lit_gpu.cli`).
+line of help). Tool modules are imported only when their command runs, so ``lit-gpu --help``,
+``--version``, ``configs``, ``init`` and ``completion`` import neither torch nor Lightning (this module
+imports only the standard library, ``messages`` and ``errors``), ``lit-gpu env`` imports torch only, and
+no module of :mod:`lit_gpu.commands` imports this dispatcher (commands sit above :mod:`lit_gpu.cli`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import gc
 import importlib
 import os
 import platform
+import signal
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 
 from lit_gpu import messages
+from lit_gpu.errors import LitGpuError
 
 # LightningCLI's own subcommands (run by LitGpuCLI), then lit_gpu's tools (module path + main(argv)).
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
@@ -35,7 +37,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("lit_gpu.commands.sweep", "hyperparameter search (Optuna) over a search-space file"),
     "configs": ("lit_gpu.commands.configs", "list the recipes shipped with lit_gpu (--config lit_gpu:NAME)"),
     "init": ("lit_gpu.commands.init", "write a research project folder: a module, a config, a README"),
+    "completion": ("lit_gpu.cli.completion", "a bash or zsh completion script: commands, recipes, flags"),
 }
+
+#: the exit status after Ctrl+C: lit_gpu.callbacks.interrupt's (not imported here: that imports Lightning)
+INTERRUPT_EXIT_CODE = 128 + signal.SIGINT  # 130
 
 # the distributions `--version` reports besides lit-gpu itself
 KEY_DEPENDENCIES = ("torch", "lightning", "torchmetrics", "jsonargparse", "optuna", "nvidia-ml-py")
@@ -69,6 +75,8 @@ def closest_command(name: str) -> str | None:
 
 
 def _version_of(distribution: str) -> str:
+    from importlib import metadata  # here: 0.1-0.2 s of imports that only --version needs
+
     try:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
@@ -134,6 +142,15 @@ def _run(args: list[str], from_python: bool) -> int | None:
     return None
 
 
+def _explain(err: BaseException) -> str | None:
+    """:func:`lit_gpu.translate.explain`; a LitGpuError (``configs``, ``init``) without importing torch."""
+    if isinstance(err, LitGpuError):
+        return str(err)
+    from lit_gpu.translate import explain
+
+    return explain(err)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``lit-gpu`` and ``python -m lit_gpu``; exits with the command's status."""
     from lit_gpu.cli import quiet
@@ -143,9 +160,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     answered = _front_door(args)
     if answered is not None:
         sys.exit(answered)
-    from lit_gpu.callbacks.interrupt import INTERRUPT_EXIT_CODE
-    from lit_gpu.translate import explain
-
     try:  # a run stopped by SIGINT/SIGTERM exits 130 / 143 (LitGpuCLI reads it from the trainer's state)
         code = _run(args, from_python=argv is not None)
         if code is not None:
@@ -157,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         messages.tell(messages.INTERRUPTED_OUTSIDE_RUN)
         sys.exit(INTERRUPT_EXIT_CODE)
     except Exception as err:
-        message = explain(err)
+        message = _explain(err)
         if message is None:
             raise
         messages.tell_error(message)

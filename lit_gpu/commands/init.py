@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -145,25 +146,56 @@ def project_files(title: str) -> dict[str, str]:
     }
 
 
+def _blocking_file(folder: Path) -> Path | None:
+    """The nearest existing ancestor of ``folder`` when it is not a folder (``mkdir -p`` cannot pass it)."""
+    for parent in folder.absolute().parents:
+        if parent.exists() or parent.is_symlink():
+            return None if parent.is_dir() else parent
+    return None
+
+
+def _cannot_write(folder: Path, path: Path, err: OSError) -> LitGpuError:
+    blocker = _blocking_file(path)
+    if blocker is not None:
+        return LitGpuError(messages.INIT_PARENT_IS_FILE.format(folder=folder, blocker=blocker))
+    if isinstance(err, PermissionError):
+        return LitGpuError(messages.INIT_NO_PERMISSION.format(folder=folder, path=err.filename or path))
+    reason = err.strerror or messages.first_line(err)
+    return LitGpuError(
+        messages.INIT_CANNOT_WRITE.format(folder=folder, path=err.filename or path, reason=reason)
+    )
+
+
 def init(folder: str | Path) -> list[Path]:
     """Write the project into ``folder`` (created if missing); returns the files written.
 
     Raises:
-        LitGpuError: one of the files already exists (nothing is written then).
+        LitGpuError: one of the files already exists, ``folder`` is a file or a link to nothing, or it
+            cannot be created or written (nothing is left behind then).
     """
     folder = Path(folder)
+    if folder.is_symlink() and not folder.exists():
+        raise LitGpuError(messages.INIT_DANGLING_LINK.format(folder=folder, target=os.readlink(folder)))
     files = project_files(folder.resolve().name or MODULE)
     taken = [name for name in files if (folder / name).exists()]
     if folder.exists() and not folder.is_dir():
         raise LitGpuError(messages.INIT_NOT_A_FOLDER.format(folder=folder))
     if taken:
         raise LitGpuError(messages.INIT_WOULD_OVERWRITE.format(folder=folder, files=", ".join(taken)))
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise _cannot_write(folder, folder, err) from err
+    written: list[Path] = []
     for name, text in files.items():
-        with open(folder / name, "x", encoding="utf-8") as f:  # "x": never replaces a file
-            f.write(text)
-        written.append(folder / name)
+        try:
+            with open(folder / name, "x", encoding="utf-8") as f:  # "x": never replaces a file
+                written.append(folder / name)
+                f.write(text)
+        except OSError as err:
+            for path in written:  # a half-written project is litter: the files written so far go
+                path.unlink(missing_ok=True)
+            raise _cannot_write(folder, folder / name, err) from err
     return written
 
 

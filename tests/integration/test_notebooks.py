@@ -34,6 +34,8 @@ def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
 
     errors = [o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
+    texts = [o.get("text", "") for c in notebook.cells for o in c.get("outputs", [])]
+    assert not [t for t in texts if "💡 Tip" in t], "Lightning's cloud-service tips reached the notebook"
     images = [o for c in notebook.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert images or path.stem == "02_gpu_modes", "the curves / confusion matrix were not displayed"
     assert list(tmp_path.glob("lit_gpu_nb_*")), "the notebook did not use a temp work dir"

@@ -50,3 +50,19 @@ def test_work_dir_is_new_and_becomes_the_working_folder(tmp_path, monkeypatch):
     first, second = demo.work_dir(), demo.work_dir()
     assert first != second and first.parent == tmp_path.resolve() and first.name.startswith("lit_gpu_nb_")
     assert os.getcwd() == str(second) and not any(first.iterdir())
+
+
+def test_work_dir_drops_lightnings_cloud_tips(tmp_path, monkeypatch, caplog):
+    import logging
+    import tempfile
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR: the folder lands in tmp_path
+    monkeypatch.chdir(tmp_path)
+    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    monkeypatch.setattr(logger, "filters", [])  # this test's filters only, restored afterwards
+    demo.work_dir()
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        logger.info("💡 Tip: For seamless cloud logging and experiment tracking, try installing litlogger")
+        logger.info("GPU available: False, used: False")
+    assert [r.getMessage() for r in caplog.records] == ["GPU available: False, used: False"]

@@ -1,5 +1,6 @@
 """``import lit_gpu`` (and every module of it) leaves warning and logging filters untouched, registers
-``strategy="dp"``, and importing the command modules does not import optuna: one fresh interpreter."""
+``strategy="dp"`` when Lightning is imported first (as here; the other ways: test_front_door_imports.py),
+and importing the command modules does not import optuna: one fresh interpreter."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def test_import_lit_gpu_changes_no_warning_or_logging_filter(snaps):
     assert snaps["before"]["loggers"], "expected Lightning's loggers to exist after importing it"
 
 
-def test_import_still_registers_the_dp_strategy(snaps):
+def test_import_after_lightning_registers_the_dp_strategy(snaps):
     assert snaps["dp_registered"] is True
 
 

@@ -25,6 +25,19 @@ def test_tell_is_silent_on_other_ranks_but_errors_are_not(capsys, monkeypatch):
     assert out == "" and err == "lit-gpu: error: bad flag\n"
 
 
+def test_tell_reads_the_launchers_rank_where_lightning_is_not_imported(capsys, monkeypatch):
+    monkeypatch.delitem(sys.modules, "lightning.fabric.utilities.rank_zero")  # as in `lit-gpu configs`
+    for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    messages.tell("rank zero")
+    monkeypatch.setenv("SLURM_PROCID", "2")
+    messages.tell("rank two")
+    monkeypatch.setenv("RANK", "0")  # RANK first, as Lightning reads them
+    messages.tell("rank zero again")
+    assert capsys.readouterr().err == "lit-gpu: rank zero\nlit-gpu: rank zero again\n"
+    assert "lightning.fabric.utilities.rank_zero" not in sys.modules  # read, not imported
+
+
 def test_shown_escapes_control_characters_and_keeps_one_line() -> None:
     from lit_gpu.messages import shown
 

@@ -34,3 +34,14 @@ def test_unknown_name_is_one_line_exit_2(capsys):
         "lit-gpu: error: no shipped config named lit_gpu:simpel (did you mean lit_gpu:simple?); "
         "lit-gpu configs lists them\n"
     )
+
+
+def test_recipes_say_what_they_are_for_not_which_tracker_entry_made_them():
+    import re
+
+    jargon = re.compile(r"\b(issue|round)\s*#?\d", re.IGNORECASE)
+    texts = {name: recipes.path(name).read_text() for name in recipes.names()}
+    cited = {name: m.group(0) for name, text in texts.items() if (m := jargon.search(text))}
+    assert cited == {}
+    for name in recipes.names():
+        assert not recipes.describe(name).endswith(":"), f"{name}: the listing shows a line cut mid-sentence"

@@ -75,3 +75,54 @@ def test_the_projects_first_fit_uses_its_classes_on_the_recipe(tmp_path, monkeyp
     sys.modules.pop("my_research")
     metrics = (tmp_path / "runs/lit_gpu/version_0/metrics.csv").read_text()
     assert "val/loss" in metrics
+
+
+def _error_line(argv: list[str], capsys) -> str:
+    assert _exit_code(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("lit-gpu: error: lit-gpu init "), err
+    return err.strip()
+
+
+def test_a_link_to_nothing_is_named_with_its_target(tmp_path, capsys):
+    link = tmp_path / "proj"
+    link.symlink_to(tmp_path / "gone")
+    assert _error_line(["init", str(link)], capsys) == (
+        f"lit-gpu: error: lit-gpu init {link}: {link} is a link to {tmp_path / 'gone'}, which does not "
+        f"exist; create {tmp_path / 'gone'} first, or remove the link, or name another folder"
+    )
+    assert not (tmp_path / "gone").exists()
+
+
+def test_a_file_in_the_way_of_the_folder_is_named(tmp_path, capsys):
+    (tmp_path / "notes").write_text("mine\n")
+    target = tmp_path / "notes" / "deeper" / "proj"
+    line = _error_line(["init", str(target)], capsys)
+    assert line.endswith(
+        f"cannot create the folder: {tmp_path / 'notes'} is a file, not a folder; name a folder whose "
+        f"parents are folders (or move {tmp_path / 'notes'} away)"
+    )
+    assert (tmp_path / "notes").read_text() == "mine\n"
+
+
+def test_a_folder_without_permission_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    def denied(self, *args, **kwargs):  # what mkdir raises in a folder the user cannot write to (not root)
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(init.Path, "mkdir", denied)
+    line = _error_line(["init", str(tmp_path / "proj")], capsys)
+    assert f"cannot write {tmp_path / 'proj'}: permission denied; name a folder you can write to" in line
+
+
+def test_a_write_that_fails_midway_leaves_no_file(tmp_path, capsys, monkeypatch):
+    real_open = open
+
+    def full_disk(path, mode="r", *args, **kwargs):
+        if str(path).endswith("notebook.ipynb"):
+            raise OSError(28, "No space left on device", str(path))
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", full_disk)
+    line = _error_line(["init", str(tmp_path / "proj")], capsys)
+    assert "notebook.ipynb: No space left on device; no file of the project was left there" in line
+    assert list((tmp_path / "proj").iterdir()) == []
