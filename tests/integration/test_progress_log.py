@@ -16,7 +16,7 @@ from tests.helpers.forked_cli import popen, run_cli
 from tests.helpers.paths import CONFIGS
 
 SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--trainer.accelerator", "cpu", "--trainer.devices", "1"]
-PROGRESS = re.compile(r"^fit epoch (\d+)/(\d+) step (\d+)/(\d+) \((\d+)%\) .*train/loss=([\d.e-]+)")
+PROGRESS = re.compile(r"^fit epoch (\d+)/(\d+) step (\d+)/(\d+) \((\d+)%\) .*train/loss_step=([\d.e-]+)")
 
 
 @pytest.fixture(autouse=True)
