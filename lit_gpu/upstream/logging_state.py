@@ -51,6 +51,21 @@ def inside_epoch_batches(trainer: Any) -> bool:
     return epoch.started > epoch.processed
 
 
+def _supported(trainer: Any) -> bool:
+    """Whether this Lightning has what :func:`capture` and :func:`restore` read (else Lightning's own
+    behaviour: the epoch's accumulators start afresh on a resume)."""
+    try:
+        from lightning.pytorch.trainer.connectors.logger_connector import result
+    except ImportError:
+        return False
+    connector = getattr(trainer, "_logger_connector", None)
+    return (
+        all(hasattr(result, name) for name in ("_Metadata", "_ResultMetric", "_Sync"))
+        and hasattr(connector, "_first_loop_iter")
+        and isinstance(getattr(trainer.fit_loop.epoch_loop, "_results", None), dict)
+    )
+
+
 def _results(trainer: Any) -> Any:
     return trainer.fit_loop.epoch_loop._results  # the training ResultCollection (private, pinned)
 
@@ -122,7 +137,7 @@ def capture(trainer: Any, pl_module: Any) -> dict[str, Any] | None:
     None outside an epoch's batches, and with several processes (each holds its own accumulators;
     a checkpoint holds rank 0's).
     """
-    if trainer.world_size != 1 or not inside_epoch_batches(trainer):
+    if trainer.world_size != 1 or not inside_epoch_batches(trainer) or not _supported(trainer):
         return None
     results = _capture_results(trainer)
     if results is None:
@@ -200,7 +215,7 @@ def restore(trainer: Any, pl_module: Any, state: dict[str, Any]) -> None:
     The logger connector is told that the epoch's first batch already ran, so that the next
     ``self.log`` adds to the restored values instead of starting the epoch's collection afresh.
     """
-    if trainer.world_size != 1:
+    if trainer.world_size != 1 or not _supported(trainer):
         return
     _restore_metrics(pl_module, state.get("metrics", {}))
     _restore_results(trainer, pl_module, state.get("results", []))
