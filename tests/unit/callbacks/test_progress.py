@@ -66,7 +66,7 @@ def test_resume_command_replaces_the_ckpt_path():
     )
 
 
-def test_the_live_bar_shows_the_runs_version_and_samples_per_second(tmp_path):
+def test_the_live_bar_shows_the_runs_version_and_samples_per_second(tmp_path, capsys):
     from lit_gpu import runs
 
     bar = LitProgressBar()
@@ -75,8 +75,10 @@ def test_the_live_bar_shows_the_runs_version_and_samples_per_second(tmp_path):
         ["csv", "tensorboard"], folder), max_epochs=1, limit_val_batches=0)  # fmt: skip
     trainer.fit(RegressionModule(SimpleModel(10, 10)), SyntheticRegressionDataModule(num_samples=640))
     metrics = bar.get_metrics(trainer, trainer.lightning_module)
-    assert metrics["version"] == 0 and "v_num" not in metrics
+    assert metrics["version"] == "0" and "v_num" not in metrics  # shown as "version: 0", not 0.000
     assert bar.samples_per_s > 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("lit-gpu: ")]
+    assert lines[0].startswith(f"lit-gpu: run {tmp_path}") and lines[-1].startswith("lit-gpu: fit done in ")
     columns = bar.configure_columns(trainer)
     task = type("Task", (), {"id": bar.train_progress_bar_id})()
     assert columns[-1].render(task).plain.endswith(" samples/s")
