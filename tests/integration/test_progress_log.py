@@ -59,8 +59,13 @@ def test_a_log_file_shows_progress_while_the_run_goes_on(tmp_path, cli_env):
     assert not re.search("[\u2500-\u257f\u2580-\u259f]", text)  # no box drawing (the model summary is plain)
 
 
+def _refuse(constant: str) -> None:
+    raise ValueError(f"not strict JSON: {constant}")
+
+
 def _json_lines(text: str) -> list[dict]:
-    return [json.loads(ln) for ln in text.splitlines() if ln.startswith("{")]
+    """The JSON lines, parsed strictly (``NaN``/``Infinity`` constants are not JSON)."""
+    return [json.loads(ln, parse_constant=_refuse) for ln in text.splitlines() if ln.startswith("{")]
 
 
 def test_json_lines_for_log_scrapers(tmp_path, monkeypatch, capsys):
