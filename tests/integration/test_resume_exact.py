@@ -196,7 +196,7 @@ PERCENT = re.compile(r"^fit epoch (\d+)/(\d+)( end)? step (\d+)/(\d+) \((\d+)%\)
 def test_sigterm_mid_epoch_then_resume_logs_the_uninterrupted_curves(
     module, tmp_path, fake_mnist_dir, cli_env
 ):
-    """metrics.csv of a fit stopped by SIGTERM at step 11 (mid-epoch 1) and resumed equals the
+    """metrics.csv of a fit stopped by SIGTERM at step 11 (in its second epoch) and resumed equals the
     uninterrupted run's: step values, epoch aggregates (tensors and torchmetrics), a value logged once
     an epoch (the learning rate), step indexes. The resumed progress lines count the work done before."""
     args = _curves_args(fake_mnist_dir, module)
