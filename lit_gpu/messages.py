@@ -263,7 +263,7 @@ FAST_PATH_ASIDE = "lit_gpu's fast training loop stands aside, Lightning's own lo
 CUDA_GRAPH_ASIDE = "whole-step capture (speed.cuda_graph) stands aside, steps run as usual: {reason}"
 BATCH_SIZE_FOUND = "batch-size finder chose data.batch_size={size}; set it in your config to skip tuning"
 STOPPED_BY_SIGNAL = (
-    "stopped by {signal} at global step {step} (epoch {epoch}); saved {path}; "
+    "stopped by {signal} at global step {step} (epoch {epoch} of {epochs}); saved {path}; "
     "resume with: lit-gpu fit <same arguments> --ckpt_path last"
 )
 STOPPED_BEFORE_SAVE = "stopped by {signal} {where}; nothing to save"

@@ -333,8 +333,13 @@ class CheckpointOnInterrupt(Callback):
                 cb.last_model_path = str(path)
         with _job_signals_ignored():  # a second signal must not abort the save that keeps the run
             trainer.save_checkpoint(path, weights_only=False)  # full: weights, optimizer, loops
-        messages.tell(
+        epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else "?"
+        messages.tell(  # epochs counted from 1, as the progress lines count them
             messages.STOPPED_BY_SIGNAL.format(
-                signal=name, step=trainer.global_step, epoch=trainer.current_epoch, path=path
+                signal=name,
+                step=trainer.global_step,
+                epoch=trainer.current_epoch + 1,
+                epochs=epochs,
+                path=path,
             )
         )

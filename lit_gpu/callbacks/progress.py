@@ -47,6 +47,27 @@ class LitProgressBar(RichProgressBar):
         self.samples_per_s = 0.0  # training samples per second (all processes), over the last redraw
         self._batches = 0
         self._rate_mark = (0.0, 0)  # (time, batches) of the last rate
+        self._full = 0  # samples of a full batch (the largest seen)
+        self.command: list[str] | None = None  # the command line, for the run line's resume command
+        self._lines: ProgressLog | None = None  # the run folder and the final line, as in a log
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        self._lines = ProgressLog(interval=0, command=self.command)
+        self._lines.setup(trainer, pl_module, stage)  # (written on global rank zero only)
+
+    @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_fit_start(trainer, pl_module)
+        if self._lines is not None:
+            self._lines.on_fit_start(trainer, pl_module)  # "lit-gpu: run <folder>; resume: ..."
+
+    @override
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_fit_end(trainer, pl_module)
+        if self._lines is not None:
+            self._lines.on_fit_end(trainer, pl_module)  # "lit-gpu: fit done in ...; checkpoint ..."
 
     @override
     def configure_columns(self, trainer: pl.Trainer) -> list:
@@ -60,7 +81,7 @@ class LitProgressBar(RichProgressBar):
         version = getattr(trainer.logger, "version", None) if trainer.logger is not None else None
         if version is not None:
             number = version_number(str(version))
-            items["version"] = number if number is not None else version
+            items["version"] = str(number if number is not None else version)  # not "0.000"
         return items
 
     @override
@@ -80,7 +101,10 @@ class LitProgressBar(RichProgressBar):
             then, batches = self._rate_mark
             if now > then and self._batches > batches:
                 size = extract_batch_size(batch)
-                self.samples_per_s = (self._batches - batches) * size * trainer.world_size / (now - then)
+                self._full = max(self._full, size)
+                # every batch full but a partial last one, which counts its own samples
+                samples = (self._batches - batches) * self._full - (self._full - size)
+                self.samples_per_s = samples * trainer.world_size / (now - then)
                 self._rate_mark = (now, self._batches)
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         else:  # what the parent does on every batch besides drawing: forget the eval bars
@@ -131,6 +155,8 @@ def use_progress_log(
     for index, callback in enumerate(callbacks):
         if getattr(callback, _DEFAULT, False):
             if live_bar_fits() and format != "json":
+                if isinstance(callback, LitProgressBar):
+                    callback.command = command
                 return None
             log = ProgressLog(interval=interval, format=format, command=command)  # type: ignore[arg-type]
             callbacks[index] = log

@@ -6,15 +6,24 @@ only) and one at each epoch end, on global rank zero only, flushed::
 
     lit-gpu: run runs/lit_gpu/version_0; resume: lit-gpu fit --config configs/simple.yaml --ckpt_path \
         runs/lit_gpu/version_0/checkpoints/last.ckpt
-    fit epoch 2/3 step 20/32 (54%) train/loss=0.009493 val/loss=0.03673 | 889 samples/s | 0:00:04 ETA 0:00:03
-    fit epoch 2/3 end step 32/32 (67%) train/loss=0.00293 val/loss=0.003 | 981 samples/s | 0:00:05 ETA 0:00:02
+    fit epoch 2/3 step 20/32 (54%) train/loss_step=0.009493 val/loss=0.03673 | 889 samples/s | 0:00:04 \
+        ETA 0:00:03
+    fit epoch 2/3 end step 32/32 (67%) train/loss_step=0.00293 val/loss=0.003 | 981 samples/s | 0:00:05 \
+        ETA 0:00:02
     lit-gpu: fit done in 0:00:08: train/loss=0.002945 val/loss=0.002561; checkpoint runs/lit_gpu/version_0/...
 
 ``--progress_format json`` writes the same as one JSON object a line (``{"event": "progress", ...}``).
 Under a sweep each line carries the trial's number (``LIT_GPU_TRIAL`` or the ``trial`` argument).
 
-Cost per step: one integer compare and a ``time.monotonic()`` call in ``on_train_batch_end``; the
+Cost per step: two integer compares and a ``time.monotonic()`` call in ``on_train_batch_end``; the
 metrics (``.item()`` on the device) are read only when a line is written.
+
+What the numbers mean: ``step`` counts the batches of the current epoch, the percent and the ETA the
+whole run (a resumed run counts what it did before the stop), ``samples/s`` the samples (a partial last
+batch counts its own size) of all processes since the line before. Metrics keep the names they were
+logged under (``train/loss_step``: the last step's value; ``train/loss``: the epoch's mean). In JSON,
+values that are not finite numbers are written as the strings ``"NaN"``, ``"Infinity"`` and
+``"-Infinity"``: every line is strict JSON.
 """
 
 from __future__ import annotations
@@ -80,10 +89,22 @@ def _number(value: float) -> str:
     return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.3e}"
 
 
-def _short(key: str, metrics: dict[str, float]) -> str:
-    """``train/loss_step`` as ``train/loss`` (when no other value has that name): shorter lines."""
-    base = key.removesuffix("_step")
-    return base if base != key and base not in metrics else key
+def _strict(value: Any) -> Any:
+    """``value`` with every non-finite float as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {key: _strict(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(item) for item in value]
+    return value
+
+
+def _batch_size(batch: Any) -> int:
+    try:
+        return extract_batch_size(batch)
+    except Exception:  # noqa: BLE001 - a batch without tensors: no samples/s
+        return 0
 
 
 def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
@@ -140,7 +161,14 @@ class ProgressLog(ProgressBar):
         self._rate = 0.0
         self._step = 0  # batches done in this epoch
         self._last_batch: Any = None
-        self._first_epoch = self._first_step = 0
+        # samples: a fit counts ``batches x full - short`` (sizes read at a loop's first batch and at
+        # each epoch's last one only); an evaluation command adds each batch's size
+        self._full = 0  # samples of a full batch
+        self._short = 0  # samples the partial last batches lacked
+        self._samples = 0  # samples done (evaluation commands)
+        self._last_samples = 0
+        self._size_check = 1  # the next batch (1-based, in the epoch) whose size is read
+        self._epoch_batches = 0
 
     # ---- ProgressBar interface ----------------------------------------------------------------
     @property
@@ -167,7 +195,10 @@ class ProgressLog(ProgressBar):
             event = {"trial": self.trial, **event}
             prefix = messages.PREFIX if text.startswith(messages.PREFIX) else ""
             text = f"{prefix}trial {self.trial} {text.removeprefix(prefix)}"
-        line = json.dumps(event, separators=(",", ":")) if self.format == "json" else text
+        if self.format == "json":
+            line = json.dumps(_strict(event), separators=(",", ":"), allow_nan=False)
+        else:
+            line = text
         stream = self.stream or sys.stdout
         print(line, file=stream, flush=True)
 
@@ -241,20 +272,22 @@ class ProgressLog(ProgressBar):
         now = time.monotonic()
         self._loop_start = self._last_time = now
         self._batches = self._last_batches = 0
+        self._full = self._short = self._samples = self._last_samples = 0
+        self._size_check = 1
         self._rate = 0.0
         self._due = now + self.interval if self.interval > 0 else math.inf
 
-    def _samples_per_s(self, trainer: pl.Trainer, batch: Any, now: float) -> float:
-        """Samples per second (all processes) since the last line; the batch size of ``batch`` for all."""
+    def _samples_done(self, stage: str) -> int:
+        return self._batches * self._full - self._short if stage == "fit" else self._samples
+
+    def _samples_per_s(self, trainer: pl.Trainer, stage: str, now: float) -> float:
+        """Samples per second (all processes) since the last line."""
         seconds = now - self._last_time
         batches = self._batches - self._last_batches
+        samples = self._samples_done(stage)
         if seconds > 0 and batches > 0:
-            try:
-                size = extract_batch_size(batch)
-            except Exception:  # noqa: BLE001 - a batch without tensors: no samples/s
-                size = 0
-            self._rate = batches * size * trainer.world_size / seconds
-        self._last_time, self._last_batches = now, self._batches
+            self._rate = (samples - self._last_samples) * trainer.world_size / seconds
+        self._last_time, self._last_batches, self._last_samples = now, self._batches, samples
         return self._rate
 
     def _line(
@@ -267,7 +300,7 @@ class ProgressLog(ProgressBar):
         epoch_end: bool = False,
     ) -> None:
         now = time.monotonic()
-        rate = self._samples_per_s(trainer, batch, now)
+        rate = self._samples_per_s(trainer, stage, now)
         elapsed = now - self._loop_start
         event: dict[str, Any] = {"event": "epoch_end" if epoch_end else "progress", "stage": stage}
         parts = [stage]
@@ -277,7 +310,7 @@ class ProgressLog(ProgressBar):
             step = self._step
             event.update(epoch=trainer.current_epoch + 1, epochs=epochs)
             parts.append(f"epoch {trainer.current_epoch + 1}/{epochs or '?'}" + (" end" if epoch_end else ""))
-            total = self._run_batches(trainer, steps)
+            done, total = self._run_progress(trainer, steps)
         else:
             step = done
         finite = math.isfinite(steps)
@@ -287,8 +320,9 @@ class ProgressLog(ProgressBar):
         if percent is not None:
             parts.append(f"({percent:.0f}%)")
         metrics = self._metrics(trainer)
-        parts += [f"{_short(k, metrics)}={_number(v)}" for k, v in metrics.items()]
-        eta = elapsed * (total - done) / done if percent is not None and done > 0 else math.nan
+        parts += [f"{k}={_number(v)}" for k, v in metrics.items()]
+        # the rate of this process's own batches; the work left counts the whole run
+        eta = elapsed * (total - done) / self._batches if percent is not None and self._batches else math.nan
         parts += ["|", f"{rate:.0f} samples/s", "|", _clock(elapsed), "ETA", _clock(eta)]
         event.update(
             percent=None if percent is None else round(percent, 2),
@@ -300,21 +334,39 @@ class ProgressLog(ProgressBar):
         self._due = now + self.interval if self.interval > 0 else math.inf
         self._write(event, " ".join(parts))
 
-    def _run_batches(self, trainer: pl.Trainer, per_epoch: int | float) -> float:
-        """Training batches of the whole run (epochs x batches, or max_steps), counted from this start."""
-        total = math.inf
+    def _run_progress(self, trainer: pl.Trainer, per_epoch: int | float) -> tuple[float, float]:
+        """Training batches done and in the whole run (epochs x batches, or max_steps), counted from the
+        run's first step: a resumed fit counts the batches done before it was stopped."""
+        done, total = math.nan, math.inf
         epochs = trainer.max_epochs
         if epochs is not None and epochs > 0 and math.isfinite(per_epoch):
-            total = (epochs - self._first_epoch) * per_epoch
+            done, total = trainer.current_epoch * per_epoch + self._step, epochs * per_epoch
         if trainer.max_steps is not None and trainer.max_steps > 0:
-            total = min(total, (trainer.max_steps - self._first_step) * trainer.accumulate_grad_batches)
-        return total
+            accumulate = trainer.accumulate_grad_batches
+            if trainer.max_steps * accumulate < total:
+                done, total = trainer.global_step * accumulate, trainer.max_steps * accumulate
+        return done, total
 
     # fit
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._loop_begins()
-        self._first_epoch, self._first_step = trainer.current_epoch, trainer.global_step  # resumed runs
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        total = self.total_train_batches
+        self._epoch_batches = int(total) if math.isfinite(total) else 0
+        if self._full:  # sizes known: read the epoch's last batch only
+            self._size_check = self._epoch_batches or math.inf
+
+    def _read_size(self, batch: Any) -> None:
+        """At a loop's first batch: the full batch size; at an epoch's last: how many samples it lacks."""
+        size = _batch_size(batch)
+        if not self._full:
+            self._full = size
+        elif self._step == self._epoch_batches:
+            self._short += max(0, self._full - size)
+        self._size_check = self._epoch_batches if self._step < self._epoch_batches else math.inf
 
     @override
     def on_train_batch_end(
@@ -323,6 +375,8 @@ class ProgressLog(ProgressBar):
         self._batches += 1
         self._step = batch_idx + 1
         self._last_batch = batch
+        if self._step >= self._size_check:
+            self._read_size(batch)
         if time.monotonic() >= self._due and self._step < self.total_train_batches:  # else the epoch-end line
             self._line(trainer, "fit", batch, self.total_train_batches)
 
@@ -336,11 +390,15 @@ class ProgressLog(ProgressBar):
         if trainer.state.fn == stage:
             self._start_eval_command(trainer, stage)
             self._loop_begins()
+            loop = {"validate": trainer.validate_loop, "test": trainer.test_loop}.get(stage)
+            if loop is not None:  # no results table in a log: the end line holds the metrics
+                loop.verbose = False
 
     def _eval_batch(self, trainer: pl.Trainer, stage: str, batch: Any, total: float) -> None:
         if trainer.state.fn != stage:
             return
         self._batches += 1
+        self._samples += _batch_size(batch)
         self._last_batch = batch
         if time.monotonic() >= self._due:
             self._line(trainer, stage, batch, total)

@@ -22,6 +22,7 @@ from lit_gpu import messages, recipes
 from lit_gpu import strategies as _strategies  # noqa: F401  (registers strategy: dp)
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt, stop_exit_code
+from lit_gpu.callbacks.logging_state import LoggingStateCallback
 from lit_gpu.callbacks.nan_guard import NaNGuard
 from lit_gpu.callbacks.oom_recovery import OOMLoopName, OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
@@ -137,6 +138,7 @@ def add_extra_arguments(parser: LightningArgumentParser) -> None:
 DEFAULT_CALLBACKS: tuple[type[pl.Callback], ...] = (
     RunFolderSync,  # DDP ranks write into rank 0's run folder
     RNGStateCallback,  # RNG states in checkpoints: exact resume
+    LoggingStateCallback,  # the epoch's logged values in mid-epoch checkpoints: exact curves
     CheckpointOnInterrupt,  # SIGINT/SIGTERM: stop at a step boundary, save last.ckpt
     OOMLoopName,  # "out of memory during validation": the one-line OOM message names its loop
     SkipIdleHooks,  # Lightning skips no-op per-batch hooks of its own callbacks and lit_gpu's (speed)

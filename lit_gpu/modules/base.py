@@ -16,6 +16,7 @@ from lit_gpu.errors import LitGpuError
 from lit_gpu.net_spec import NET_SPEC_KEY, net_spec
 from lit_gpu.translate import beyond_float32, init_arg_error, net_input_mismatch
 from lit_gpu.upstream import PlainHookName, loggers_record_this_step, restricted_classmethod
+from lit_gpu.upstream.logging_state import LOGGING_STATE_KEY
 
 
 def _one_param() -> list[torch.nn.Parameter]:
@@ -225,6 +226,34 @@ class LitModule(PlainHookName, pl.LightningModule):
     @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint.setdefault(NET_SPEC_KEY, self.net_spec)  # the CLI's own record (its config) wins
+        logging_state = checkpoint.get(LOGGING_STATE_KEY)
+        if isinstance(logging_state, dict):  # a save inside an epoch (lit_gpu.callbacks.LoggingStateCallback)
+            total = self._train_loss_sum
+            kept = self._train_losses
+            logging_state["train_loss"] = {
+                "sum": None if total is None else total.detach().clone(),
+                "count": self._train_loss_count,
+                "losses": torch.stack([loss.detach() for loss, _ in kept]) if kept else None,
+                "sizes": [size for _, size in kept],
+            }
+
+    @override
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """The epoch's train-loss accumulators of a save made inside an epoch: its ``train/loss_epoch``
+        then covers every step of the epoch, before and after the resume."""
+        logging_state = checkpoint.get(LOGGING_STATE_KEY)
+        saved = logging_state.get("train_loss") if isinstance(logging_state, dict) else None
+        if saved is not None:
+            self._train_loss_sum, self._train_loss_count = saved["sum"], int(saved["count"])
+            losses = [] if saved["losses"] is None else saved["losses"].unbind()
+            self._train_losses[:] = list(zip(losses, saved["sizes"], strict=True))
+
+    @override
+    def on_train_start(self) -> None:
+        """Restored train-loss accumulators (loaded on the CPU) go where the module's losses are."""
+        if self._train_loss_sum is not None:
+            self._train_loss_sum = self._train_loss_sum.to(self.device)
+        self._train_losses[:] = [(loss.to(self.device), size) for loss, size in self._train_losses]
 
     @override
     def configure_optimizers(self) -> Any:

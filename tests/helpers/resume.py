@@ -79,3 +79,62 @@ class NoisyRegression(RegressionModule):
         if self.trainer.global_step == self.interrupt_at:
             raise KeyboardInterrupt
         return super().training_step((x, y), batch_idx)
+
+
+class SignalAtStep(pl.Callback):
+    """Sends its own process ``signal_name`` once step ``step`` finished: a preemption at a known step."""
+
+    def __init__(self, step: int, signal_name: str = "SIGTERM") -> None:
+        self.step = step
+        self.signal_name = signal_name
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            import os
+            import signal
+
+            os.kill(os.getpid(), getattr(signal, self.signal_name))
+
+
+class ForeignClassifier(pl.LightningModule):
+    """A plain LightningModule (none of lit_gpu's): ``self.log`` of tensors and torchmetrics, a step-wise
+    scheduler, and the learning rate logged once an epoch (its first batch) as many modules do."""
+
+    def __init__(self, lr: float = 0.002, dropout: float = 0.5) -> None:
+        super().__init__()
+        from torch import nn
+        from torchmetrics.classification import MulticlassAccuracy
+
+        self.lr = lr
+        self.net = nn.Sequential(nn.Flatten(), nn.Dropout(dropout), nn.Linear(784, 10))
+        self.train_acc = MulticlassAccuracy(num_classes=10, average="micro")
+        self.val_acc = MulticlassAccuracy(num_classes=10, average="micro")
+
+    def forward(self, x):
+        return self.net(x)
+
+    def on_train_batch_start(self, batch, batch_idx) -> None:
+        if batch_idx == 0:
+            self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        loss = torch.nn.functional.cross_entropy(logits, y)
+        self.train_acc(logits, y)
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True)
+        self.log("train/acc", self.train_acc, on_step=True, on_epoch=True)
+        self.log("train/loss_max", loss, on_step=False, on_epoch=True, reduce_fx="max")
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        self.val_acc.update(logits, y)
+        self.log("val/loss", torch.nn.functional.cross_entropy(logits, y), prog_bar=True)
+        self.log("val/acc", self.val_acc)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.5)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

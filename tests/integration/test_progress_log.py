@@ -16,7 +16,7 @@ from tests.helpers.forked_cli import popen, run_cli
 from tests.helpers.paths import CONFIGS
 
 SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--trainer.accelerator", "cpu", "--trainer.devices", "1"]
-PROGRESS = re.compile(r"^fit epoch (\d+)/(\d+) step (\d+)/(\d+) \((\d+)%\) .*train/loss=([\d.e-]+)")
+PROGRESS = re.compile(r"^fit epoch (\d+)/(\d+) step (\d+)/(\d+) \((\d+)%\) .*train/loss_step=([\d.e-]+)")
 
 
 @pytest.fixture(autouse=True)
@@ -59,8 +59,13 @@ def test_a_log_file_shows_progress_while_the_run_goes_on(tmp_path, cli_env):
     assert not re.search("[\u2500-\u257f\u2580-\u259f]", text)  # no box drawing (the model summary is plain)
 
 
+def _refuse(constant: str) -> None:
+    raise ValueError(f"not strict JSON: {constant}")
+
+
 def _json_lines(text: str) -> list[dict]:
-    return [json.loads(ln) for ln in text.splitlines() if ln.startswith("{")]
+    """The JSON lines, parsed strictly (``NaN``/``Infinity`` constants are not JSON)."""
+    return [json.loads(ln, parse_constant=_refuse) for ln in text.splitlines() if ln.startswith("{")]
 
 
 def test_json_lines_for_log_scrapers(tmp_path, monkeypatch, capsys):

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import csv
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -155,3 +157,59 @@ def test_elastic_resume_on_another_number_of_processes(before, after, tmp_path, 
     assert resumed["global_step"] == simple_reference["global_step"] == 24
     for key, value in simple_reference["state_dict"].items():
         torch.testing.assert_close(resumed["state_dict"][key], value, atol=1e-5, rtol=0)
+
+
+# ---- curves: a SIGTERM mid-epoch, resumed, logs what the uninterrupted run logged ---------------
+def _curves_args(data_dir: Path, module: str) -> list[str]:
+    """configs/mnist.yaml made small (tiny net, no workers), every step logged, a line every batch."""
+    args = [
+        *_mnist(data_dir, "dataset"), "--data.num_workers", "0", "--trainer.log_every_n_steps", "1",
+        "--trainer.enable_progress_bar", "true",
+        "--model.init_args.net.init_args.channels", "4", "--model.init_args.net.init_args.hidden", "16",
+        "--progress_interval", "1e-9",
+    ]  # fmt: skip
+    return [*args, "--model", "tests.helpers.resume.ForeignClassifier"] if module == "foreign" else args
+
+
+def _metrics_table(run_root: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with open(run_root / "runs" / "lit_gpu" / "version_0" / "metrics.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def _assert_same_curves(got_root: Path, want_root: Path) -> None:
+    (got_columns, got), (want_columns, want) = _metrics_table(got_root), _metrics_table(want_root)
+    assert got_columns == want_columns
+    assert len(got) == len(want), (got, want)
+    for index, (got_row, want_row) in enumerate(zip(got, want, strict=True)):
+        for column in want_columns:
+            a, b = got_row[column], want_row[column]
+            assert (a == "") == (b == ""), (index, column, a, b)
+            if a:
+                assert float(a) == pytest.approx(float(b), rel=1e-6, abs=1e-6), (index, column, a, b)
+
+
+PERCENT = re.compile(r"^fit epoch (\d+)/(\d+)( end)? step (\d+)/(\d+) \((\d+)%\)")
+
+
+@pytest.mark.parametrize("module", ["lit_gpu", "foreign"])
+def test_sigterm_mid_epoch_then_resume_logs_the_uninterrupted_curves(
+    module, tmp_path, fake_mnist_dir, cli_env
+):
+    """metrics.csv of a fit stopped by SIGTERM at step 11 (in its second epoch) and resumed equals the
+    uninterrupted run's: step values, epoch aggregates (tensors and torchmetrics), a value logged once
+    an epoch (the learning rate), step indexes. The resumed progress lines count the work done before."""
+    args = _curves_args(fake_mnist_dir, module)
+    _run(tmp_path / "reference", cli_env, args)
+    stopped = tmp_path / "stopped"
+    sigterm = ["--trainer.callbacks+=tests.helpers.resume.SignalAtStep", "--trainer.callbacks.step", "11"]
+    first = _run(stopped, cli_env, [*args, *sigterm], check=False)
+    assert first.returncode == 143, first.stderr[-3000:]
+    assert "at global step 11 (epoch 2 of 2)" in first.stderr
+    resumed = _run(stopped, cli_env, [*args, "--ckpt_path", "last"])
+    _assert_same_curves(stopped, tmp_path / "reference")
+    lines = [m for m in map(PERCENT.match, resumed.stdout.splitlines()) if m]
+    assert lines, resumed.stdout[-3000:]
+    # the first line after the resume: epoch 2, its 4th batch, 12 of the run's 16 batches done
+    assert lines[0].group(1, 2, 4, 5, 6) == ("2", "2", "4", "8", "75")
+    assert lines[-1].group(3, 4, 6) == (" end", "8", "100")

@@ -757,3 +757,57 @@ def test_abstract_closure__consume_result_raises_when_not_run():
 
     with pytest.raises(MisconfigurationException, match="The closure hasn't been executed"):
         AbstractClosure.consume_result(SimpleNamespace(_result=None))
+
+
+class _LogsEverything(pl.LightningModule):
+    """``self.log`` of a mean, a max and a torchmetrics object, on step and on epoch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from torchmetrics import MeanMetric
+
+        self.net = torch.nn.Linear(10, 10)
+        self.mean = MeanMetric()
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        self.mean.update(loss.detach() * 2)
+        self.log("loss", loss, on_step=True, on_epoch=True)
+        self.log("peak", loss, on_step=False, on_epoch=True, reduce_fx="max")
+        self.log("doubled", self.mean, on_step=False, on_epoch=True)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+@pins("lightning")
+def test_result_collection__result_metric__metadata__sync__first_loop_iter(tmp_path):
+    """lit_gpu.upstream.logging_state rebuilds the training loop's ``_ResultCollection`` entries
+    (``_ResultMetric(_Metadata, is_tensor)`` with ``_Sync``, its ``value``, ``cumulated_batch_size``,
+    ``_forward_cache``, ``_update_count``, ``has_reset``) and sets the logger connector's
+    ``_first_loop_iter``: a fit resumed mid-epoch logs the epoch aggregates of the uninterrupted one."""
+    from lit_gpu.callbacks import LoggingStateCallback
+    from lit_gpu.data import SyntheticRegressionDataModule
+    from lit_gpu.upstream.logging_state import LOGGING_STATE_KEY
+
+    def fit(root, ckpt_path=None) -> dict[str, float]:
+        saves = ModelCheckpoint(dirpath=root, every_n_train_steps=11, save_top_k=-1, filename="{step}")
+        trainer = quiet_trainer(
+            root, max_epochs=2, callbacks=[LoggingStateCallback(), saves], enable_checkpointing=True
+        )
+        torch.manual_seed(0)
+        data = SyntheticRegressionDataModule(num_samples=256, batch_size=32, shuffle=False)
+        trainer.fit(_LogsEverything(), data, ckpt_path=ckpt_path)
+        return {k: float(v) for k, v in trainer.logged_metrics.items()}
+
+    reference = fit(tmp_path / "reference")
+    mid_epoch = tmp_path / "reference" / "step=11.ckpt"  # 8 batches an epoch: the 4th of the second
+    state = torch.load(mid_epoch, weights_only=True)[LOGGING_STATE_KEY]
+    assert {entry["name"] for entry in state["results"]} == {"loss", "peak", "doubled"}
+    assert state["metrics"]["mean"]["update_count"] == 3
+    resumed = fit(tmp_path / "resumed", ckpt_path=mid_epoch)
+    assert {"loss_epoch", "peak", "doubled"} <= set(resumed)
+    for key in ("loss_epoch", "peak", "doubled"):
+        assert resumed[key] == pytest.approx(reference[key], rel=1e-6), key

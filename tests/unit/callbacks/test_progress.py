@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import pty
+import re
 import sys
 
+import lightning.pytorch as pl
 import pytest
 from lightning.pytorch.callbacks import ModelSummary, RichModelSummary
 
@@ -63,7 +66,7 @@ def test_resume_command_replaces_the_ckpt_path():
     )
 
 
-def test_the_live_bar_shows_the_runs_version_and_samples_per_second(tmp_path):
+def test_the_live_bar_shows_the_runs_version_and_samples_per_second(tmp_path, capsys):
     from lit_gpu import runs
 
     bar = LitProgressBar()
@@ -72,8 +75,10 @@ def test_the_live_bar_shows_the_runs_version_and_samples_per_second(tmp_path):
         ["csv", "tensorboard"], folder), max_epochs=1, limit_val_batches=0)  # fmt: skip
     trainer.fit(RegressionModule(SimpleModel(10, 10)), SyntheticRegressionDataModule(num_samples=640))
     metrics = bar.get_metrics(trainer, trainer.lightning_module)
-    assert metrics["version"] == 0 and "v_num" not in metrics
+    assert metrics["version"] == "0" and "v_num" not in metrics  # shown as "version: 0", not 0.000
     assert bar.samples_per_s > 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("lit-gpu: ")]
+    assert lines[0].startswith(f"lit-gpu: run {tmp_path}") and lines[-1].startswith("lit-gpu: fit done in ")
     columns = bar.configure_columns(trainer)
     task = type("Task", (), {"id": bar.train_progress_bar_id})()
     assert columns[-1].render(task).plain.endswith(" samples/s")
@@ -91,3 +96,56 @@ def test_interval_lines_are_written_only_when_due(monkeypatch):
     assert len(ends) == 2 and 2 <= len(lines) - len(ends) <= 10  # 20 batches, one line about every 4th
     assert all(ord(c) < 128 for c in out.getvalue())
     assert sys.stdout is not out
+
+
+class _Tick(pl.Callback):
+    """One second of the fake clock a training or test batch (runs before ProgressLog reads it)."""
+
+    def __init__(self, now: list[float]) -> None:
+        self.now = now
+
+    def on_train_batch_end(self, *args) -> None:
+        self.now[0] += 1.0
+
+    def on_test_batch_end(self, *args) -> None:
+        self.now[0] += 1.0
+
+
+class _OddValues(RegressionModule):
+    """Shows a NaN and an infinity in the progress-bar metrics."""
+
+    def training_step(self, batch, batch_idx):
+        self.log("odd/nan", float("nan"), prog_bar=True)
+        self.log("odd/inf", float("-inf"), prog_bar=True)
+        return super().training_step(batch, batch_idx)
+
+
+def _refuse(constant: str) -> None:
+    raise ValueError(f"not strict JSON: {constant}")
+
+
+def test_samples_per_second_counts_partial_batches_and_json_lines_are_strict(monkeypatch, capsys):
+    """650 training samples in batches of 64 (10 full, one of 10) and 162 test samples (64, 64, 34), one
+    fake second a batch: samples/s is samples over seconds, not batches times the last batch's size."""
+    now = [0.0]
+    monkeypatch.setattr("lit_gpu.callbacks.progress_log.time.monotonic", lambda: now[0])
+    out = io.StringIO()
+    log = ProgressLog(interval=0, format="json", stream=out)
+    trainer = quiet_trainer(
+        enable_progress_bar=True, callbacks=[_Tick(now), log], max_epochs=2, limit_val_batches=0
+    )
+    model, data = _OddValues(SimpleModel(10, 10)), SyntheticRegressionDataModule(num_samples=650)
+    trainer.fit(model, data)
+    trainer.test(model, data)
+    events = [json.loads(line, parse_constant=_refuse) for line in out.getvalue().splitlines()]
+    rates = [(e["stage"], e["samples_per_s"]) for e in events if e["event"] == "epoch_end"]
+    assert rates == [
+        ("fit", pytest.approx(650 / 11, rel=0.01)),
+        ("fit", pytest.approx(650 / 11, rel=0.01)),
+        ("test", pytest.approx(162 / 3, rel=0.01)),
+    ]
+    fit_end = [e for e in events if e["event"] == "epoch_end"][1]
+    assert fit_end["percent"] == 100.0 and fit_end["eta_s"] == 0.0
+    assert fit_end["metrics"]["odd/nan"] == "NaN" and fit_end["metrics"]["odd/inf"] == "-Infinity"
+    printed = capsys.readouterr().out
+    assert not re.search("[\u2500-\u257f]", printed)  # no results table: the end line holds the metrics

@@ -128,6 +128,7 @@ def test_print_config_lists_every_callback_lit_gpu_adds(tmp_path, monkeypatch, c
     assert listed == [
         "RunFolderSync",
         "RNGStateCallback",
+        "LoggingStateCallback",
         "CheckpointOnInterrupt",
         "OOMLoopName",
         "SkipIdleHooks",
