@@ -757,3 +757,18 @@ def test_abstract_closure__consume_result_raises_when_not_run():
 
     with pytest.raises(MisconfigurationException, match="The closure hasn't been executed"):
         AbstractClosure.consume_result(SimpleNamespace(_result=None))
+
+
+@pins("torch")
+def test_dataloader_get_iterator__set_sigchld_handler():
+    """lit_gpu.data.workers starts a protected loader's workers with SIGINT/SIGTERM blocked by wrapping
+    ``DataLoader._get_iterator`` (``__iter__`` calls it to start workers); lit_gpu.callbacks.interrupt puts
+    its own SIGCHLD handler over torch's, installed first with
+    ``torch.utils.data._utils.signal_handling._set_SIGCHLD_handler`` (once per process), whose report of a
+    worker killed by a signal reads ``killed by signal: <strsignal>``."""
+    from torch.utils.data import DataLoader
+    from torch.utils.data._utils import signal_handling
+
+    assert "self._get_iterator()" in inspect.getsource(DataLoader.__iter__)
+    assert callable(signal_handling._set_SIGCHLD_handler)
+    assert isinstance(signal_handling._SIGCHLD_handler_set, bool)
