@@ -251,7 +251,9 @@ class CheckpointOnInterrupt(Callback):
             self._request_stop()  # several processes decide together, at the next batch end
 
     def _guard_sigchld(self) -> None:
-        if self._active and signal.getsignal(getattr(signal, "SIGCHLD", 0)) != self._on_sigchld:
+        if not hasattr(signal, "SIGCHLD"):  # Windows: torch has no such check either
+            return
+        if self._active and signal.getsignal(signal.SIGCHLD) != self._on_sigchld:
             inner = _guard_worker_deaths(self._on_sigchld)
             if inner is not None and inner != self._on_sigchld:
                 self._sigchld_inner = inner
