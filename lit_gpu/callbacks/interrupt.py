@@ -9,7 +9,12 @@ group. :class:`CheckpointOnInterrupt` makes that a clean stop:
   under DDP the processes agree on the stop at a batch end (one boolean all-reduce), and this
   handler replaces Lightning's SIGTERM handler (which runs a collective inside the handler);
 * DataLoader workers ignore the job's signals (:func:`lit_gpu.data.workers.protect_workers`), so
-  they cannot die first and turn the stop into a "worker killed" crash;
+  they cannot die first and turn the stop into a "worker killed" crash; a worker that dies of
+  SIGTERM/SIGINT all the same (a loader started elsewhere, another start method) is part of the stop:
+  torch's "worker killed" check (its SIGCHLD handler, which raises wherever the step is) records the
+  signal instead of raising, and an error of a fetch that needed that worker ends the fit as the stop
+  does (the fetch is at a step boundary). A worker death of unknown cause waits a moment for the job's
+  signal to reach the main process too (a scheduler signals the processes in any order);
 * ``last.ckpt`` is written (atomically with the CLI's checkpoint IO) in the run's checkpoint folder;
   ``lit-gpu fit`` prints one line and exits 130 (SIGINT) or 143 (SIGTERM), 128 + the signal number.
 
@@ -26,7 +31,8 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -40,18 +46,32 @@ from typing_extensions import override
 from lit_gpu import messages
 from lit_gpu.data.workers import protect_workers
 from lit_gpu.io import clean_stale_temp_files
+from lit_gpu.translate import dataloader_worker_died
 
 # Exit status of ``lit-gpu fit`` after a stop by signal: 128 + the signal number, the shell convention.
 INTERRUPT_EXIT_CODE = 128 + signal.SIGINT  # 130
 SIGTERM_EXIT_CODE = 128 + signal.SIGTERM  # 143
 
 _JOB_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# a DataLoader worker that died of unknown cause ("exited unexpectedly"): how long the fit waits for a
+# job signal to reach the main process too before it reports the death as a crash
+WORKER_DEATH_GRACE_S = 2.0
 _EXIT_CODE_ATTR = "lit_gpu_exit_code"  # on trainer.state: how a run stopped by a signal should exit
+_STOPPED_BY_WORKER_ATTR = "lit_gpu_stop_by_worker"  # on trainer.state: the stop came as a worker's death
 
 
 def stop_exit_code(trainer: pl.Trainer | None) -> int | None:
     """Exit status for ``trainer``'s last run if a signal stopped it (130 SIGINT, 143 SIGTERM), else None."""
     return None if trainer is None else getattr(trainer.state, _EXIT_CODE_ATTR, None)
+
+
+def signal_stop_code(trainer: pl.Trainer | None, err: BaseException) -> int | None:
+    """Exit status (130/143) when ``err`` ends a run that a signal stopped (``last.ckpt`` saved), else None.
+
+    ``err`` is Lightning's ``SystemExit`` then, or the error of a DataLoader worker the job's signal killed.
+    """
+    stopped_by_worker = trainer is not None and getattr(trainer.state, _STOPPED_BY_WORKER_ATTR, False)
+    return stop_exit_code(trainer) if isinstance(err, SystemExit) or stopped_by_worker else None
 
 
 def is_signal_stop(err: BaseException) -> bool:
@@ -76,15 +96,43 @@ _SIGNAL_LOGGERS = (
 )
 
 
-def _protect_dataloader_workers(trainer: pl.Trainer) -> None:
-    """Make every loader the trainer prepares (train/val/test/predict) job-signal-safe."""
+def _worker_killed_by(err: BaseException) -> int | None:
+    """SIGTERM or SIGINT if ``err`` (or its cause) is torch's report of a worker killed by that signal."""
+    for raised in (err, err.__cause__, err.__context__):
+        text = str(raised) if isinstance(raised, RuntimeError) else ""
+        if "DataLoader worker" in text:
+            for signum in _JOB_SIGNALS:
+                if f"killed by signal: {signal.strsignal(signum)}" in text:
+                    return signum
+    return None
+
+
+def _guard_worker_deaths(handler: Callable[[int, FrameType | None], Any]) -> Any:
+    """Install torch's DataLoader SIGCHLD handler (what the first loader with workers does), then ``handler``
+    over it; returns the handler it wraps. Main thread only (else ``None``, nothing changed)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGCHLD"):
+        return None
+    from torch.utils.data._utils import signal_handling  # private, pinned in test_upstream_pins.py
+
+    signal_handling._set_SIGCHLD_handler()  # once per process; a later loader then keeps ours on top
+    inner = signal.getsignal(signal.SIGCHLD)
+    signal.signal(signal.SIGCHLD, handler)
+    return inner
+
+
+def _protect_dataloader_workers(trainer: pl.Trainer, on_workers: Callable[[], None] | None = None) -> None:
+    """Make every loader the trainer prepares (train/val/test/predict) job-signal-safe; ``on_workers`` is
+    called before a loader with workers is handed back (before its workers start)."""
     strategy = trainer.strategy
     original = strategy.process_dataloader
     if getattr(original, "_lit_gpu_protects_workers", False):
         return
 
     def process_dataloader(dataloader: object) -> object:
-        return protect_workers(original(dataloader), rank=trainer.global_rank)
+        loader = protect_workers(original(dataloader), rank=trainer.global_rank)
+        if on_workers is not None and getattr(loader, "num_workers", 0):
+            on_workers()
+        return loader
 
     process_dataloader._lit_gpu_protects_workers = True  # type: ignore[attr-defined]
     strategy.process_dataloader = process_dataloader  # type: ignore[method-assign]
@@ -139,12 +187,14 @@ class CheckpointOnInterrupt(Callback):
         self._active = False
         self._world_size = 1
         self._log_filter = _DropSignalLogs()
+        self._sigchld_inner: Any = None  # the SIGCHLD handler (torch's) under ours while we guard it
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy (pickle, ``deepcopy``, ``ddp_spawn``) is the callback before any run: the signal
         handlers and the trainer of a run in progress belong to this process."""
         state = dict(self.__dict__)
         state.update(_trainer=None, _signal=None, _stage=None, _previous={}, _active=False)
+        state["_sigchld_inner"] = None
         return state
 
     def may_save_mid_step(self) -> bool:
@@ -178,6 +228,57 @@ class CheckpointOnInterrupt(Callback):
         previous = self._previous.get(signum)
         if signum == signal.SIGTERM and callable(previous):
             previous(signum, frame)
+
+    def _on_sigchld(self, signum: int, frame: FrameType | None) -> None:
+        """torch's SIGCHLD check, except that a worker killed by SIGTERM/SIGINT in a run is a stop signal."""
+        inner = self._sigchld_inner
+        if not callable(inner):
+            return
+        try:
+            inner(signum, frame)
+        except RuntimeError as err:
+            killed_by = _worker_killed_by(err)
+            if killed_by is None or not self._active:
+                raise
+            self._worker_stopped(killed_by)
+
+    def _worker_stopped(self, signum: int) -> None:
+        """A DataLoader worker died of the job's ``signum``: the job is being stopped, as if it came here."""
+        if self._signal is None:
+            self._signal = signum
+        trainer = self._trainer
+        if trainer is not None and trainer.world_size == 1:
+            self._request_stop()  # several processes decide together, at the next batch end
+
+    def _guard_sigchld(self) -> None:
+        if not hasattr(signal, "SIGCHLD"):  # Windows: torch has no such check either
+            return
+        if self._active and signal.getsignal(signal.SIGCHLD) != self._on_sigchld:
+            inner = _guard_worker_deaths(self._on_sigchld)
+            if inner is not None and inner != self._on_sigchld:
+                self._sigchld_inner = inner
+
+    def _unguard_sigchld(self) -> None:
+        inner, self._sigchld_inner = self._sigchld_inner, None
+        main = threading.current_thread() is threading.main_thread()
+        if inner is not None and main and signal.getsignal(signal.SIGCHLD) == self._on_sigchld:
+            signal.signal(signal.SIGCHLD, inner)
+
+    def _stop_signal_of_worker_death(self, err: BaseException) -> int | None:
+        """The job's signal if ``err`` reports a DataLoader worker death that is part of a stop, else None.
+
+        Killed by SIGTERM/SIGINT: that signal. Another death (``exited unexpectedly``) while a signal came or
+        comes within :data:`WORKER_DEATH_GRACE_S`: the signal. Else a crash (None).
+        """
+        if not self._active or dataloader_worker_died(err) is None:
+            return None
+        for raised in (err, err.__cause__, err.__context__):
+            if raised is not None and (killed_by := _worker_killed_by(raised)) is not None:
+                return self._signal or killed_by
+        deadline = time.monotonic() + WORKER_DEATH_GRACE_S
+        while self._signal is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # the handler runs between the sleeps
+        return self._signal
 
     def _delegate(self, signum: int, frame: FrameType | None) -> None:
         previous = self._previous.get(signum, signal.SIG_DFL)
@@ -237,6 +338,7 @@ class CheckpointOnInterrupt(Callback):
     def _uninstall(self) -> None:
         if not self._active:
             return
+        self._unguard_sigchld()
         self._active = False
         for name in _SIGNAL_LOGGERS:
             logging.getLogger(name).removeFilter(self._log_filter)
@@ -258,7 +360,9 @@ class CheckpointOnInterrupt(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._trainer, self._signal, self._stage = trainer, None, stage
         setattr(trainer.state, _EXIT_CODE_ATTR, None)  # a new run of this trainer starts clean
-        _protect_dataloader_workers(trainer)  # every stage: a worker crash report hides the signal
+        setattr(trainer.state, _STOPPED_BY_WORKER_ATTR, False)
+        # every stage: a worker crash report hides the signal
+        _protect_dataloader_workers(trainer, on_workers=self._guard_sigchld)
         if stage == "fit" and trainer.is_global_zero:
             for removed in clean_stale_temp_files(checkpoint_folder(trainer)):
                 messages.tell(messages.REMOVED_STALE_TEMP.format(file=removed))
@@ -308,11 +412,15 @@ class CheckpointOnInterrupt(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
         _unprotect_dataloader_workers(trainer)  # a fit that raised gets no teardown hooks
-        if not isinstance(exception, KeyboardInterrupt | SIGTERMException):
+        if isinstance(exception, KeyboardInterrupt | SIGTERMException):
+            default = signal.SIGINT if isinstance(exception, KeyboardInterrupt) else signal.SIGTERM
+            signum = self._signal or default
+        elif (worker_signal := self._stop_signal_of_worker_death(exception)) is not None:
+            signum = worker_signal  # a worker killed by the job's signal: part of the stop, not a crash
+            setattr(trainer.state, _STOPPED_BY_WORKER_ATTR, True)  # LitGpuCLI exits with the code
+        else:
             self._uninstall()
             return
-        default = signal.SIGINT if isinstance(exception, KeyboardInterrupt) else signal.SIGTERM
-        signum = self._signal or default
         self._uninstall()
         name = signal.Signals(signum).name
         setattr(trainer.state, _EXIT_CODE_ATTR, 128 + int(signum))  # read with stop_exit_code(trainer)

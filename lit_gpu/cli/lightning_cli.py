@@ -21,7 +21,7 @@ from typing_extensions import override
 from lit_gpu import messages, recipes
 from lit_gpu import strategies as _strategies  # noqa: F401  (registers strategy: dp)
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
-from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt, stop_exit_code
+from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt, signal_stop_code
 from lit_gpu.callbacks.logging_state import LoggingStateCallback
 from lit_gpu.callbacks.nan_guard import NaNGuard
 from lit_gpu.callbacks.oom_recovery import OOMLoopName, OOMRecovery
@@ -284,7 +284,7 @@ class LitGpuCLI(LightningCLI):
         except BaseException as err:
             if self.run_folder is not None:  # a failed start leaves no empty version_N behind
                 self.run_folder.remove_if_unused()  # and lets go of the run's lock
-            code = stop_exit_code(getattr(self, "trainer", None)) if isinstance(err, SystemExit) else None
+            code = signal_stop_code(getattr(self, "trainer", None), err)
             if code is not None:  # stopped by SIGINT/SIGTERM, last.ckpt saved: exit 130 / 143
                 raise SystemExit(code) from err
             raise

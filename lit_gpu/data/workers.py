@@ -13,6 +13,11 @@ checkpoint. :func:`protect_workers` gives a loader a ``worker_init_fn`` after wh
 
 A worker never outlives a dead main process: torch's watchdog ends it within seconds.
 
+The workers are started with SIGINT/SIGTERM blocked (the main process blocks them in its own thread for
+the moment it starts them), so a job signal that lands between the fork and ``worker_init_fn`` waits
+for the worker's own handling instead of killing it (torch's worker handler kills a worker on any
+SIGTERM not sent by its parent).
+
 Limit: SIGTERM stays blocked in the worker's threads, and a blocked signal is inherited by programs
 the dataset code starts with ``subprocess`` (they then outlast a job-wide SIGTERM like the worker,
 until the worker ends them with ``Popen.kill()`` or the scheduler's SIGKILL).
@@ -20,14 +25,15 @@ until the worker ends them with ``Popen.kill()`` or the scheduler's SIGKILL).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-__all__ = ["JobSignalSafeWorkerInit", "ignore_job_signals", "protect_workers"]
+__all__ = ["JobSignalSafeWorkerInit", "ignore_job_signals", "job_signals_blocked", "protect_workers"]
 
 
 def _wait_for_sigterm() -> None:
@@ -44,11 +50,46 @@ def ignore_job_signals() -> None:
     SIGTERM is blocked in the worker's main thread and read by a daemon thread with
     ``sigwaitinfo``, which knows the sender (a plain Python handler does not).
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # discards a SIGINT pending since the fork
     if not hasattr(signal, "sigwaitinfo"):  # not on macOS/Windows: keep the default behaviour
         return
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked since the fork: ignored now
+    # a SIGTERM pending since the fork is read by the thread, which knows who sent it
     threading.Thread(target=_wait_for_sigterm, name="lit_gpu_sigterm", daemon=True).start()
+
+
+@contextlib.contextmanager
+def job_signals_blocked() -> Iterator[None]:
+    """Block SIGINT/SIGTERM in the calling thread inside the block (processes forked there inherit it).
+
+    A signal sent meanwhile waits (or is taken by another thread) and is handled as usual after the block.
+    """
+    if not hasattr(signal, "sigwaitinfo"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+class _StartWorkersBlocked:
+    """A loader's ``_get_iterator`` that starts the workers with the job's signals blocked (see the module
+    docstring); plain when the loader's ``worker_init_fn`` is not the job-signal-safe one (nothing in the
+    worker would read a blocked SIGTERM)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def __call__(self) -> Any:
+        loader = self.loader
+        get_iterator = type(loader)._get_iterator
+        if not isinstance(loader.worker_init_fn, JobSignalSafeWorkerInit):
+            return get_iterator(loader)
+        with job_signals_blocked():
+            return get_iterator(loader)
 
 
 class JobSignalSafeWorkerInit:
@@ -72,8 +113,10 @@ def protect_workers(loader: Any, rank: int = 0) -> Any:
 
     Works for any loader with ``num_workers`` and ``worker_init_fn`` attributes (torch's
     ``DataLoader``, torchdata's ``StatefulDataLoader``); other objects are returned unchanged.
-    Workers started before the call keep their behaviour. A loader without an init function gets
-    Lightning's worker seeding too when ``seed_everything(workers=True)`` asked for it.
+    Workers started before the call keep their behaviour. A loader with torch's ``_get_iterator``
+    starts its workers with SIGINT/SIGTERM blocked (an instance attribute; it pickles with the
+    loader). A loader without an init function gets Lightning's worker seeding too when
+    ``seed_everything(workers=True)`` asked for it.
 
     Args:
         loader: The data loader.
@@ -92,4 +135,6 @@ def protect_workers(loader: Any, rank: int = 0) -> Any:
 
         current = partial(pl_worker_init_function, rank=rank)  # what Lightning would have added
     loader.worker_init_fn = JobSignalSafeWorkerInit(current)
+    if callable(getattr(type(loader), "_get_iterator", None)) and "_get_iterator" not in vars(loader):
+        loader._get_iterator = _StartWorkersBlocked(loader)  # torch's private hook (pinned in a test)
     return loader

@@ -9,8 +9,8 @@ the order matters, so rough figures do.
 """
 
 SECONDS: dict[str, int] = {
+    "tests/integration/test_preemption.py": 240,
     "tests/integration/test_notebooks.py": 60,
-    "tests/integration/test_preemption.py": 54,
     "tests/integration/test_wheel.py": 45,
     "tests/integration/test_sweep.py": 45,
     "tests/integration/test_ddp.py": 42,

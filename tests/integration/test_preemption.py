@@ -7,6 +7,7 @@ A full disk: one line, the previous checkpoint intact, no temp file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -92,7 +93,7 @@ def test_signal_to_process_group_saves_last_ckpt_and_resumes(
     sig, code, tmp_path, cli_env, fake_mnist_dir, reference
 ):
     argv = _mnist_argv(fake_mnist_dir)
-    slow = ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0.3"]
+    slow = ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0"]
     proc = _start_group_job(argv + slow, tmp_path, cli_env)
     workers = _children(proc.pid)
     assert proc.poll() is None and len(workers) >= 2, "training did not reach step 3 with its workers"
@@ -173,7 +174,7 @@ def test_sigterm_to_a_ddp_group_stops_every_rank_at_the_same_step(tmp_path, cli_
         "--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml"),
         "--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.max_epochs", "1",
         "--trainer.limit_train_batches", "30", "--data.num_workers", "1",
-        "--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0.3",
+        "--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0",
     ]  # fmt: skip
     proc = _start_group_job(argv, tmp_path, cli_env)
     os.killpg(proc.pid, signal.SIGTERM)
@@ -241,76 +242,176 @@ def _torchrun_agents(argv: list[str], cwd: Path, env: dict[str, str], port: int)
     return agents
 
 
+# ---- the signal at many points of a step, at full speed ------------------------------------------------
+# A stop's signal reaches the main process and its DataLoader workers in any order; a worker that dies of it
+# must be part of the stop (save at the last finished step, one line, 130/143), never a crash. Each case
+# below is a chain of starts of one run (``--ckpt_path last``), each stopped after a different number of
+# steps and a different offset within a step (before, during, after a fetch), with nothing slowed; the
+# last start runs to the end and must equal the uninterrupted run bit for bit.
+FULL_SPEED = ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0"]
+OFFSETS = (0.0, 0.002, 0.005, 0.009, 0.014, 0.02, 0.03, 0.045, 0.001, 0.07, 0.0, 0.012)  # s after a step
+EPOCHS = 4  # 16 steps each: stops land in every phase (steps, epoch ends, validation)
+
+
+def _progress(path: Path) -> int:
+    try:
+        return int(path.read_text() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _wait_step(progress: Path, step: int, alive, timeout: float = 120) -> int:
+    """Poll ``progress`` until it reaches ``step`` (or the run ended); the step seen."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and alive() and _progress(progress) < step:
+        time.sleep(0.002)
+    return _progress(progress)
+
+
+def _assert_one_stop_line(text: str, sig: signal.Signals) -> int:
+    lines = [ln for ln in text.splitlines() if ln.startswith("lit-gpu:") and "stopped" in ln]
+    assert len(lines) == 1, text[-3000:]
+    assert lines[0].startswith(f"lit-gpu: stopped by {sig.name} "), lines
+    for bad in ("DataLoader worker", "lit-gpu: error", "shared memory", "killed by signal"):
+        assert bad not in text, text[-3000:]
+    match = re.search(r"at global step (\d+) ", lines[0])
+    return int(match.group(1)) if match else 0
+
+
+def _check_stop(ckpt_dir: Path, reached: int, said: int) -> None:
+    """``last.ckpt`` is at the step the line names, at or after the step reached when the signal was sent,
+    at a step boundary, and loadable; no temp files."""
+    assert not list(ckpt_dir.parent.parent.rglob("*.tmp"))
+    if said == 0:  # stopped before its first step (e.g. in the sanity check): the previous save stays
+        return
+    ckpt = torch.load(ckpt_dir / "last.ckpt", weights_only=True)
+    assert ckpt["global_step"] == said >= reached, (ckpt["global_step"], said, reached)
+    total = ckpt["loops"]["fit_loop"]["epoch_loop.batch_progress"]["total"]
+    assert total["completed"] == total["ready"], total  # a step boundary
+
+
+def _processes_in(folder: Path) -> list[int]:
+    """Processes whose working folder is inside ``folder`` (a run and its DataLoader workers), after a
+    second's grace for the exiting ones."""
+    deadline = time.monotonic() + 1.0
+    while True:
+        found = []
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if entry.name.isdigit() and Path(os.readlink(entry / "cwd")).is_relative_to(folder):
+                    found.append(int(entry.name))
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+def _mnist_chain_argv(data_dir: Path) -> list[str]:
+    argv = _mnist_argv(data_dir) + ["--trainer.max_epochs", str(EPOCHS)]
+    argv += ["--trainer.limit_train_batches", "16"]
+    return argv + ["--checkpoint.every_n_train_steps", "5", "--checkpoint.save_top_k", "0"]
+
+
 @pytest.mark.integration
-def test_sigterm_to_two_torchrun_agents_saves_at_one_step_and_resumes_exactly(
+def test_signals_at_many_points_of_a_step_stop_a_plain_run_and_resume_exactly(
     tmp_path, cli_env, fake_mnist_dir
 ):
-    """torchrun forwards SIGTERM to its worker's session (DataLoader workers included): all ranks stop at one
-    step, rank 0 saves ``last.ckpt`` with one line, and the resume equals an uninterrupted run of the same
-    2 ranks."""
+    """A plain process (no launcher) with 2 DataLoader workers, its process group signalled 12 times at
+    full speed (a quarter of them while the workers start): each start stops with one line and 143/130
+    and saves at the step reached."""
+    argv = _mnist_chain_argv(fake_mnist_dir)
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    done = run_cli(argv, reference, cli_env, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    want = torch.load(reference / RUN / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
+    total = want["global_step"]
+
+    ckpt_dir = tmp_path / RUN / "version_0" / "checkpoints"
+    progress = tmp_path / "progress.txt"
+    reached = 0
+    for attempt, offset in enumerate(OFFSETS):
+        sig = signal.SIGINT if attempt % 4 == 3 else signal.SIGTERM
+        resume = ["--ckpt_path", "last"] if attempt else []
+        progress.write_text("0")
+        proc = popen(argv + FULL_SPEED + resume, tmp_path, cli_env)
+        if attempt % 4 == 1:  # while the DataLoader workers start (the sanity check's, then the epoch's)
+            deadline = time.monotonic() + 120
+            while proc.poll() is None and not _children(proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.001)
+            reached = 0
+        else:
+            target = min(reached + 1 + attempt % 3, total - 2)
+            reached = _wait_step(progress, target, lambda p=proc: p.poll() is None)
+        time.sleep(offset)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)  # main process and workers alike
+        _, err = proc.communicate(timeout=90)
+        err = err.decode()
+        assert proc.returncode == 128 + sig, (attempt, err[-3000:])
+        said = _assert_one_stop_line(err, sig)
+        if said or attempt:  # a first start stopped before its first step has nothing to check
+            _check_stop(ckpt_dir, reached, said)
+        assert not _processes_in(tmp_path), "a DataLoader worker outlived its run"
+        reached = max(reached, said)
+    final = run_cli(argv + ["--ckpt_path", "last"], tmp_path, cli_env, timeout=180)
+    assert final.returncode == 0, final.stderr[-3000:]
+    _assert_bit_identical(torch.load(ckpt_dir / "last.ckpt", weights_only=True), want)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(1800)  # 12 torchrun starts: ~3 min on an idle 2-core machine, far more under load
+def test_sigterm_to_two_torchrun_agents_at_many_points_stops_and_resumes_exactly(
+    tmp_path, cli_env, fake_mnist_dir
+):
+    """Two torchrun agents (2 "nodes" of one process, 2 DataLoader workers each), at full speed, SIGTERMed
+    10 times: to each agent's process group (as Slurm/Kubernetes do) or to the agents alone (torchrun
+    forwards it to its training process's group). Every stop: one line, ``last.ckpt`` at the step reached
+    (after the periodic one), no worker crash; the last start finishes equal to an uninterrupted run."""
     from tests.helpers.ports import free_port
 
     two_nodes = ["--trainer.devices", "1", "--trainer.num_nodes", "2", "--trainer.strategy", "ddp"]
-    # a periodic last.ckpt every 2 steps (as a long run has): the save at SIGTERM must come after it
-    periodic = ["--checkpoint.every_n_train_steps", "2", "--checkpoint.save_top_k", "0"]
-    argv = _mnist_argv(fake_mnist_dir) + two_nodes + periodic  # configs/mnist.yaml: num_workers 2
-    slow = ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0.3"]
+    argv = _mnist_chain_argv(fake_mnist_dir) + two_nodes
     env = {k: v for k, v in cli_env.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
-
-    # the uninterrupted reference: the same 2 ranks (global ranks, shards, gloo all-reduce) as one node
-    # with 2 devices, started by Lightning's launcher from a forked run (no torchrun start-ups to pay)
+    # the uninterrupted reference: the same 2 ranks as one node with 2 devices (Lightning's launcher, forked)
     reference = tmp_path / "reference"
     reference.mkdir()
-    one_node = [
-        *_mnist_argv(fake_mnist_dir),
-        "--trainer.devices",
-        "2",
-        "--trainer.strategy",
-        "ddp",
-        *periodic,
-    ]
+    one_node = [*_mnist_chain_argv(fake_mnist_dir), "--trainer.devices", "2", "--trainer.strategy", "ddp"]
     done = run_cli(one_node, reference, cli_env, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
-
-    agents = _torchrun_agents(argv + slow, tmp_path, env, free_port())
-    progress = tmp_path / "progress.txt"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (progress.exists() and int(progress.read_text() or 0) >= 3):
-        assert all(a.poll() is None for a in agents), (tmp_path / "node0.log").read_text()[-3000:]
-        time.sleep(0.05)
-    for agent in agents:  # agent -> training process -> its 2 DataLoader workers, on each node
-        assert len(_descendants(agent.pid)) >= 3, (agent.pid, _descendants(agent.pid))
-    reached = int(progress.read_text())
-    for agent in agents:
-        os.killpg(agent.pid, signal.SIGTERM)  # each node's process group, as Slurm/Kubernetes do
-    try:
-        codes = [agent.wait(timeout=90) for agent in agents]
-    except subprocess.TimeoutExpired:
-        for agent in agents:
-            os.killpg(agent.pid, signal.SIGKILL)
-        pytest.fail("a node hung after SIGTERM")
-    logs = [(tmp_path / f"node{n}.log").read_text() for n in (0, 1)]
-    assert all(code != 0 for code in codes), codes  # torchrun's agent ends with its SignalException
-    lines = [ln for log in logs for ln in log.splitlines() if ln.startswith("lit-gpu:")]
-    assert len(lines) == 1 and lines[0].startswith("lit-gpu: stopped by SIGTERM at global step "), logs
-    for log in logs:
-        assert "DataLoader worker" not in log and "shared memory" not in log and "lit-gpu: error" not in log
+    want = torch.load(reference / RUN / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
+    total = want["global_step"]
 
     ckpt_dir = tmp_path / RUN / "version_0" / "checkpoints"
-    assert [p.name for p in ckpt_dir.iterdir()] == ["last.ckpt"] and not list(tmp_path.rglob("*.tmp"))
-    ckpt = torch.load(ckpt_dir / "last.ckpt", weights_only=True)
-    stopped_at = ckpt["global_step"]
-    assert 3 <= stopped_at < LIMIT and f"global step {stopped_at} " in lines[0]
-    # the step reached, not the periodic save before it (step 2 * (reached // 2), below it when odd)
-    assert stopped_at >= reached
-    progress_state = ckpt["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]
-    assert progress_state["completed"] == progress_state["ready"] == stopped_at  # a step boundary
+    progress = tmp_path / "progress.txt"
+    reached = 0
+    for attempt, offset in enumerate(OFFSETS[:10]):
+        resume = ["--ckpt_path", "last"] if attempt else []
+        progress.write_text("0")
+        agents = _torchrun_agents(argv + FULL_SPEED + resume, tmp_path, env, free_port())
+        try:
+            target = min(reached + 1 + attempt % 3, total - 2)
+            reached = _wait_step(progress, target, lambda a=agents: all(x.poll() is None for x in a))
+            time.sleep(offset)
+            for agent in agents:
+                if attempt % 2 == 0:
+                    os.killpg(agent.pid, signal.SIGTERM)  # each node's process group, as a scheduler does
+                else:
+                    agent.send_signal(signal.SIGTERM)  # the agent alone: it forwards to its training process
+            codes = [agent.wait(timeout=90) for agent in agents]
+        except BaseException:  # a hang, or the test's timeout: leave no job behind
+            for pid in [a.pid for a in agents] + [c for a in agents for c in _children(a.pid)]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+            raise
+        logs = "\n".join((tmp_path / f"node{n}.log").read_text() for n in (0, 1))
+        assert all(code != 0 for code in codes), (attempt, codes, logs[-3000:])  # the agents' SignalException
+        said = _assert_one_stop_line(logs, signal.SIGTERM)
+        _check_stop(ckpt_dir, reached, said)
+        assert not _processes_in(tmp_path), "a training process or DataLoader worker outlived its agent"
+        reached = max(reached, said)
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == ["last.ckpt"]  # no temp files, no other saves
 
     for agent in _torchrun_agents(argv + ["--ckpt_path", "last"], tmp_path, env, free_port()):
         assert agent.wait(timeout=180) == 0, (tmp_path / "node0.log").read_text()[-3000:]
     assert sorted(p.name for p in (tmp_path / RUN).iterdir()) == ["version_0"]  # one folder for the run
-    assert sorted(p.name for p in ckpt_dir.glob("last*")) == ["last.ckpt"]
-    final = torch.load(ckpt_dir / "last.ckpt", weights_only=True)
-    want = torch.load(reference / RUN / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
-    assert final["global_step"] == LIMIT
-    _assert_bit_identical(final, want)
+    _assert_bit_identical(torch.load(ckpt_dir / "last.ckpt", weights_only=True), want)

@@ -811,3 +811,18 @@ def test_result_collection__result_metric__metadata__sync__first_loop_iter(tmp_p
     assert {"loss_epoch", "peak", "doubled"} <= set(resumed)
     for key in ("loss_epoch", "peak", "doubled"):
         assert resumed[key] == pytest.approx(reference[key], rel=1e-6), key
+
+
+@pins("torch")
+def test_dataloader_get_iterator__set_sigchld_handler():
+    """lit_gpu.data.workers starts a protected loader's workers with SIGINT/SIGTERM blocked by wrapping
+    ``DataLoader._get_iterator`` (``__iter__`` calls it to start workers); lit_gpu.callbacks.interrupt puts
+    its own SIGCHLD handler over torch's, installed first with
+    ``torch.utils.data._utils.signal_handling._set_SIGCHLD_handler`` (once per process), whose report of a
+    worker killed by a signal reads ``killed by signal: <strsignal>``."""
+    from torch.utils.data import DataLoader
+    from torch.utils.data._utils import signal_handling
+
+    assert "self._get_iterator()" in inspect.getsource(DataLoader.__iter__)
+    assert callable(signal_handling._set_SIGCHLD_handler)
+    assert isinstance(signal_handling._SIGCHLD_handler_set, bool)

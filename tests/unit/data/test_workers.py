@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -96,3 +98,21 @@ def test_loaders_without_workers_are_left_alone():
     loader = DataLoader(_Pids(), batch_size=4)
     assert protect_workers(loader).worker_init_fn is None
     assert protect_workers([1, 2, 3]) == [1, 2, 3]
+
+
+def _sig_blocked(path: str) -> bool:
+    text = Path(path).read_text()
+    fields = dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
+    return bool(int(fields["SigBlk"], 16) & (1 << (signal.SIGTERM - 1)))
+
+
+def test_protected_workers_start_with_the_job_signals_blocked_and_the_parent_keeps_its_mask():
+    """A job signal landing between the fork and worker_init_fn waits for the worker's own handling."""
+    loader = protect_workers(DataLoader(_Pids(), batch_size=4, num_workers=1, persistent_workers=True))
+    assert copy.deepcopy(loader)._get_iterator.loader is not loader  # a copy starts its own workers
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    it = iter(loader)
+    worker = int(next(it)[0, 1])
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
+    assert _sig_blocked(f"/proc/{worker}/task/{worker}/status")  # the worker's main thread
+    it._shutdown_workers()
