@@ -98,11 +98,13 @@ def _no_larger_than_the_file(
     except Exception:  # noqa: BLE001 - a net that cannot be built on meta is checked by loading only
         return
     needed = sum(
-        t.numel() * t.element_size() for t in {id(t): t for t in probe.state_dict(keep_vars=True).values()}.values()
+        t.numel() * t.element_size()
+        for t in {id(t): t for t in probe.state_dict(keep_vars=True).values()}.values()
     )
     if needed > _NET_PER_FILE_BYTE * held + _NET_SLACK:
         raise LitGpuError(
-            f"{source}: {key} builds {spec.get('class_path')} with {needed / 2**20:.1f} MiB of weights but the "
+            f"{source}: {key} builds {spec.get('class_path')} with {needed / 2**20:.1f} MiB of weights but "
+            "the "
             f"checkpoint holds {held / 2**20:.1f} MiB; it is not the net these weights belong to; export a "
             "checkpoint written by lit-gpu fit of that net"
         )

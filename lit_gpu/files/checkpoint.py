@@ -221,9 +221,13 @@ def read_for_check(checkpoint_path: Any, weights_only: bool) -> Any:
 
 
 def read_remote(
-    path: Any, map_location: Any = "cpu", weights_only: bool | None = None, *, opt_out: str = "pass --weights_only false"
+    path: Any,
+    map_location: Any = "cpu",
+    weights_only: bool | None = None,
+    *,
+    opt_out: str = "pass --weights_only false",
 ) -> Any:
-    """A checkpoint at a URL or fsspec path (``s3://``, ``https://``), opened as Lightning does, bounded as a file.
+    """A checkpoint at a URL or fsspec path (``s3://``, ``https://``), opened as Lightning does, bounded.
 
     ``weights_only`` is the user's setting; ``None`` means ``True`` (also for ``http(s)://``).
     """

@@ -68,7 +68,10 @@ def capped(size: int, job: Callable[[], Any]) -> dict[str, str]:
                     result = {"outcome": f"exit {exit_.code}"}
                 except BaseException as error:  # noqa: BLE001 - reported to the parent
                     memory = isinstance(error, RuntimeError) and "alloc" in str(error)
-                    result = {"outcome": "MemoryError" if memory else type(error).__name__, "value": str(error)}
+                    result = {
+                        "outcome": "MemoryError" if memory else type(error).__name__,
+                        "value": str(error),
+                    }
                     result["trace"] = traceback.format_exc()[-600:]
                 sys.stderr.flush()
                 out.write(json.dumps(result).encode())
@@ -146,13 +149,17 @@ def test_load_lightning_module_is_bounded_too(made):
     assert result["outcome"] == "CheckpointError" and "bytearray" in result["value"], result
 
 
-
 def test_export_refuses_a_net_spec_far_larger_than_the_files_weights(tmp_path, monkeypatch):
     from lit_gpu.cli import main
 
     monkeypatch.setattr(sys, "argv", ["lit-gpu"])
     spec = {"class_path": "torch.nn.Linear", "init_args": {"in_features": 100_000, "out_features": 100_000}}
     path = tmp_path / "net.ckpt"
-    torch.save({"state_dict": {"net.weight": torch.zeros(1)}, "lit_gpu_net": spec, "pytorch-lightning_version": "2"}, path)
-    line = _one_line(capped(path.stat().st_size, lambda: main(["export", str(path), "--out", str(tmp_path / "m.pt")])))
+    torch.save(
+        {"state_dict": {"net.weight": torch.zeros(1)}, "lit_gpu_net": spec, "pytorch-lightning_version": "2"},
+        path,
+    )
+    line = _one_line(
+        capped(path.stat().st_size, lambda: main(["export", str(path), "--out", str(tmp_path / "m.pt")]))
+    )
     assert "38147.4 MiB of weights" in line and not (tmp_path / "m.pt").exists()
