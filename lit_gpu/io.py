@@ -297,9 +297,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(
         self, path: Any, map_location: Any | None = None, weights_only: bool | None = None
     ) -> Any:
+        from lit_gpu.files.checkpoint import read_for_resume, read_remote
+
         if get_protocol(str(path)) != "file":
-            return super().load_checkpoint(path, map_location, weights_only)
-        from lit_gpu.files.checkpoint import read_for_resume
+            return read_remote(path, map_location, weights_only)  # bounded by its size, as a local file
 
         location = map_location if map_location is not None else (lambda storage, loc: storage)
         return read_for_resume(path, location, weights_only)

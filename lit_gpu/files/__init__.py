@@ -2,6 +2,8 @@
 
 * :mod:`lit_gpu.files.checkpoint`: every ``torch.load`` of lit_gpu (weights-only unless the user's own
   flag says otherwise), and the callback state of a checkpoint with paths outside its folder dropped.
+* :mod:`lit_gpu.files.bounds`: what reading a checkpoint may cost, checked before ``torch.load``: the zip
+  as ``torch.save`` lays it out and a scan of ``data.pkl`` within a budget of ``constant + 2 x size``.
 * :mod:`lit_gpu.files.run_config`: a run's ``config.yaml``, only in its own ``version_N/`` folder, and
   only the model and data it names.
 * :mod:`lit_gpu.files.layout`: the layout of a run (which folders are runs, whose, the run's lock,

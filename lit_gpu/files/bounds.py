@@ -74,10 +74,10 @@ DEFAULT_LIMITS = CheckpointLimits()
 _SLOT = 8  # a pointer on the stack, in a list or a tuple
 _INT = 32
 _CONTAINER = 72
-_DICT_ITEM = 96  # key + value pointers, hash, index slot, growth slack
-_MEMO = 96  # a memo dict entry and its int key
-_TENSOR = 640  # torch.Tensor + TensorImpl + sizes/strides + the TypedStorage wrapper
-_STORAGE = 384
+_DICT_ITEM = 80  # hash, index slot, growth slack (key and value were stack slots)
+_MEMO = 80  # a memo dict entry and its int key
+_TENSOR = 512  # torch.Tensor + TensorImpl + sizes/strides
+_STORAGE = 256  # TypedStorage + UntypedStorage + StorageImpl (plus the bytes of the record)
 _KEEP_STR = 256  # strings up to this length keep their value (storage keys, encodings, locations)
 
 
@@ -107,7 +107,7 @@ def _is_key(value: Any) -> bool:
 
 @functools.cache
 def _itemsizes() -> dict[str, int]:
-    """Global name -> element size, for dtypes (``torch.float16``) and storage types (``torch.FloatStorage``)."""
+    """Global name -> element size: dtypes (``torch.float16``) and storage types (``torch.FloatStorage``)."""
     import warnings
 
     import torch
@@ -119,9 +119,8 @@ def _itemsizes() -> dict[str, int]:
     for name, value, dtype in pairs:
         if isinstance(value, torch.dtype):
             table[str(value)] = value.itemsize
-        elif isinstance(value, type) and name.endswith("Storage") and name != "UntypedStorage":
-            if isinstance(dtype, torch.dtype):
-                table[f"torch.{name}"] = dtype.itemsize
+        elif isinstance(value, type) and name.endswith("Storage") and isinstance(dtype, torch.dtype):
+            table[f"torch.{name}"] = dtype.itemsize
     table["torch.storage.UntypedStorage"] = table["torch.UntypedStorage"] = 1
     return table
 
@@ -155,10 +154,13 @@ def _known_globals() -> frozenset[str]:
     """Globals the scan knows: its calls, dtypes, storage and tensor types, and rebuilds it refuses."""
     import torch
 
-    tensor_types = {f"torch.{n}" for n, v in vars(torch).items() if isinstance(v, type) and n.endswith("Tensor")}
+    tensor_types = {
+        f"torch.{n}" for n, v in vars(torch).items() if isinstance(v, type) and n.endswith("Tensor")
+    }
     rebuilds = {f"torch._utils.{n}" for n in vars(torch._utils) if n.startswith("_rebuild_")}
     values = {"torch.Tensor", "torch.nn.parameter.Parameter", "torch.storage.TypedStorage"}
     return frozenset(_CALLABLE | _itemsizes().keys() | tensor_types | rebuilds | values)
+
 
 _TENSOR_TYPES = ("torch.Tensor", "torch.nn.parameter.Parameter")
 _ENCODINGS = ("latin1", "latin-1", "utf-8", "utf8", "ascii")  # at most 4 bytes per character
@@ -214,7 +216,7 @@ class _Scan:
         box.sealed = True
         for item in items:
             self.put_in(box, item)
-        self.charge(_CONTAINER + _SLOT * len(items), "tuples")
+        self.charge(_CONTAINER, "tuples")  # its slots were charged as stack slots
         return box
 
     # ---- the pickle ----------------------------------------------------------------------------
@@ -223,26 +225,32 @@ class _Scan:
         marks: list[list[Any]] = []
         memo: dict[int, Any] = {}
         ops = 0
+        max_ops = self.limits.max_opcodes
         try:
             for opcode, arg, _pos in pickletools.genops(stream):
                 ops += 1
-                if ops > self.limits.max_opcodes:
-                    raise self.refuse(f"data.pkl has more than {self.limits.max_opcodes} opcodes")
+                if ops > max_ops:
+                    raise self.refuse(f"data.pkl has more than {max_ops} opcodes")
                 name = opcode.name
-                self.charge(_SLOT, "the unpickler's stack")
-                if name in ("BININT", "BININT1", "BININT2"):
+                self.used += _SLOT  # a stack slot (or less): checked at the next charge and at STOP
+                # most frequent first
+                if name == "BINPUT" or name == "LONG_BINPUT":
+                    memo[arg] = stack[-1]
+                    self.charge(_MEMO, "the unpickler's memo")
+                elif name == "BINGET" or name == "LONG_BINGET":
+                    if arg not in memo:
+                        raise self.refuse(f"data.pkl refers to memo entry {arg}, which it never stored")
+                    stack.append(memo[arg])
+                elif name == "MARK":
+                    marks.append(stack)
+                    stack = []
+                    self.charge(_CONTAINER, "marks")
+                elif name in ("BININT", "BININT1", "BININT2"):
                     stack.append(arg)
                     self.charge(_INT, "integers")
                 elif name == "LONG1":
                     stack.append(arg)
                     self.charge(_INT + arg.bit_length() // 8, "integers")
-                elif name in ("BINPUT", "LONG_BINPUT"):
-                    memo[arg] = stack[-1]
-                    self.charge(_MEMO, "the unpickler's memo")
-                elif name in ("BINGET", "LONG_BINGET"):
-                    if arg not in memo:
-                        raise self.refuse(f"data.pkl refers to memo entry {arg}, which it never stored")
-                    stack.append(memo[arg])
                 elif name == "BINUNICODE":
                     stack.append(arg if len(arg) <= _KEEP_STR else _Box("str", len(arg)))
                     self.charge(sys.getsizeof(arg), "strings")
@@ -259,10 +267,6 @@ class _Scan:
                 elif name in ("EMPTY_LIST", "EMPTY_DICT", "EMPTY_SET"):
                     stack.append(_Box({"EMPTY_LIST": "list", "EMPTY_DICT": "dict", "EMPTY_SET": "set"}[name]))
                     self.charge(_CONTAINER * (3 if name == "EMPTY_SET" else 1), "containers")
-                elif name == "MARK":
-                    marks.append(stack)
-                    stack = []
-                    self.charge(_CONTAINER, "marks")
                 elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
                     k = int(name[-1])
                     if len(stack) < k:
@@ -300,7 +304,9 @@ class _Scan:
                     args = stack.pop()
                     cls = stack.pop()
                     if not (isinstance(cls, _Box) and cls.name == "torch.nn.parameter.Parameter"):
-                        raise self.refuse(f"data.pkl creates {_kind(cls)} without its constructor; {_NOT_BOUNDED}")
+                        raise self.refuse(
+                            f"data.pkl creates {_kind(cls)} without its constructor; {_NOT_BOUNDED}"
+                        )
                     stack.append(self.parameter(self.args(args, 1, 2)[0]))
                 elif name == "BUILD":
                     state = stack.pop()
@@ -314,9 +320,12 @@ class _Scan:
                 elif name == "PROTO":
                     pass
                 elif name == "STOP":
+                    self.charge(0, "the unpickler's stack")
                     return
                 else:
-                    raise self.refuse(f"data.pkl uses the pickle opcode {name}, which torch.save does not write")
+                    raise self.refuse(
+                        f"data.pkl uses the pickle opcode {name}, which torch.save does not write"
+                    )
         except IndexError:
             raise self.refuse("data.pkl pops an empty stack; the file is corrupt") from None
         except ValueError as err:  # genops: an unknown opcode or a string past the end
@@ -329,7 +338,7 @@ class _Scan:
             self.put_in(box, item)
             box.keys_ok = box.keys_ok and _is_key(item)
         box.n += len(items)
-        self.charge(2 * _SLOT * len(items), "list items")
+        self.charge(_SLOT * len(items), "list items")  # growth slack; the slots were stack slots
 
     def setitems(self, target: Any, items: list[Any]) -> None:
         box = self.mutable(target, ("dict", "odict", "counter"), "SETITEM")
@@ -399,7 +408,11 @@ class _Scan:
             return _Box("device")
         if name == "torch.serialization._get_layout" and len(a) == 1 and isinstance(a[0], str):
             return _Box("layout")
-        if name in ("torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_tensor_v3"):
+        if name in (
+            "torch._utils._rebuild_tensor",
+            "torch._utils._rebuild_tensor_v2",
+            "torch._utils._rebuild_tensor_v3",
+        ):
             return self.tensor(name, a)
         if name == "torch._utils._rebuild_parameter" and len(a) == 3:
             return self.parameter(a[0])
@@ -424,12 +437,16 @@ class _Scan:
             itemsize = self.itemsize(a[1])
             self.charge(a[0].n * itemsize, f"a converted tensor of {_size(a[0].n * itemsize)}")
             return self.new_tensor(a[0].n, itemsize, 0)
-        raise self.refuse(f"data.pkl calls {name or _kind(func)}; {_NOT_BOUNDED}; pass trust only if you trust the file")
+        raise self.refuse(
+            f"data.pkl calls {name or _kind(func)}; {_NOT_BOUNDED}; pass trust only if you trust the file"
+        )
 
     def ints(self, value: Any, what: str) -> list[int]:
         items = value.items if _has(value, "tuple") else None
         if items is None or len(items) > self.limits.max_dims:
-            raise self.refuse(f"{what} of {_kind(value)}; torch.save writes a tuple of at most {self.limits.max_dims} ints")
+            raise self.refuse(
+                f"{what} of {_kind(value)}; torch.save writes a tuple of at most {self.limits.max_dims} ints"
+            )
         if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**62 for x in items):
             raise self.refuse(f"{what} with a negative or huge entry; torch.save writes no such tensor")
         return list(items)
@@ -476,7 +493,9 @@ class _Scan:
     def storage(self, pid: Any) -> _Box:
         items = pid.items if _has(pid, "tuple") else ()
         if len(items) != 5 or items[0] != "storage" or not isinstance(items[2], str):
-            raise self.refuse(f"a persistent id {_kind(pid)} that is not a storage; torch.save writes no such pickle")
+            raise self.refuse(
+                f"a persistent id {_kind(pid)} that is not a storage; torch.save writes no such pickle"
+            )
         _, kind, key, _location, numel = items
         itemsize = _itemsizes().get(kind.name) if isinstance(kind, _Box) and kind.kind == "global" else None
         if itemsize is None or not isinstance(numel, int) or numel < 0:
@@ -550,7 +569,9 @@ def _central_directory(f: IO[bytes], size: int, where: str) -> tuple[int, int, i
     f.seek(size - _EOCD.size)
     sig, _disk, _disk_cd, _n_disk, entries, cd_size, cd_start, comment = _EOCD.unpack(f.read(_EOCD.size))
     if sig != b"PK\x05\x06" or comment:
-        raise BoundsError(f"{where}: the zip's end record is not at the end of the file; torch.save writes it there")
+        raise BoundsError(
+            f"{where}: the zip's end record is not at the end of the file; torch.save writes it there"
+        )
     end = size - _EOCD.size
     if end >= _EOCD64_LOCATOR.size + _EOCD64.size:  # torch writes zip64 end records in any case
         f.seek(end - _EOCD64_LOCATOR.size)
@@ -561,10 +582,13 @@ def _central_directory(f: IO[bytes], size: int, where: str) -> tuple[int, int, i
             sig, _s, _v, _vn, _d, _dc, _nd, entries, cd_size, cd_start = _EOCD64.unpack(f.read(_EOCD64.size))
             if sig != b"PK\x06\x06" or eocd64 != end:
                 raise BoundsError(
-                    f"{where}: a zip64 end record out of place; torch.save writes it just before the end record"
+                    f"{where}: a zip64 end record out of place; torch.save writes it just before the "
+                    "end record"
                 )
     if cd_start + cd_size != end:
-        raise BoundsError(f"{where}: bytes between the zip's directory and its end record; torch.save writes none")
+        raise BoundsError(
+            f"{where}: bytes between the zip's directory and its end record; torch.save writes none"
+        )
     return entries, cd_start, end
 
 
@@ -592,17 +616,21 @@ def _records(f: IO[bytes], size: int, where: str) -> tuple[zipfile.ZipFile, str,
         if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
             raise BoundsError(
                 f"{where}: member {_shown(info.filename)} is compressed; torch.save stores every record "
-                "as is, and a compressed one can inflate far past the file's size; save it again with torch.save"
+                "as is, and a compressed one can inflate far past the file's size; save it again with "
+                "torch.save"
             )
         if info.header_offset != expected:
             raise BoundsError(
-                f"{where}: member {_shown(info.filename)} starts at byte {info.header_offset}, not {expected}; "
+                f"{where}: member {_shown(info.filename)} starts at byte {info.header_offset}, not "
+                f"{expected}; "
                 "zip members that overlap or leave gaps are not written by torch.save"
             )
         f.seek(info.header_offset)
         head = f.read(_LOCAL.size)
         if len(head) != _LOCAL.size or head[:4] != b"PK\x03\x04":
-            raise BoundsError(f"{where}: member {_shown(info.filename)} has no local header; the file is corrupt")
+            raise BoundsError(
+                f"{where}: member {_shown(info.filename)} has no local header; the file is corrupt"
+            )
         name_len, extra_len = _LOCAL.unpack(head)[-2:]
         data_end = info.header_offset + _LOCAL.size + name_len + extra_len + info.compress_size
         following = infos[number + 1].header_offset if number + 1 < len(infos) else cd_start
@@ -625,7 +653,9 @@ def _records(f: IO[bytes], size: int, where: str) -> tuple[zipfile.ZipFile, str,
     return archive, prefix, records
 
 
-def check_bounds(source: str | os.PathLike | IO[bytes], limits: CheckpointLimits | None = None, *, where: str = "") -> int:
+def check_bounds(
+    source: str | os.PathLike | IO[bytes], limits: CheckpointLimits | None = None, *, where: str = ""
+) -> int:
     """Check that reading the ``torch.save`` zip ``source`` costs at most ``limits.budget(size)``.
 
     Args:

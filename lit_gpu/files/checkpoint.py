@@ -41,6 +41,7 @@ __all__ = [
     "read_for_check",
     "read_for_resume",
     "read_header",
+    "read_remote",
 ]
 
 # fields of callback state (Lightning's ModelCheckpoint and friends) that name files; "dirpath" is only
@@ -216,10 +217,25 @@ def read_for_check(checkpoint_path: Any, weights_only: bool) -> Any:
             return read_checkpoint(checkpoint_path, trust=not weights_only, opt_out=opt_out)
         finally:
             checkpoint_path.seek(position)
-    from lightning.fabric.utilities.cloud_io import get_filesystem  # URLs and fsspec paths, as Lightning
+    return read_remote(checkpoint_path, "cpu", weights_only, opt_out=opt_out)
 
-    with get_filesystem(checkpoint_path).open(checkpoint_path, "rb") as f:
-        return _torch_load(f, checkpoint_path, "cpu", weights_only, opt_out)
+
+def read_remote(
+    path: Any,
+    map_location: Any = "cpu",
+    weights_only: bool | None = None,
+    *,
+    opt_out: str = "pass --weights_only false",
+) -> Any:
+    """A checkpoint at a URL or fsspec path (``s3://``, ``https://``), opened as Lightning does, bounded.
+
+    ``weights_only`` is the user's setting; ``None`` means ``True`` (also for ``http(s)://``).
+    """
+    from lightning.fabric.utilities.cloud_io import get_filesystem
+
+    with get_filesystem(path).open(path, "rb") as f:
+        data = io.BytesIO(f.read())  # one download; the checks seek a lot
+    return _torch_load(data, path, map_location, weights_only is not False, opt_out)
 
 
 # ---- paths inside a checkpoint ----------------------------------------------------------------------

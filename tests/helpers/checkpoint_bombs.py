@@ -80,7 +80,12 @@ def _pickle(body: bytes) -> bytes:
 # ---- the bombs -------------------------------------------------------------------------------------
 def bytearray_of_a_size(folder: Path) -> Path:
     """``bytearray(2**31 - 1)``: 2 GiB named by a 4-byte integer."""
-    body = b"]" + b"(" + b"".join(_global("builtins", "bytearray") + _int(2**31 - 1) + b"\x85R" for _ in range(2)) + b"e"
+    body = (
+        b"]"
+        + b"("
+        + b"".join(_global("builtins", "bytearray") + _int(2**31 - 1) + b"\x85R" for _ in range(2))
+        + b"e"
+    )
     return torch_zip(folder / "bytearray.ckpt", _pickle(body))
 
 
@@ -119,9 +124,14 @@ def memo_copies(folder: Path) -> Path:
 
 
 def _streamed(
-    path: Path, pickled: bytes | None, member: str, chunk: bytes, chunks: int, ends: tuple[bytes, bytes] = (b"", b"")
+    path: Path,
+    pickled: bytes | None,
+    member: str,
+    chunk: bytes,
+    chunks: int,
+    ends: tuple[bytes, bytes] = (b"", b""),
 ) -> Path:
-    """A torch-layout zip whose ``member`` is deflated and inflates to ``ends[0] + chunk * chunks + ends[1]``."""
+    """A torch-layout zip whose deflated ``member`` inflates to ``ends[0] + chunk * chunks + ends[1]``."""
     with zipfile.ZipFile(path, "w") as archive:
         if pickled is not None:
             archive.writestr(zipfile.ZipInfo("archive/data.pkl"), pickled)
@@ -139,7 +149,9 @@ def _streamed(
 
 def compressed_pickle(folder: Path) -> Path:
     """A deflated data.pkl that inflates to 64 MiB: a list of 2**26 Nones (512 MiB of pointers)."""
-    return _streamed(folder / "compressed_pickle.ckpt", None, "data.pkl", b"N" * 2**20, 64, (b"\x80\x02](", b"e."))
+    return _streamed(
+        folder / "compressed_pickle.ckpt", None, "data.pkl", b"N" * 2**20, 64, (b"\x80\x02](", b"e.")
+    )
 
 
 def compressed_record(folder: Path) -> Path:
@@ -237,10 +249,11 @@ def normal_checkpoint(folder: Path, tensors: int = 8, numel: int = 2**16) -> Pat
         "global_step": 10,
         "pytorch-lightning_version": "2.6.6",
         "state_dict": state,
-        "optimizer_states": [{"state": {0: {"step": torch.tensor(3.0)}}, "param_groups": [{"lr": 0.1, "params": [0]}]}],
+        "optimizer_states": [
+            {"state": {0: {"step": torch.tensor(3.0)}}, "param_groups": [{"lr": 0.1, "params": [0]}]}
+        ],
         "hyper_parameters": {"lr": 0.1, "name": "x"},
     }
     path = folder / "normal.ckpt"
     torch.save(checkpoint, path)
     return path
-

@@ -52,7 +52,9 @@ def test_the_scan_alone_refuses_each_bomb_with_its_reason(tmp_path):
     }
     assert set(reasons) == set(FAST)
     for name, reason in reasons.items():
-        with pytest.raises(BoundsError, match=reason.replace("*", r"\*").replace("(", r"\(").replace(")", r"\)")):
+        with pytest.raises(
+            BoundsError, match=reason.replace("*", r"\*").replace("(", r"\(").replace(")", r"\)")
+        ):
             check_bounds(FAST[name](tmp_path))
 
 
@@ -79,7 +81,10 @@ def test_a_file_torch_save_wrote_passes_within_its_budget(tmp_path):
         "view": torch.arange(12.0).reshape(3, 4)[:, 1:].t(),
         "expanded": torch.zeros(1).expand(100),
         "shared": [sd["a"], sd["a"]],
-        "optimizer": {"state": {0: {"step": torch.tensor(3.0)}}, "param_groups": [{"lr": 0.1, "params": [0]}]},
+        "optimizer": {
+            "state": {0: {"step": torch.tensor(3.0)}},
+            "param_groups": [{"lr": 0.1, "params": [0]}],
+        },
     }
     path = tmp_path / "ok.ckpt"
     torch.save(checkpoint, path)
@@ -88,7 +93,9 @@ def test_a_file_torch_save_wrote_passes_within_its_budget(tmp_path):
     loaded = read_checkpoint(path)
     assert torch.equal(loaded["view"], checkpoint["view"]) and loaded["set"] == {1, 2}
     normal = bombs.normal_checkpoint(tmp_path)
-    assert os.path.getsize(normal) <= check_bounds(normal) <= CheckpointLimits().budget(os.path.getsize(normal))
+    assert (
+        os.path.getsize(normal) <= check_bounds(normal) <= CheckpointLimits().budget(os.path.getsize(normal))
+    )
 
 
 def test_the_budget_is_the_callers_to_set(tmp_path):
@@ -97,7 +104,10 @@ def test_the_budget_is_the_callers_to_set(tmp_path):
         read_checkpoint(path, limits=CheckpointLimits(constant=0, factor=1.0))
     with pytest.raises(CheckpointError, match="opcodes"):
         read_checkpoint(path, limits=CheckpointLimits(max_opcodes=10))
-    assert set(read_checkpoint(path, limits=CheckpointLimits())["state_dict"]) == {"net.layer0.weight", "net.layer1.weight"}
+    assert set(read_checkpoint(path, limits=CheckpointLimits())["state_dict"]) == {
+        "net.layer0.weight",
+        "net.layer1.weight",
+    }
 
 
 def test_file_objects_and_streams_are_bounded_too(tmp_path):

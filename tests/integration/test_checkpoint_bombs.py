@@ -1,0 +1,165 @@
+"""Checkpoint bombs under a memory limit: every loading path stays within baseline + budget.
+
+Each case runs in a forked child whose address space is capped (``RLIMIT_AS``) at what it uses now
+plus the file's budget (``CheckpointLimits().budget(size)``: the documented constant + 2x the size)
+plus a small slack. The control shows each bomb is real: a bare ``torch.load(weights_only=True)``
+runs out of memory under the same cap. lit_gpu's paths (``read_checkpoint``, ``load_state_dict``,
+``load_lightning_module``, ``lit-gpu export``, ``lit-gpu test --ckpt_path``) end in one line instead,
+and a normal checkpoint still loads under the cap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from lit_gpu.files.bounds import CheckpointLimits
+from tests.helpers import checkpoint_bombs as bombs
+from tests.helpers.paths import CONFIGS
+
+pytestmark = pytest.mark.integration
+
+SLACK = 96 * 2**20
+MEMORY_BOMBS = [
+    "bytearray of a size",
+    "storage class called",
+    "view past its storage, converted",
+    "memo copies",
+    "compressed data.pkl",
+    "compressed tensor record",
+    "overlapping zip members",
+]
+
+
+def _address_space() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmSize")
+
+
+def capped(size: int, job: Callable[[], Any]) -> dict[str, str]:
+    """Run ``job`` in a fork capped at its current address space + budget(size) + slack."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            code = 0
+            try:
+                os.dup2(err.fileno(), 2)
+                sys.stderr = open(err.fileno(), "w", closefd=False)  # noqa: SIM115 - the child's own
+                cap = _address_space() + CheckpointLimits().budget(size) + SLACK
+                resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+                try:
+                    result = {"outcome": "returned", "value": repr(job())[:200]}
+                except MemoryError:
+                    result = {"outcome": "MemoryError"}
+                except SystemExit as exit_:
+                    result = {"outcome": f"exit {exit_.code}"}
+                except BaseException as error:  # noqa: BLE001 - reported to the parent
+                    memory = isinstance(error, RuntimeError) and "alloc" in str(error)
+                    result = {
+                        "outcome": "MemoryError" if memory else type(error).__name__,
+                        "value": str(error),
+                    }
+                    result["trace"] = traceback.format_exc()[-600:]
+                sys.stderr.flush()
+                out.write(json.dumps(result).encode())
+                out.flush()
+            except BaseException:  # noqa: BLE001
+                code = 3
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        out.seek(0)
+        err.seek(0)
+        result = json.loads(out.read().decode() or "{}")
+        result["stderr"] = err.read().decode(errors="replace")
+        return result
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("bombs")
+    return {name: bombs.BOMBS[name](folder) for name in MEMORY_BOMBS}
+
+
+@pytest.mark.parametrize("name", MEMORY_BOMBS)
+def test_a_bare_torch_load_runs_out_but_lit_gpu_refuses_in_one_line(name, made):
+    from lit_gpu.checkpoints import load_state_dict
+
+    path = made[name]
+    size = path.stat().st_size
+    control = capped(size, lambda: torch.load(path, weights_only=True, map_location="cpu"))
+    assert control["outcome"] == "MemoryError", control
+    guarded = capped(size, lambda: load_state_dict(path))
+    assert guarded["outcome"] == "CheckpointError", guarded
+    assert "\n" not in guarded["value"] and str(path) in guarded["value"]
+
+
+def test_a_normal_checkpoint_loads_under_the_same_cap(tmp_path):
+    from lit_gpu.checkpoints import load_state_dict, read_checkpoint
+    from lit_gpu.files.checkpoint import read_header
+
+    path = bombs.normal_checkpoint(tmp_path, tensors=16, numel=2**20)  # 64 MiB of weights
+    size = path.stat().st_size
+    for job in (lambda: read_checkpoint(path), lambda: load_state_dict(path), lambda: read_header(path)):
+        assert capped(size, job)["outcome"] == "returned"
+
+
+def _one_line(result: dict[str, str]) -> str:
+    assert result["outcome"] == "exit 2", result
+    lines = [line for line in result["stderr"].splitlines() if line.startswith("lit-gpu: error: ")]
+    assert len(lines) == 1, result["stderr"][-2000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", ["bytearray of a size", "compressed tensor record", "memo copies"])
+def test_cli_export_and_test_end_in_one_line_under_the_cap(name, made, tmp_path, monkeypatch):
+    from lit_gpu.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["lit-gpu"])
+    path = made[name]
+    size = path.stat().st_size
+    line = _one_line(capped(size, lambda: main(["export", str(path), "--out", str(tmp_path / "m.pt")])))
+    assert str(path) in line and not (tmp_path / "m.pt").exists()
+    simple = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
+    line = _one_line(capped(size, lambda: main(["test", *simple, "--ckpt_path", str(path)])))
+    assert str(path) in line
+
+
+def test_load_lightning_module_is_bounded_too(made):
+    from lit_gpu.checkpoints import load_lightning_module
+    from lit_gpu.modules import RegressionModule
+
+    path = made["bytearray of a size"]
+    result = capped(path.stat().st_size, lambda: load_lightning_module(RegressionModule, path))
+    assert result["outcome"] == "CheckpointError" and "bytearray" in result["value"], result
+
+
+def test_export_refuses_a_net_spec_far_larger_than_the_files_weights(tmp_path, monkeypatch):
+    from lit_gpu.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["lit-gpu"])
+    spec = {"class_path": "torch.nn.Linear", "init_args": {"in_features": 100_000, "out_features": 100_000}}
+    path = tmp_path / "net.ckpt"
+    torch.save(
+        {"state_dict": {"net.weight": torch.zeros(1)}, "lit_gpu_net": spec, "pytorch-lightning_version": "2"},
+        path,
+    )
+    line = _one_line(
+        capped(path.stat().st_size, lambda: main(["export", str(path), "--out", str(tmp_path / "m.pt")]))
+    )
+    assert "38147.4 MiB of weights" in line and not (tmp_path / "m.pt").exists()
