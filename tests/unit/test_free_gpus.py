@@ -289,5 +289,7 @@ def test_pick_free_with_too_few_gpus_is_one_line_and_prints_no_value(monkeypatch
 def test_a_garbled_record_is_one_line(monkeypatch):
     install(monkeypatch, _gpus(80))
     monkeypatch.setenv(devices.FREE_CHOICE_ENV, "GPU-1234")
-    with pytest.raises(LitGpuError, match=r"LIT_GPU_FREE_CHOICE, line 1: not JSON.*unset LIT_GPU_FREE_CHOICE"):
+    with pytest.raises(
+        LitGpuError, match=r"LIT_GPU_FREE_CHOICE, line 1: not JSON.*unset LIT_GPU_FREE_CHOICE"
+    ):
         devices.claim_free_gpus(1)

@@ -114,7 +114,10 @@ def test_a_worker_killed_by_the_jobs_signal_is_a_stop_at_the_last_finished_step(
     ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["global_step"] == 5
     err = capsys.readouterr().err
-    assert f"lit-gpu: stopped by {signal.Signals(code - 128).name} at global step 5 (epoch 0); saved " in err
+    assert (
+        f"lit-gpu: stopped by {signal.Signals(code - 128).name} at global step 5 (epoch 1 of 3); saved "
+        in err
+    )
 
 
 def test_a_worker_death_of_another_cause_stays_a_crash(tmp_path, monkeypatch, capsys):
