@@ -307,12 +307,27 @@ NOT_LIGHTNING = (
 )
 
 
+def not_lightning(path: str | os.PathLike, header: Any) -> str | None:
+    """Why the file at ``path`` (its ``header``) cannot start or resume a run, or ``None`` when it can."""
+    if isinstance(header, Mapping) and "pytorch-lightning_version" in header:
+        return None
+    return NOT_LIGHTNING.format(path=messages.shown(path), what=_what_it_is(path, header))
+
+
+def _plain_state_dict(checkpoint: Any) -> bool:
+    return (
+        isinstance(checkpoint, Mapping)
+        and bool(checkpoint)
+        and all(isinstance(v, torch.Tensor) for v in checkpoint.values())
+    )
+
+
 def _what_it_is(path: str | os.PathLike, checkpoint: Any) -> str:
     """A few words on a file that is not a Lightning checkpoint."""
     if str(path).endswith(".safetensors"):
         return "a safetensors file of weights"
     if isinstance(checkpoint, Mapping) and checkpoint:
-        if all(isinstance(v, torch.Tensor) for v in checkpoint.values()):
+        if _plain_state_dict(checkpoint):
             return f"a plain state_dict of {len(checkpoint)} tensors (as lit-gpu export writes)"
         keys = ", ".join(repr(k)[:30] for k in list(checkpoint)[:3])
         return f"a torch.save file of a dict ({keys}{', ...' if len(checkpoint) > 3 else ''})"
@@ -330,6 +345,8 @@ def read_for_resume(
     trust = weights_only is False
     checkpoint = read_checkpoint(path, map_location, trust=trust, opt_out="pass --weights_only false")
     if not (isinstance(checkpoint, Mapping) and "pytorch-lightning_version" in checkpoint):
+        if _plain_state_dict(checkpoint):  # Lightning's own hand-back of weights (ddp_spawn's .temp.ckpt);
+            return checkpoint  # a --ckpt_path is refused before this, when its header is read
         raise CheckpointError(NOT_LIGHTNING.format(path=path, what=_what_it_is(path, checkpoint)))
     folder = Path(path).resolve().parent
     dropped = drop_outside_paths(checkpoint, folder)

@@ -170,6 +170,7 @@ class RunLock:
     def __init__(self, folder: Path, fd: int) -> None:
         self.folder = folder
         self.fd: int | None = fd
+        _held_in_this_process(fd)
 
     @classmethod
     def create(cls, folder: Path) -> RunLock:
@@ -190,6 +191,7 @@ class RunLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if os.fstat(fd).st_ino != os.lstat(path).st_ino:  # released (unlinked) while we opened it
                 raise OSError(errno.ESTALE, "lock file replaced")
+            os.utime(fd)  # the lock file's time: when its current holder took the run over
         except OSError:
             os.close(fd)
             return None
@@ -211,18 +213,42 @@ class RunLock:
         return cls(folder, fd)
 
     def __del__(self) -> None:
-        if self.fd is not None:  # dropped without release(): the lock goes, the file stays
+        if self.fd is not None and self.fd in _HELD_FDS:  # dropped without release(): the lock goes,
+            _HELD_FDS.discard(self.fd)  # the file stays (a forked child's copy is closed already)
             with contextlib.suppress(OSError):
                 os.close(self.fd)
 
     def release(self) -> None:
         """A clean end: remove the lock file, then let go of the lock."""
-        if self.fd is None:
+        if self.fd is None or self.fd not in _HELD_FDS:  # a forked child never ends its parent's run
             return
         with contextlib.suppress(OSError):
             os.unlink(self.folder / LOCK_NAME)
+        _HELD_FDS.discard(self.fd)
         os.close(self.fd)
         self.fd = None
+
+
+#: lock descriptors this process holds; a forked child (a DataLoader worker, a forked rank) closes its
+#: copies at once, so that the lock dies with this process and not with its slowest child
+_HELD_FDS: set[int] = set()
+_FORK_HOOK: list[bool] = []
+
+
+def _held_in_this_process(fd: int) -> None:
+    _HELD_FDS.add(fd)
+    if not _FORK_HOOK:  # registered on the first lock, never on import
+        os.register_at_fork(after_in_child=_close_inherited_locks)
+        _FORK_HOOK.append(True)
+
+
+def _close_inherited_locks() -> None:
+    """In a forked child: close the inherited lock descriptors (the parent's lock is not released:
+    ``flock`` belongs to the open file, which the parent still holds)."""
+    for fd in list(_HELD_FDS):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD_FDS.clear()
 
 
 def abandoned(run: RunDir) -> bool:

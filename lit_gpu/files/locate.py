@@ -34,7 +34,7 @@ from typing import Any
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files import layout, run_choice
-from lit_gpu.files.checkpoint import check_checkpoint_file, inside, read_header
+from lit_gpu.files.checkpoint import check_checkpoint_file, inside, not_lightning, read_header
 from lit_gpu.files.run_config import (
     CONFIG_NAME,
     RebuildFields,
@@ -295,6 +295,9 @@ def check_checkpoint(path: str | os.PathLike, sub: Any, header: Any = None) -> A
     """
     if header is None:
         header = read_header(path, trust=_trusted(sub), opt_out=_OPT_OUT)
+    problem = not_lightning(path, header)
+    if problem is not None:
+        raise LitGpuError(problem)
     hparams = header.get("hyper_parameters") if isinstance(header, Mapping) else None
     recorded = hparams.get("_class_path") if isinstance(hparams, Mapping) else None
     configured = _get(sub, "model.class_path")

@@ -306,3 +306,28 @@ def test_a_hard_linked_file_in_a_run_folder_is_named(tmp_path):
     victim.write_text("x")
     os.link(victim, run / "hparams.yaml")
     assert escaping_links(run) == ["hparams.yaml (a hard link: 2 names)"]
+
+
+@pytest.mark.parametrize("kind", ["state_dict", "safetensors"])
+def test_a_file_that_is_not_a_lightning_checkpoint_is_one_line_naming_what_it_is(tmp_path, kind):
+    """``--ckpt_path model.pt`` (what ``lit-gpu export`` writes) or a ``.safetensors`` file: refused when its
+    header is read, naming what it is and ``load_into``; Lightning's own hand-back of weights (ddp_spawn's
+    ``.temp.ckpt``, a plain state_dict) still loads through the resume reader."""
+    from safetensors.torch import save_file
+
+    from lit_gpu.files.checkpoint import read_for_resume
+
+    weights = {"net.weight": torch.ones(2, 2), "net.bias": torch.zeros(2)}
+    if kind == "state_dict":
+        path = tmp_path / "model.pt"
+        torch.save(weights, path)
+        assert set(read_for_resume(path)) == set(weights)
+    else:
+        path = tmp_path / "model.safetensors"
+        save_file(weights, path)
+    sub = dict_to_namespace({"model": {"class_path": "lit_gpu.modules.RegressionModule"}})
+    with pytest.raises(LitGpuError, match="not a Lightning checkpoint.*load_into") as info:
+        locate.check_checkpoint(path, sub)
+    assert ("plain state_dict of 2 tensors" if kind == "state_dict" else "safetensors file") in str(
+        info.value
+    )
