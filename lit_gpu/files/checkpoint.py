@@ -55,7 +55,7 @@ class CheckpointError(LitGpuError):
 
 def _corrupt(path: Any, err: BaseException) -> CheckpointError:
     return CheckpointError(
-        messages.CORRUPT_CHECKPOINT.format(what=f"checkpoint {path}", reason=first_line(err))
+        messages.CORRUPT_CHECKPOINT.format(what=f"checkpoint {path}", reason=messages.shown(first_line(err)))
     )
 
 
@@ -136,7 +136,13 @@ def _torch_load(
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as err:
         if "on a CUDA device" in str(err):  # a custom map_location that kept CUDA storages
             raise CheckpointError(messages.SAVED_ON_GPU.format(what=f"checkpoint {path}")) from None
-        raise _corrupt(path, err) from None
+        raise _corrupt(path, err) from err
+    except Exception as err:
+        if not weights_only:  # a trusted pickle runs code: its errors are the caller's to see
+            raise
+        # the weights-only reader of an untrusted (checked) file raised: a property of the file, such
+        # as a call whose arguments torch rejects (TypeError, OverflowError, KeyError, LookupError)
+        raise _corrupt(path, err) from err
 
 
 def read_checkpoint(
@@ -270,15 +276,17 @@ def drop_outside_paths(checkpoint: Any, folder: str | os.PathLike) -> list[str]:
     dropped: list[str] = []
     for name, state in callbacks.items():
         if isinstance(state, MutableMapping):
-            label = str(name).split("{", 1)[0][:40]  # "ModelCheckpoint{'monitor': ...}" -> "ModelCheckpoint"
+            # "ModelCheckpoint{'monitor': ...}" -> "ModelCheckpoint"
+            label = messages.shown(str(name).split("{", 1)[0], limit=40)
             dropped.extend(f"{label}.{what}" for what in drop_outside_state_paths(state, folder))
     return dropped
 
 
 def _shown(value: Any) -> str:
-    if isinstance(value, str) and "://" not in value:
-        return os.path.realpath(os.path.expanduser(value))
-    return repr(value)[:80]
+    """A path from callback state, resolved, as one safe line (it came from the file)."""
+    if isinstance(value, str) and "://" not in value and "\x00" not in value:
+        return messages.shown(os.path.realpath(os.path.expanduser(value)))
+    return messages.shown(repr(value), limit=80)
 
 
 def drop_outside_state_paths(state: MutableMapping[str, Any], folder: str | os.PathLike) -> list[str]:
