@@ -16,6 +16,7 @@ Files are read in :mod:`lit_gpu.files` (the one door); this module re-exports it
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -249,6 +250,12 @@ def load_lightning_module(
     if not is_true_subclass(cls, pl.LightningModule):
         raise TypeError(f"{cls!r} is not a LightningModule class")
     weights_only = True if weights_only is None else weights_only
+    if isinstance(checkpoint_path, str | os.PathLike) and os.path.isfile(checkpoint_path):
+        # one read: the bytes checked are the bytes Lightning loads (a file replaced in between cannot
+        # slip past the check)
+        path = check_checkpoint_file(checkpoint_path)
+        checkpoint_path = io.BytesIO(path.read_bytes())
+        checkpoint_path.name = os.fspath(path)
     check_hparams(
         cls,
         checkpoint_path,
@@ -258,4 +265,41 @@ def load_lightning_module(
         trust_modules=trust_modules,
     )
     original = vars(pl.LightningModule)["load_from_checkpoint"].__get__(None, cls)
+    if isinstance(checkpoint_path, io.BytesIO):
+        _no_larger_than_the_file(original, checkpoint_path, hparams_file, weights_only, kwargs)
     return original(checkpoint_path, map_location, hparams_file, strict, weights_only, **kwargs)
+
+
+#: a module rebuilt from a file may hold this many bytes of weights per byte of the file, plus the slack
+#: (as ``lit-gpu export`` allows): more, and the file's hyper-parameters name a net it does not hold
+_NET_PER_FILE_BYTE = 4
+_NET_SLACK = 16 * 2**20
+
+
+def _no_larger_than_the_file(
+    original: Any, data: io.BytesIO, hparams_file: Any, weights_only: bool, kwargs: dict[str, Any]
+) -> None:
+    """Rebuild the module on the meta device first (no memory for its weights): hyper-parameters naming
+    a net far larger than the file (``Linear(100000, 100000)`` in a 1 KB file) are refused before the
+    real build allocates it. A module that cannot be built on meta is left to the real build."""
+    import warnings
+
+    size = len(data.getbuffer())
+    try:
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            probe = original(data, "meta", hparams_file, False, weights_only, **kwargs)
+    except LitGpuError:
+        raise
+    except Exception:  # noqa: BLE001 - the real build below reports it
+        return
+    finally:
+        data.seek(0)
+    tensors = {id(t): t for t in probe.state_dict(keep_vars=True).values() if isinstance(t, torch.Tensor)}
+    needed = sum(t.numel() * t.element_size() for t in tensors.values())
+    if needed > _NET_PER_FILE_BYTE * size + _NET_SLACK:
+        raise CheckpointMismatchError(
+            f"checkpoint {getattr(data, 'name', 'from a file object')}: its hyper-parameters build {type(probe).__name__} with "
+            f"{needed / 2**20:.1f} MiB of weights but the file holds {size / 2**20:.1f} MiB; it is not a "
+            "checkpoint of that model; load a checkpoint written for it"
+        )

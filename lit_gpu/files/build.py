@@ -560,7 +560,12 @@ def check_hparams(
     """
     from lit_gpu.files.checkpoint import read_for_check
 
-    source = str(checkpoint_path) if isinstance(checkpoint_path, str | os.PathLike) else "the checkpoint"
+    name = (
+        checkpoint_path
+        if isinstance(checkpoint_path, str | os.PathLike)
+        else getattr(checkpoint_path, "name", None)
+    )
+    source = str(name) if isinstance(name, str | os.PathLike) else "the checkpoint"
     checkpoint = read_for_check(checkpoint_path, weights_only)
     if not isinstance(checkpoint, Mapping):
         return

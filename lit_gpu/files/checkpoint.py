@@ -175,7 +175,9 @@ def read_checkpoint(
         return path_or_obj
     weights_only = bool(weights_only) and not trust
     if isinstance(path_or_obj, io.IOBase):
-        return _torch_load(path_or_obj, "from a file object", map_location, weights_only, opt_out, limits)
+        name = getattr(path_or_obj, "name", None)  # a file's path, or one given to an in-memory copy
+        label = name if isinstance(name, str) else "from a file object"
+        return _torch_load(path_or_obj, label, map_location, weights_only, opt_out, limits)
     path = check_checkpoint_file(path_or_obj)
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
