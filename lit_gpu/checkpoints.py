@@ -299,7 +299,8 @@ def _no_larger_than_the_file(
     needed = sum(t.numel() * t.element_size() for t in tensors.values())
     if needed > _NET_PER_FILE_BYTE * size + _NET_SLACK:
         raise CheckpointMismatchError(
-            f"checkpoint {getattr(data, 'name', 'from a file object')}: its hyper-parameters build {type(probe).__name__} with "
+            f"checkpoint {getattr(data, 'name', 'from a file object')}: its hyper-parameters build "
+            f"{type(probe).__name__} with "
             f"{needed / 2**20:.1f} MiB of weights but the file holds {size / 2**20:.1f} MiB; it is not a "
             "checkpoint of that model; load a checkpoint written for it"
         )
