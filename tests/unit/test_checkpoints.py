@@ -216,3 +216,11 @@ def test_load_lightning_module_loads_the_very_bytes_it_checked(tmp_path, monkeyp
     monkeypatch.setattr(build, "check_hparams", check_then_swap)
     loaded = load_lightning_module(RegressionModule, path, net=SimpleModel())
     assert all(torch.equal(v, state[k]) for k, v in loaded.state_dict().items())
+
+
+def test_mismatched_keys_from_a_file_are_listed_escaped():
+    from lit_gpu.load_report import LoadReport
+
+    forged = "w\x1b[2J\nlit-gpu: error: forged"
+    summary = LoadReport(unexpected=[forged], missing=["fc.weight"]).summary()
+    assert "\n" not in summary and "\x1b" not in summary and "w\\x1b[2J\\nlit-gpu" in summary
