@@ -470,6 +470,11 @@ class _Scan:
             itemsize = self.itemsize(a[1], only_dtype=True)
             self.charge(a[0].n * itemsize, f"a converted tensor of {_size(a[0].n * itemsize)}")
             return self.new_tensor(a[0].n, itemsize, 0)
+        if name in _CALLABLE:  # a call torch's reader allows, with arguments it may reject
+            raise self.refuse(
+                f"data.pkl calls {name} with arguments torch.save does not write "
+                f"({', '.join(_kind(x) for x in a[:3])}); the file is corrupt or forged"
+            )
         raise self.refuse(
             f"data.pkl calls {name or _kind(func)}; {_NOT_BOUNDED}; pass trust only if you trust the file"
         )
