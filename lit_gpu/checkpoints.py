@@ -26,7 +26,12 @@ import torch
 from torch import nn
 
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.checkpoint import CheckpointError, check_checkpoint_file, read_checkpoint
+from lit_gpu.files.checkpoint import (
+    CheckpointError,
+    check_checkpoint_file,
+    read_checkpoint,
+    read_into_memory,
+)
 from lit_gpu.files.locate import explain_choice, find_last_checkpoint
 from lit_gpu.load_report import LoadReport, _listing
 from lit_gpu.net_spec import MODEL_SPEC_KEY, NET_SPEC_KEY, net_spec
@@ -253,9 +258,7 @@ def load_lightning_module(
     if isinstance(checkpoint_path, str | os.PathLike) and os.path.isfile(checkpoint_path):
         # one read: the bytes checked are the bytes Lightning loads (a file replaced in between cannot
         # slip past the check)
-        path = check_checkpoint_file(checkpoint_path)
-        checkpoint_path = io.BytesIO(path.read_bytes())
-        checkpoint_path.name = os.fspath(path)
+        checkpoint_path = read_into_memory(checkpoint_path)
     check_hparams(
         cls,
         checkpoint_path,

@@ -41,6 +41,7 @@ __all__ = [
     "read_for_check",
     "read_for_resume",
     "read_header",
+    "read_into_memory",
     "read_remote",
 ]
 
@@ -207,6 +208,14 @@ def read_header(
     mmap = zipfile.is_zipfile(path)
     extra = {"mmap": True} if mmap else {}
     return _torch_load(path, path, "cpu", not trust, opt_out, limits, **extra)
+
+
+def read_into_memory(path: str | os.PathLike) -> io.BytesIO:
+    """The whole file as a named in-memory copy: checked and then loaded, it cannot change in between."""
+    path = check_checkpoint_file(path)
+    data = io.BytesIO(path.read_bytes())
+    data.name = os.fspath(path)  # how messages name it
+    return data
 
 
 def read_for_check(checkpoint_path: Any, weights_only: bool) -> Any:
