@@ -139,7 +139,7 @@ def _torch_load(
             raise CheckpointError(messages.SAVED_ON_GPU.format(what=f"checkpoint {path}")) from None
         raise _corrupt(path, err) from err
     except Exception as err:
-        if not weights_only:  # a trusted pickle runs code: its errors are the caller's to see
+        if not weights_only or isinstance(err, MemoryError):  # a trusted pickle's errors; the machine's
             raise
         # the weights-only reader of an untrusted (checked) file raised: a property of the file, such
         # as a call whose arguments torch rejects (TypeError, OverflowError, KeyError, LookupError)
