@@ -16,6 +16,7 @@ Files are read in :mod:`lit_gpu.files` (the one door); this module re-exports it
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -25,7 +26,12 @@ import torch
 from torch import nn
 
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.checkpoint import CheckpointError, check_checkpoint_file, read_checkpoint
+from lit_gpu.files.checkpoint import (
+    CheckpointError,
+    check_checkpoint_file,
+    read_checkpoint,
+    read_into_memory,
+)
 from lit_gpu.files.locate import explain_choice, find_last_checkpoint
 from lit_gpu.load_report import LoadReport, _listing
 from lit_gpu.net_spec import MODEL_SPEC_KEY, NET_SPEC_KEY, net_spec
@@ -249,6 +255,10 @@ def load_lightning_module(
     if not is_true_subclass(cls, pl.LightningModule):
         raise TypeError(f"{cls!r} is not a LightningModule class")
     weights_only = True if weights_only is None else weights_only
+    if isinstance(checkpoint_path, str | os.PathLike) and os.path.isfile(checkpoint_path):
+        # one read: the bytes checked are the bytes Lightning loads (a file replaced in between cannot
+        # slip past the check)
+        checkpoint_path = read_into_memory(checkpoint_path)
     check_hparams(
         cls,
         checkpoint_path,
@@ -258,4 +268,42 @@ def load_lightning_module(
         trust_modules=trust_modules,
     )
     original = vars(pl.LightningModule)["load_from_checkpoint"].__get__(None, cls)
+    if isinstance(checkpoint_path, io.BytesIO):
+        _no_larger_than_the_file(original, checkpoint_path, hparams_file, weights_only, kwargs)
     return original(checkpoint_path, map_location, hparams_file, strict, weights_only, **kwargs)
+
+
+#: a module rebuilt from a file may hold this many bytes of weights per byte of the file, plus the slack
+#: (as ``lit-gpu export`` allows): more, and the file's hyper-parameters name a net it does not hold
+_NET_PER_FILE_BYTE = 4
+_NET_SLACK = 16 * 2**20
+
+
+def _no_larger_than_the_file(
+    original: Any, data: io.BytesIO, hparams_file: Any, weights_only: bool, kwargs: dict[str, Any]
+) -> None:
+    """Rebuild the module on the meta device first (no memory for its weights): hyper-parameters naming
+    a net far larger than the file (``Linear(100000, 100000)`` in a 1 KB file) are refused before the
+    real build allocates it. A module that cannot be built on meta is left to the real build."""
+    import warnings
+
+    size = len(data.getbuffer())
+    try:
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            probe = original(data, "meta", hparams_file, False, weights_only, **kwargs)
+    except LitGpuError:
+        raise
+    except Exception:  # noqa: BLE001 - the real build below reports it
+        return
+    finally:
+        data.seek(0)
+    tensors = {id(t): t for t in probe.state_dict(keep_vars=True).values() if isinstance(t, torch.Tensor)}
+    needed = sum(t.numel() * t.element_size() for t in tensors.values())
+    if needed > _NET_PER_FILE_BYTE * size + _NET_SLACK:
+        raise CheckpointMismatchError(
+            f"checkpoint {getattr(data, 'name', 'from a file object')}: its hyper-parameters build "
+            f"{type(probe).__name__} with "
+            f"{needed / 2**20:.1f} MiB of weights but the file holds {size / 2**20:.1f} MiB; it is not a "
+            "checkpoint of that model; load a checkpoint written for it"
+        )

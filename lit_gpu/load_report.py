@@ -1,8 +1,10 @@
-"""LoadReport: what loading a state_dict into a model matched (a leaf: imports nothing of lit_gpu)."""
+"""LoadReport: what loading a state_dict into a model matched (imports only :mod:`lit_gpu.messages`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from lit_gpu.messages import shown as _shown
 
 _MAX_LISTED = 3
 
@@ -38,5 +40,6 @@ class LoadReport:
 
 
 def _listing(items: list[str]) -> str:
-    shown = ", ".join(str(i) for i in items[:_MAX_LISTED])
-    return shown + (f", ... {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else "")
+    # keys come from the file: each one safe line (no escape sequences, no forged lines)
+    listed = ", ".join(_shown(str(i), limit=120) for i in items[:_MAX_LISTED])
+    return listed + (f", ... {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else "")

@@ -103,7 +103,8 @@ def _no_larger_than_the_file(
     )
     if needed > _NET_PER_FILE_BYTE * held + _NET_SLACK:
         raise LitGpuError(
-            f"{source}: {key} builds {spec.get('class_path')} with {needed / 2**20:.1f} MiB of weights but "
+            f"{source}: {key} builds {messages.shown(spec.get('class_path'))} with "
+            f"{needed / 2**20:.1f} MiB of weights but "
             "the "
             f"checkpoint holds {held / 2**20:.1f} MiB; it is not the net these weights belong to; export a "
             "checkpoint written by lit-gpu fit of that net"
@@ -146,7 +147,9 @@ def export_checkpoint(
     try:
         load_into(net, state_dict, strict=True)
     except CheckpointMismatchError as err:
-        raise LitGpuError(f"exported net {spec['class_path']} does not match the checkpoint: {err}") from None
+        raise LitGpuError(
+            f"exported net {messages.shown(spec['class_path'])} does not match the checkpoint: {err}"
+        ) from None
     weights = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
     spec = {"class_path": spec["class_path"], "init_args": dict(spec.get("init_args") or {})}
     meta = {

@@ -55,6 +55,9 @@ class CheckpointLimits:
         max_opcodes: Opcodes in ``data.pkl``.
         max_depth: How deep containers may nest (lists in dicts in tuples...).
         max_dims: Dimensions of one tensor.
+        max_nodes: Items the loaded object may hold beyond the bytes of ``data.pkl``, each shared
+            container counted every time it is reached: what walking it costs (a pickle can name one
+            list twice in another, ``[[x, x], [x, x]]``, and so double a walk's work per level).
     """
 
     constant: int = 128 * _MiB
@@ -62,6 +65,7 @@ class CheckpointLimits:
     max_opcodes: int = 2**26
     max_depth: int = 100
     max_dims: int = 64
+    max_nodes: int = 2**14
 
     def budget(self, size: int) -> int:
         """The bytes reading a file of ``size`` bytes may cost."""
@@ -84,11 +88,12 @@ _KEEP_STR = 256  # strings up to this length keep their value (storage keys, enc
 class _Box:
     """A container, string, storage or tensor the real reader would build: its kind and size only."""
 
-    __slots__ = ("depth", "items", "itemsize", "keys_ok", "kind", "n", "name", "sealed")
+    __slots__ = ("depth", "items", "itemsize", "keys_ok", "kind", "n", "name", "nodes", "sealed")
 
     def __init__(self, kind: str, n: int = 0, items: tuple[Any, ...] = (), name: str = "") -> None:
         self.kind, self.n, self.items, self.name = kind, n, items, name
         self.depth, self.sealed, self.keys_ok, self.itemsize = 0, False, True, 1
+        self.nodes = 1  # itself and everything a walk reaches from it, shared items counted each time
 
 
 _FLOAT = _Box("float")
@@ -162,6 +167,14 @@ def _known_globals() -> frozenset[str]:
     return frozenset(_CALLABLE | _itemsizes().keys() | tensor_types | rebuilds | values)
 
 
+@functools.cache
+def _layouts() -> frozenset[str]:
+    """The names ``torch.serialization._get_layout`` knows (``"torch.strided"``...)."""
+    import torch
+
+    return frozenset(str(v) for v in vars(torch).values() if isinstance(v, torch.layout))
+
+
 _TENSOR_TYPES = ("torch.Tensor", "torch.nn.parameter.Parameter")
 _ENCODINGS = ("latin1", "latin-1", "utf-8", "utf8", "ascii")  # at most 4 bytes per character
 _NOT_BOUNDED = (
@@ -173,8 +186,11 @@ _NOT_BOUNDED = (
 class _Scan:
     """A model of torch's weights-only unpickler that charges each object instead of building it."""
 
-    def __init__(self, records: dict[str, int], budget: int, limits: CheckpointLimits, where: str) -> None:
+    def __init__(
+        self, records: dict[str, int], budget: int, limits: CheckpointLimits, where: str, max_nodes: int = 0
+    ) -> None:
         self.records, self.budget, self.limits, self.where = records, budget, limits, where
+        self.max_nodes = max_nodes or limits.max_nodes
         self.used = 0
         self.storages: dict[str, int] = {}
 
@@ -192,6 +208,13 @@ class _Scan:
 
     def put_in(self, parent: _Box, child: Any) -> None:
         """``child`` becomes an item of ``parent``: it is final from now on (no cycles, depth known)."""
+        parent.nodes += child.nodes if isinstance(child, _Box) else 1
+        if parent.nodes > self.max_nodes:
+            raise self.refuse(
+                f"its objects hold more than {self.max_nodes} items when containers named more than once "
+                "are counted each time (walking them would take far longer than the file's size allows); "
+                "torch.save of a checkpoint writes no such file"
+            )
         if isinstance(child, _Box):
             if child is parent:
                 raise self.refuse("a container holds itself; torch.save writes no such file")
@@ -369,7 +392,9 @@ class _Scan:
             return _Box("odict" if name.endswith("OrderedDict") else "counter")
         if name == "collections.Counter" and len(a) == 1 and _has(a[0], "dict", "odict"):
             self.charge(_CONTAINER + _DICT_ITEM * a[0].n, "dicts")
-            return _Box("counter", a[0].n)
+            box = _Box("counter", a[0].n)
+            box.nodes = a[0].nodes
+            return box
         if name == "builtins.set" and len(a) <= 1:
             n = 0
             if a:
@@ -378,7 +403,7 @@ class _Scan:
                 n = a[0].n
             self.charge(_CONTAINER * 3 + 2 * _DICT_ITEM * n, "sets")
             return _Box("set", n)
-        if name == "builtins.complex" and len(a) <= 2 and all(isinstance(x, int) or x is _FLOAT for x in a):
+        if name == "builtins.complex" and len(a) <= 2 and all(x is _FLOAT for x in a):  # floats only
             self.charge(_INT * 2, "complex numbers")
             return _FLOAT
         if name == "_codecs.encode" and 1 <= len(a) <= 2:
@@ -390,10 +415,14 @@ class _Scan:
             self.charge(_INT + 4 * n, "bytes")
             return a[0].encode("latin1", "replace") if isinstance(a[0], str) else _Box("bytes", 4 * n)
         if name == "builtins.bytearray" and len(a) <= 2:
-            n = 0 if not a else a[0] if isinstance(a[0], int) else _length(a[0], "str", "bytes", "list")
-            if n is None or n < 0 or isinstance(n, bool):
-                raise self.refuse(f"bytearray of {_kind(a[0])}; torch.save writes no such pickle")
-            if a and isinstance(a[0], str | _Box) and _length(a[0], "str") is not None:
+            # what torch.save writes: bytearray(), bytearray(bytes), bytearray(str, "latin-1")
+            is_str = bool(a) and _length(a[0], "str") is not None
+            n = 0 if not a else a[0] if type(a[0]) is int else _length(a[0], "str", "bytes")
+            if n is None or n < 0 or is_str != (len(a) == 2) or len(a) == 2 and a[1] not in _ENCODINGS:
+                raise self.refuse(
+                    f"bytearray of {', '.join(_kind(x) for x in a)}; torch.save writes no such pickle"
+                )
+            if is_str:
                 n *= 4
             self.charge(_INT + n, f"a bytearray of {_size(n)}")
             return _Box("bytes", n)
@@ -403,10 +432,14 @@ class _Scan:
             box = _Box("tuple", len(dims), tuple(dims))
             box.sealed = True
             return box
-        if name == "torch.device" and 1 <= len(a) <= 2 and all(isinstance(x, str | int) for x in a):
+        if (
+            name == "torch.device"
+            and isinstance(a[:1] and a[0], str)
+            and (len(a) == 1 or len(a) == 2 and type(a[1]) is int and 0 <= a[1] < 2**31)
+        ):
             self.charge(_CONTAINER, "devices")
             return _Box("device")
-        if name == "torch.serialization._get_layout" and len(a) == 1 and isinstance(a[0], str):
+        if name == "torch.serialization._get_layout" and len(a) == 1 and a[0] in _layouts():
             return _Box("layout")
         if name in (
             "torch._utils._rebuild_tensor",
@@ -427,16 +460,21 @@ class _Scan:
                 raise self.refuse(f"a tensor rebuilt from {_kind(result)}; {_NOT_BOUNDED}")
             self.charge(_DICT_ITEM * (a[3].n if isinstance(a[3], _Box) else 0), "tensor state")
             return result
-        if name == "torch._utils._rebuild_meta_tensor_no_storage" and len(a) == 4:
-            itemsize = self.itemsize(a[0])
+        if name == "torch._utils._rebuild_meta_tensor_no_storage" and len(a) == 4 and type(a[3]) is bool:
+            itemsize = self.itemsize(a[0], only_dtype=True)
             size, stride = self.ints(a[1], "a size"), self.ints(a[2], "a stride")
             return self.new_tensor(_numel(size), itemsize, len(size) + len(stride))
         if name == "torch._utils._rebuild_device_tensor_from_cpu_tensor" and len(a) == 4:
             if not _has(a[0], "tensor"):
                 raise self.refuse(f"a device tensor from {_kind(a[0])}; torch.save writes no such pickle")
-            itemsize = self.itemsize(a[1])
+            itemsize = self.itemsize(a[1], only_dtype=True)
             self.charge(a[0].n * itemsize, f"a converted tensor of {_size(a[0].n * itemsize)}")
             return self.new_tensor(a[0].n, itemsize, 0)
+        if name in _CALLABLE:  # a call torch's reader allows, with arguments it may reject
+            raise self.refuse(
+                f"data.pkl calls {name} with arguments torch.save does not write "
+                f"({', '.join(_kind(x) for x in a[:3])}); the file is corrupt or forged"
+            )
         raise self.refuse(
             f"data.pkl calls {name or _kind(func)}; {_NOT_BOUNDED}; pass trust only if you trust the file"
         )
@@ -451,9 +489,9 @@ class _Scan:
             raise self.refuse(f"{what} with a negative or huge entry; torch.save writes no such tensor")
         return list(items)
 
-    def itemsize(self, dtype: Any) -> int:
+    def itemsize(self, dtype: Any, *, only_dtype: bool = False) -> int:
         size = _itemsizes().get(dtype.name) if isinstance(dtype, _Box) and dtype.kind == "global" else None
-        if size is None:
+        if size is None or only_dtype and dtype.name.endswith("Storage"):
             raise self.refuse(f"a tensor of dtype {_kind(dtype)}, which is not a torch dtype")
         return max(size, 1)
 
@@ -479,7 +517,9 @@ class _Scan:
         size, stride = self.ints(a[2], "a tensor size"), self.ints(a[3], "a tensor stride")
         if len(size) != len(stride):
             raise self.refuse("a tensor whose size and stride differ in length")
-        itemsize = self.itemsize(a[6]) if name.endswith("_v3") and len(a) >= 7 else storage.itemsize
+        itemsize = (
+            self.itemsize(a[6], only_dtype=True) if name.endswith("_v3") and len(a) >= 7 else storage.itemsize
+        )
         numel = _numel(size)
         if numel:
             last = offset + sum((s - 1) * st for s, st in zip(size, stride, strict=True))
@@ -679,11 +719,11 @@ def check_bounds(
     try:
         size = source.seek(0, io.SEEK_END)
         archive, prefix, records = _records(source, size, where)
-        scan = _Scan(records, limits.budget(size), limits, where)
         try:
             pickled = archive.read(prefix + "data.pkl")  # stored, so at most the file's size
         except (zipfile.BadZipFile, OSError) as err:
             raise BoundsError(f"{where}: data.pkl is damaged ({err}); the file is corrupt") from None
+        scan = _Scan(records, limits.budget(size), limits, where, limits.max_nodes + len(pickled))
         scan.run(io.BytesIO(pickled))
         return scan.used
     finally:

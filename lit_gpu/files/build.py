@@ -51,7 +51,7 @@ import sys
 import types
 import typing
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -138,6 +138,11 @@ def _name(base: type | tuple[type, ...]) -> str:
     return " or ".join(_SHORT.get(n, n) for n in names)
 
 
+#: values (counted each time they are reached) one spec or one set of hyper-parameters may hold: checking
+#: and building them visits each
+MAX_VALUES = 100_000
+
+
 @dataclass
 class _Where:
     source: str  # the file the spec came from
@@ -147,6 +152,7 @@ class _Where:
     user_trusted: frozenset[str] = (
         frozenset()
     )  # named by the user (flag, env): may also use UNTRUSTED_MODULES
+    left: list[int] = field(default_factory=lambda: [MAX_VALUES])  # values one check may still visit
 
     def refuse(self, what: str, fix: str = _FIX) -> UnsafeBuildError:
         return UnsafeBuildError(
@@ -154,7 +160,9 @@ class _Where:
         )
 
     def at(self, key: str) -> _Where:
-        return _Where(self.source, f"{self.key}.{key}", self.trusted, self.loader, self.user_trusted)
+        return _Where(
+            self.source, f"{self.key}.{key}", self.trusted, self.loader, self.user_trusted, self.left
+        )
 
 
 def _import_module(module_name: str, class_path: str, where: _Where) -> types.ModuleType:
@@ -349,6 +357,13 @@ def _element_annotation(annotation: Any, container: str) -> Any:
 
 def _plan_value(value: Any, annotation: Any, where: _Where) -> Any:
     """Check a value for a parameter: plain data, or a nested spec fitting ``annotation``."""
+    where.left[0] -= 1
+    if where.left[0] < 0:  # a list or dict named many times over (shared by a pickle's memo, a YAML alias)
+        raise where.refuse(
+            f"its arguments hold more than {MAX_VALUES} values (containers named more than once counted each "
+            "time)",
+            "pass the arguments yourself",
+        )
     if _is_spec(value):
         kinds, partial = _kinds_of(annotation)
         if not kinds:
@@ -560,7 +575,12 @@ def check_hparams(
     """
     from lit_gpu.files.checkpoint import read_for_check
 
-    source = str(checkpoint_path) if isinstance(checkpoint_path, str | os.PathLike) else "the checkpoint"
+    name = (
+        checkpoint_path
+        if isinstance(checkpoint_path, str | os.PathLike)
+        else getattr(checkpoint_path, "name", None)
+    )
+    source = str(name) if isinstance(name, str | os.PathLike) else "the checkpoint"
     checkpoint = read_for_check(checkpoint_path, weights_only)
     if not isinstance(checkpoint, Mapping):
         return

@@ -41,6 +41,7 @@ __all__ = [
     "read_for_check",
     "read_for_resume",
     "read_header",
+    "read_into_memory",
     "read_remote",
 ]
 
@@ -55,7 +56,7 @@ class CheckpointError(LitGpuError):
 
 def _corrupt(path: Any, err: BaseException) -> CheckpointError:
     return CheckpointError(
-        messages.CORRUPT_CHECKPOINT.format(what=f"checkpoint {path}", reason=first_line(err))
+        messages.CORRUPT_CHECKPOINT.format(what=f"checkpoint {path}", reason=messages.shown(first_line(err)))
     )
 
 
@@ -136,7 +137,13 @@ def _torch_load(
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as err:
         if "on a CUDA device" in str(err):  # a custom map_location that kept CUDA storages
             raise CheckpointError(messages.SAVED_ON_GPU.format(what=f"checkpoint {path}")) from None
-        raise _corrupt(path, err) from None
+        raise _corrupt(path, err) from err
+    except Exception as err:
+        if not weights_only or isinstance(err, MemoryError):  # a trusted pickle's errors; the machine's
+            raise
+        # the weights-only reader of an untrusted (checked) file raised: a property of the file, such
+        # as a call whose arguments torch rejects (TypeError, OverflowError, KeyError, LookupError)
+        raise _corrupt(path, err) from err
 
 
 def read_checkpoint(
@@ -169,7 +176,9 @@ def read_checkpoint(
         return path_or_obj
     weights_only = bool(weights_only) and not trust
     if isinstance(path_or_obj, io.IOBase):
-        return _torch_load(path_or_obj, "from a file object", map_location, weights_only, opt_out, limits)
+        name = getattr(path_or_obj, "name", None)  # a file's path, or one given to an in-memory copy
+        label = name if isinstance(name, str) else "from a file object"
+        return _torch_load(path_or_obj, label, map_location, weights_only, opt_out, limits)
     path = check_checkpoint_file(path_or_obj)
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
@@ -199,6 +208,14 @@ def read_header(
     mmap = zipfile.is_zipfile(path)
     extra = {"mmap": True} if mmap else {}
     return _torch_load(path, path, "cpu", not trust, opt_out, limits, **extra)
+
+
+def read_into_memory(path: str | os.PathLike) -> io.BytesIO:
+    """The whole file as a named in-memory copy: checked and then loaded, it cannot change in between."""
+    path = check_checkpoint_file(path)
+    data = io.BytesIO(path.read_bytes())
+    data.name = os.fspath(path)  # how messages name it
+    return data
 
 
 def read_for_check(checkpoint_path: Any, weights_only: bool) -> Any:
@@ -270,15 +287,17 @@ def drop_outside_paths(checkpoint: Any, folder: str | os.PathLike) -> list[str]:
     dropped: list[str] = []
     for name, state in callbacks.items():
         if isinstance(state, MutableMapping):
-            label = str(name).split("{", 1)[0][:40]  # "ModelCheckpoint{'monitor': ...}" -> "ModelCheckpoint"
+            # "ModelCheckpoint{'monitor': ...}" -> "ModelCheckpoint"
+            label = messages.shown(str(name).split("{", 1)[0], limit=40)
             dropped.extend(f"{label}.{what}" for what in drop_outside_state_paths(state, folder))
     return dropped
 
 
 def _shown(value: Any) -> str:
-    if isinstance(value, str) and "://" not in value:
-        return os.path.realpath(os.path.expanduser(value))
-    return repr(value)[:80]
+    """A path from callback state, resolved, as one safe line (it came from the file)."""
+    if isinstance(value, str) and "://" not in value and "\x00" not in value:
+        return messages.shown(os.path.realpath(os.path.expanduser(value)))
+    return messages.shown(repr(value), limit=80)
 
 
 def drop_outside_state_paths(state: MutableMapping[str, Any], folder: str | os.PathLike) -> list[str]:

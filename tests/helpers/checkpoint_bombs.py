@@ -224,6 +224,76 @@ def legacy_pickle(folder: Path) -> Path:
     return path
 
 
+def _dict(*pairs: tuple[bytes, bytes]) -> bytes:
+    return b"}(" + b"".join(key + value for key, value in pairs) + b"u"
+
+
+def _call(module: str, name: str, *args: bytes) -> bytes:
+    return _global(module, name) + b"(" + b"".join(args) + b"tR"
+
+
+def shared_lists_pickle(levels: int) -> bytes:
+    """Lists each holding the one below twice (``x = [x', x']``, one object by memo): ``2**levels`` items
+    for a walk, in ``7 x levels`` bytes. Memo entry ``i`` is the list of level ``i``."""
+    body = b"]"
+    for i in range(levels):
+        body = b"](" + body + b"q" + bytes([i]) + b"h" + bytes([i]) + b"e"
+    return body
+
+
+def shared_lists(folder: Path, levels: int = 24) -> Path:
+    """A Lightning-like checkpoint (< 1 KB) whose hyper-parameters and ``lit_gpu_net`` hold shared lists:
+    any walk that visits every path (export's build plan, the hyper-parameter check) doubles per level."""
+    dag = shared_lists_pickle(levels)
+    instantiator = _str("lightning.pytorch.cli.instantiate_module")
+    net = _dict(
+        (_str("class_path"), _str("torch.nn.Identity")),
+        (_str("init_args"), _dict((_str("x"), b"h" + bytes([levels - 1])))),
+    )
+    checkpoint = _dict(
+        (_str("pytorch-lightning_version"), _str("2.6.6")),
+        (_str("state_dict"), b"}"),
+        (_str("hyper_parameters"), _dict((_str("_instantiator"), instantiator), (_str("x"), dag))),
+        (_str("lit_gpu_net"), net),
+    )
+    return torch_zip(folder / "shared_lists.ckpt", _pickle(checkpoint))
+
+
+#: calls allowed by torch's weights-only unpickler whose arguments make it raise (TypeError,
+#: OverflowError, KeyError, LookupError): torch.save never writes them
+ARGUMENTS_TORCH_REJECTS: dict[str, bytes] = {
+    "bytearray of a str without encoding": _call("builtins", "bytearray", _str("abc")),
+    "bytearray of bytes with an encoding": _call(
+        "builtins", "bytearray", _call("_codecs", "encode", _str("x"), _str("latin1")), _str("utf-8")
+    ),
+    "bytearray with an unknown encoding": _call("builtins", "bytearray", _str("abc"), _str("bogus")),
+    "bytearray of a list of str": _call("builtins", "bytearray", b"](" + _str("a") + b"e"),
+    "complex of a 2000-bit int": _call("builtins", "complex", _int(2**2000)),
+    "device with a str index": _call("torch", "device", _str("cpu"), _str("0")),
+    "unknown layout": _call("torch.serialization", "_get_layout", _str("nope")),
+    "meta tensor of a storage type": _call(
+        "torch._utils",
+        "_rebuild_meta_tensor_no_storage",
+        _global("torch", "FloatStorage"),
+        b"(" + _int(2) + b"t",
+        b"(" + _int(1) + b"t",
+        b"\x89",
+    ),
+}
+
+
+def rejected_call(folder: Path, name: str) -> Path:
+    """A checkpoint ``{"state_dict": {}, "x": <the call ARGUMENTS_TORCH_REJECTS[name]>}``."""
+    body = _dict((_str("state_dict"), b"}"), (_str("x"), ARGUMENTS_TORCH_REJECTS[name]))
+    return torch_zip(folder / f"{name.replace(' ', '_')}.ckpt", _pickle(body))
+
+
+def device_named(folder: Path, text: str) -> Path:
+    """A checkpoint holding ``torch.device(text)``: torch's error message quotes ``text``."""
+    body = _dict((_str("state_dict"), b"}"), (_str("x"), _call("torch", "device", _str(text))))
+    return torch_zip(folder / "device.ckpt", _pickle(body))
+
+
 BOMBS: dict[str, Callable[[Path], Path]] = {
     "bytearray of a size": bytearray_of_a_size,
     "storage class called": storage_class_called,
@@ -238,6 +308,7 @@ BOMBS: dict[str, Callable[[Path], Path]] = {
     "colliding dict keys": colliding_keys,
     "huge int as a size": huge_int_size,
     "legacy pickle": legacy_pickle,
+    "shared lists": shared_lists,
 }
 
 

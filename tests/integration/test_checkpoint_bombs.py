@@ -163,3 +163,36 @@ def test_export_refuses_a_net_spec_far_larger_than_the_files_weights(tmp_path, m
         capped(path.stat().st_size, lambda: main(["export", str(path), "--out", str(tmp_path / "m.pt")]))
     )
     assert "38147.4 MiB of weights" in line and not (tmp_path / "m.pt").exists()
+
+
+def test_load_lightning_module_refuses_hparams_naming_a_net_far_larger_than_the_file(tmp_path):
+    from lit_gpu.checkpoints import CheckpointMismatchError, load_lightning_module
+    from lit_gpu.modules import RegressionModule
+
+    net = {"class_path": "torch.nn.Linear", "init_args": {"in_features": 100_000, "out_features": 100_000}}
+    hparams = {"_instantiator": "lightning.pytorch.cli.instantiate_module", "net": net}
+    path = tmp_path / "net.ckpt"
+    torch.save({"pytorch-lightning_version": "2.6.6", "state_dict": {}, "hyper_parameters": hparams}, path)
+    result = capped(path.stat().st_size, lambda: load_lightning_module(RegressionModule, path))
+    assert result["outcome"] == CheckpointMismatchError.__name__, result
+    assert "38147.4 MiB of weights" in result["value"] and str(path) in result["value"]
+
+
+@pytest.mark.parametrize("name", ["shared lists", "complex of a 2000-bit int", "device with a str index"])
+def test_cli_export_of_shared_lists_or_rejected_calls_ends_in_one_line(name, tmp_path, monkeypatch):
+    from lit_gpu.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["lit-gpu"])
+    path = bombs.BOMBS[name](tmp_path) if name in bombs.BOMBS else bombs.rejected_call(tmp_path, name)
+    line = _one_line(capped(path.stat().st_size, lambda: main(["export", str(path), "--out", "m.pt"])))
+    assert str(path) in line and not (tmp_path / "m.pt").exists()
+
+
+def test_load_lightning_module_of_shared_lists_ends_in_one_line(tmp_path):
+    from lit_gpu.checkpoints import load_lightning_module
+    from lit_gpu.modules import RegressionModule
+
+    path = bombs.shared_lists(tmp_path)
+    result = capped(path.stat().st_size, lambda: load_lightning_module(RegressionModule, path))
+    assert result["outcome"] == "CheckpointError" and "counted each time" in result["value"], result

@@ -195,3 +195,32 @@ def test_a_directory_as_checkpoint_says_so_and_names_a_ckpt_inside(tmp_path):
     with pytest.raises(CheckpointError) as info:
         check_checkpoint_file(tmp_path)
     assert str(tmp_path / "checkpoints" / "last.ckpt") in str(info.value)
+
+
+def test_load_lightning_module_loads_the_very_bytes_it_checked(tmp_path, monkeypatch):
+    from lit_gpu.checkpoints import load_lightning_module
+    from lit_gpu.files import build
+
+    module = RegressionModule(net=SimpleModel())
+    state = {k: torch.full_like(v, 0.5) for k, v in module.state_dict().items()}
+    path = tmp_path / "m.ckpt"
+    torch.save({"pytorch-lightning_version": "2.6.6", "state_dict": state, "hyper_parameters": {}}, path)
+    real = build.check_hparams
+
+    def check_then_swap(*args, **kwargs):
+        real(*args, **kwargs)  # then another process replaces the file before Lightning reads it
+        torch.save(
+            {"state_dict": {k: torch.full_like(v, 7.0) for k, v in state.items()}, "x": nn.ReLU()}, path
+        )
+
+    monkeypatch.setattr(build, "check_hparams", check_then_swap)
+    loaded = load_lightning_module(RegressionModule, path, net=SimpleModel())
+    assert all(torch.equal(v, state[k]) for k, v in loaded.state_dict().items())
+
+
+def test_mismatched_keys_from_a_file_are_listed_escaped():
+    from lit_gpu.load_report import LoadReport
+
+    forged = "w\x1b[2J\nlit-gpu: error: forged"
+    summary = LoadReport(unexpected=[forged], missing=["fc.weight"]).summary()
+    assert "\n" not in summary and "\x1b" not in summary and "w\\x1b[2J\\nlit-gpu" in summary

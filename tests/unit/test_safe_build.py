@@ -408,3 +408,16 @@ def test_check_hparams_accepts_plain_values_and_what_the_caller_passes(tmp_path)
         with pytest.raises(UnsafeBuildError):
             safe_build.check_hparams(Loose, f)
         assert f.tell() == 0 and torch.load(f, weights_only=True)["hyper_parameters"]["act"] == "os.system"
+
+
+def test_shared_containers_are_checked_within_a_budget_of_values():
+    from lit_gpu.files.build import MAX_VALUES, UnsafeBuildError, check
+
+    shared: list = []
+    for _ in range(40):  # 2**40 paths through 40 lists: a walk per path would never end
+        shared = [shared, shared]
+    spec = {"class_path": "torch.nn.Identity", "init_args": {"x": shared}}
+    with pytest.raises(UnsafeBuildError, match=f"more than {MAX_VALUES} values"):
+        check(spec)
+    small = [1, 2]
+    check({"class_path": "torch.nn.Identity", "init_args": {"x": [small, small]}})

@@ -49,6 +49,7 @@ def test_the_scan_alone_refuses_each_bomb_with_its_reason(tmp_path):
         "colliding dict keys": "below 2**60",
         "huge int as a size": "negative or huge entry",
         "legacy pickle": "end record",
+        "shared lists": "counted each time",
     }
     assert set(reasons) == set(FAST)
     for name, reason in reasons.items():
@@ -151,3 +152,68 @@ def test_pickled_objects_keep_the_pickle_refusal_and_trust_skips_the_scan(tmp_pa
     with pytest.raises(CheckpointError, match="legacy format.*trust=True"):
         read_checkpoint(legacy)
     assert torch.equal(read_checkpoint(legacy, trust=True)["w"], torch.ones(2))
+
+
+@pytest.mark.parametrize("name", sorted(bombs.ARGUMENTS_TORCH_REJECTS))
+def test_calls_whose_arguments_torch_rejects_are_refused_by_the_scan(name, tmp_path):
+    path = bombs.rejected_call(tmp_path, name)
+    with pytest.raises(Exception) as bare:  # the file is real: the weights-only reader raises on it
+        torch.load(path, weights_only=True)
+    assert not isinstance(bare.value, CheckpointError)
+    with pytest.raises(BoundsError):
+        check_bounds(path)
+    with pytest.raises(CheckpointError) as info:
+        read_checkpoint(path)
+    assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+def test_the_values_torch_save_writes_for_those_calls_still_pass(tmp_path):
+    values = {
+        "bytes": bytearray(b"\x00\xffabc"),
+        "empty": bytearray(),
+        "complex": complex(1.5, -2.0),
+        "devices": [torch.device("cpu"), torch.device("cuda", 1), torch.device("meta")],
+        "meta": torch.empty(2, 3, device="meta"),
+        "half": torch.zeros(4, dtype=torch.float16),
+    }
+    path = tmp_path / "values.ckpt"
+    torch.save(values, path)
+    check_bounds(path)
+    loaded = read_checkpoint(path)
+    assert loaded["bytes"] == values["bytes"] and loaded["complex"] == values["complex"]
+    assert loaded["devices"] == values["devices"] and loaded["meta"].shape == (2, 3)
+
+
+def test_any_error_torch_raises_on_a_checked_file_is_the_one_corrupt_line(tmp_path, monkeypatch):
+    from lit_gpu.files import checkpoint
+
+    path = bombs.rejected_call(tmp_path, "complex of a 2000-bit int")
+    monkeypatch.setattr(checkpoint, "check_bounds", lambda *a, **k: 0)  # a case the scan would miss
+    with pytest.raises(CheckpointError, match="corrupt or truncated") as info:
+        read_checkpoint(path)
+    assert isinstance(info.value.__cause__, OverflowError) and "\n" not in str(info.value)
+
+
+def test_shared_containers_count_each_time_they_are_reached(tmp_path):
+    for levels in (8, 13):  # 2**13 items: within max_nodes + the pickle's bytes
+        path = bombs.torch_zip(
+            tmp_path / f"dag{levels}.ckpt", b"\x80\x02" + bombs.shared_lists_pickle(levels) + b"."
+        )
+        check_bounds(path)
+    path = bombs.torch_zip(tmp_path / "dag15.ckpt", b"\x80\x02" + bombs.shared_lists_pickle(15) + b".")
+    with pytest.raises(BoundsError, match="counted each time"):
+        check_bounds(path)
+    with pytest.raises(BoundsError, match="counted each time"):  # the budget is the caller's
+        check_bounds(tmp_path / "dag13.ckpt", CheckpointLimits(max_nodes=1000))
+    shared = [1, 2, 3]  # what torch.save writes for one list named twice
+    torch.save({"hyper_parameters": {"a": shared, "b": shared}}, tmp_path / "hp.ckpt")
+    assert read_checkpoint(tmp_path / "hp.ckpt")["hyper_parameters"]["b"] == shared
+
+
+def test_error_text_from_a_file_is_escaped(tmp_path):
+    path = bombs.device_named(tmp_path, "cpu\x1b[2J\u202e\nlit-gpu: error: forged")
+    with pytest.raises(CheckpointError) as info:
+        read_checkpoint(path)
+    message = str(info.value)
+    assert "\x1b" not in message and "\u202e" not in message and "\n" not in message
+    assert "cpu\\x1b[2J" in message

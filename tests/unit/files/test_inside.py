@@ -64,3 +64,27 @@ def test_a_checkpoint_link_named_with_tilde_is_not_removed(tmp_path, monkeypatch
     callback._remove_checkpoint(None, "~/ck/link.ckpt")  # type: ignore[arg-type]  # refused before the trainer is used
     assert (folder / "link.ckpt").is_symlink() and (folder / "a.ckpt").read_text() == "kept"
     assert "link.ckpt" in capsys.readouterr().err
+
+
+def test_dropped_paths_and_callback_names_from_a_file_are_printed_escaped(tmp_path, capsys):
+    import torch
+
+    from lit_gpu.files.checkpoint import drop_outside_paths, read_for_resume
+
+    evil = "/tmp/\x1b]0;TITLE\x07\x1b[2J\nlit-gpu: error: forged"
+
+    def callbacks() -> dict:
+        return {
+            "ModelCheckpoint{'monitor': None}": {"best_model_path": evil},
+            "Evil\x1b[31m\nlit-gpu: forged{": {"last_model_path": evil, "best_k_models": {evil: 1.0}},
+        }
+
+    dropped = drop_outside_paths({"callbacks": callbacks()}, tmp_path)
+    assert len(dropped) == 3
+    assert all(c not in line for line in dropped for c in "\x1b\x07\n")
+    assert dropped[0].startswith("ModelCheckpoint.best_model_path -> /tmp/\\x1b]0;TITLE\\x07")
+    path = tmp_path / "last.ckpt"
+    torch.save({"pytorch-lightning_version": "2.6.6", "callbacks": callbacks()}, path)
+    read_for_resume(path)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err and "\\x1b[31m" in err
