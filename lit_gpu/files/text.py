@@ -187,7 +187,7 @@ def _checked_int(text: str) -> int:
 
 
 def _check_plain(value: Any, limits: Limits) -> None:
-    """Every integer in range, the nesting within ``max_depth`` and no cycle (iterative; shared values once)."""
+    """Every integer in range, nesting within ``max_depth``, no cycle (iterative; a shared value once)."""
     done: set[int] = set()  # containers fully checked (a value shared by two parents is checked once)
     open_: set[int] = set()  # containers on the current path: meeting one again is a cycle
     stack: list[tuple[Any, int, bool]] = [(value, 0, False)]
@@ -332,8 +332,8 @@ def _yaml_budget(text: str, source: object, limits: Limits, fix: str | None, loa
             if any(entry[0] == event.anchor for entry in stack):
                 raise BadFileError(
                     source,
-                    f"the alias *{messages.shown(event.anchor, limit=40)} is inside its own anchor (a value that"
-                    " contains itself)",
+                    f"the alias *{messages.shown(event.anchor, limit=40)} is inside its own anchor"
+                    " (a value that contains itself)",
                     fix,
                     _line(event),
                 )
