@@ -121,8 +121,10 @@ def read_metrics(run_dir: str | os.PathLike) -> Series:
         step = _number(row.get("step"))
         x = float(row_number) if step is None else step
         for name, cell in row.items():
+            if not cell or name in ("step", "epoch"):
+                continue
             value = _number(cell)
-            if name in ("step", "epoch") or value is None:
+            if value is None:
                 continue
             curve = curves.get(name)
             if curve is None:
