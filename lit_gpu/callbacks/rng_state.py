@@ -16,7 +16,15 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from lit_gpu import messages
 from lit_gpu.data.stateful import GlobalPosition
+from lit_gpu.errors import LitGpuError
+
+_MT_WORDS = 624  # Mersenne Twister state: 624 32-bit words and a position 0..624 (Python's and numpy's)
+BAD_RNG_STATE = (
+    "the checkpoint {ckpt} holds a malformed random-number state ({problem}); it is corrupt or was not"
+    " written by lit_gpu: resume from another checkpoint, or start afresh without --ckpt_path"
+)
 
 
 def _capture(host: bool = True) -> dict[str, Any]:
@@ -44,6 +52,81 @@ def _serializable(state: dict[str, Any]) -> dict[str, Any]:
     ]
     state["python"] = [state["python"][0], list(state["python"][1]), state["python"][2]]
     return state
+
+
+def _is_int(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool) and low <= value <= high
+
+
+def _words(keys: Any) -> np.ndarray | None:
+    """numpy's 624 key words as ``uint32``, or ``None`` when ``keys`` is not 624 integers in range."""
+    if isinstance(keys, torch.Tensor):
+        if keys.dtype.is_floating_point or keys.dtype.is_complex or keys.dtype == torch.bool:
+            return None
+        keys = keys.numpy()
+    if not isinstance(keys, np.ndarray) or keys.dtype.kind not in "iu" or keys.shape != (_MT_WORDS,):
+        return None
+    if keys.size and (int(keys.min()) < 0 or int(keys.max()) >= 2**32):
+        return None
+    return keys.astype(np.uint32)
+
+
+def _byte_state(value: Any, numel: int | None) -> bool:
+    return (
+        isinstance(value, torch.Tensor)
+        and value.dtype == torch.uint8
+        and value.dim() == 1
+        and (numel is None or value.numel() == numel)
+    )
+
+
+def _checked(state_dict: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """``state_dict`` as :func:`_restore` takes it, or ``(None, what is wrong)``: every state's shape and
+    types are checked before anything is set, so a malformed one changes no generator."""
+    if not isinstance(state_dict, dict):
+        return None, f"a {type(state_dict).__name__} instead of a mapping"
+    missing = [key for key in ("torch", "numpy", "python") if key not in state_dict]
+    if missing:
+        return None, f"no {missing[0]} state"
+    state = dict(state_dict)
+    if not _byte_state(state["torch"], torch.default_generator.get_state().numel()):
+        return None, "the torch state is not a byte tensor of the right size"
+    numpy_state = state["numpy"]
+    if not isinstance(numpy_state, list | tuple) or len(numpy_state) != 5:
+        return None, "the numpy state is not a 5-tuple"
+    kind, keys, pos, has_gauss, cached = numpy_state
+    words = _words(keys)
+    if kind != "MT19937" or words is None:
+        return None, "the numpy state is not MT19937 with 624 32-bit words"
+    if not _is_int(pos, 0, _MT_WORDS) or not _is_int(has_gauss, 0, 1):
+        return None, "the numpy state's position is out of range"
+    if not isinstance(cached, float | int | np.floating) or isinstance(cached, bool):
+        return None, "the numpy state's cached gaussian is not a number"
+    state["numpy"] = (kind, words, int(pos), int(has_gauss), float(cached))
+    python_state = state["python"]
+    if not isinstance(python_state, list | tuple) or len(python_state) != 3:
+        return None, "the Python state is not a 3-tuple"
+    version, internal, gauss = python_state
+    if (
+        not _is_int(version, 3, 3)
+        or not isinstance(internal, list | tuple)
+        or len(internal) != _MT_WORDS + 1
+        or not all(_is_int(word, 0, 2**32 - 1) for word in internal[:_MT_WORDS])
+        or not _is_int(internal[_MT_WORDS], 0, _MT_WORDS)
+    ):
+        return None, "the Python state is not version 3 with 624 32-bit words and a position"
+    if gauss is not None and (not isinstance(gauss, float | int) or isinstance(gauss, bool)):
+        return None, "the Python state's cached gaussian is not a number"
+    state["python"] = (3, tuple(int(word) for word in internal), None if gauss is None else float(gauss))
+    if "cuda" in state:
+        cuda = state["cuda"]
+        if not isinstance(cuda, list | tuple) or not all(_byte_state(one, None) for one in cuda):
+            return None, "the CUDA states are not a list of byte tensors"
+        if cuda and torch.cuda.is_available():
+            numel = torch.cuda.get_rng_state(0).numel()
+            if any(one.numel() != numel for one in cuda):
+                return None, "a CUDA state is not of the right size"
+    return state, None
 
 
 def _restore(state: dict[str, Any]) -> None:
@@ -75,9 +158,14 @@ class RNGStateCallback(Callback):
         self._sanity_state: dict[str, Any] | None = None
         self._step_state: dict[str, Any] | None = None
         self._interrupt: Any = None  # this fit's CheckpointOnInterrupt, if any
+        self._trainer: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_interrupt": None}  # a copy belongs to no fit
+        return {**self.__dict__, "_interrupt": None, "_trainer": None}  # a copy belongs to no fit
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._trainer = trainer  # to name the checkpoint a malformed state came from
 
     def _host_each_step(self) -> bool:
         """Whether a step's start must keep numpy's and Python's states too: wherever a save can land in the
@@ -131,15 +219,13 @@ class RNGStateCallback(Callback):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        state = dict(state_dict)
-        kind, keys, *rest = state["numpy"]
-        state["numpy"] = (
-            kind,
-            np.asarray(keys.numpy() if isinstance(keys, torch.Tensor) else keys).astype(np.uint32),
-            *rest,
-        )
-        version, internal, gauss = state["python"]
-        state["python"] = (version, tuple(internal), gauss)
+        """Restore the saved states; a malformed one (a corrupt checkpoint) is one line, nothing set."""
+        state, problem = _checked(state_dict)
+        if state is None:
+            ckpt = getattr(self._trainer, "ckpt_path", None) if self._trainer is not None else None
+            raise LitGpuError(
+                BAD_RNG_STATE.format(ckpt=messages.shown(ckpt or "being resumed", limit=200), problem=problem)
+            )
         _restore(state)
 
 

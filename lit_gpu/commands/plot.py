@@ -62,6 +62,41 @@ def find_metrics(run_dir: str | os.PathLike) -> Path:
     )
 
 
+#: points kept of one curve: a longer curve is thinned to an even stride (see :func:`read_metrics`)
+MAX_POINTS = 4096
+#: points kept of all the curves of one file together (a file of many columns keeps fewer of each)
+MAX_ALL_POINTS = 1 << 18
+_MIN_POINTS = 16
+
+
+class _Curve:
+    """One column's points, at most ``cap`` (+ the last): every ``stride``-th point of the column, the
+    stride doubling (every other kept point dropped) each time the curve is full."""
+
+    __slots__ = ("cap", "count", "last", "points", "stride")
+
+    def __init__(self, cap: int) -> None:
+        self.cap, self.count, self.stride = cap, 0, 1
+        self.points: dict[float, float] = {}
+        self.last: tuple[float, float] | None = None
+
+    def add(self, x: float, y: float) -> None:
+        if self.count % self.stride == 0 or x in self.points:  # a kept step written again: the later row wins
+            self.points[x] = y
+            if len(self.points) > self.cap:
+                kept = sorted(self.points)[::2]
+                self.points = {step: self.points[step] for step in kept}
+                self.stride *= 2
+        self.count += 1
+        self.last = (x, y)
+
+    def sorted_points(self) -> list[tuple[float, float]]:
+        points = dict(self.points)
+        if self.last is not None:
+            points[self.last[0]] = self.last[1]  # the newest value is always drawn
+        return sorted(points.items())
+
+
 def read_metrics(run_dir: str | os.PathLike) -> Series:
     """Every numeric column of a run's ``metrics.csv`` as ``{name: [(step, value), ...]}``.
 
@@ -70,18 +105,32 @@ def read_metrics(run_dir: str | os.PathLike) -> Series:
     step: where a step repeats (a file that several attempts of a restarted run appended to), the
     later row wins, as the resumed attempt's value is the one the run continued from. The file is
     streamed through :func:`lit_gpu.files.text.csv_dicts` (its budgets: field and line size).
+
+    Memory does not grow with the file: a curve keeps at most :data:`MAX_POINTS` points
+    (:data:`MAX_ALL_POINTS` for all the columns of the file together, at least 16 each). Its
+    points are every ``stride``-th value of the column, the stride doubling (every other kept point
+    dropped) each time the curve is full, and its last value is always kept: a long run's curve is
+    drawn from evenly spaced samples of it, up to its newest value. A figure 1200 pixels wide shows no
+    more.
     """
-    points: dict[str, dict[float, float]] = {}
-    _, rows = csv_dicts(find_metrics(run_dir), fix=METRICS_FIX)
+    header, rows = csv_dicts(find_metrics(run_dir), fix=METRICS_FIX)
+    columns = max(1, len([name for name in header if name not in ("step", "epoch")]))
+    cap = max(_MIN_POINTS, min(MAX_POINTS, MAX_ALL_POINTS // columns))
+    curves: dict[str, _Curve] = {}
     for row_number, row in enumerate(rows):
         step = _number(row.get("step"))
         x = float(row_number) if step is None else step
         for name, cell in row.items():
-            value = _number(cell)
-            if name in ("step", "epoch") or value is None:
+            if not cell or name in ("step", "epoch"):
                 continue
-            points.setdefault(name, {})[x] = value
-    return {name: sorted(by_step.items()) for name, by_step in points.items()}
+            value = _number(cell)
+            if value is None:
+                continue
+            curve = curves.get(name)
+            if curve is None:
+                curve = curves[name] = _Curve(cap)
+            curve.add(x, value)
+    return {name: curve.sorted_points() for name, curve in curves.items()}
 
 
 def _number(cell: str | None) -> float | None:

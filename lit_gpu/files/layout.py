@@ -19,6 +19,9 @@ A run is ``ROOT/lit_gpu/version_N/`` (``ROOT`` = ``trainer.default_root_dir``)::
   folder over (one run, one folder, however often a job is requeued). A new folder appears whole,
   lock inside, by ``rename`` of a private temp folder, so no process ever sees an unlocked new run.
 * :func:`claim_evaluation`: ``evaluations/<command>_<k>`` of a run, a new one each time (``mkdir``).
+* :func:`own_folder`: the folder a run or an evaluation is made in (``ROOT/lit_gpu``, a run) must be a
+  real folder (not a link) of this user (or of root): in a shared root another user cannot redirect
+  runs into a folder of theirs by planting ``ROOT/lit_gpu`` as a link or a folder they own.
 
 No Lightning here; nothing read from these folders runs code.
 """
@@ -36,6 +39,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from lit_gpu import messages
+from lit_gpu.errors import LitGpuError
 
 NAME = "lit_gpu"
 CONFIG_NAME = "config.yaml"
@@ -311,6 +317,44 @@ def remove_dead_claims(parent: str | os.PathLike) -> None:
                     os.close(lock.fd)  # type: ignore[arg-type]
 
 
+NOT_YOUR_FOLDER = (
+    "{folder} is {what}, not a folder of yours, so no run is written there; use a folder of your own"
+    " via --trainer.default_root_dir"
+)
+
+
+def own_folder(folder: str | os.PathLike) -> Path:
+    """``folder`` made if missing (its parents too) and checked: a real folder owned by this user or root.
+
+    The check opens the folder itself with ``O_NOFOLLOW`` and reads its owner from that descriptor
+    (``fstat``), so a link swapped in between the ``mkdir`` and the check is refused, not followed. In a
+    sticky shared root (mode 1777, as scratch folders are) no other user can then move it away.
+
+    Raises:
+        LitGpuError: A link, not a folder, or another user's folder (one line naming it and its owner).
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)  # the root the user named: theirs to choose
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(folder, flags)
+    except OSError as err:
+        if err.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        what = "a link" if os.path.islink(folder) else "not a folder"
+        raise LitGpuError(NOT_YOUR_FOLDER.format(folder=messages.shown(folder), what=what)) from err
+    try:
+        uid = os.fstat(fd).st_uid
+    finally:
+        os.close(fd)
+    if uid not in (my_uid(), 0):
+        what = f"owned by {messages.shown(owner_name(uid))}"
+        raise LitGpuError(NOT_YOUR_FOLDER.format(folder=messages.shown(folder), what=what))
+    return folder
+
+
 def claim_run(
     root: str | os.PathLike, name: str = NAME, same_model: Callable[[Path], bool] | None = None
 ) -> Claim:
@@ -325,8 +369,7 @@ def claim_run(
     A new folder is made as ``.claim-<random>`` with its lock inside, then renamed to the next free
     ``version_N`` (names held by anything, another user's folder or a stray file, are passed over).
     """
-    parent = Path(root) / name
-    parent.mkdir(parents=True, exist_ok=True)
+    parent = own_folder(Path(root) / name)
     remove_dead_claims(parent)
     if same_model is not None:
         taken = _take_over(parent, same_model)
@@ -361,7 +404,7 @@ def claim_run(
 def claim_evaluation(run: str | os.PathLike, command: str) -> Path:
     """A new ``run/evaluations/<command>_<k>`` folder (``mkdir``: two evaluations never share one)."""
     base = Path(run) / EVALUATIONS
-    Path(run).mkdir(parents=True, exist_ok=True)  # ROOT/lit_gpu for an evaluation outside any run
+    own_folder(run)  # a run of yours, or ROOT/lit_gpu for an evaluation outside any run
     with contextlib.suppress(FileExistsError):
         os.mkdir(base)
     if not _real_dir(base):

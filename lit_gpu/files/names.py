@@ -1,7 +1,8 @@
 """Names that become parts of paths (a study name, a name derived from a file name) are checked as names.
 
-A name is one path component: not empty, not ``.`` or ``..``, no ``/``, ``\\`` or NUL, no control
-characters, at most :data:`MAX_NAME` characters. :func:`check_name` raises one line naming the flag
+A name is one path component: not empty, not ``.`` or ``..``, no ``/``, ``\\`` or NUL, no character
+that :func:`lit_gpu.messages.shown` would escape (control characters, C1 codes, bidi overrides,
+zero-width marks), at most :data:`MAX_NAME` characters. :func:`check_name` raises one line naming the flag
 that set it (or the file it came from) and the fix.
 """
 
@@ -22,8 +23,8 @@ def name_problem(name: object) -> str | None:
         return "it is . or .."
     if any(sep in name for sep in ("/", "\\", "\0")):
         return "it holds a path separator"
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
-        return "it holds control characters"
+    if len(name) <= MAX_NAME and messages.shown(name, limit=MAX_NAME + 1) != name:
+        return "it holds control or invisible characters"
     if len(name) > MAX_NAME:
         return f"it is longer than {MAX_NAME} characters"
     return None

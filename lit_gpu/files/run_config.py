@@ -54,20 +54,33 @@ _MAX_BYTES = 1 << 20  # a config.yaml is a few KB; a bigger one is not a run's
 
 
 # ---- which model a config describes ---------------------------------------------------------------
+_MAX_WALK = 2_000_000  # containers one signature walk visits at most
+
+
 def _class_paths(node: Any, skip_key: str = "") -> list[str]:
-    """Every ``class_path`` in a config tree, depth first, leaving out optimizer/scheduler subtrees."""
-    if skip_key and _SKIPPED_KEYS.search(skip_key):
-        return []
+    """Every ``class_path`` in a config tree, depth first, leaving out optimizer/scheduler subtrees.
+
+    Iterative (a walk over data never recurses on its shape) and bounded: a tree from
+    :func:`~lit_gpu.files.text.read_yaml` is acyclic and expands to at most ``max_nodes`` values; past
+    :data:`_MAX_WALK` containers (only a cyclic structure gets there) the walk stops.
+    """
     found: list[str] = []
-    if isinstance(node, Mapping):
-        if isinstance(node.get("class_path"), str):
-            found.append(node["class_path"])
-        for key, value in node.items():
-            if key != "class_path":
-                found.extend(_class_paths(value, str(key)))
-    elif isinstance(node, list | tuple):
-        for value in node:
-            found.extend(_class_paths(value, skip_key))
+    stack: list[tuple[Any, str]] = [(node, skip_key)]
+    walked = 0
+    while stack and walked < _MAX_WALK:
+        item, key = stack.pop()
+        if key and _SKIPPED_KEYS.search(key):
+            continue
+        if not isinstance(item, Mapping | list | tuple):
+            continue
+        walked += 1
+        if isinstance(item, Mapping):
+            if isinstance(item.get("class_path"), str):
+                found.append(item["class_path"])
+            children = [(value, str(k)) for k, value in item.items() if k != "class_path"]
+        else:
+            children = [(value, key) for value in item]
+        stack.extend(reversed(children))
     return found
 
 

@@ -187,24 +187,32 @@ def _checked_int(text: str) -> int:
 
 
 def _check_plain(value: Any, limits: Limits) -> None:
-    """Every integer in range and the nesting within ``max_depth`` (iterative; shared values once)."""
-    seen: set[int] = set()
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    """Every integer in range, nesting within ``max_depth``, no cycle (iterative; a shared value once)."""
+    done: set[int] = set()  # containers fully checked (a value shared by two parents is checked once)
+    open_: set[int] = set()  # containers on the current path: meeting one again is a cycle
+    stack: list[tuple[Any, int, bool]] = [(value, 0, False)]
     while stack:
-        item, depth = stack.pop()
+        item, depth, leaving = stack.pop()
+        if leaving:
+            open_.discard(id(item))
+            done.add(id(item))
+            continue
         if isinstance(item, bool):
             continue
         if isinstance(item, int):
             if not INT_MIN <= item <= INT_MAX:
                 raise _Bad(f"the integer {str(item)[:24]} is out of range (at most 2**63 - 1 in size)")
         elif isinstance(item, dict | list | tuple | set | frozenset):
-            if id(item) in seen:
+            if id(item) in open_:
+                raise _Bad("a value contains itself (a recursive alias)")
+            if id(item) in done:
                 continue
-            seen.add(id(item))
             if depth >= limits.max_depth:
                 raise _Bad(f"nested more than {limits.max_depth} levels deep")
+            open_.add(id(item))
+            stack.append((item, depth, True))
             children = [*item.keys(), *item.values()] if isinstance(item, dict) else list(item)
-            stack.extend((child, depth + 1) for child in children)
+            stack.extend((child, depth + 1, False) for child in children)
 
 
 # ---- JSON ---------------------------------------------------------------------------------------
@@ -227,6 +235,27 @@ def _no_constant(name: str) -> Any:
     raise _Bad(f"{name} is not a JSON value")
 
 
+#: characters in one JSON number literal (a double needs at most ~25; longer ones only cost time)
+MAX_FLOAT_LITERAL = 64
+
+
+def _checked_float(text: str) -> float:
+    """A JSON number with a fraction or exponent: short and finite (``1e400`` would be infinity)."""
+    if len(text) > MAX_FLOAT_LITERAL:
+        raise _Bad(f"the number {text[:24]}... is longer than {MAX_FLOAT_LITERAL} characters")
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _Bad(f"the number {text} is out of range (it would be infinity)")
+    return value
+
+
+def _any_float(text: str) -> float:
+    """As :func:`_checked_float` but infinity allowed (readers that take NaN and Infinity)."""
+    if len(text) > MAX_FLOAT_LITERAL:
+        raise _Bad(f"the number {text[:24]}... is longer than {MAX_FLOAT_LITERAL} characters")
+    return float(text)
+
+
 def parse_json(
     text: str,
     source: object,
@@ -241,7 +270,12 @@ def parse_json(
         raise BadFileError(source, f"is longer than {limits.max_bytes} characters", fix, line)
     try:
         _json_depth_ok(text, limits.max_depth)
-        return json.loads(text, parse_int=_checked_int, parse_constant=float if allow_nan else _no_constant)
+        return json.loads(
+            text,
+            parse_int=_checked_int,
+            parse_float=_any_float if allow_nan else _checked_float,
+            parse_constant=float if allow_nan else _no_constant,
+        )
     except _Bad as err:
         raise BadFileError(source, str(err), fix, line) from None
     except json.JSONDecodeError as err:
@@ -295,6 +329,14 @@ def _yaml_budget(text: str, source: object, limits: Limits, fix: str | None, loa
         if isinstance(event, yaml.CollectionEndEvent):
             anchor, size = stack.pop()
         elif isinstance(event, yaml.AliasEvent):
+            if any(entry[0] == event.anchor for entry in stack):
+                raise BadFileError(
+                    source,
+                    f"the alias *{messages.shown(event.anchor, limit=40)} is inside its own anchor"
+                    " (a value that contains itself)",
+                    fix,
+                    _line(event),
+                )
             anchor, size = None, sizes.get(event.anchor, 1)
         elif isinstance(event, yaml.ScalarEvent):
             anchor, size = event.anchor, 1

@@ -11,6 +11,7 @@ import torch
 import yaml
 
 from lit_gpu import runs
+from lit_gpu.files import layout
 from lit_gpu.files.run_config import config_of_checkpoint
 
 SIMPLE = {
@@ -304,3 +305,36 @@ def test_each_evaluation_gets_its_own_folder_in_its_run_and_logs_at_the_checkpoi
     torch.save({"global_step": 3}, loose)
     outside = runs.RunFolder(tmp_path, evaluates=runs.evaluation("predict", loose))
     assert outside.path == tmp_path / "lit_gpu" / "evaluations" / "predict_0"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a folder to another user")
+@pytest.mark.parametrize("planted", ["link", "their_folder", "file"])
+def test_a_planted_lit_gpu_folder_in_a_shared_root_is_refused_and_nothing_written_there(tmp_path, planted):
+    from lit_gpu.errors import LitGpuError
+
+    root, elsewhere = tmp_path / "shared", tmp_path / "elsewhere"
+    root.mkdir()
+    root.chmod(0o1777)
+    elsewhere.mkdir()
+    os.chown(elsewhere, 65534, 65534)
+    if planted == "link":
+        (root / "lit_gpu").symlink_to(elsewhere)
+        os.chown(root / "lit_gpu", 65534, 65534, follow_symlinks=False)
+    elif planted == "their_folder":
+        (root / "lit_gpu").mkdir()
+        os.chown(root / "lit_gpu", 65534, 65534)
+    else:
+        (root / "lit_gpu").write_text("")
+    for claim in (lambda: layout.claim_run(root), lambda: layout.claim_evaluation(root / "lit_gpu", "test")):
+        with pytest.raises(LitGpuError) as err:
+            claim()
+        message = str(err.value)
+        assert "\n" not in message and "--trainer.default_root_dir" in message and "lit_gpu" in message
+        assert ("uid 65534" in message) == (planted == "their_folder")
+    assert list(elsewhere.iterdir()) == []
+    if planted == "their_folder":
+        assert list((root / "lit_gpu").iterdir()) == []
+    mine = tmp_path / "mine"
+    claim = layout.claim_run(mine)  # made fresh: a real folder of this user
+    assert claim.folder.parent == mine / "lit_gpu" and not (mine / "lit_gpu").is_symlink()
+    claim.lock.release()

@@ -8,10 +8,11 @@ import random
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from lit_gpu.callbacks import rng_state
-from lit_gpu.callbacks.rng_state import RNGStateCallback
+from lit_gpu.callbacks.rng_state import RNGStateCallback, _capture
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
@@ -94,3 +95,74 @@ def test_a_mid_step_save_without_kept_host_states_saves_the_live_ones(tmp_path, 
     saved = checkpoint["callbacks"][callback.state_key]
     assert saved["python"] == [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]]
     assert torch.equal(saved["torch"], callback._step_state["torch"])
+
+
+def _malformed(name: str) -> dict:
+    state = RNGStateCallback().state_dict()
+    if name == "python_short":
+        state["python"] = (3, (1, 2, 3), None)
+    elif name == "python_word_out_of_range":
+        state["python"] = [3, [2**32] * 625, None]
+    elif name == "python_version":
+        state["python"][0] = 7
+    elif name == "no_numpy":
+        del state["numpy"]
+    elif name == "numpy_tuple":
+        state["numpy"] = ("MT19937", "keys")
+    elif name == "numpy_kind":
+        state["numpy"][0] = "PCG64"
+    elif name == "numpy_keys_float":
+        state["numpy"][1] = torch.zeros(624)
+    elif name == "numpy_pos":
+        state["numpy"][2] = 10_000
+    elif name == "torch_size":
+        state["torch"] = torch.zeros(3, dtype=torch.uint8)
+    elif name == "torch_dtype":
+        state["torch"] = state["torch"].float()
+    elif name == "cuda_not_tensors":
+        state["cuda"] = ["x"]
+    elif name == "not_a_mapping":
+        return [1, 2]  # type: ignore[return-value]
+    return state
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "python_short",
+        "python_word_out_of_range",
+        "python_version",
+        "no_numpy",
+        "numpy_tuple",
+        "numpy_kind",
+        "numpy_keys_float",
+        "numpy_pos",
+        "torch_size",
+        "torch_dtype",
+        "cuda_not_tensors",
+        "not_a_mapping",
+    ],
+)
+def test_a_malformed_rng_state_is_one_line_naming_the_checkpoint_and_sets_nothing(name):
+    from types import SimpleNamespace
+
+    from lit_gpu.errors import LitGpuError
+
+    callback = RNGStateCallback()
+    callback._trainer = SimpleNamespace(ckpt_path="/runs/v0/checkpoints/last.ckpt")
+    before = _capture()
+    with pytest.raises(LitGpuError) as err:
+        callback.load_state_dict(_malformed(name))
+    message = str(err.value)
+    assert "\n" not in message and "/runs/v0/checkpoints/last.ckpt" in message and "--ckpt_path" in message
+    after = _capture()
+    assert torch.equal(before["torch"], after["torch"]) and before["python"] == after["python"]
+    assert np.array_equal(before["numpy"][1], after["numpy"][1])
+
+
+def test_a_well_formed_rng_state_restores_every_generator():
+    callback = RNGStateCallback()
+    saved = callback.state_dict()
+    drawn = (random.random(), float(np.random.rand()), float(torch.rand(1)))
+    callback.load_state_dict(saved)
+    assert (random.random(), float(np.random.rand()), float(torch.rand(1))) == drawn

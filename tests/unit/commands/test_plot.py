@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from lit_gpu.cli import main
 from lit_gpu.commands.plot import (
     CONFUSION_SIZE_PX,
     CURVES_SIZE_PX,
+    MAX_POINTS,
     confusion_matrix,
     plot_confusion_matrix,
     plot_run,
@@ -135,3 +137,54 @@ def test_plot_of_a_root_skips_a_version_folder_planted_as_a_link(tmp_path):
     (tmp_path / "runs" / "lit_gpu" / "version_9").symlink_to(elsewhere)
     assert find_metrics(tmp_path / "runs") == mine / "metrics.csv"
     assert find_metrics(tmp_path / "runs" / "lit_gpu") == mine / "metrics.csv"
+
+
+def _run_under_address_limit(margin: int, call) -> int:
+    """Exit status of ``call()`` in a forked child whose address space may grow by at most ``margin``
+    bytes (``RLIMIT_AS``): 0 when it returned, 3 on ``MemoryError``, 1 on anything else."""
+    import resource
+
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            with open("/proc/self/statm") as f:
+                size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            resource.setrlimit(resource.RLIMIT_AS, (size + margin, size + margin))
+            call()
+            code = 0
+        except MemoryError:
+            code = 3
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def test_a_500_000_row_metrics_file_is_read_in_constant_memory(tmp_path):
+    run = tmp_path / "lit_gpu" / "version_0"
+    run.mkdir(parents=True)
+    (run / "metrics.csv").write_text("train/loss\n" + "1\n" * 500_000)  # 1 MiB; one point per row
+
+    def read() -> None:
+        assert len(read_metrics(run)["train/loss"]) <= MAX_POINTS + 1
+
+    # all its points held would take ~80 MiB; the kept ones, well under the file's size
+    assert _run_under_address_limit(24 << 20, read) == 0
+
+
+def test_a_long_curve_keeps_evenly_spaced_points_and_its_last(tmp_path):
+    run = tmp_path / "version_0"
+    run.mkdir()
+    rows = 3 * MAX_POINTS + 7
+    (run / "metrics.csv").write_text("step,train/loss\n" + "".join(f"{i},{i / 2}\n" for i in range(rows)))
+    points = read_metrics(run)["train/loss"]
+    assert MAX_POINTS // 2 <= len(points) <= MAX_POINTS + 1
+    assert points[0] == (0, 0) and points[-1] == (rows - 1, (rows - 1) / 2)  # first and newest kept
+    steps = [x for x, _ in points[:-1]]
+    stride = steps[1] - steps[0]
+    assert stride > 1 and all(b - a == stride for a, b in zip(steps, steps[1:], strict=False))
+    assert all(y == x / 2 for x, y in points)  # each kept point is the file's own value
+    # a restarted run's rows at kept steps still win over the earlier attempt's
+    with open(run / "metrics.csv", "a") as f:
+        f.write(f"{steps[1]},-1\n")
+    assert (steps[1], -1.0) in read_metrics(run)["train/loss"]

@@ -156,7 +156,9 @@ def test_environment_records(monkeypatch):
     _one_line(err, FREE_CHOICE_ENV)
 
 
-@pytest.mark.parametrize("name", ["..", ".", "a/b", "", "x\0y", "a\\b", "a\nb"])
+@pytest.mark.parametrize(
+    "name", ["..", ".", "a/b", "", "x\0y", "a\\b", "a\nb", "a\x9bb", "a\u202eb", "a\u200bb", "a\x1b[2Jb"]
+)
 def test_names_are_names(name):
     with pytest.raises(LitGpuError) as err:
         check_name(name, "--study_name", "pass a plain name")
@@ -239,3 +241,43 @@ def test_a_journal_that_is_not_optuna_s(tmp_path):
         with pytest.raises(LitGpuError) as err:
             make_storage(str(journal), tmp_path)
         _one_line(err, str(journal), part)
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["x: &a [*a]", "x: &a {k: *a}", "x: &a [1, [2, *a]]", "a: &a [1]\nb: &a [*a]"],
+)
+def test_a_yaml_alias_inside_its_own_anchor_is_refused(tmp_path, source):
+    with pytest.raises(BadFileError) as err:
+        text.parse_yaml(source, "config.yaml")
+    _one_line(err, "config.yaml", "contains itself")
+    # an alias to a finished anchor is fine, shared or not
+    assert text.parse_yaml("a: &a [1]\nb: [*a, *a]", "ok.yaml") == {"a": [1], "b": [[1], [1]]}
+
+
+def test_the_plain_data_check_refuses_a_cycle_without_recursing():
+    cyclic: list = []
+    cyclic.append(cyclic)
+    with pytest.raises(text._Bad, match="contains itself"):
+        text._check_plain({"x": cyclic}, text.YAML_LIMITS)
+    shared = [1]
+    text._check_plain([shared, shared, {"k": shared}], text.YAML_LIMITS)  # shared, not cyclic
+
+
+def test_a_run_config_with_a_recursive_alias_has_no_signature(tmp_path):
+    from lit_gpu.files.run_config import _class_paths, _read
+
+    path = tmp_path / "config.yaml"
+    path.write_text("model:\n  class_path: m.M\n  init_args:\n    extra: &a [*a]\n")
+    assert _read(path) is None  # unreadable: not this run's config, never a RecursionError
+    cyclic: list = [{"class_path": "x.Y"}]
+    cyclic.append(cyclic)
+    assert set(_class_paths({"k": cyclic})) == {"x.Y"}  # bounded even on data no reader makes
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1e999", "1" * 4000 + ".5", "0." + "1" * 100])
+def test_json_numbers_that_are_infinite_or_too_long_are_refused(number):
+    with pytest.raises(BadFileError) as err:
+        text.parse_json(f'{{"value": {number}}}', "trial.json")
+    _one_line(err, "trial.json", "number")
+    assert text.parse_json('{"value": 1.5e308}', "ok.json") == {"value": 1.5e308}
