@@ -394,6 +394,15 @@ def tell(text: str, *, stream: TextIO | None = None) -> None:
         print(PREFIX + text, file=sys.stderr if stream is None else stream, flush=True)
 
 
+#: longest error line printed; an error is one line, whatever text from files it quotes
+ERROR_MAX_CHARS = 4000
+
+
 def tell_error(text: str) -> None:
-    """Print ``lit-gpu: error: <text>`` to stderr, on every rank (each rank exits on its own)."""
-    print(f"{PREFIX}error: {text}", file=sys.stderr, flush=True)
+    """Print ``lit-gpu: error: <text>`` to stderr, on every rank (each rank exits on its own).
+
+    The whole line goes through :func:`shown`: whatever an error quotes from a file or an exception (a path,
+    a key, a value), it stays one line with no control characters, so no file can forge a line or drive
+    the terminal through an error.
+    """
+    print(f"{PREFIX}error: {shown(text, limit=ERROR_MAX_CHARS)}", file=sys.stderr, flush=True)

@@ -721,7 +721,7 @@ def check_bounds(
         archive, prefix, records = _records(source, size, where)
         try:
             pickled = archive.read(prefix + "data.pkl")  # stored, so at most the file's size
-        except (zipfile.BadZipFile, OSError) as err:
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as err:
             raise BoundsError(f"{where}: data.pkl is damaged ({err}); the file is corrupt") from None
         scan = _Scan(records, limits.budget(size), limits, where, limits.max_nodes + len(pickled))
         scan.run(io.BytesIO(pickled))

@@ -83,7 +83,13 @@ def check_checkpoint_file(path: str | os.PathLike) -> Path:
         try:
             with zipfile.ZipFile(path) as archive:
                 archive.infolist()
-        except (zipfile.BadZipFile, OSError) as err:
+        except (
+            zipfile.BadZipFile,
+            OSError,
+            ValueError,
+            EOFError,
+            NotImplementedError,
+        ) as err:  # names not UTF-8
             raise _corrupt(path, err) from None
         return path
     with open(path, "rb") as f:

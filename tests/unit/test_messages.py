@@ -50,3 +50,12 @@ def test_shown_escapes_control_characters_and_keeps_one_line() -> None:
     assert shown(3.5) == "3.5"
     long = shown("x" * 1000)
     assert len(long) == 200 and long.endswith("\u2026")
+
+
+def test_an_error_line_is_one_line_whatever_it_quotes(capsys) -> None:
+    from lit_gpu import messages
+
+    messages.tell_error("checkpoint /tmp/x\n\x1b]0;pwned\x07lit-gpu: error: forged is corrupt")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith("\n") and "\x1b" not in err and "\x07" not in err
+    assert err.startswith("lit-gpu: error: checkpoint /tmp/x\\n\\x1b]0;pwned\\x07lit-gpu: error: forged")

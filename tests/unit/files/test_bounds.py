@@ -217,3 +217,23 @@ def test_error_text_from_a_file_is_escaped(tmp_path):
     message = str(info.value)
     assert "\x1b" not in message and "\u202e" not in message and "\n" not in message
     assert "cpu\\x1b[2J" in message
+
+
+def test_a_member_name_that_is_not_utf8_is_the_one_corrupt_line(tmp_path):
+    """A zip whose central directory flags its names as UTF-8 but holds a byte that is not: the zip module
+    raises UnicodeDecodeError while listing the members; every reader answers with the corrupt line."""
+    import struct
+
+    from lit_gpu.files.checkpoint import read_header
+
+    path = tmp_path / "a.ckpt"
+    torch.save({"state_dict": {"w": torch.ones(2)}, "pytorch-lightning_version": "2.6.6"}, path)
+    data = bytearray(path.read_bytes())
+    entry = data.find(b"PK\x01\x02")
+    flags = struct.unpack("<H", data[entry + 8 : entry + 10])[0] | 0x800  # "names are UTF-8"
+    data[entry + 8 : entry + 10] = struct.pack("<H", flags)
+    data[entry + 46] = 0xFF  # the first byte of the first name
+    path.write_bytes(bytes(data))
+    for read in (read_header, read_checkpoint):
+        with pytest.raises(CheckpointError, match="corrupt or truncated"):
+            read(path)
