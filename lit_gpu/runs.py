@@ -147,7 +147,18 @@ def _header(ckpt_path: str | os.PathLike, header: Any) -> Any:
         return None
 
 
-def continuation(ckpt_path: str | os.PathLike | None, header: Any = None) -> Continuation | None:
+#: ``run=`` not given: :func:`continuation` and :func:`evaluation` find the checkpoint's run folder themselves
+#: (Python callers); the CLI hands on the one its ``--ckpt_path`` resolution found
+FIND = object()
+
+
+def _run_of(ckpt_path: str | os.PathLike, run: Any) -> layout.RunDir | None:
+    return layout.run_of_checkpoint(ckpt_path) if run is FIND else run
+
+
+def continuation(
+    ckpt_path: str | os.PathLike | None, header: Any = None, run: Any = FIND
+) -> Continuation | None:
     """How a fit resumed from ``ckpt_path`` continues its run folder, or ``None`` (a new folder).
 
     Only a checkpoint inside one of *your* run folders (``version_N/checkpoints/``) continues it (another
@@ -155,7 +166,7 @@ def continuation(ckpt_path: str | os.PathLike | None, header: Any = None) -> Con
     ``header`` (the checkpoint's header, read once by the ``--ckpt_path`` resolution; read here when
     not given; tensors are not loaded).
     """
-    run = layout.run_of_checkpoint(ckpt_path) if ckpt_path and Path(ckpt_path).is_file() else None
+    run = _run_of(ckpt_path, run) if ckpt_path and Path(ckpt_path).is_file() else None
     if run is None:
         return None
     if not run.mine:
@@ -187,7 +198,9 @@ class Evaluation:
     step: int | None = None
 
 
-def evaluation(command: str, ckpt_path: str | os.PathLike | None, header: Any = None) -> Evaluation:
+def evaluation(
+    command: str, ckpt_path: str | os.PathLike | None, header: Any = None, run: Any = FIND
+) -> Evaluation:
     """Where the evaluation of ``ckpt_path`` writes: inside the checkpoint's run when it is yours."""
     if not ckpt_path or not Path(ckpt_path).is_file():
         return Evaluation(command)
@@ -195,7 +208,7 @@ def evaluation(command: str, ckpt_path: str | os.PathLike | None, header: Any = 
     step = header.get("global_step") if isinstance(header, Mapping) else None
     # the training curves log a batch's metrics at its index: the checkpoint's last batch is step - 1
     step = max(step - 1, 0) if isinstance(step, int) and not isinstance(step, bool) else None
-    run = layout.run_of_checkpoint(ckpt_path)
+    run = _run_of(ckpt_path, run)
     if run is None:
         return Evaluation(command, None, step)
     if not run.mine:

@@ -79,14 +79,16 @@ def trainer_loggers(
     if not kinds:
         return [], None
     ckpt_path = config_value(config, "ckpt_path")
-    header = resolution.header if resolution is not None and resolution.path == ckpt_path else None
+    resolved = resolution is not None and resolution.path == ckpt_path  # its header and run, found once
+    header = resolution.header if resolved else None
+    run = resolution.run if resolved else runs.FIND
     if subcommand in ("validate", "test", "predict"):
-        evaluates = runs.evaluation(subcommand, ckpt_path, header)
+        evaluates = runs.evaluation(subcommand, ckpt_path, header, run)
         folder = runs.RunFolder(root_dir(config), runs.DEFAULT_NAME, evaluates=evaluates)
         return runs.make_loggers(kinds, folder), folder
     continues = None
     if subcommand == "fit" and not config_value(config, "new_run", False):
-        continues = runs.continuation(ckpt_path, header)  # the ckpt's folder, found from the file
+        continues = runs.continuation(ckpt_path, header, run)
     parsed = config if parsed is None else parsed
     model = {"model": _plain(config_value(parsed, "model")), "data": _plain(config_value(parsed, "data"))}
     folder = runs.RunFolder(

@@ -332,9 +332,18 @@ NOT_LIGHTNING = (
 )
 
 
+#: top-level keys of a checkpoint Lightning's ``Trainer.save_checkpoint`` writes
+LIGHTNING_KEYS = frozenset({"pytorch-lightning_version", "state_dict", "global_step", "epoch", "loops"})
+
+
 def not_lightning(path: str | os.PathLike, header: Any) -> str | None:
-    """Why the file at ``path`` (its ``header``) cannot start or resume a run, or ``None`` when it can."""
-    if isinstance(header, Mapping) and "pytorch-lightning_version" in header:
+    """Why the file at ``path`` (its ``header``) cannot start or resume a run, or ``None`` when it can.
+
+    A file is taken for a Lightning checkpoint when its top-level dict has one of the keys Lightning writes
+    (a damaged one is then Lightning's to report); a plain state_dict, a safetensors file or any other
+    object is named.
+    """
+    if isinstance(header, Mapping) and not _plain_state_dict(header) and LIGHTNING_KEYS & set(header):
         return None
     return NOT_LIGHTNING.format(path=messages.shown(path), what=_what_it_is(path, header))
 

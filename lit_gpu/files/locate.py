@@ -334,13 +334,16 @@ class Resolution:
 
     ``path`` is the checkpoint to use (``None``: train from scratch), ``header`` its header, read once
     here and handed on (the model-class check, the step a continued run logs from), ``line`` the
-    resolution line (values from files already passed through :func:`lit_gpu.messages.shown`).
+    resolution line (values from files already passed through :func:`lit_gpu.messages.shown`), ``run``
+    the run folder the checkpoint belongs to (found once, here; ``None``: not inside a run folder), which a
+    continued fit or an evaluation writes into when it is yours.
     """
 
     key: str
     path: str | None
     header: Any = None
     line: str | None = None
+    run: layout.RunDir | None = None
 
 
 def _header_facts(path: Path, header: Any, monitor: str | None) -> run_choice.CkptFacts:
@@ -427,7 +430,8 @@ def resolve(config: Any, where: Where) -> Resolution | None:
             return None
         refuse_escaping_link(which, str(which))
         check_checkpoint_file(which)
-        return Resolution(key, str(which), check_checkpoint(which, sub))
+        header = check_checkpoint(which, sub)
+        return Resolution(key, str(which), header, run=layout.run_of_checkpoint(which))
     if which == "best" and subcommand == "fit":
         return None
     text = messages.RESUMING_FROM if subcommand == "fit" else messages.USING_CHECKPOINT
@@ -437,15 +441,16 @@ def resolve(config: Any, where: Where) -> Resolution | None:
             raise LitGpuError(messages.NO_CKPT_IN_DIRPATH.format(which=which, dirpath=where.dirpath))
         header = check_checkpoint(choice.path, sub, headers[choice.path])
         why = f"{choice.reason} in checkpoint.dirpath {shown(where.dirpath)}"
-        return Resolution(key, str(choice.path), header, text.format(path=shown(choice.path), why=why))
+        line = text.format(path=shown(choice.path), why=why)
+        return Resolution(key, str(choice.path), header, line, layout.run_of_checkpoint(choice.path))
     wanted = Signature.of({"model": _plain(_get(sub, "model")), "data": _plain(_get(sub, "data"))})
     found = [
         (run, _run_facts(run, wanted, which)) for parent in where.parents for run in layout.list_runs(parent)
     ]
-    folder_of = {id(facts): run.path for run, facts in found}
+    run_of = {id(facts): run for run, facts in found}
     usable, skipped = run_choice.order_runs([facts for _, facts in found], which)
     for run in usable:
-        folder = folder_of[id(run)]
+        folder = run_of[id(run)].path
         choice, headers = _read_files(run_checkpoints(folder, which), which, sub, where)
         if choice is None:
             skipped.append(run_choice.Skipped(run.name, run.version, f"no complete {which}*.ckpt"))
@@ -455,7 +460,8 @@ def resolve(config: Any, where: Where) -> Resolution | None:
         newer = run_choice.skipped_newer(sorted(skipped, key=lambda s: -s.version), run.version)
         if newer:
             why += f"; passed over newer {newer}"
-        return Resolution(key, str(choice.path), header, text.format(path=shown(choice.path), why=why))
+        line = text.format(path=shown(choice.path), why=why)
+        return Resolution(key, str(choice.path), header, line, run_of[id(run)])
     message = messages.NO_MATCHING_RUN.format(
         which=which,
         model=wanted.describe(),

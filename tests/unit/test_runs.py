@@ -338,3 +338,23 @@ def test_a_planted_lit_gpu_folder_in_a_shared_root_is_refused_and_nothing_writte
     claim = layout.claim_run(mine)  # made fresh: a real folder of this user
     assert claim.folder.parent == mine / "lit_gpu" and not (mine / "lit_gpu").is_symlink()
     claim.lock.release()
+
+
+def test_the_run_a_resolution_found_is_used_not_looked_up_again(tmp_path, monkeypatch):
+    """The CLI hands on the run folder its ``--ckpt_path`` resolution found: continuing the run or placing
+    an evaluation looks at the layout no second time."""
+    from lit_gpu.files import layout
+
+    folder = _run(tmp_path / "lit_gpu", 2, SIMPLE)
+    ckpt = folder / "checkpoints" / "last.ckpt"
+    torch.save(_header(5, True, 6), ckpt)
+    found = layout.run_of_checkpoint(ckpt)
+
+    def looked_up_again(path):
+        raise AssertionError(f"the run of {path} was looked up a second time")
+
+    monkeypatch.setattr(layout, "run_of_checkpoint", looked_up_again)
+    header = torch.load(ckpt, weights_only=True)
+    assert runs.continuation(ckpt, header, found) == runs.Continuation(folder, 6)
+    assert runs.evaluation("test", ckpt, header, found).run == folder
+    assert runs.continuation(ckpt, header, None) is None  # resolved: not inside a run folder
