@@ -177,16 +177,7 @@ def find_runs(parent: str | os.PathLike) -> list[Run]:
 
 def run_checkpoints(folder: str | os.PathLike, prefix: str = "") -> list[Path]:
     """Non-empty ``{prefix}*.ckpt`` in ``folder/checkpoints`` (a link leaving the run: refused when read)."""
-    ckpt_dir = Path(folder) / layout.CHECKPOINTS
-    try:
-        entries = sorted(ckpt_dir.iterdir())
-    except OSError:
-        return []
-    return [
-        p
-        for p in entries
-        if p.name.startswith(prefix) and p.name.endswith(".ckpt") and p.is_file() and p.stat().st_size > 0
-    ]
+    return _dir_files(Path(folder) / layout.CHECKPOINTS, prefix)
 
 
 def _listing(runs: Sequence[Run], limit: int = 4) -> str:
@@ -474,6 +465,7 @@ def resolve(config: Any, where: Where) -> Resolution | None:
 
 
 def _dir_files(dirpath: str | os.PathLike, which: str) -> list[Path]:
+    """Non-empty ``{which}*.ckpt`` directly in ``dirpath``, sorted; none when it cannot be listed."""
     folder = Path(dirpath)
     try:
         entries = sorted(folder.iterdir())
