@@ -425,18 +425,19 @@ def make_loggers(kinds: Sequence[str], run: RunFolder) -> list[Any]:
 
     Args:
         kinds: Any of :data:`LOGGER_KINDS` (``csv``: ``metrics.csv`` for ``lit-gpu plot``;
-            ``tensorboard``: event files for ``tensorboard --logdir ROOT``), in this order;
-            the first one's folder is the Trainer's ``log_dir``.
+            ``tensorboard``: event files for ``tensorboard --logdir ROOT``). TensorBoard's comes first
+            whatever the order given, as in stock Lightning: it is the ``self.logger`` a module sees
+            (``self.logger.experiment.add_image``); both share the folder (the Trainer's ``log_dir``).
         run: The shared run folder.
     """
+    unknown = [kind for kind in kinds if kind not in LOGGER_KINDS]
+    if unknown:
+        raise ValueError(f"unknown logger {unknown[0]!r}; choose from {', '.join(LOGGER_KINDS)}")
     loggers: list[Any] = []
-    for kind in dict.fromkeys(kinds):
-        if kind == "csv":
-            loggers.append(RunCSVLogger(run))
-        elif kind == "tensorboard":
-            loggers.append(RunTensorBoardLogger(run))
-        else:
-            raise ValueError(f"unknown logger {kind!r}; choose from {', '.join(LOGGER_KINDS)}")
+    if "tensorboard" in kinds:
+        loggers.append(RunTensorBoardLogger(run))
+    if "csv" in kinds:
+        loggers.append(RunCSVLogger(run))
     return loggers
 
 
