@@ -285,7 +285,7 @@ def _resume_plain_loaders(trainer: Any) -> None:
         done = 0
     for loader in train_loaders(trainer):
         if isinstance(loader, ReplayDataLoader):
-            why = None if loader.resume_at(done) or not done else "the checkpoint holds no state of it"
+            why = loader.resume_at(done)
         else:
             why = why_not_replayable(loader) if done else None
         if why is not None:

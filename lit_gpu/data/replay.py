@@ -41,12 +41,14 @@ __all__ = [
 
 REPLAY_STATE_VERSION = 1
 # The restored state's contract, checked by check_replay_state before anything is set: a mapping
-# {"replay_state": 1, "generators": [...]}, generators a list of at most 3 one-dimensional uint8 tensors
-# (the global torch generator's state, then the loader's generator's, then the random sampler's), as many as
-# the loader has and each the size of that generator's state; or [] before the loader's first epoch started.
+# {"replay_state": 1, "generators": [...], "batches": N}; generators a list of at most 3 one-dimensional
+# uint8 tensors (the global torch generator's state, then the loader's generator's, then the random
+# sampler's), as many as the loader has and each the size of that generator's state, or [] before the
+# loader's first epoch started; batches (the loader's length when saved) an int in [0, 2**62].
 REPLAY_STATE_CONTRACT: dict[str, Any] = {
     "replay_state": (int, REPLAY_STATE_VERSION),
     "generators": (list, {"max_len": 3, "item": (torch.Tensor, torch.uint8, 1)}),
+    "batches": (int, (0, 2**62)),
 }
 REPLAYABLE_SAMPLERS = (SequentialSampler, RandomSampler, DistributedSampler)
 
@@ -84,9 +86,12 @@ def make_replayable(loaders: list[Any]) -> list[Any]:
 def check_replay_state(state: Any, sizes: list[int]) -> str | None:
     """What is wrong with ``state`` for generators whose states have ``sizes`` bytes (``None``: nothing)."""
     if not isinstance(state, dict) or set(state) != set(REPLAY_STATE_CONTRACT):
-        return "not a replay state (keys replay_state, generators)"
+        return "not a replay state (keys replay_state, generators, batches)"
     if state["replay_state"] != REPLAY_STATE_VERSION or isinstance(state["replay_state"], bool):
         return f"replay state version {state['replay_state']!r}, not {REPLAY_STATE_VERSION}"
+    batches = state["batches"]
+    if not isinstance(batches, int) or isinstance(batches, bool) or not 0 <= batches <= 2**62:
+        return "its batch count is not an integer in range"
     generators = state["generators"]
     if not isinstance(generators, list) or len(generators) not in (0, len(sizes)):
         return f"{len(sizes)} generator states expected"
@@ -103,11 +108,12 @@ class ReplayDataLoader(DataLoader):
     """
 
     _pass_states: list[torch.Tensor] | None = None  # the generators' states at this pass's first fetch
+    _saved_batches: int | None = None  # the loader's length in the run that saved the restored state
     _skip: int = 0  # batches the next pass skips (a resume mid-epoch)
     _handed_out: int = 0  # batches of the current pass handed out (skipped ones included)
 
     def _replay_init(self) -> None:
-        self._pass_states, self._skip, self._handed_out = None, 0, 0
+        self._pass_states, self._skip, self._handed_out, self._saved_batches = None, 0, 0, None
 
     def _generators(self) -> list[torch.Generator]:
         generators = [torch.default_generator]
@@ -123,14 +129,22 @@ class ReplayDataLoader(DataLoader):
         """Batches of the current epoch handed out (trained on, or in flight), the skipped ones included."""
         return self._handed_out
 
-    def resume_at(self, batches: int) -> bool:
+    def resume_at(self, batches: int) -> str | None:
         """The next pass continues the saved epoch after its first ``batches`` batches (0: a new epoch).
 
-        False when it cannot: no saved state (a checkpoint written before its epoch's first fetch, or by a
-        lit_gpu that saved none); the pass then starts at the epoch's first batch.
+        Returns why it cannot (``None``: it can): no saved state (a checkpoint written before its epoch's
+        first fetch, or by a lit_gpu that saved none), or an epoch of another length (another batch size
+        or number of processes); the pass then starts at the epoch's first batch.
         """
-        self._skip = batches if self._pass_states is not None else 0
-        return self._pass_states is not None
+        self._skip = 0
+        if not batches:
+            return None
+        if self._pass_states is None:
+            return "the checkpoint holds no state of it"
+        if self._saved_batches is not None and self._saved_batches != len(self):
+            return f"its epoch had {self._saved_batches} batches, now {len(self)}"
+        self._skip = batches
+        return None
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         return self._pass()  # a generator: nothing is drawn before the first fetch, as in a DataLoader
@@ -155,7 +169,11 @@ class ReplayDataLoader(DataLoader):
 
     def state_dict(self) -> dict[str, Any]:
         """The generators' states at the current epoch's first fetch (see :data:`REPLAY_STATE_CONTRACT`)."""
-        return {"replay_state": REPLAY_STATE_VERSION, "generators": list(self._pass_states or [])}
+        return {
+            "replay_state": REPLAY_STATE_VERSION,
+            "generators": list(self._pass_states or []),
+            "batches": len(self),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Keep the saved epoch's generator states; :meth:`resume_at` says how far the epoch had gone."""
@@ -168,6 +186,7 @@ class ReplayDataLoader(DataLoader):
                 "train_dataloader() is not this one: resume from another checkpoint, or start afresh"
             )
         self._pass_states = [t.clone() for t in state["generators"]] or None
+        self._saved_batches = state["batches"]
 
 
 def _skip_batches(iterator: Any, batches: int, workers: int) -> None:

@@ -826,3 +826,17 @@ def test_dataloader_get_iterator__set_sigchld_handler():
     assert "self._get_iterator()" in inspect.getsource(DataLoader.__iter__)
     assert callable(signal_handling._set_SIGCHLD_handler)
     assert isinstance(signal_handling._SIGCHLD_handler_set, bool)
+
+
+@pins("lightning")
+def test_fit_loop__setup_data__load_combined_loader_states():
+    """lit_gpu.upstream.train_loaders: setup_data builds the train loaders, then calls the loop's
+    ``_load_combined_loader_states`` (looked up on the instance), then creates their iterator."""
+    from lightning.pytorch.loops.fit_loop import _FitLoop
+
+    source = inspect.getsource(_FitLoop.setup_data)
+    built = source.index("combined_loader.flattened = dataloaders")
+    loaded = source.index("self._load_combined_loader_states()")
+    iterated = source.index("iter(self._data_fetcher)")
+    assert built < loaded < iterated
+    assert "self._combined_loader = combined_loader" in source[:loaded]
