@@ -840,3 +840,15 @@ def test_fit_loop__setup_data__load_combined_loader_states():
     iterated = source.index("iter(self._data_fetcher)")
     assert built < loaded < iterated
     assert "self._combined_loader = combined_loader" in source[:loaded]
+
+
+@pins("lightning")
+def test_evaluation_loop__seen_batches_per_dataloader():
+    """lit_gpu.upstream.logging_state.val_steps: the step of per-step validation rows is this counter,
+    zeroed when the loop builds its loaders, logged at and incremented after each batch."""
+    from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
+
+    assert "self._seen_batches_per_dataloader = defaultdict(int)" in inspect.getsource(_EvaluationLoop.setup_data)
+    source = inspect.getsource(_EvaluationLoop._evaluation_step)
+    assert "update_eval_step_metrics(self._seen_batches_per_dataloader[dataloader_idx])" in source
+    assert "self._seen_batches_per_dataloader[dataloader_idx] += 1" in source
