@@ -848,7 +848,8 @@ def test_evaluation_loop__seen_batches_per_dataloader():
     zeroed when the loop builds its loaders, logged at and incremented after each batch."""
     from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
 
-    assert "self._seen_batches_per_dataloader = defaultdict(int)" in inspect.getsource(_EvaluationLoop.setup_data)
+    zeroed = "self._seen_batches_per_dataloader = defaultdict(int)"
+    assert zeroed in inspect.getsource(_EvaluationLoop.setup_data)
     source = inspect.getsource(_EvaluationLoop._evaluation_step)
     assert "update_eval_step_metrics(self._seen_batches_per_dataloader[dataloader_idx])" in source
     assert "self._seen_batches_per_dataloader[dataloader_idx] += 1" in source
