@@ -129,6 +129,7 @@ class Continuation:
 
     folder: Path
     step: int
+    global_step: int | None = None  # the checkpoint's (optimizer steps); named where it is not ``step``
 
 
 NOT_YOUR_RUN = "the run {folder} of {ckpt} is owned by {owner}, not by you: {what} goes to a folder of yours"
@@ -180,7 +181,9 @@ def continuation(
     refuse_links_out_of(run.path)  # hparams.yaml, metrics.csv, config.N.yaml... are written there
     header = _header(ckpt_path, header)
     step = resume_log_step(header) if isinstance(header, Mapping) else None
-    return None if step is None else Continuation(run.path, step)
+    global_step = header.get("global_step") if isinstance(header, Mapping) else None
+    global_step = global_step if isinstance(global_step, int) and not isinstance(global_step, bool) else None
+    return None if step is None else Continuation(run.path, step, global_step)
 
 
 @dataclass(frozen=True)
@@ -380,6 +383,8 @@ class RunFolder:
         dropped = continue_run(folder, step)
         self._version = folder.name
         note = messages.CONTINUING_DROPPED.format(rows=dropped) if dropped else ""
+        if continues.global_step is not None and continues.global_step not in (step, step - 1):
+            note = messages.CONTINUING_OPTIMIZER_STEPS.format(global_step=continues.global_step) + note
         messages.tell(messages.CONTINUING_RUN.format(folder=shown(folder), step=step, dropped=note))
 
     def _same_model_check(self) -> Any:
