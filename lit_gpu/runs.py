@@ -22,7 +22,7 @@ import os
 import re
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +129,7 @@ class Continuation:
 
     folder: Path
     step: int
-    global_step: int | None = None  # the checkpoint's (optimizer steps); named where it is not ``step``
+    global_step: int | None = field(default=None, compare=False)  # optimizer steps; named if not ``step``
 
 
 NOT_YOUR_RUN = "the run {folder} of {ckpt} is owned by {owner}, not by you: {what} goes to a folder of yours"

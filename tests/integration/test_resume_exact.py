@@ -205,7 +205,7 @@ def test_sigterm_mid_epoch_then_resume_logs_the_uninterrupted_curves(
     sigterm = ["--trainer.callbacks+=tests.helpers.resume.SignalAtStep", "--trainer.callbacks.step", "11"]
     first = _run(stopped, cli_env, [*args, *sigterm], check=False)
     assert first.returncode == 143, first.stderr[-3000:]
-    assert "at global step 11 (epoch 2 of 2)" in first.stderr
+    assert "at global step 11 (epoch 2/2 step 3/8); saved" in first.stderr  # as the progress lines
     resumed = _run(stopped, cli_env, [*args, "--ckpt_path", "last"])
     _assert_same_curves(stopped, tmp_path / "reference")
     lines = [m for m in map(PERCENT.match, resumed.stdout.splitlines()) if m]
