@@ -41,13 +41,14 @@ __all__ = [
 
 REPLAY_STATE_VERSION = 1
 # The restored state's contract, checked by check_replay_state before anything is set: a mapping
-# {"replay_state": 1, "generators": [...], "batches": N}; generators a list of at most 3 one-dimensional
-# uint8 tensors (the global torch generator's state, then the loader's generator's, then the random
-# sampler's), as many as the loader has and each the size of that generator's state, or [] before the
-# loader's first epoch started; batches (the loader's length when saved) an int in [0, 2**62].
+# {"replay_state": 1, "generators": [...], "batches": N}; generators a list of at most 3 ``bytes`` (the
+# global torch generator's state, then the loader's generator's, then the random sampler's), as many as the
+# loader has and each as long as that generator's state, or [] before the loader's first epoch started;
+# batches (the loader's length when saved) an int in [0, 2**62]. Bytes, not tensors: the fit loop's state
+# stays comparable with ``==`` (Lightning's own tests compare it) and loads with ``weights_only=True``.
 REPLAY_STATE_CONTRACT: dict[str, Any] = {
     "replay_state": (int, REPLAY_STATE_VERSION),
-    "generators": (list, {"max_len": 3, "item": (torch.Tensor, torch.uint8, 1)}),
+    "generators": (list, {"max_len": 3, "item": bytes}),
     "batches": (int, (0, 2**62)),
 }
 REPLAYABLE_SAMPLERS = (SequentialSampler, RandomSampler, DistributedSampler)
@@ -96,7 +97,7 @@ def check_replay_state(state: Any, sizes: list[int]) -> str | None:
     if not isinstance(generators, list) or len(generators) not in (0, len(sizes)):
         return f"{len(sizes)} generator states expected"
     for value, size in zip(generators, sizes, strict=False):
-        if not (isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and value.shape == (size,)):
+        if not (isinstance(value, bytes) and len(value) == size):
             return f"a generator state is not {size} bytes"
     return None
 
@@ -107,7 +108,7 @@ class ReplayDataLoader(DataLoader):
     It has no ``__init__`` of its own: an existing ``DataLoader`` becomes one, keeping all it has.
     """
 
-    _pass_states: list[torch.Tensor] | None = None  # the generators' states at this pass's first fetch
+    _pass_states: list[bytes] | None = None  # the generators' states at this pass's first fetch
     _saved_batches: int | None = None  # the loader's length in the run that saved the restored state
     _skip: int = 0  # batches the next pass skips (a resume mid-epoch)
     _handed_out: int = 0  # batches of the current pass handed out (skipped ones included)
@@ -155,12 +156,12 @@ class ReplayDataLoader(DataLoader):
         if skip and self._pass_states is not None:
             live = torch.default_generator.get_state()
             for generator, state in zip(generators, self._pass_states, strict=True):
-                generator.set_state(state)
+                generator.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
             iterator = super().__iter__()
             _skip_batches(iterator, skip, self.num_workers)
             torch.default_generator.set_state(live)  # the checkpoint's mid-epoch state
         else:
-            self._pass_states = [generator.get_state() for generator in generators]
+            self._pass_states = [bytes(generator.get_state().numpy()) for generator in generators]
             iterator = super().__iter__()
         self._handed_out = skip
         for batch in iterator:
@@ -185,7 +186,7 @@ class ReplayDataLoader(DataLoader):
                 f"the checkpoint's training-loader state is malformed ({problem}); it is corrupt or its "
                 "train_dataloader() is not this one: resume from another checkpoint, or start afresh"
             )
-        self._pass_states = [t.clone() for t in state["generators"]] or None
+        self._pass_states = list(state["generators"]) or None
         self._saved_batches = state["batches"]
 
 

@@ -89,10 +89,13 @@ def test_another_epoch_length_is_named_and_not_replayed():
         ({"replay_state": True, "generators": [], "batches": 1}, "replay state version True"),
         ({"replay_state": 1, "generators": [], "batches": -1}, "batch count"),
         (
-            {"replay_state": 1, "generators": [torch.zeros(3, dtype=torch.uint8)], "batches": 1},
+            {"replay_state": 1, "generators": [bytes(3)], "batches": 1},
             "not 5056 bytes",
         ),
-        ({"replay_state": 1, "generators": [torch.zeros(5056)], "batches": 1}, "not 5056 bytes"),
+        (
+            {"replay_state": 1, "generators": [torch.zeros(5056, dtype=torch.uint8)], "batches": 1},
+            "not 5056 bytes",
+        ),
         ({"replay_state": 1, "generators": [1, 2], "batches": 1}, "1 generator states expected"),
     ],
 )
