@@ -27,6 +27,11 @@ BAD_RNG_STATE = (
     "the checkpoint {ckpt} holds a malformed random-number state ({problem}); it is corrupt or was not"
     " written by lit_gpu: resume from another checkpoint, or start afresh without --ckpt_path"
 )
+PERSISTENT_WORKERS = (
+    "resumed in epoch {epoch} after its batch {batch}: the order continues exactly, but the training "
+    "loader's persistent workers start new random streams (a random augmentation in them differs from "
+    "the uninterrupted run)"
+)
 NOT_AT_THE_BATCH = (
     "resumed in epoch {epoch} after its batch {batch}, but the training loader cannot continue there ({why}):"
     " the rest of the epoch comes from the loader's start, so this run differs from an uninterrupted one"
@@ -286,6 +291,8 @@ def _resume_plain_loaders(trainer: Any) -> None:
     for loader in train_loaders(trainer):
         if isinstance(loader, ReplayDataLoader):
             why = loader.resume_at(done)
+            if why is None and done and trainer.current_epoch > 0 and loader.persistent_workers:
+                messages.tell(PERSISTENT_WORKERS.format(epoch=trainer.current_epoch + 1, batch=done))
         else:
             why = why_not_replayable(loader) if done else None
         if why is not None:
