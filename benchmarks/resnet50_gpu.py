@@ -8,7 +8,8 @@ torchvision's ResNet-50 (:class:`lit_gpu.nets.ResNet50`, ImageNet stem) on synth
 normalization in the loader's workers), bf16 autocast, channels-last, fused AdamW, OneCycle, one epoch.
 Contestants (``benchmarks/_contestants.py``): ``tuned`` (the hand-written eager loop), ``lit_gpu``
 (``lit-gpu fit --config lit_gpu:resnet_gpu`` with ``--model.net lit_gpu.nets.ResNet50`` and
-``--data.image_size 224``: the recipe, whole-step capture included); ``hand_graph`` on request.
+``--data.image_size 224``: the recipe, whole-step capture included); ``hand_graph`` and
+``lit_gpu_eager`` (which runs on a CPU) on request.
 
 Reported, besides images/s per contestant (interleaved rounds, median):
 
@@ -146,7 +147,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=6, help="DataLoader workers of the tuned loop and lit_gpu")
     p.add_argument("--loader-batches", type=int, default=15, help="batches the loader-alone figure times")
     p.add_argument(
-        "--only", nargs="+", default=["tuned", "lit_gpu"], choices=["tuned", "hand_graph", "lit_gpu"]
+        "--only",
+        nargs="+",
+        default=["tuned", "lit_gpu"],
+        choices=["tuned", "hand_graph", "lit_gpu", "lit_gpu_eager"],
     )
     p.add_argument("lit_args", nargs="*", help="more lit-gpu flags after --")
     return p
