@@ -296,7 +296,7 @@ def lit_gpu_fit(
         cli = LitGpuCLI(args=argv, run=False)
         for part in ("train_set", "val_set", "test_set"):
             setattr(cli.datamodule, part, getattr(data, part))
-        cli.trainer.callbacks.append(_Timed(window, total))
+        cli.trainer.callbacks.insert(0, _Timed(window, total))  # first: its end before the final save
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     return window.result
 
