@@ -3,7 +3,8 @@
 * **naive**: the seeds' first recipe: fp32, ``DataLoader`` in the main process, no pinned memory,
   blocking ``.to(device)``, ``torch.optim.AdamW`` with its defaults, ``loss.item()`` every step;
 * **tuned**: pinned memory and the same worker processes as lit_gpu, ``non_blocking`` copies,
-  channels-last, bf16 autocast (on CUDA; fp32 on a CPU, as lit_gpu's side is set there), fused AdamW,
+  channels-last, bf16 autocast (on CUDA; fp32 on a CPU, as lit_gpu's side is set there), fused AdamW (the
+  recipe's),
   ``cudnn.benchmark``, the recipe's OneCycle schedule; every kernel launched from Python;
 * **hand_graph**: the tuned loop with the whole step (forward, loss, backward, optimizer step) captured
   once as one CUDA graph and replayed, written as PyTorch's CUDA-graph notes write "whole network
@@ -201,7 +202,7 @@ def raw_loop(
     graph = name == "hand_graph"
     lr = torch.tensor(LR, device=device) if graph else LR  # a tensor: the scheduler's fill_ reaches the graph
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=lr, weight_decay=WEIGHT_DECAY, fused=cuda and tuned, capturable=graph
+        model.parameters(), lr=lr, weight_decay=WEIGHT_DECAY, fused=tuned, capturable=graph
     )
     total = args.warmup + args.steps
     scheduler = (

@@ -8,11 +8,13 @@ false``; ``benchmarks/_contestants.py``) run the ResNet-18 step of ``resnet_gpu.
 switched on for exactly the timed steps, in the main process (where the host-side glue runs), timing
 the main thread's CPU time (``--timer thread``; ``wall`` counts waits too). Reported per step: own time
 by where the code lives (Lightning, lit_gpu, torch's Python, torch's C calls: kernel launches and
-autograd, the benchmark, the rest) for both, and the difference; then the functions of Lightning and
-lit_gpu with the most own time and the most time under them (the hooks and loops a step passes
-through). On a CPU the glue is the same code as on a GPU: the split of it is the figure to read there
-(the arithmetic dominates the totals). cProfile slows Python code down more than C calls, so the
-per-step times are above an unprofiled run's; compare them with each other.
+autograd, the benchmark, the rest) for both, and the difference; the C calls (a kernel launch is one)
+by the code that made them, and those that Lightning, lit_gpu and torchmetrics make (the kernels the
+glue adds); then the functions of those three with the most own time and the most time under them
+(the hooks and loops a step passes through). On a CPU the glue is the same code as on a GPU: the
+split of it is the figure to read there (the arithmetic dominates the totals). cProfile slows Python
+code down more than C calls, so the per-step times are above an unprofiled run's; compare them with
+each other.
 """
 
 from __future__ import annotations
@@ -31,11 +33,18 @@ from _contestants import make_data, run_contestant  # noqa: E402
 from _recipe import machine  # noqa: E402
 
 CONTESTANTS = ("tuned", "lit_gpu_eager")
-GROUPS = ("Lightning", "lit_gpu", "torch (Python)", "torch (C calls)", "benchmark", "other")
+GROUPS = ("Lightning", "lit_gpu", "torchmetrics", "torch (Python)", "torch (C calls)", "benchmark", "other")
+GLUE = ("Lightning", "lit_gpu", "torchmetrics")
 
 #: a part of a source path -> its group
-PLACES = (("/lightning/", "Lightning"), ("/lightning_utilities/", "Lightning"), ("/lit_gpu/", "lit_gpu"),
-          ("/torch/", "torch (Python)"), ("/benchmarks/", "benchmark"))  # fmt: skip
+PLACES = (
+    ("/lightning/", "Lightning"),
+    ("/lightning_utilities/", "Lightning"),
+    ("/lit_gpu/", "lit_gpu"),
+    ("/torchmetrics/", "torchmetrics"),
+    ("/torch/", "torch (Python)"),
+    ("/benchmarks/", "benchmark"),
+)
 
 Key = tuple[str, int, str]
 
@@ -75,19 +84,52 @@ def by_group(stats: pstats.Stats) -> dict[str, float]:
     return totals
 
 
-def report(stats: dict[str, pstats.Stats], steps: int, top: int) -> None:
-    groups = {name: by_group(s) for name, s in stats.items()}
-    per = 1e3 / steps
-    tuned, lit = groups["tuned"], groups["lit_gpu_eager"]
-    print("\n| own time, ms / step | tuned | lit_gpu_eager | difference |")
+def c_calls(stats: pstats.Stats) -> tuple[dict[str, float], dict[tuple[str, str], list[float]]]:
+    """C calls' own time by the group of the Python function that made each call; and, for calls made from
+    :data:`GLUE` code, by (caller, C function): [calls, seconds]. A kernel launch is such a C call."""
+    totals, pairs = dict.fromkeys(GROUPS, 0.0), {}
+    for key, (_, _, _, _, callers) in stats.stats.items():
+        if key[0] != "~":
+            continue
+        for caller, (_, calls, own, _) in callers.items():
+            totals[group(caller)] += own
+            if group(caller) in GLUE:
+                pair = pairs.setdefault((where(caller), key[2]), [0, 0.0])
+                pair[0], pair[1] = pair[0] + calls, pair[1] + own
+    return totals, pairs
+
+
+def _difference_table(title: str, tuned: dict[str, float], lit: dict[str, float], per: float) -> None:
+    print(f"\n| {title}, ms / step | tuned | lit_gpu_eager | difference |")
     print("|---|---:|---:|---:|")
     for g in GROUPS:
-        print(f"| {g} | {tuned[g] * per:.3f} | {lit[g] * per:.3f} | {(lit[g] - tuned[g]) * per:+.3f} |")
+        if tuned[g] or lit[g]:
+            print(f"| {g} | {tuned[g] * per:.3f} | {lit[g] * per:.3f} | {(lit[g] - tuned[g]) * per:+.3f} |")
     t, l_ = sum(tuned.values()), sum(lit.values())
     print(f"| **all** | {t * per:.3f} | {l_ * per:.3f} | {(l_ - t) * per:+.3f} |")
-    glue = {k: v for k, v in stats["lit_gpu_eager"].stats.items() if group(k) in ("Lightning", "lit_gpu")}
+
+
+def report(stats: dict[str, pstats.Stats], steps: int, top: int) -> None:
+    per = 1e3 / steps
+    own = {name: by_group(s) for name, s in stats.items()}
+    _difference_table("own time by where the code lives", own["tuned"], own["lit_gpu_eager"], per)
+    made = {name: c_calls(s) for name, s in stats.items()}
+    _difference_table(
+        "C calls (kernel launches, autograd, copies) by the code that made them",
+        made["tuned"][0],
+        made["lit_gpu_eager"][0],
+        per,
+    )
+    print(f"\nlit_gpu_eager: C calls made by {', '.join(GLUE)} code, per step")
+    print("| caller | C function | calls / step | ms / step |")
+    print("|---|---|---:|---:|")
+    for (caller, func), (calls, secs) in sorted(made["lit_gpu_eager"][1].items(), key=lambda kv: -kv[1][1])[
+        :top
+    ]:
+        print(f"| {caller} | {func} | {calls / steps:.1f} | {secs * per:.3f} |")
+    glue = {k: v for k, v in stats["lit_gpu_eager"].stats.items() if group(k) in GLUE}
     for title, index in (("own time", 2), ("time under it (cumulative)", 3)):
-        print(f"\nlit_gpu_eager: Lightning and lit_gpu functions by {title}, per step")
+        print(f"\nlit_gpu_eager: {', '.join(GLUE)} functions by {title}, per step")
         print("| function | calls / step | own ms / step | cumulative ms / step |")
         print("|---|---:|---:|---:|")
         for key, (_, calls, own, cum, _) in sorted(glue.items(), key=lambda kv: -kv[1][index])[:top]:
