@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import statistics
+import sys
 import threading
 import time
+import traceback
 from typing import Any
 
 import lightning.pytorch as pl
@@ -331,16 +334,25 @@ def make_data(args: argparse.Namespace, num_samples: int) -> SyntheticImageDataM
 def interleaved(
     names: list[str], data: SyntheticImageDataModule, args: argparse.Namespace, lit_more: list[str] = ()
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str]]:
-    """``args.repeats`` rounds of every contestant in ``names`` in turn; (results by name, skipped: why)."""
-    import os
+    """``args.repeats`` rounds of every contestant in ``names`` in turn; (results by name, skipped: why).
 
+    A contestant that raises is reported as failed (its traceback printed) and left out of later rounds.
+    """
     skipped = {n: why for n in names if (why := skip_reason(n, args.device)) is not None}
     for name, why in skipped.items():
         print(f"# {name}: skipped, {why}")
     results: dict[str, list[dict[str, Any]]] = {n: [] for n in names if n not in skipped}
     for r in range(args.repeats):
-        for name in results:
-            result = run_contestant(name, data, args, lit_more)
+        for name in [n for n in results if n not in skipped]:
+            try:
+                result = run_contestant(name, data, args, lit_more)
+            except Exception as err:  # a failed capture or compile: the others' figures still come
+                traceback.print_exc(file=sys.stdout)
+                skipped[name] = (
+                    f"failed in round {r}: {type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"
+                )
+                del results[name]
+                continue
             results[name].append(result)
             busy = result["busy"]
             print(
