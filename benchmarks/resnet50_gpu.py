@@ -31,6 +31,7 @@ import os
 import statistics
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -175,7 +176,12 @@ def main(argv: list[str] | None = None) -> None:
     print(f"# {total * args.batch_size} images made in {time.perf_counter() - t0:.1f} s")
     flops = step_flops(args, args.batch_size) / args.batch_size
     print(f"# {flops / 1e9:.2f} GFLOP per image per training step (FlopCounterMode, forward + backward)")
-    loader = loader_limit(data, args)
+    try:
+        loader = loader_limit(data, args)
+    except Exception as err:  # e.g. too little shared memory for the workers' batches: the steps will say
+        traceback.print_exc(file=sys.stdout)
+        print(f"# the loader alone failed: {type(err).__name__}")
+        loader = float("nan")
     print(
         f"# the loader alone: {rate(loader)} images/s ({args.workers} workers, "
         f"pinned: {args.device == 'cuda'})"
@@ -211,7 +217,7 @@ def report(results: dict, skipped: dict, flops: float, loader: float, args: argp
         print(f"| {n} | {rate(median[n])} | {tflops:.1f} | {share} | {busy_s} | {steady(rs)} | {vs} |")
     for n, why in skipped.items():
         print(f"| {n} | skipped: {why} | | | | | |")
-    if median:
+    if median and loader == loader:  # not NaN: the loader's figure exists
         fastest = max(median.values())
         verdict = "more" if loader > fastest else "FEWER"
         print(f"the loader alone: {rate(loader)} images/s, {loader / fastest:.2f}x the fastest step's "
