@@ -101,7 +101,7 @@ def batch_by_rule(args: argparse.Namespace) -> tuple[int, str]:
     del model, optimizer, x, y
     torch.cuda.empty_cache()
     fits = int((MEMORY_SHARE * free - base) // per_sample)
-    batch = 1 << max(0, min(fits, args.max_batch).bit_length() - 1)
+    batch = 1 << (max(1, min(fits, args.max_batch)).bit_length() - 1)
     why = (
         f"{per_sample / 2**20:.0f} MiB a sample beyond {base / 2**30:.2f} GiB of weights and optimizer "
         f"state (probe at batch {PROBE_BATCH}); {MEMORY_SHARE:.0%} of {free / 2**30:.1f} GiB free fits "
