@@ -115,8 +115,8 @@ def test_a_worker_killed_by_the_jobs_signal_is_a_stop_at_the_last_finished_step(
     assert ckpt["global_step"] == 5
     err = capsys.readouterr().err
     assert (
-        f"lit-gpu: stopped by {signal.Signals(code - 128).name} at global step 5 (epoch 1/3 step 5/16); saved "
-        in err
+        f"lit-gpu: stopped by {signal.Signals(code - 128).name} at global step 5 (epoch 1/3 step 5/16); "
+        "saved " in err
     )
 
 
