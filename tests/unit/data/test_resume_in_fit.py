@@ -193,6 +193,7 @@ PLAIN = {
     "random_generators": {},  # a RandomSampler with its own generator, and the loader's generator
     "sequential": {"shuffle": False},
     "random_workers": {"shuffle": True, "num_workers": 2},
+    "distributed": {},  # a DistributedSampler (what Lightning injects under DDP), shuffled by seed and epoch
 }
 
 
@@ -203,13 +204,15 @@ def _plain_kwargs(kind: str) -> dict:
         sampler_generator = torch.Generator().manual_seed(3)
         kwargs["sampler"] = torch.utils.data.RandomSampler(range(160), generator=sampler_generator)
         kwargs["generator"] = torch.Generator().manual_seed(4)
+    if kind == "distributed":
+        kwargs["sampler"] = torch.utils.data.DistributedSampler(range(160), num_replicas=1, rank=0, seed=5)
     return kwargs
 
 
 @pytest.mark.parametrize(
     "kind",
-    ["random", "random_generators", pytest.param("sequential", marks=pytest.mark.slow),
-     pytest.param("random_workers", marks=pytest.mark.slow)],
+    ["random", "random_generators",
+     *(pytest.param(k, marks=pytest.mark.slow) for k in ("sequential", "random_workers", "distributed"))],
 )  # fmt: skip
 def test_a_modules_plain_dataloader_resumes_mid_epoch_exactly(kind, tmp_path, capsys):
     """A plain DataLoader of the module's own, stopped mid-epoch and resumed: the samples, their random
