@@ -122,7 +122,7 @@ def test_signal_to_process_group_saves_last_ckpt_and_resumes(
     out = resumed.stderr
     assert resumed.returncode == 0, out[-3000:]
     assert (
-        f"lit-gpu: resuming from {RUN / 'version_0' / 'checkpoints' / 'last.ckpt'} (step {stopped_at}, "
+        f"lit-gpu: resuming from {RUN / 'version_0' / 'checkpoints' / 'last.ckpt'} (global step {stopped_at}, "
         in out
     )
     assert "passed over newer version_1: no config.yaml" in out
