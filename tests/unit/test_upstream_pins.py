@@ -23,11 +23,10 @@ import lightning.pytorch as pl
 import pytest
 import tomllib
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint, ThroughputMonitor
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.demos.boring_classes import BoringModel
 from lightning.pytorch.loggers import CSVLogger
-from lightning.pytorch.trainer.states import RunningStage
 from packaging.requirements import Requirement
 from packaging.version import Version
 
@@ -184,25 +183,6 @@ def test_strategy__configure_launcher__setup_model(tmp_path):
     assert seen["devices_at_launcher"] == [torch.device("cpu")]  # called in Trainer() with devices set
     trainer.fit(dp_module(), dp_data())
     assert seen["setup_model"] == "RegressionModule"
-
-
-@pins("lightning")
-def test_throughput_monitor__compute__throughputs__samples__batches(tmp_path):
-    """lit_gpu.commands.bench reads the rates from ``_throughputs`` in its ``_compute`` override."""
-    rates: list[dict[str, float]] = []
-
-    class Probe(ThroughputMonitor):
-        def _compute(self, trainer, iter_num=None):
-            if trainer.state.stage == RunningStage.TRAINING:
-                rates.append(
-                    {k: float(v) for k, v in self._throughputs[trainer.state.stage].compute().items()}
-                )
-
-    monitor = Probe(batch_size_fn=lambda batch: len(batch[0]), window_size=2)
-    trainer = quiet_trainer(tmp_path, max_steps=4, limit_val_batches=0, callbacks=[monitor])
-    trainer.fit(dp_module(), dp_data())
-    assert rates and rates[-1]["device/samples_per_sec"] > 0
-    assert monitor._samples[RunningStage.TRAINING] == 4 * 16 and monitor._batches[RunningStage.TRAINING] == 4
 
 
 @pins("lightning")
