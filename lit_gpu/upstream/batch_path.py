@@ -28,19 +28,11 @@ import torch
 from lightning.fabric.utilities import apply_func
 from typing_extensions import override
 
-from lit_gpu.upstream.gate import MIRRORED_SOURCES, batch_mirrored, fast_path_problem, source_digest
+from lit_gpu.upstream.gate import fast_path_problem
 from lit_gpu.upstream.step_path import FitPatch, HookDispatch, replaced_on_instance
-
-#: SHA-256 (first 16 hex digits) of the Lightning methods the lean batch mirrors (the gate's "batch" group)
-MIRRORED_SOURCE = MIRRORED_SOURCES["batch"]
 
 #: the data hooks between the loader and ``training_step`` (Lightning's defaults only move the batch)
 TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
-
-
-def mirrored_source_digest() -> str:
-    """SHA-256 (16 hex digits) of the installed Lightning's mirrored methods; "" if unreadable."""
-    return source_digest(batch_mirrored())
 
 
 def lean_batch_blocker(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str | None:
@@ -459,9 +451,7 @@ class _LeanLog:
 
 
 __all__ = [
-    "MIRRORED_SOURCE",
     "TRANSFER_HOOKS",
     "LeanTrainingBatch",
     "lean_batch_blocker",
-    "mirrored_source_digest",
 ]

@@ -26,7 +26,7 @@ from typing_extensions import override
 
 from lit_gpu import messages
 from lit_gpu.upstream import PlainHookName, own_hook
-from lit_gpu.upstream.gate import fast_path_problem
+from lit_gpu.upstream.gate import fast_path_problem, stands_aside
 
 if TYPE_CHECKING:
     from lit_gpu.upstream.step_graph import StepGraph
@@ -303,11 +303,12 @@ class LeanOptimizerStep(FitPatch):
         if wanted is not None:  # the capture's module only where it is asked for
             from lit_gpu.upstream.step_graph import StepGraph, capture_blocker
 
-            reason = capture_blocker(trainer, pl_module, trainer.strategy.root_device)
-            if reason is not None:
-                messages.tell(messages.CUDA_GRAPH_ASIDE.format(reason=reason))
-            else:
-                self.graph = lean.graph = StepGraph(trainer, trainer.optimizers[0], warmup=wanted)
+            if not stands_aside("capture"):  # else the gate's line: a torch or Lightning it was not verified on
+                reason = capture_blocker(trainer, pl_module, trainer.strategy.root_device)
+                if reason is not None:
+                    messages.tell(messages.CUDA_GRAPH_ASIDE.format(reason=reason))
+                else:
+                    self.graph = lean.graph = StepGraph(trainer, trainer.optimizers[0], warmup=wanted)
         self._patch(optimization, "run", lean.run)
         self._patch(epoch_loop, "_build_kwargs", lean.build_kwargs)
 

@@ -633,11 +633,9 @@ def test_training_epoch_loop__advance__as_lean_training_batch_mirrors_it(tmp_pat
     from lightning.pytorch.loops.fetchers import _PrefetchDataFetcher
     from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
 
-    from lit_gpu.upstream.batch_path import MIRRORED_SOURCE, mirrored_source_digest
-
     update = _ResultMetric.update  # a step value's tensor is a fresh clone at each self.log
 
-    assert mirrored_source_digest() == MIRRORED_SOURCE
+    assert gate.problem("fast path") is None
     assert _BLOCKING_DEVICE_TYPES == ("cpu", "mps")
     seen = {}
 
