@@ -8,11 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning.pytorch.trainer.states import RunningStage
 
-# Lightning's class-only classmethod (``model.load_from_checkpoint(...)`` on an instance raises):
-# lit_gpu's LitModule.load_from_checkpoint keeps it; pinned by test_model_helpers__restricted_classmethod
-from lightning.pytorch.utilities.model_helpers import _restricted_classmethod as restricted_classmethod
+def __getattr__(name: str) -> Any:
+    """``restricted_classmethod``: Lightning's class-only classmethod (``model.load_from_checkpoint(...)`` on
+    an instance raises), which lit_gpu's LitModule.load_from_checkpoint keeps; loaded on first use, so that
+    the room's accessors import no Lightning (pinned by test_model_helpers__restricted_classmethod)."""
+    if name == "restricted_classmethod":
+        from lightning.pytorch.utilities.model_helpers import _restricted_classmethod
+
+        return _restricted_classmethod
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def given_hyperparameters() -> Any:
@@ -30,8 +35,12 @@ def loggers_record_this_step(trainer: Any) -> bool:
 
     Pinned by test_trainer__logger_connector_should_update_logs: no public API says it.
     """
+    from lightning.pytorch.trainer.states import RunningStage
+
+    from lit_gpu.upstream.gate import stands_aside
+
     connector = getattr(trainer, "_logger_connector", None)
-    if connector is None:
+    if connector is None or stands_aside("step log check"):  # aside: Lightning keeps what its loggers record
         return True
     if trainer.state.stage is RunningStage.TRAINING:  # the fit loop's case, without its enum comparisons
         every = trainer.log_every_n_steps  # (the property's source is pinned: MIRRORED_SOURCE)

@@ -303,7 +303,9 @@ class LeanOptimizerStep(FitPatch):
         if wanted is not None:  # the capture's module only where it is asked for
             from lit_gpu.upstream.step_graph import StepGraph, capture_blocker
 
-            if not stands_aside("capture"):  # else the gate's line: a torch or Lightning it was not verified on
+            if not stands_aside(
+                "capture"
+            ):  # else the gate's line: a torch or Lightning it was not verified on
                 reason = capture_blocker(trainer, pl_module, trainer.strategy.root_device)
                 if reason is not None:
                     messages.tell(messages.CUDA_GRAPH_ASIDE.format(reason=reason))
