@@ -224,7 +224,7 @@ def test_lightning_cli__parse_ckpt_path(tmp_path, monkeypatch):
     from lightning.pytorch.cli import LightningCLI
 
     assert "self._parse_ckpt_path()" in inspect.getsource(LightningCLI.__init__)
-    assert "_parse_ckpt_path" in vars(LitGpuCLI)
+    assert "_parse_ckpt_path" in vars(LitGpuCLI.__mro__[1])  # upstream.cli.CLIHooks
     monkeypatch.setattr(sys, "argv", ["lit-gpu"])
     hparams = {
         "_class_path": "lit_gpu.modules.ClassificationModule",
