@@ -45,7 +45,9 @@ from typing_extensions import override
 
 from lit_gpu import messages
 from lit_gpu.data.workers import protect_workers
+from lit_gpu.errors import LitGpuError
 from lit_gpu.io import clean_stale_temp_files
+from lit_gpu.launch_env import requeue_problem
 from lit_gpu.translate import dataloader_worker_died
 from lit_gpu.upstream.loops import replace_restored_handler, request_sigterm_stop
 from lit_gpu.upstream.torch_hooks import install_dataloader_sigchld_handler
@@ -355,6 +357,11 @@ class CheckpointOnInterrupt(Callback):
     # ---- hooks --------------------------------------------------------------------------
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # before Lightning registers its SLURM requeue handler (after setup), which can pass the job id to a
+        # shell: an id that is not a number never gets there
+        unsafe = requeue_problem(os.environ)
+        if unsafe is not None:
+            raise LitGpuError(unsafe)
         self._trainer, self._signal, self._stage = trainer, None, stage
         setattr(trainer.state, _EXIT_CODE_ATTR, None)  # a new run of this trainer starts clean
         setattr(trainer.state, _STOPPED_BY_WORKER_ATTR, False)

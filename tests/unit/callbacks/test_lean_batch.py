@@ -305,7 +305,8 @@ def test_another_lightning_loop_source_makes_it_stand_aside(tmp_path, monkeypatc
     quiet_trainer(tmp_path, max_steps=1, callbacks=[step]).fit(
         Module(), train_dataloaders=torch.utils.data.DataLoader(_data(), batch_size=8)
     )
-    assert step.blocker is not None and "_TrainingEpochLoop.advance differs from the code lit_gpu mirrors" in step.blocker
+    assert step.blocker is not None
+    assert "_TrainingEpochLoop.advance differs from the code lit_gpu mirrors" in step.blocker
     gate.reset()
 
 
