@@ -13,6 +13,7 @@ _EPOCH = "lightning.pytorch.loops.training_epoch_loop:_TrainingEpochLoop"
 _AUTO = "lightning.pytorch.loops.optimization.automatic:_AutomaticOptimization"
 _LOGGER = "lightning.pytorch.trainer.connectors.logger_connector.logger_connector:_LoggerConnector"
 _RESULT = "lightning.pytorch.trainer.connectors.logger_connector.result"
+_METADATA = f"{_RESULT}._Metadata"  # (as a signature names the type)
 _PROGRESS = "lightning.pytorch.loops.progress"
 _CKPT = "lightning.pytorch.callbacks.model_checkpoint:ModelCheckpoint"
 _TRAINER = "pl.Trainer"  # (annotation text as Lightning writes it)
@@ -119,6 +120,7 @@ FEATURES: dict[str, Feature] = {
             f"{_RESULT}:_Metadata": None,
             f"{_RESULT}:_Sync": None,
             f"{_RESULT}:_ResultMetric": None,
+            f"{_RESULT}:_ResultMetric.__init__": f"(self, metadata: {_METADATA}, is_tensor: bool) -> None",
             f"{_LOGGER}._first_loop_iter": None,
             f"{_EPOCH}._results": None,
         },
