@@ -1,7 +1,22 @@
-"""Lightning internals that code outside ``callbacks/``, ``strategies/`` and ``cli/`` needs, in one place.
+"""The one room for upstream internals: every private name of Lightning, torch, torchmetrics, jsonargparse
+or optuna that lit_gpu reads, overrides or imports is used here, behind small public functions and hook
+classes; everything else in lit_gpu imports those (tests/unit/upstream/test_one_room.py scans the source).
 
-lit_gpu's rule: private Lightning APIs are used only in those three packages, each pinned by a test in
-tests/unit/test_upstream_pins.py. A module or data module that needs one imports it from here.
+* the fast path: ``step_path`` (lean optimizer step), ``batch_path`` (lean training batch), ``hooks`` (idle
+  hooks hidden, fit patches, hook dispatch), ``blockers`` (when a fit is left to Lightning), ``lean_log``,
+  ``step_graph`` (whole-step capture), ``logging_state`` (the epoch's logged aggregates across a resume);
+* hook classes with public names: ``checkpointing.CheckpointHooks`` (ModelCheckpoint),
+  ``strategy.OneProcessStrategy`` (ParallelStrategy, for ``dp``), ``cli.CLIHooks`` (LightningCLI);
+* accessors: this module's (``loggers_record_this_step``, ``detect_anomaly``, ``PlainHookName``...),
+  ``loops`` (loop, signal and checkpoint state), ``torch_hooks`` (torch's), ``tools`` (jsonargparse's,
+  optuna's);
+* the gate: ``gate`` (the mechanism), ``features`` (what each feature depends on: mirrored functions with a
+  digest each in ``digests``, private names with their signatures, torch's range for the capture). On a
+  mismatch that feature alone stands aside with one line, once per process, and stock Lightning runs; a
+  feature that keeps a promise (exact resume, the removal guard, ``dp``, the config deciding the model)
+  says it cannot stand aside, and its test is the judge.
+
+Importing this package imports neither torch nor Lightning; each module imports what it uses.
 """
 
 from __future__ import annotations
