@@ -6,8 +6,8 @@ Checked by :func:`lit_gpu.upstream.gate.stands_aside`; the digests of mirrored f
 
 from __future__ import annotations
 
+from lit_gpu.upstream.declare import Feature, digest, resolve
 from lit_gpu.upstream.digests import DIGESTS
-from lit_gpu.upstream.gate import Feature, digest, resolve
 
 _EPOCH = "lightning.pytorch.loops.training_epoch_loop:_TrainingEpochLoop"
 _AUTO = "lightning.pytorch.loops.optimization.automatic:_AutomaticOptimization"

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from lit_gpu import messages
+from lit_gpu.upstream.declare import digest, resolve
+from lit_gpu.upstream.features import DIGESTS, FEATURES
 
 #: the newest Lightning release lit_gpu was verified on (Lightning's own tests: .ci/lightning_tests.py)
 VERIFIED_UP_TO = "2.6.6"
@@ -40,24 +40,6 @@ CANNOT_STAND_ASIDE = (
 )
 
 
-@dataclass(frozen=True)
-class Feature:
-    """What one feature depends on upstream, and what runs where it stands aside."""
-
-    name: str
-    #: what runs instead, as stock Lightning does it (after "stands aside, ")
-    instead: str
-    #: "module:Qual.name" of every function whose behaviour it reproduces (a digest each in DIGESTS)
-    mirrored: tuple[str, ...] = ()
-    #: "module:Class.name" -> the signature ``str(inspect.signature(...))`` of a function, or None for an
-    #: attribute (present on the class, or set as ``self.name`` in its source)
-    private: dict[str, str | None] = field(default_factory=dict)
-    #: torch releases (first, last) it was verified on, inclusive; None: any
-    torch: tuple[str, str] | None = None
-    #: set where it cannot stand aside: the promise it keeps
-    promise: str | None = None
-
-
 def _version_tuple(version: str) -> tuple[int, ...]:
     parts = []
     for piece in version.split("+")[0].split(".")[:3]:
@@ -66,30 +48,7 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def resolve(where: str) -> Any:
-    """The object ``"module:Qual.name"`` names (a property gives its getter); AttributeError/ImportError."""
-    module_name, qualname = where.split(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        obj = inspect.getattr_static(obj, part) if isinstance(obj, type) else getattr(obj, part)
-        if isinstance(obj, property):
-            obj = obj.fget
-        elif isinstance(obj, classmethod | staticmethod):
-            obj = obj.__func__
-    return obj
-
-
-def digest(fn: Any) -> str:
-    """SHA-256 (16 hex digits) of a function's source; "" if it cannot be read."""
-    try:
-        return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
-    except (OSError, TypeError):
-        return ""
-
-
 def _mirrored_problem(where: str) -> str | None:
-    from lit_gpu.upstream.features import DIGESTS
-
     short = where.split(":")[1]
     try:
         fn = resolve(where)
@@ -132,8 +91,6 @@ def problem(name: str) -> str | None:
     """
     import lightning
 
-    from lit_gpu.upstream.features import FEATURES
-
     feature = FEATURES[name]
     version = lightning.__version__
     if _version_tuple(version) > _version_tuple(VERIFIED_UP_TO):
@@ -159,8 +116,6 @@ _told: set[tuple[str, str]] = set()
 
 
 def _tell_once(name: str, reason: str) -> None:
-    from lit_gpu.upstream.features import FEATURES
-
     if (name, reason) in _told:
         return
     _told.add((name, reason))
@@ -180,8 +135,6 @@ def stands_aside(name: str) -> bool:
     if reason is None:
         return False
     _tell_once(name, reason)
-    from lit_gpu.upstream.features import FEATURES
-
     return FEATURES[name].promise is None
 
 
