@@ -108,7 +108,8 @@ def test_the_logging_state_stands_aside_on_another_result_metric(tmp_path, monke
     gate.reset()
     _only_aside("logging state")
     stock = _fit(tmp_path / "stock", [ModelCheckpoint(every_n_train_steps=1)])
-    gated = _fit(tmp_path / "gated", [*_defaults(), ModelCheckpoint(every_n_train_steps=1)])  # mid-epoch saves
+    mid_epoch = ModelCheckpoint(every_n_train_steps=1)  # saves inside the epoch: the state is captured
+    gated = _fit(tmp_path / "gated", [*_defaults(), mid_epoch])
     err = capsys.readouterr().err
     assert err.count(f"{FEATURES['logging state'].name} stands aside, they start afresh") == 1, err
     assert "_ResultMetric.__init__ takes" in err and _same_weights(stock, gated)
