@@ -388,14 +388,19 @@ def _global_rank() -> int:
     return 0
 
 
+#: longest line printed (progress, resolution, error); one line, whatever text from outside it quotes
+LINE_MAX_CHARS = ERROR_MAX_CHARS = 4000
+
+
+def one_line(text: str) -> str:
+    """``text`` as one printable line (:func:`shown` with the line limit): what every printed line goes through."""
+    return shown(text, limit=LINE_MAX_CHARS)
+
+
 def tell(text: str, *, stream: TextIO | None = None) -> None:
-    """Print ``lit-gpu: <text>`` (flushed, to stderr unless ``stream``) on global rank zero only."""
+    """Print ``lit-gpu: <text>`` as :func:`one_line` (flushed, to stderr unless ``stream``) on global rank zero."""
     if _global_rank() == 0:
-        print(PREFIX + text, file=sys.stderr if stream is None else stream, flush=True)
-
-
-#: longest error line printed; an error is one line, whatever text from files it quotes
-ERROR_MAX_CHARS = 4000
+        print(PREFIX + one_line(text), file=sys.stderr if stream is None else stream, flush=True)
 
 
 def tell_error(text: str) -> None:
@@ -405,4 +410,4 @@ def tell_error(text: str) -> None:
     a key, a value), it stays one line with no control characters, so no file can forge a line or drive
     the terminal through an error.
     """
-    print(f"{PREFIX}error: {shown(text, limit=ERROR_MAX_CHARS)}", file=sys.stderr, flush=True)
+    print(f"{PREFIX}error: {one_line(text)}", file=sys.stderr, flush=True)

@@ -194,7 +194,9 @@ def _mark_evaluations(axes: dict[str, Any], run: Path) -> None:
             if ax is None or not points:
                 continue
             xs, ys = [p[0] for p in points], [p[1] for p in points]
-            ax.scatter(xs, ys, marker="*", s=90, zorder=3, label=f"{_label(name)} ({folder.name})")
+            ax.scatter(
+                xs, ys, marker="*", s=90, zorder=3, label=f"{_label(name)} ({plain_label(folder.name)})"
+            )
             marked.add(title)
     for title in marked:
         axes[title].legend(fontsize="small")
