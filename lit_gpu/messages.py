@@ -393,12 +393,12 @@ LINE_MAX_CHARS = ERROR_MAX_CHARS = 4000
 
 
 def one_line(text: str) -> str:
-    """``text`` as one printable line (:func:`shown` with the line limit): what every printed line goes through."""
+    """``text`` as one printable line (:func:`shown`, line limit): what every printed line goes through."""
     return shown(text, limit=LINE_MAX_CHARS)
 
 
 def tell(text: str, *, stream: TextIO | None = None) -> None:
-    """Print ``lit-gpu: <text>`` as :func:`one_line` (flushed, to stderr unless ``stream``) on global rank zero."""
+    """Print ``lit-gpu: <text>`` as :func:`one_line` (flushed, stderr unless ``stream``) on global rank 0."""
     if _global_rank() == 0:
         print(PREFIX + one_line(text), file=sys.stderr if stream is None else stream, flush=True)
 
