@@ -62,6 +62,14 @@ OWN: dict[tuple[str, str], str] = {
     ("lit_gpu/commands/plot.py", "str(value)"): "a count of the confusion matrix (an int)",
     ("lit_gpu/commands/sweep/report.py", "why"): "lit_gpu's own sentence about why importances are missing",
     ("lit_gpu/cli/completion.py", "write_flags()"): "the path of lit_gpu's own generated flags module",
+    (
+        "lit_gpu/cli/completion.py",
+        "reply + '\\x00'",
+    ): "a bash reply, quoted for the shell by shell_words.bash_replies (NUL-separated)",
+    (
+        "lit_gpu/cli/completion.py",
+        "candidate + '\\x00'",
+    ): "a zsh candidate, NUL-separated: zsh's compadd (without -Q) quotes it for the line",
     ("lit_gpu/commands/bench.py", "table"): "a Rich table whose cells are escaped where it is built",
     ("lit_gpu/commands/export.py", "blob"): "the bytes of the weights file export writes (a file)",
     (
