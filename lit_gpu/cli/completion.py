@@ -1,12 +1,12 @@
 """``lit-gpu completion bash|zsh``: a shell completion script; ``--complete WORDS``: what it asks at each TAB.
 
-The script is a few lines of shell that hand the line typed so far to ``lit-gpu completion --complete-bash``
-(zsh: the words, to ``--complete``), which answers NUL-separated candidates from the live tables: the commands (:data:`lit_gpu.cli.main.COMMANDS`),
-the shipped recipes (``--config lit_gpu:<TAB>``, ``lit-gpu configs <TAB>``), files, and each command's
-flags. A candidate from the folder may be any name (``x$(cmd).yaml``): bash gets each reply quoted for the
-quote open at the cursor (:mod:`lit_gpu.cli.shell_words`), zsh quotes with ``compadd`` (no ``-Q``), so
-the completed line names the file and runs nothing. Nothing of that imports torch or Lightning: a TAB costs
-one small Python start.
+The script is a few lines of shell that hand the line typed so far to ``lit-gpu completion
+--complete-bash`` (zsh: the words, to ``--complete``), which answers NUL-separated candidates from the live
+tables: the commands (:data:`lit_gpu.cli.main.COMMANDS`), the shipped recipes (``--config lit_gpu:<TAB>``,
+``lit-gpu configs <TAB>``), files, and each command's flags. A candidate from the folder may be any name
+(``x$(cmd).yaml``): bash gets each reply quoted for the quote open at the cursor
+(:mod:`lit_gpu.cli.shell_words`), zsh quotes with ``compadd`` (no ``-Q``), so the completed line names the
+file and runs nothing. Nothing of that imports torch or Lightning: a TAB costs one small Python start.
 
 The flags of ``fit``/``validate``/``test``/``predict`` come from LitGpuCLI's parser, those of the tools from
 their argparse parsers; both are built only by :func:`collect_flags` (it imports Lightning) and kept in
