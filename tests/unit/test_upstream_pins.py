@@ -831,9 +831,8 @@ def test_dataloader_get_iterator__set_sigchld_handler():
 @pins("jsonargparse")
 def test_loaders_dumpers__get_yaml_default_loader():
     """lit_gpu.cli.config_files reads configs with jsonargparse's YAML resolvers (a float, no timestamps)."""
-    from jsonargparse._loaders_dumpers import get_yaml_default_loader
-
     import yaml
+    from jsonargparse._loaders_dumpers import get_yaml_default_loader
 
     loader = get_yaml_default_loader()
     assert issubclass(loader, yaml.SafeLoader) or loader.__mro__[1].__name__ == "CSafeLoader"

@@ -1,4 +1,4 @@
-"""Every YAML a user hands the CLI is read by lit_gpu's bounded reader before jsonargparse sees it (issue 50)."""
+"""Every YAML a user hands the CLI is read by lit_gpu's bounded reader before jsonargparse sees it."""
 
 from __future__ import annotations
 
