@@ -32,6 +32,7 @@ from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.cli import config_files, quiet, run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, resolve_ckpt_path
 from lit_gpu.cli.config_saver import RunConfigSaver
+from lit_gpu.cli.needs_data import check_has_data
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
 from lit_gpu.cli.too_big import explain_build_failure
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
@@ -404,7 +405,15 @@ class LitGpuCLI(LightningCLI):
         return trainer
 
     def before_fit(self) -> None:
+        check_has_data(self.model, self.datamodule, "fit")  # no loader at all: one line
         maybe_tune_batch_size(self.trainer, self.model, self.datamodule, self.config)
+
+    def before_validate(self) -> None:
+        check_has_data(self.model, self.datamodule, "validate")
+
+    def before_test(self) -> None:
+        check_has_data(self.model, self.datamodule, "test")
 
     def before_predict(self) -> None:
         check_predictable(self.model, self.config)  # no predict_step: one line, not Lightning's wall
+        check_has_data(self.model, self.datamodule, "predict")
