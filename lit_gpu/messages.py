@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import unicodedata
 from typing import TextIO
 
 PREFIX = "lit-gpu: "
@@ -341,7 +342,8 @@ def shown(value: object, *, limit: int = SHOWN_MAX_CHARS) -> str:
     Every string read from a file, a checkpoint or a model (a path, a step, a name, a metric key) goes
     through here before it is printed: control characters (newlines, escape sequences, C1 codes, bidi
     overrides) are written as Python escapes (``\\n``, ``\\x1b``), so a file cannot forge a ``lit-gpu:``
-    line, move the cursor or set a terminal's title; longer texts are cut at ``limit`` characters.
+    line, move the cursor or set a terminal's title (format characters and lone surrogates too: ``\\u202e``);
+    longer texts are cut at ``limit`` characters.
     """
     text = value if isinstance(value, str) else str(value)
     out = []
@@ -349,18 +351,22 @@ def shown(value: object, *, limit: int = SHOWN_MAX_CHARS) -> str:
         code = ord(char)
         if char == "\\":
             out.append(char)
-        elif code < 0x20 or 0x7F <= code < 0xA0 or char in _INVISIBLE:
-            out.append(char.encode("unicode_escape").decode("ascii") if code < 0x100 else f"\\u{code:04x}")
+        elif code < 0x20 or 0x7F <= code < 0xA0 or _hidden(char):
+            out.append(char.encode("unicode_escape").decode("ascii") if code < 0x100 else _escape(code))
         else:
             out.append(char)
     line = "".join(out)
     return line if len(line) <= limit else line[: limit - 1] + "\u2026"
 
 
-#: format characters that reorder or hide text on a terminal (bidi overrides, zero-width marks)
-_INVISIBLE = frozenset(
-    "\u200b\u200c\u200d\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff"
-)
+def _escape(code: int) -> str:
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def _hidden(char: str) -> bool:
+    """A format character (Cf: reorders or hides text), a line or paragraph separator, or a lone surrogate
+    (from a file's undecodable bytes or a pickled string: printing it raises UnicodeEncodeError)."""
+    return ord(char) >= 0xA0 and unicodedata.category(char) in ("Cf", "Cs", "Zl", "Zp")
 
 
 def first_line(err: BaseException) -> str:

@@ -76,3 +76,15 @@ def test_the_live_bar_shows_escaped_metric_names():
     trainer = SimpleNamespace(logger=None, loggers=[], progress_bar_metrics={FORGED: 1.0, "note": "a\x1bb"})
     shown = bar.get_metrics(trainer, None)  # type: ignore[arg-type]
     assert all(_plain(key) for key in shown) and shown["note"] == "a\\x1bb"
+
+
+def test_a_lone_surrogate_or_a_format_character_in_a_name_is_escaped_not_a_crash():
+    """A pickled string may hold a lone surrogate (printing it raises UnicodeEncodeError) and Unicode
+    format characters (tags, invisible operators) that hide text: found by attacking the door."""
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="utf-8", errors="strict")
+    trainer = _finished("last.ckpt", "")
+    trainer.callback_metrics = {"a\ud800b\u2066\U000e0041": 1.0}
+    ProgressLog(stream=stream)._end(trainer, "fit")
+    stream.flush()
+    assert "a\\ud800b\\u2066\\U000e0041=1" in raw.getvalue().decode("ascii")

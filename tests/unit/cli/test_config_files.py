@@ -110,3 +110,9 @@ def test_a_command_line_value_that_is_not_plain_yaml_stays_the_string_typed(caps
         main(["fit", "--config", str(CONFIGS / "simple.yaml"), "--trainer.default_root_dir", "!!set x",
               "--print_config"])  # fmt: skip
     assert yaml.safe_load(capsys.readouterr().out)["trainer"]["default_root_dir"] == "!!set x"
+
+
+def test_an_alias_bomb_given_as_config_text_on_the_command_line_is_one_line(capsys):
+    """``--config`` also takes YAML text: the same reader, the same budget (found by attacking the door)."""
+    line = _refused(capsys, BOMB)
+    assert "expands to more than" in line
