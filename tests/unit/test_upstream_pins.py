@@ -804,3 +804,14 @@ def test_dataloader_get_iterator__set_sigchld_handler():
     assert "self._get_iterator()" in inspect.getsource(DataLoader.__iter__)
     assert callable(signal_handling._set_SIGCHLD_handler)
     assert isinstance(signal_handling._SIGCHLD_handler_set, bool)
+
+
+@pins("jsonargparse")
+def test_loaders_dumpers__get_yaml_default_loader():
+    """lit_gpu.cli.config_files reads configs with jsonargparse's YAML resolvers (a float, no timestamps)."""
+    import yaml
+    from jsonargparse._loaders_dumpers import get_yaml_default_loader
+
+    loader = get_yaml_default_loader()
+    assert issubclass(loader, yaml.SafeLoader) or loader.__mro__[1].__name__ == "CSafeLoader"
+    assert yaml.load("a: 1e-3\nb: 2024-01-01\n", Loader=loader) == {"a": 0.001, "b": "2024-01-01"}  # noqa: S506
