@@ -1,5 +1,5 @@
 """Private names of the tools around Lightning lit_gpu uses: jsonargparse's (and argparse's) parser
-actions, optuna's trial ids. Importing this module imports none of them."""
+actions and YAML loader, optuna's trial ids. Importing this module imports none of them."""
 
 from __future__ import annotations
 
@@ -28,9 +28,17 @@ def widen_type(parser: Any, dest: str, widen: Callable[[Any], Any]) -> None:
             action._typehint = widen(typehint)
 
 
+def jsonargparse_yaml_loader() -> Any:
+    """jsonargparse's YAML loader class (its resolvers: ``1e-3`` is a float, no timestamps), so that lit_gpu's
+    bounded reader reads a config exactly as jsonargparse's own loader does (``_loaders_dumpers``; pinned)."""
+    from jsonargparse._loaders_dumpers import get_yaml_default_loader
+
+    return get_yaml_default_loader()
+
+
 def trial_id(trial: Any) -> int:
     """An optuna trial's storage id (``Trial._trial_id``, ``FrozenTrial._trial_id``; not ``number``)."""
     return trial._trial_id
 
 
-__all__ = ["parser_actions", "subcommands_action", "trial_id", "widen_type"]
+__all__ = ["jsonargparse_yaml_loader", "parser_actions", "subcommands_action", "trial_id", "widen_type"]
