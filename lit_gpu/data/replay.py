@@ -31,6 +31,8 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
+from lit_gpu.upstream.train_loaders import skip_batches
+
 __all__ = [
     "REPLAY_STATE_CONTRACT",
     "ReplayDataLoader",
@@ -80,7 +82,7 @@ def make_replayable(loaders: list[Any]) -> list[Any]:
     for loader in loaders:
         if type(loader) is DataLoader and why_not_replayable(loader) is None:
             loader.__class__ = ReplayDataLoader  # the same object: the module's hooks see their loader
-            loader._replay_init()
+            loader.reset_replay()
     return loaders
 
 
@@ -113,7 +115,8 @@ class ReplayDataLoader(DataLoader):
     _skip: int = 0  # batches the next pass skips (a resume mid-epoch)
     _handed_out: int = 0  # batches of the current pass handed out (skipped ones included)
 
-    def _replay_init(self) -> None:
+    def reset_replay(self) -> None:
+        """Forget any saved epoch (a loader that just became a :class:`ReplayDataLoader`)."""
         self._pass_states, self._skip, self._handed_out, self._saved_batches = None, 0, 0, None
 
     def _generators(self) -> list[torch.Generator]:
@@ -158,7 +161,7 @@ class ReplayDataLoader(DataLoader):
             for generator, state in zip(generators, self._pass_states, strict=True):
                 generator.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
             iterator = super().__iter__()
-            _skip_batches(iterator, skip, self.num_workers)
+            skip_batches(iterator, skip, self.num_workers)
             torch.default_generator.set_state(live)  # the checkpoint's mid-epoch state
         else:
             self._pass_states = [bytes(generator.get_state().numpy()) for generator in generators]
@@ -188,17 +191,3 @@ class ReplayDataLoader(DataLoader):
             )
         self._pass_states = list(state["generators"]) or None
         self._saved_batches = state["batches"]
-
-
-def _skip_batches(iterator: Any, batches: int, workers: int) -> None:
-    """Advance a fresh DataLoader iterator by ``batches`` batches: by index without workers (nothing is
-    loaded; the main process's random streams are the checkpoint's anyway), by fetching with workers (each
-    worker's random stream advances as it did)."""
-    sampler_iter = getattr(iterator, "_sampler_iter", None)
-    if workers == 0 and sampler_iter is not None and hasattr(iterator, "_num_yielded"):
-        for _ in range(batches):
-            next(sampler_iter)
-        iterator._num_yielded += batches
-        return
-    for _ in range(batches):
-        next(iterator)

@@ -38,3 +38,17 @@ def train_loaders(trainer: Any) -> list[Any]:
     """This fit's train loaders as Lightning iterates them ([] before they are built)."""
     combined = trainer.fit_loop._combined_loader
     return [] if combined is None else list(combined.flattened)
+
+
+def skip_batches(iterator: Any, batches: int, workers: int) -> None:
+    """Advance a fresh DataLoader iterator by ``batches`` batches: by index without workers (torch's private
+    ``_sampler_iter`` and ``_num_yielded``: nothing is loaded, and the main process's random streams are the
+    checkpoint's anyway), by fetching with workers (each worker's random stream advances as it did)."""
+    sampler_iter = getattr(iterator, "_sampler_iter", None)
+    if workers == 0 and sampler_iter is not None and hasattr(iterator, "_num_yielded"):
+        for _ in range(batches):
+            next(sampler_iter)
+        iterator._num_yielded += batches
+        return
+    for _ in range(batches):
+        next(iterator)
