@@ -229,9 +229,6 @@ OOM_RECOVERY_SYNC_BATCHNORM = (
 # ---- progress lines (printed with tell) ---------------------------------------------------------
 RESUMING_FROM = "resuming from {path} ({why})"
 USING_CHECKPOINT = "using {path} ({why})"
-CHECKPOINT_CHOICE = "{facts}; the newest {prefix}*.ckpt in {where}"
-SKIPPED_NEWER_RUNS = "skipped newer {names}: no {prefix}*.ckpt yet"
-PICKED_RUN = "; newest matching run: {run}"
 NO_MATCHING_RUN_FIT = "; training from scratch"
 REBUILDING_FROM = "rebuilding the run from {config}: took {taken}; nothing else is read from it{left_out}"
 STATE_PATHS_DROPPED = (

@@ -32,16 +32,18 @@ from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.cli import quiet, run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, resolve_ckpt_path
-from lit_gpu.cli.config_saver import RunConfigSaver
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
 from lit_gpu.cli.too_big import explain_build_failure
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.locate import Resolution
 from lit_gpu.io import install_atomic_checkpoint_io
 from lit_gpu.profilers import skip_idle_profiler
-from lit_gpu.runs import RunFolder, RunFolderSync
+from lit_gpu.run.config_saver import RunConfigSaver
+from lit_gpu.run.folder import RunFolder
+from lit_gpu.run.store import Resolution
+from lit_gpu.runs import RunFolderSync
 from lit_gpu.upstream.batch_path import LeanTrainingBatch
+from lit_gpu.upstream.cluster import no_cluster_resume
 from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks
 
 # ---- parser ---------------------------------------------------------------------------------------
@@ -342,7 +344,7 @@ class LitGpuCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         # private, pinned in tests/unit/test_upstream_pins.py. Lightning re-parses the checkpoint's
         # hparams (class included) over --config here: instead the config decides; the checkpoint was
-        # read weights-only and its class compared in resolve_ckpt_path (lit_gpu.files.locate)
+        # read weights-only and its class compared in resolve_ckpt_path (lit_gpu.run.store)
         return
 
     @override
@@ -374,8 +376,6 @@ class LitGpuCLI(LightningCLI):
         loggers, self.run_folder = run_folders.trainer_loggers(  # CSV + TB, one folder
             config, self.subcommand, self.resolution, parsed
         )
-        if self.resolution is not None:  # its header (tensors memory-mapped) was handed on: let it go
-            self.resolution.header = None
         if loggers is not None:
             kwargs.setdefault("logger", loggers)
         callbacks = run_folders.progress_bar_callbacks(config)  # redrawn 4x a second, not 100x
@@ -391,6 +391,8 @@ class LitGpuCLI(LightningCLI):
         configure_trainer(
             trainer, self.config, self.subcommand, self.run_folder
         )  # atomic IO, OOM, predictions
+        if self.resolution is not None and self.resolution.no_cluster_resume:
+            no_cluster_resume(trainer)  # the store passed every hpc_ckpt over: Lightning must not take one
         use_progress_log(  # plain lines (or JSON) in place of the live bar when stdout is not a terminal
             trainer,
             interval=config_value(config, "progress_interval", DEFAULT_INTERVAL),

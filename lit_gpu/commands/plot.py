@@ -20,10 +20,10 @@ import torch
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files import layout
 from lit_gpu.files.checkpoint import inside
 from lit_gpu.files.text import METRICS_FIX, csv_dicts
 from lit_gpu.io import atomic_file
+from lit_gpu.run import layout
 
 DPI = 100
 CURVES_FIGSIZE = (12.0, 4.5)  # inches

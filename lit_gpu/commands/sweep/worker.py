@@ -20,7 +20,6 @@ from lit_gpu.commands.sweep.pruning import SweepPruning
 from lit_gpu.commands.sweep.space import SearchSpace, format_value
 from lit_gpu.commands.sweep.trial import TrialResult, run_in_child, run_in_process
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.locate import refuse_links_out_of
 from lit_gpu.files.sweep_storage import (
     TrialRecord,
     check_params,
@@ -29,6 +28,7 @@ from lit_gpu.files.sweep_storage import (
     read_trial,
     trial_folder,
 )
+from lit_gpu.run.links import refuse_links_out_of
 
 WAIT_S = 10.0  # --until_complete: how often to look again while other workers run the last trials
 
