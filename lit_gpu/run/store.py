@@ -295,7 +295,7 @@ def cluster_resolution(key: str, where: Where, sub: Any) -> Resolution | None:
         for number, path, owner in found
         if owner != me and (newest is None or number > layout.cluster_checkpoint_number(newest))
     ]
-    passed += [f"{shown(name)}: not a cluster checkpoint of lit-gpu's naming" for name in odd]
+    passed += [f"{shown(name)}: not a cluster checkpoint (hpc_ckpt_N.ckpt, a non-empty file)" for name in odd]
     note = ""
     if passed:
         note = (

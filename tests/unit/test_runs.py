@@ -257,7 +257,6 @@ def _dead_start(root: Path, write: tuple[str, ...] = ("config.yaml", "metrics.cs
 
 
 def test_the_next_start_takes_over_the_folder_of_a_start_that_died_before_its_first_checkpoint(tmp_path):
-    layout = claims  # the claim, its lock and the layout's names
     _dead_start(tmp_path)
     folder = tmp_path / "lit_gpu" / "version_0"
     assert (folder / layout.LOCK_NAME).is_file() and (folder / "metrics.csv").is_file()
@@ -276,7 +275,6 @@ def test_the_next_start_takes_over_the_folder_of_a_start_that_died_before_its_fi
 
 
 def test_only_an_abandoned_folder_of_the_same_model_without_checkpoints_is_taken_over(tmp_path):
-    layout = claims  # the claim, its lock and the layout's names
     _dead_start(tmp_path)  # version_0: another model
     _dead_start(tmp_path)  # version_1: this one's, with a checkpoint (resumed from, not taken over)
     ckpt = tmp_path / "lit_gpu" / "version_1" / "checkpoints" / "last.ckpt"
@@ -290,7 +288,6 @@ def test_only_an_abandoned_folder_of_the_same_model_without_checkpoints_is_taken
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a folder to another user")
 def test_another_users_folders_are_never_taken_over_continued_or_written(tmp_path, capsys):
-    layout = claims  # the claim, its lock and the layout's names
     _dead_start(tmp_path)
     theirs = tmp_path / "lit_gpu" / "version_0"
     ckpt = theirs / "checkpoints" / "last.ckpt"

@@ -826,3 +826,21 @@ def test_dataloader_get_iterator__set_sigchld_handler():
     assert "self._get_iterator()" in inspect.getsource(DataLoader.__iter__)
     assert callable(signal_handling._set_SIGCHLD_handler)
     assert isinstance(signal_handling._SIGCHLD_handler_set, bool)
+
+
+@pins("lightning")
+def test_checkpoint_connector__hpc_resume_path(tmp_path, monkeypatch):
+    """lit_gpu.upstream.cluster.no_cluster_resume turns ``_checkpoint_connector._hpc_resume_path`` off."""
+    from lit_gpu.upstream.cluster import no_cluster_resume
+
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    monkeypatch.setenv("SLURM_JOB_NAME", "train")
+    (tmp_path / "hpc_ckpt_3.ckpt").write_bytes(b"x")
+    trainer = pl.Trainer(default_root_dir=tmp_path, logger=False, enable_checkpointing=False)
+    connector = trainer._checkpoint_connector
+    assert isinstance(type(connector).__dict__["_hpc_resume_path"], property)
+    assert connector._hpc_resume_path == str(tmp_path / "hpc_ckpt_3.ckpt")
+    no_cluster_resume(trainer)
+    no_cluster_resume(trainer)  # once is enough; twice changes nothing
+    assert trainer._checkpoint_connector._hpc_resume_path is None
+    assert type(trainer._checkpoint_connector).__mro__[1] is type(pl.Trainer()._checkpoint_connector)
