@@ -150,8 +150,12 @@ DEFAULT_CALLBACKS: tuple[type[pl.Callback], ...] = (
 
 
 def default_callbacks() -> list[dict[str, str]]:
-    """:data:`DEFAULT_CALLBACKS` as config entries (``class_path`` only)."""
-    return [{"class_path": f"{cls.__module__}.{cls.__qualname__}"} for cls in DEFAULT_CALLBACKS]
+    """:data:`DEFAULT_CALLBACKS` as config entries (``class_path`` only), by their public names.
+
+    ``lit_gpu.callbacks.X``, not the file that defines ``X``: a run's ``config.yaml`` records these, and
+    files move.
+    """
+    return [{"class_path": f"lit_gpu.callbacks.{cls.__qualname__}"} for cls in DEFAULT_CALLBACKS]
 
 
 PREDICTIONS_NAME = "predictions.csv"
