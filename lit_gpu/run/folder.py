@@ -47,6 +47,12 @@ __all__ = [
 ]
 
 
+CONTINUING_RUN = (
+    "continuing the run in {folder} from step {step}{dropped}; --new_run true starts a new folder"
+)
+CONTINUING_DROPPED = " (dropped {rows} metrics.csv rows logged after that step by the stopped attempt)"
+
+
 def remove_if_unused(folder: str | os.PathLike) -> bool:
     """Remove a run folder that holds only start-up files (no metrics, no checkpoint); True if removed.
 
@@ -270,8 +276,8 @@ class RunFolder:
             raise LitGpuError(RUN_BEING_WRITTEN.format(folder=shown(folder)))
         dropped = continue_run(folder, step)
         self._version = folder.name
-        note = messages.CONTINUING_DROPPED.format(rows=dropped) if dropped else ""
-        messages.tell(messages.CONTINUING_RUN.format(folder=shown(folder), step=step, dropped=note))
+        note = CONTINUING_DROPPED.format(rows=dropped) if dropped else ""
+        messages.tell(CONTINUING_RUN.format(folder=shown(folder), step=step, dropped=note))
 
     def _same_model_check(self) -> Any:
         wanted = self.same_model

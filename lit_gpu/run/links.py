@@ -11,12 +11,21 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.checkpoint import inside
 from lit_gpu.run.layout import CHECKPOINTS, version_number
 
 __all__ = ["escaping_links", "refuse_escaping_link", "refuse_links_out_of"]
+
+
+RUN_FOLDER_LINKS_OUT = (
+    "not continuing the run in {folder}: it holds links that lead outside it ({links}), so writing there "
+    "would write outside; remove them, or pass --new_run true to log into a new folder"
+)
+CKPT_SYMLINK_LEAVES_RUN = (
+    "--ckpt_path {which}: {path} is a symlink to {target}, outside its run folder {run}; pass the target "
+    "itself if you trust it"
+)
 
 
 def refuse_escaping_link(path: str | os.PathLike, which: str) -> None:
@@ -29,9 +38,7 @@ def refuse_escaping_link(path: str | os.PathLike, which: str) -> None:
     for run in (ckpt.parent.parent, ckpt.parent):
         if version_number(run) is not None and not inside(ckpt, run):
             raise LitGpuError(
-                messages.CKPT_SYMLINK_LEAVES_RUN.format(
-                    which=which, path=path, target=os.path.realpath(ckpt), run=run
-                )
+                CKPT_SYMLINK_LEAVES_RUN.format(which=which, path=path, target=os.path.realpath(ckpt), run=run)
             )
 
 
@@ -71,9 +78,7 @@ def _names(path: Path) -> int:
     return info.st_nlink if stat.S_ISREG(info.st_mode) else 0
 
 
-def refuse_links_out_of(
-    run: str | os.PathLike, message: str = messages.RUN_FOLDER_LINKS_OUT, **fields: Any
-) -> None:
+def refuse_links_out_of(run: str | os.PathLike, message: str = RUN_FOLDER_LINKS_OUT, **fields: Any) -> None:
     """Refuse to continue (write into) a run folder holding links that lead outside it.
 
     Args:

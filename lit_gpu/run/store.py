@@ -83,6 +83,19 @@ class Resolution:
     no_cluster_resume: bool = False
 
 
+NO_MATCHING_RUN = (
+    "--ckpt_path {which}: no run of {model} with a {which}*.ckpt under {where} (there: {listing})"
+)
+NO_MATCHING_RUN_FIX = "; pass --ckpt_path FILE, or --trainer.default_root_dir DIR of that run"
+NO_CKPT_IN_DIRPATH = "--ckpt_path {which}: no {which}*.ckpt in checkpoint.dirpath {dirpath}"
+CKPT_MODEL_CLASS_DIFFERS = (
+    "{path} was saved from the model class {recorded} but the config builds {configured}; the config "
+    "decides which model is built and the checkpoint only fills its weights, so pass the config the "
+    "checkpoint was trained with (its run's config.yaml) or a checkpoint of this model"
+)
+NO_MATCHING_RUN_FIT = "; training from scratch"
+
+
 def of_file(path: str | os.PathLike, trust: bool = False) -> Resolution:
     """A checkpoint named by a Python caller: its header read once and its run found (no config needed)."""
     return Resolution("ckpt_path", str(path), _read(path, trust), None, layout.run_of_checkpoint(path))
@@ -132,7 +145,7 @@ def _check(path: str | os.PathLike, sub: Any, found: CheckpointHeader) -> Checkp
     if wanted is not None and _loaded_class(recorded) is wanted:
         return found  # another import path of the same class
     raise LitGpuError(
-        messages.CKPT_MODEL_CLASS_DIFFERS.format(path=path, recorded=shown(recorded), configured=configured)
+        CKPT_MODEL_CLASS_DIFFERS.format(path=path, recorded=shown(recorded), configured=configured)
     )
 
 
@@ -225,7 +238,7 @@ def resolve(config: Any, where: Where) -> Resolution | None:
     if where.dirpath:
         chosen, headers = _read_files(layout.checkpoints_in(where.dirpath, which), which, where)
         if chosen is None:
-            raise LitGpuError(messages.NO_CKPT_IN_DIRPATH.format(which=which, dirpath=where.dirpath))
+            raise LitGpuError(NO_CKPT_IN_DIRPATH.format(which=which, dirpath=where.dirpath))
         found = _check(chosen.path, sub, headers[chosen.path])
         line = text.format(
             path=shown(chosen.path), why=f"{chosen.reason} in checkpoint.dirpath {shown(where.dirpath)}"
@@ -248,15 +261,15 @@ def resolve(config: Any, where: Where) -> Resolution | None:
             why += f"; passed over newer {newer}"
         line = text.format(path=shown(chosen.path), why=why)
         return Resolution(key, str(chosen.path), found, line, run_of[id(run)])
-    message = messages.NO_MATCHING_RUN.format(
+    message = NO_MATCHING_RUN.format(
         which=which,
         model=wanted.describe(),
         where=" or ".join(str(p) for p in where.parents),
         listing=_listing(runs),
     )
     if subcommand == "fit":
-        return Resolution(key, None, None, message + messages.NO_MATCHING_RUN_FIT)
-    raise LitGpuError(message + messages.NO_MATCHING_RUN_FIX)
+        return Resolution(key, None, None, message + NO_MATCHING_RUN_FIT)
+    raise LitGpuError(message + NO_MATCHING_RUN_FIX)
 
 
 # ---- Lightning's cluster checkpoints -----------------------------------------------------------------------
