@@ -46,6 +46,7 @@ from typing_extensions import override
 from lit_gpu import messages
 from lit_gpu.data.workers import protect_workers
 from lit_gpu.io import clean_stale_temp_files
+from lit_gpu.run.layout import CHECKPOINTS
 from lit_gpu.translate import dataloader_worker_died
 
 # Exit status of ``lit-gpu fit`` after a stop by signal: 128 + the signal number, the shell convention.
@@ -167,7 +168,7 @@ def checkpoint_folder(trainer: pl.Trainer) -> Path:
         dirpath = getattr(cb, "dirpath", None)  # a stand-in ModelCheckpoint (a spec'd Mock) may have none
         if isinstance(cb, ModelCheckpoint) and dirpath:
             return Path(dirpath)
-    return Path(trainer.default_root_dir) / "checkpoints"
+    return Path(trainer.default_root_dir) / CHECKPOINTS  # Lightning's folder without a logger
 
 
 class CheckpointOnInterrupt(Callback):

@@ -49,11 +49,17 @@ def find_metrics(run_dir: str | os.PathLike) -> Path:
     path = Path(run_dir)
     if path.is_file():
         return path
-    if (path / "metrics.csv").is_file():
-        return path / "metrics.csv"
-    for pattern in ("version_*/metrics.csv", "*/version_*/metrics.csv"):
+    if (path / layout.METRICS_NAME).is_file():
+        return path / layout.METRICS_NAME
+    nested = sorted(p for p in path.glob("*") if p.is_dir())
+    for parents in ([path], nested):  # runs in path, else in path/NAME (a root)
         # only runs really inside ``path``: a version_N planted as a link elsewhere would get curves.png
-        found = [p for p in path.glob(pattern) if p.is_file() and inside(p.parent, path)]
+        found = [
+            run.path / layout.METRICS_NAME
+            for parent in parents
+            for run in layout.list_runs(parent)
+            if (run.path / layout.METRICS_NAME).is_file() and inside(run.path, path)
+        ]
         if found:
             return max(found, key=lambda p: p.stat().st_mtime)
     raise LitGpuError(
@@ -181,7 +187,7 @@ def _mark_evaluations(axes: dict[str, Any], run: Path) -> None:
     """
     marked = set()
     for folder in layout.evaluations(run):
-        if not (folder / "metrics.csv").is_file():
+        if not (folder / layout.METRICS_NAME).is_file():
             continue
         try:
             series = read_metrics(folder)

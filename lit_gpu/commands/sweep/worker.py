@@ -28,6 +28,7 @@ from lit_gpu.files.sweep_storage import (
     read_trial,
     trial_folder,
 )
+from lit_gpu.run.layout import CHECKPOINTS
 from lit_gpu.run.links import refuse_links_out_of
 
 WAIT_S = 10.0  # --until_complete: how often to look again while other workers run the last trials
@@ -161,7 +162,7 @@ class Worker:
         refuse_links_out_of(run_dir, messages.SWEEP_TRIAL_LINKS_OUT, number=trial.number)
         gpus = self.claims.claim(self.options.gpus_per_trial) if self.claims else None
         args = self.trial_args(values, trial.number, gpus)  # run_dir is trial_folder(sweep_dir, number)
-        last = run_dir / "checkpoints" / "last.ckpt"
+        last = run_dir / CHECKPOINTS / "last.ckpt"
         shown = ", ".join(f"{self.names[k]}={fmt(v)}" for k, v in values.items())
         where = f" on GPU {','.join(map(str, gpus))}" if gpus else ""
         if pick.record is None:
