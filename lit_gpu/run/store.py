@@ -229,8 +229,7 @@ def resolve(config: Any, where: Where) -> Resolution | None:
         if which in _SPECIAL_CKPT or "://" in str(which):
             return None
         refuse_escaping_link(which, str(which))
-        check_checkpoint_file(which)
-        found = _check(which, sub, _read(which, where.trust))
+        found = _check(which, sub, _read(which, where.trust))  # the reader checks the file first
         return Resolution(key, str(which), found, run=layout.run_of_checkpoint(which))
     if which == "best" and subcommand == "fit":
         return None
