@@ -9,7 +9,6 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,8 +29,9 @@ from lit_gpu.callbacks.progress import use_progress_log
 from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
-from lit_gpu.cli import quiet, run_folders
+from lit_gpu.cli import config_files, quiet, run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, resolve_ckpt_path
+from lit_gpu.cli.needs_data import check_has_data
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
 from lit_gpu.cli.sanity import check_predictable, check_seed
 from lit_gpu.cli.too_big import explain_build_failure
@@ -49,7 +49,7 @@ from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks
 
 # ---- parser ---------------------------------------------------------------------------------------
 # the --config file being read, so that a YAML syntax error can name it (jsonargparse says "<unicode string>")
-_config_path: ContextVar[str | None] = ContextVar("lit_gpu_config_path", default=None)
+_config_path = config_files.reading
 
 
 def _jsonargparse_debug() -> bool:
@@ -77,13 +77,15 @@ class ConciseErrorParser(LightningArgumentParser):
         messages.tell_error(text or concise_parse_error(message, prog))
         sys.exit(2)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        config_files.install()  # every YAML it loads goes through lit_gpu's bounded reader first
+        kwargs.setdefault("parser_mode", config_files.MODE)
+        super().__init__(*args, **kwargs)
+
     @override
     def parse_path(self, path: Any, *args: Any, **kwargs: Any) -> Any:
-        token = _config_path.set(str(path))
-        try:
+        with config_files.config_file(path):
             return super().parse_path(path, *args, **kwargs)
-        finally:
-            _config_path.reset(token)
 
 
 def add_extra_arguments(parser: LightningArgumentParser) -> None:
@@ -370,7 +372,15 @@ class LitGpuCLI(LightningCLI):
         return trainer
 
     def before_fit(self) -> None:
+        check_has_data(self.model, self.datamodule, "fit")  # no loader at all: one line
         maybe_tune_batch_size(self.trainer, self.model, self.datamodule, self.config)
+
+    def before_validate(self) -> None:
+        check_has_data(self.model, self.datamodule, "validate")
+
+    def before_test(self) -> None:
+        check_has_data(self.model, self.datamodule, "test")
 
     def before_predict(self) -> None:
         check_predictable(self.model, self.config)  # no predict_step: one line, not Lightning's wall
+        check_has_data(self.model, self.datamodule, "predict")

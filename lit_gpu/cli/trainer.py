@@ -46,7 +46,7 @@ def resolve_trainer_config(trainer: Any) -> FreeChoice | None:
         choice = claim_free_gpus(n)
         trainer["devices"] = devices = choice.devices
         if choice.decided_here:  # one deciding process per node: every node logs its own choice
-            print(messages.PREFIX + choice.describe(), file=sys.stderr, flush=True)
+            print(messages.PREFIX + messages.one_line(choice.describe()), file=sys.stderr, flush=True)
     precision = trainer.get("precision")
     if isinstance(precision, str) and precision.strip().lower() == "auto":
         trainer["precision"] = auto_precision(trainer.get("accelerator", "auto"), devices)

@@ -29,6 +29,7 @@ from typing import Any
 
 from typing_extensions import override
 
+from lit_gpu import messages
 from lit_gpu.devices import on_cuda
 from lit_gpu.files.text import read_json
 
@@ -326,13 +327,14 @@ def to_markdown(results: list[BenchResult]) -> str:
 def _print_table(results: list[BenchResult], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     rows = table_rows(results)
-    table = Table(title=title)
+    table = Table(title=Text(messages.shown(title)))
     for i, name in enumerate(rows[0]):
         table.add_column(name, justify="right" if 2 <= i <= 6 else "left", overflow="fold")
-    for row in rows[1:]:
-        table.add_row(*row)
+    for row in rows[1:]:  # a status quotes the job's error: one safe line, never Rich markup
+        table.add_row(*(Text(messages.shown(value)) for value in row))
     Console(width=max(120, Console().width)).print(table)
 
 
@@ -371,8 +373,10 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_mode(mode)
         result = run_mode(plan, cli_args, args.steps, args.warmup, args.timeout)
         print(
-            f"{mode}: {result.status}"
-            + (f" ({result.samples_per_sec:.0f} samples/s)" if result.samples_per_sec else ""),
+            messages.one_line(
+                f"{mode}: {result.status}"
+                + (f" ({result.samples_per_sec:.0f} samples/s)" if result.samples_per_sec else "")
+            ),
             flush=True,
         )
         results.append(result)

@@ -844,3 +844,14 @@ def test_checkpoint_connector__hpc_resume_path(tmp_path, monkeypatch):
     no_cluster_resume(trainer)  # once is enough; twice changes nothing
     assert trainer._checkpoint_connector._hpc_resume_path is None
     assert type(trainer._checkpoint_connector).__mro__[1] is type(pl.Trainer()._checkpoint_connector)
+
+
+@pins("jsonargparse")
+def test_loaders_dumpers__get_yaml_default_loader():
+    """lit_gpu.cli.config_files reads configs with jsonargparse's YAML resolvers (a float, no timestamps)."""
+    import yaml
+    from jsonargparse._loaders_dumpers import get_yaml_default_loader
+
+    loader = get_yaml_default_loader()
+    assert issubclass(loader, yaml.SafeLoader) or loader.__mro__[1].__name__ == "CSafeLoader"
+    assert yaml.load("a: 1e-3\nb: 2024-01-01\n", Loader=loader) == {"a": 0.001, "b": "2024-01-01"}  # noqa: S506
