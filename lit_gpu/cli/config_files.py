@@ -24,6 +24,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from lit_gpu.files.text import YAML_LIMITS, BadFileError, parse_yaml
+from lit_gpu.upstream.tools import jsonargparse_yaml_loader
 
 #: the jsonargparse parser mode of LitGpuCLI's parsers (registered by :func:`install`)
 MODE = "lit_gpu_yaml"
@@ -58,14 +59,6 @@ def config_file(path: Any) -> Iterator[None]:
         reading.reset(token)
 
 
-def _yaml_loader() -> Any:
-    # private, pinned in tests/unit/test_upstream_pins.py: jsonargparse's YAML resolvers (1e-3 is a
-    # float, no timestamps), so that a config reads exactly as jsonargparse's own loader reads it
-    from jsonargparse._loaders_dumpers import get_yaml_default_loader
-
-    return get_yaml_default_loader()
-
-
 def load(text: str, path: str | os.PathLike = "") -> Any:
     """The loader of :data:`MODE`: ``text`` (a config file's, or a value's) as plain data.
 
@@ -75,10 +68,12 @@ def load(text: str, path: str | os.PathLike = "") -> Any:
     """
     source = reading.get() if path else None
     if source is not None:
-        data = parse_yaml(text, source, YAML_LIMITS, fix=FIX, loader=_yaml_loader())
+        data = parse_yaml(text, source, YAML_LIMITS, fix=FIX, loader=jsonargparse_yaml_loader())
     else:
         try:
-            data = parse_yaml(text, "a command-line value", YAML_LIMITS, fix=FIX, loader=_yaml_loader())
+            data = parse_yaml(
+                text, "a command-line value", YAML_LIMITS, fix=FIX, loader=jsonargparse_yaml_loader()
+            )
         except BadFileError as err:
             raise NotPlainYaml(err.problem) from err
     # jsonargparse's own rule for values: "a" or "{a, b}" (keys without values) stays the string typed

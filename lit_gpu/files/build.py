@@ -75,6 +75,7 @@ from lit_gpu.files.build_policy import (
     where_of,
 )
 from lit_gpu.files.text import BadFileError, read_yaml
+from lit_gpu.upstream.loops import pop_cli_instantiation
 
 __all__ = [
     "NESTED_KINDS",
@@ -351,8 +352,7 @@ def check_hparams(
         except BadFileError as err:
             raise UnsafeBuildError(str(err)) from None
         hparams = dict(loaded) if isinstance(loaded, Mapping) else {}
-    instantiator = hparams.pop("_instantiator", None)
-    class_path = hparams.pop("_class_path", None)
+    instantiator, class_path = pop_cli_instantiation(hparams)
     if instantiator is None:
         return  # Lightning calls cls(**hparams) with the plain values: nothing is resolved from strings
     for name in passed:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from lit_gpu.files.checkpoint import not_lightning, read_header
+from lit_gpu.upstream.loops import batches_that_stepped, recorded_class_path
 
 __all__ = ["CheckpointHeader", "read", "resume_log_step"]
 
@@ -58,7 +59,7 @@ class CheckpointHeader:
             step=_int(raw.get("global_step")),
             epoch=_int(raw.get("epoch")),
             scores=_scores(raw.get("callbacks")),
-            class_path=_class_path(hparams.get("_class_path") if isinstance(hparams, Mapping) else None),
+            class_path=_class_path(recorded_class_path(hparams)),
             log_step=resume_log_step(raw),
             problem=problem,
         )
@@ -89,7 +90,7 @@ def resume_log_step(checkpoint: Any) -> int | None:
     """
     with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
         loop = checkpoint["loops"]["fit_loop"]
-        stepped = int(loop["epoch_loop.state_dict"]["_batches_that_stepped"])
+        stepped = batches_that_stepped(loop)
         total = loop["epoch_loop.batch_progress"]["total"]
         at_batch_end = total["ready"] == total["started"] == total["processed"] == total["completed"] + 1
         return stepped + int(at_batch_end)
