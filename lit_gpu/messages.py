@@ -130,11 +130,6 @@ NET_INPUT_FIX_IMAGES = (
     "(e.g. --model.net lit_gpu.nets.MnistCNN) or flatten the input first (nn.Flatten())"
 )
 TUNE_NEEDS_BATCH_SIZE = "--tune_batch_size needs a data module with a batch_size argument"
-NO_MATCHING_RUN = (
-    "--ckpt_path {which}: no run of {model} with a {which}*.ckpt under {where} (there: {listing})"
-)
-NO_MATCHING_RUN_FIX = "; pass --ckpt_path FILE, or --trainer.default_root_dir DIR of that run"
-NO_CKPT_IN_DIRPATH = "--ckpt_path {which}: no {which}*.ckpt in checkpoint.dirpath {dirpath}"
 NO_CONFIG_BESIDE = (
     "no config.yaml for {ckpt} ({looked}) to rebuild its run from; pass the run's settings with --config FILE"
 )
@@ -153,11 +148,6 @@ PICKLE_REFUSED = (
     "file and where it came from, {opt_out}"
 )
 BUILD_REFUSED = "{source}: refusing to build {key}: {what}; nothing was run; {fix}"
-CKPT_MODEL_CLASS_DIFFERS = (
-    "{path} was saved from the model class {recorded} but the config builds {configured}; the config "
-    "decides which model is built and the checkpoint only fills its weights, so pass the config the "
-    "checkpoint was trained with (its run's config.yaml) or a checkpoint of this model"
-)
 FREE_UNDER_LAUNCHER = (
     "devices 'free:{n}' cannot be chosen inside ranks started by {launcher}: each rank would pick on its own "
     "and two could land on one GPU; pick once before launching, e.g. GPUS=$(lit-gpu env --pick-free {n}) "
@@ -230,10 +220,6 @@ OOM_RECOVERY_SYNC_BATCHNORM = (
 # ---- progress lines (printed with tell) ---------------------------------------------------------
 RESUMING_FROM = "resuming from {path} ({why})"
 USING_CHECKPOINT = "using {path} ({why})"
-CHECKPOINT_CHOICE = "{facts}; the newest {prefix}*.ckpt in {where}"
-SKIPPED_NEWER_RUNS = "skipped newer {names}: no {prefix}*.ckpt yet"
-PICKED_RUN = "; newest matching run: {run}"
-NO_MATCHING_RUN_FIT = "; training from scratch"
 REBUILDING_FROM = "rebuilding the run from {config}: took {taken}; nothing else is read from it{left_out}"
 STATE_PATHS_DROPPED = (
     "{ckpt}: ignored {count} path(s) in its callback state that lead outside {folder} ({fields}); "
@@ -242,20 +228,7 @@ STATE_PATHS_DROPPED = (
 REMOVE_OUTSIDE_REFUSED = (
     "not removing {path}: it is not a checkpoint file inside {dirpath} (resolved: {real}); left as it is"
 )
-RUN_FOLDER_LINKS_OUT = (
-    "not continuing the run in {folder}: it holds links that lead outside it ({links}), so writing there "
-    "would write outside; remove them, or pass --new_run true to log into a new folder"
-)
-CKPT_SYMLINK_LEAVES_RUN = (
-    "--ckpt_path {which}: {path} is a symlink to {target}, outside its run folder {run}; pass the target "
-    "itself if you trust it"
-)
 RUN_CONFIG_REFUSED = "{config}: {what}; nothing was read from it; pass the run's settings with --config FILE"
-CONTINUING_RUN = (
-    "continuing the run in {folder} from step {step}{dropped}; --new_run true starts a new folder"
-)
-CONTINUING_OPTIMIZER_STEPS = " (the metrics' step: batches; global step {global_step} counts optimizer steps)"
-CONTINUING_DROPPED = " (dropped {rows} metrics.csv rows logged after that step by the stopped attempt)"
 CONFIG_CHANGED = "the config differs from {old} ({changes}); saved it beside as {new}"
 MONITOR_FALLBACK = (
     "{model} does not log {monitor!r} ({logged}); keeping last.ckpt only; "

@@ -48,6 +48,7 @@ from lit_gpu.data.workers import protect_workers
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import clean_stale_temp_files
 from lit_gpu.launch_env import requeue_problem
+from lit_gpu.run.layout import CHECKPOINTS
 from lit_gpu.translate import dataloader_worker_died
 from lit_gpu.upstream.loops import replace_restored_handler, request_sigterm_stop
 from lit_gpu.upstream.torch_hooks import install_dataloader_sigchld_handler
@@ -169,7 +170,7 @@ def checkpoint_folder(trainer: pl.Trainer) -> Path:
         dirpath = getattr(cb, "dirpath", None)  # a stand-in ModelCheckpoint (a spec'd Mock) may have none
         if isinstance(cb, ModelCheckpoint) and dirpath:
             return Path(dirpath)
-    return Path(trainer.default_root_dir) / "checkpoints"
+    return Path(trainer.default_root_dir) / CHECKPOINTS  # Lightning's folder without a logger
 
 
 class CheckpointOnInterrupt(Callback):

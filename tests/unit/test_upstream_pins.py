@@ -390,9 +390,9 @@ def test_trainer__signal_connector_received_sigterm_and_original_handlers(tmp_pa
 
 
 def test_checkpoint_loop_state_read_by_resume_log_step(tmp_path):
-    """lit_gpu.runs.resume_log_step reads ``_batches_that_stepped`` and the batch progress of a saved
+    """lit_gpu.run.header.resume_log_step reads ``_batches_that_stepped`` and the batch progress of a saved
     checkpoint, to drop the metrics a stopped attempt logged after it; Lightning logs again from there."""
-    from lit_gpu.runs import resume_log_step
+    from lit_gpu.run.header import resume_log_step
 
     cb = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1, filename="{step}")
     trainer = quiet_trainer(
@@ -831,6 +831,24 @@ def test_evaluation_loop__seen_batches_per_dataloader():
     source = inspect.getsource(_EvaluationLoop._evaluation_step)
     assert "update_eval_step_metrics(self._seen_batches_per_dataloader[dataloader_idx])" in source
     assert "self._seen_batches_per_dataloader[dataloader_idx] += 1" in source
+
+
+@pins("lightning")
+def test_checkpoint_connector__hpc_resume_path(tmp_path, monkeypatch):
+    """lit_gpu.upstream.cluster.no_cluster_resume turns ``_checkpoint_connector._hpc_resume_path`` off."""
+    from lit_gpu.upstream.cluster import no_cluster_resume
+
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    monkeypatch.setenv("SLURM_JOB_NAME", "train")
+    (tmp_path / "hpc_ckpt_3.ckpt").write_bytes(b"x")
+    trainer = pl.Trainer(default_root_dir=tmp_path, logger=False, enable_checkpointing=False)
+    connector = trainer._checkpoint_connector
+    assert isinstance(type(connector).__dict__["_hpc_resume_path"], property)
+    assert connector._hpc_resume_path == str(tmp_path / "hpc_ckpt_3.ckpt")
+    no_cluster_resume(trainer)
+    no_cluster_resume(trainer)  # once is enough; twice changes nothing
+    assert trainer._checkpoint_connector._hpc_resume_path is None
+    assert type(trainer._checkpoint_connector).__mro__[1] is type(pl.Trainer()._checkpoint_connector)
 
 
 @pins("jsonargparse")

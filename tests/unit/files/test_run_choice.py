@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lit_gpu.files.run_choice import CkptFacts, RunFacts, choose_file, order_runs, skipped_newer
+from lit_gpu.run.choice import CkptFacts, RunFacts, choose_file, order_runs, skipped_newer
 
 
 def _run(

@@ -1,6 +1,6 @@
 """Which checkpoint ``--ckpt_path last|best`` means: pure functions of what the runs and checkpoints say.
 
-No file is read here (:mod:`lit_gpu.files.locate` gathers the facts): the choice is a function of
+No file is read here (:mod:`lit_gpu.run.store` gathers the facts): the choice is a function of
 facts, and it returns its reasons, which the CLI prints.
 
 * The run: the newest run (highest ``version_N``: folders are numbered in the order runs started)
