@@ -8,7 +8,7 @@
 * ``FILE``: checked as a file; with neither ``--config`` nor ``--model`` the run is rebuilt from the
   model and data of its ``version_N/config.yaml`` (:func:`args_with_saved_config`), nothing else.
 * A checkpoint inside a run folder that is a symlink leading outside it is refused, naming its target.
-* The chosen checkpoint is read once (weights-only, tensors memory-mapped; :func:`check_checkpoint`):
+* The chosen checkpoint is read once (weights-only, its weights dropped; :func:`check_checkpoint`):
   a pickle payload is one line, and a checkpoint of another model class than the config's is refused
   (LightningCLI would re-parse its hyper-parameters over ``--config``).
 
@@ -279,7 +279,7 @@ def check_checkpoint(path: str | os.PathLike, sub: Any, header: Any = None) -> A
         header: The header already read (the choice of ``last``/``best`` read it); ``None``: read it here.
 
     Returns:
-        The checkpoint header (tensors memory-mapped).
+        The checkpoint header (without weights and optimizer state).
 
     Raises:
         LitGpuError: A pickle payload, or a checkpoint of another model class than the config's.
