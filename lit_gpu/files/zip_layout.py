@@ -87,6 +87,12 @@ def _members(f: IO[bytes], size: int, where: str) -> list[zipfile.ZipInfo]:
         infos = zipfile.ZipFile(f).infolist()
     except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as err:
         raise BoundsError(f"{where}: not a readable zip ({err}); the file is corrupt or truncated") from None
+    for info in infos:
+        if "\x00" in info.orig_filename:
+            raise BoundsError(
+                f"{where}: member {_shown(info.orig_filename)} has a NUL byte in its name, which torch's "
+                "reader and Python's zip read differently; torch.save writes no such name"
+            )
     if len(infos) != entries or len({i.filename for i in infos}) != len(infos):
         raise BoundsError(f"{where}: the zip has repeated or uncounted members; torch.save writes each once")
     folded = {i.filename.casefold() for i in infos}
@@ -99,11 +105,6 @@ def _members(f: IO[bytes], size: int, where: str) -> list[zipfile.ZipInfo]:
     infos = sorted(infos, key=lambda i: i.header_offset)
     for number, info in enumerate(infos):
         name = _shown(info.filename)
-        if "\x00" in info.filename or "\x00" in info.orig_filename:
-            raise BoundsError(
-                f"{where}: member {name} has a NUL byte in its name, which torch's reader and Python's zip "
-                "read differently; torch.save writes no such name"
-            )
         if info.flag_bits & ~_ALLOWED_FLAGS:
             raise BoundsError(
                 f"{where}: member {name} has zip flags {info.flag_bits:#06x} (encryption or another feature "

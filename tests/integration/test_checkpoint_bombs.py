@@ -196,3 +196,16 @@ def test_load_lightning_module_of_shared_lists_ends_in_one_line(tmp_path):
     path = bombs.shared_lists(tmp_path)
     result = capped(path.stat().st_size, lambda: load_lightning_module(RegressionModule, path))
     assert result["outcome"] == "CheckpointError" and "counted each time" in result["value"], result
+
+
+@pytest.mark.parametrize("case", ["case twins, bomb first", "case twins, bomb second", "NUL in a name"])
+def test_archives_two_readers_read_differently_end_in_one_line_under_the_cap(case, tmp_path):
+    from lit_gpu.checkpoints import load_state_dict
+
+    if case.startswith("case"):
+        path = bombs.case_twins(tmp_path, case.endswith("first"))
+    else:
+        path = bombs.nul_in_name(tmp_path)
+    guarded = capped(path.stat().st_size, lambda: load_state_dict(path))
+    assert guarded["outcome"] == "CheckpointError", guarded
+    assert "\n" not in guarded["value"] and str(path) in guarded["value"]
