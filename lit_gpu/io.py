@@ -11,6 +11,7 @@ import shutil
 import socket
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -293,6 +294,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     callback path outside the checkpoint's folder), and only files are ever removed.
     """
 
+    def __init__(self, trainer: pl.Trainer | None = None) -> None:
+        super().__init__()
+        self._trainer = None if trainer is None else weakref.ref(trainer)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_trainer": None}  # a copy (ddp_spawn) belongs to no trainer
+
     @override
     def load_checkpoint(
         self, path: Any, map_location: Any | None = None, weights_only: bool | None = None
@@ -300,10 +308,14 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         from lit_gpu.files.checkpoint import read_for_resume, read_remote
 
         if get_protocol(str(path)) != "file":
-            return read_remote(path, map_location, weights_only)  # bounded by its size, as a local file
-
-        location = map_location if map_location is not None else (lambda storage, loc: storage)
-        return read_for_resume(path, location, weights_only)
+            checkpoint = read_remote(path, map_location, weights_only)  # bounded by its size, as a local file
+        else:
+            location = map_location if map_location is not None else (lambda storage, loc: storage)
+            checkpoint = read_for_resume(path, location, weights_only)
+        trainer = None if self._trainer is None else self._trainer()
+        if trainer is not None:
+            check_restored_state(checkpoint, trainer, f"checkpoint {path}")
+        return checkpoint
 
     @override
     def remove_checkpoint(self, path: Any) -> None:
@@ -331,6 +343,23 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise DiskFullError(message) from err
 
 
+def check_restored_state(checkpoint: Any, trainer: pl.Trainer, what: str) -> None:
+    """Run every contract the fit's owners of restored state declare on ``checkpoint``, before any restore.
+
+    The owners: the module, the data module and the callbacks (each ``restore_contract``), and the
+    optimizer's state against the module's parameters. A mismatch is one line
+    (:class:`lit_gpu.files.contracts.ContractError`).
+    """
+    from lit_gpu.files.contracts import check_contracts, contracts_of, optimizer_contract
+
+    module = trainer.lightning_module
+    owners = [module, getattr(trainer, "datamodule", None), *trainer.callbacks]
+    contracts = contracts_of([owner for owner in owners if owner is not None], module)
+    if module is not None:
+        contracts += optimizer_contract(list(module.parameters()))
+    check_contracts(checkpoint, contracts, what)
+
+
 def install_atomic_checkpoint_io(trainer: pl.Trainer) -> bool:
     """Make ``trainer`` save checkpoints atomically, unless a custom CheckpointIO was configured.
 
@@ -339,6 +368,6 @@ def install_atomic_checkpoint_io(trainer: pl.Trainer) -> bool:
     """
     strategy = trainer.strategy
     if type(strategy.checkpoint_io) is TorchCheckpointIO:
-        strategy.checkpoint_io = AtomicCheckpointIO()
+        strategy.checkpoint_io = AtomicCheckpointIO(trainer)
         return True
     return False
