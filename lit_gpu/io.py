@@ -12,7 +12,7 @@ import socket
 import tempfile
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -314,7 +314,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             checkpoint = read_for_resume(path, location, weights_only)
         trainer = None if self._trainer is None else self._trainer()
         if trainer is not None:
-            check_restored_state(checkpoint, trainer, f"checkpoint {path}")
+            _check_for(trainer, checkpoint, f"checkpoint {path}")
         return checkpoint
 
     @override
@@ -343,21 +343,25 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise DiskFullError(message) from err
 
 
-def check_restored_state(checkpoint: Any, trainer: pl.Trainer, what: str) -> None:
-    """Run every contract the fit's owners of restored state declare on ``checkpoint``, before any restore.
+def check_restored_state(checkpoint: Any, module: Any, owners: Iterable[Any], what: str) -> None:
+    """Run every contract on ``checkpoint`` that ``module`` and ``owners`` declare, before any restore.
 
-    The owners: the module, the data module and the callbacks (each ``restore_contract``), and the
-    optimizer's state against the module's parameters. A mismatch is one line
-    (:class:`lit_gpu.files.contracts.ContractError`).
+    Each owner's ``restore_contract(module)``, and the optimizer's state against ``module``'s parameters.
+    A mismatch is one line (:class:`lit_gpu.files.contracts.ContractError`).
     """
-    from lit_gpu.files.contracts import check_contracts, contracts_of, optimizer_contract
+    from lit_gpu.files.contracts import check_contracts, contracts_of, lightning_contract, optimizer_contract
 
-    module = trainer.lightning_module
-    owners = [module, getattr(trainer, "datamodule", None), *trainer.callbacks]
-    contracts = contracts_of([owner for owner in owners if owner is not None], module)
+    contracts = lightning_contract()
+    contracts += contracts_of([owner for owner in (module, *owners) if owner is not None], module)
     if module is not None:
         contracts += optimizer_contract(list(module.parameters()))
     check_contracts(checkpoint, contracts, what)
+
+
+def _check_for(trainer: pl.Trainer, checkpoint: Any, what: str) -> None:
+    """:func:`check_restored_state` for the fit of ``trainer``: its module, data module and callbacks."""
+    owners = [getattr(trainer, "datamodule", None), *trainer.callbacks]
+    check_restored_state(checkpoint, trainer.lightning_module, owners, what)
 
 
 def install_atomic_checkpoint_io(trainer: pl.Trainer) -> bool:
