@@ -349,7 +349,8 @@ def check_restored_state(checkpoint: Any, module: Any, owners: Iterable[Any], wh
     Each owner's ``restore_contract(module)``, and the optimizer's state against ``module``'s parameters.
     A mismatch is one line (:class:`lit_gpu.files.contracts.ContractError`).
     """
-    from lit_gpu.files.contracts import check_contracts, contracts_of, lightning_contract, optimizer_contract
+    from lit_gpu.files.contracts import check_contracts, contracts_of
+    from lit_gpu.files.lightning_contracts import lightning_contract, optimizer_contract
 
     contracts = lightning_contract()
     contracts += contracts_of([owner for owner in (module, *owners) if owner is not None], module)

@@ -10,7 +10,6 @@ Long mode: ``python -m tests.helpers.restored_state 20000``.
 
 from __future__ import annotations
 
-import copy
 import random
 import sys
 from collections.abc import Iterator
@@ -158,46 +157,66 @@ def _replacements(value: Any, rng: random.Random) -> list[tuple[str, Any]]:
     return out
 
 
+def _with(value: Any, path: tuple[Any, ...], change: Any) -> Any:
+    """``value`` with ``change(container, key)`` at ``path``: only the containers on the path copied."""
+    copy: Any = dict(value) if isinstance(value, dict) else list(value)
+    if len(path) == 1:
+        change(copy, path[0])
+    else:
+        copy[path[0]] = _with(value[path[0]], path[1:], change)
+    return tuple(copy) if isinstance(value, tuple) else copy
+
+
 def mutations(checkpoint: dict[str, Any], count: int, seed: int) -> Iterator[tuple[str, dict[str, Any]]]:
     """``count`` checkpoints, each ``checkpoint`` with one field changed (or a key dropped or added)."""
     rng = random.Random(seed)
     fields = [(p, v) for p, v in _leaves(checkpoint) if p and p[0] != "state_dict" or len(p) == 2]
     for _ in range(count):
         path, value = rng.choice(fields)
-        mutated = copy.deepcopy(checkpoint)
-        parent = mutated
-        for step in path[:-1]:
-            parent = parent[step]
-        key = path[-1]
         choice = rng.random()
-        if choice < 0.1 and isinstance(parent, dict):
-            del parent[key]
+        if choice < 0.1 and isinstance(path[-1], str):
             label = "dropped"
-        elif choice < 0.15 and isinstance(parent, dict):
-            parent["unknown_" + str(key)] = parent[key]
+
+            def change(container: Any, key: Any) -> None:
+                del container[key]
+        elif choice < 0.15 and isinstance(path[-1], str):
             label = "a key added beside it"
+
+            def change(container: Any, key: Any) -> None:
+                container["unknown_" + key] = container[key]
         else:
             label, new = rng.choice(_replacements(value, rng))
-            if isinstance(parent, tuple):  # rebuild the tuple in its own parent
-                items = list(parent)
-                items[key] = new
-                grand = mutated
-                for step in path[:-2]:
-                    grand = grand[step]
-                grand[path[-2]] = tuple(items)
-            else:
-                parent[key] = new
-        yield f"{'.'.join(map(str, path))}: {label}", mutated
+
+            def change(container: Any, key: Any, new: Any = new) -> None:
+                container[key] = new
+
+        yield f"{'.'.join(map(str, path))}: {label}", _with(checkpoint, path, change)
 
 
 # ---- restoring ---------------------------------------------------------------------------------------------
+class Subject:
+    """The objects a resume of ``kind`` restores into, built once and restored into again and again."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.module, self.data, self.callbacks = subject(kind)
+        self.data.setup("fit")
+        self.loader = self.data.train_dataloader()
+
+
+_SUBJECTS: dict[str, Subject] = {}
+
+
 def restore_in_memory(checkpoint: dict[str, Any], kind: str) -> str:
     """The contract check, then every restore a resume makes (``"refused"`` or ``"restored"``).
 
     An error that is a ``LitGpuError`` or one line of :func:`lit_gpu.translate.explain` counts as refused;
     any other exception propagates (a traceback: the fuzz fails).
     """
-    module, data, callbacks = subject(kind)
+    if kind not in _SUBJECTS:
+        _SUBJECTS[kind] = Subject(kind)
+    one = _SUBJECTS[kind]
+    module, data, callbacks, loader = one.module, one.data, one.callbacks, one.loader
     try:
         check_restored_state(checkpoint, module, [data, *callbacks], "the fuzzed checkpoint")
         module.on_load_checkpoint(checkpoint)
@@ -220,8 +239,6 @@ def restore_in_memory(checkpoint: dict[str, Any], kind: str) -> str:
         for parameter in module.parameters():
             parameter.grad = torch.ones_like(parameter)
         optimizer.step()
-        data.setup("fit")
-        loader = data.train_dataloader()
         loops = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {})
         for state in loops.get("combined_loader", []):
             loader.load_state_dict(state)

@@ -826,3 +826,30 @@ def test_dataloader_get_iterator__set_sigchld_handler():
     assert "self._get_iterator()" in inspect.getsource(DataLoader.__iter__)
     assert callable(signal_handling._set_SIGCHLD_handler)
     assert isinstance(signal_handling._SIGCHLD_handler_set, bool)
+
+
+@pins("torch")
+def test_torch_pytorch_file_reader():
+    """lit_gpu/upstream/torch_reader.py: torch's zip reader over a buffer lists, sizes, places and reads
+    records as ``torch.load`` reads them, and finds a member by its name ignoring letter case."""
+    import io
+    import zipfile
+
+    from lit_gpu.upstream.torch_reader import torch_records
+
+    buffer = io.BytesIO()
+    torch.save({"w": torch.arange(3.0)}, buffer)
+    data = buffer.getvalue()
+    archive = torch_records(data)
+    records = {r.name: r for r in archive.records()}
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        info = z.getinfo("archive/data.pkl")
+        assert archive.read("data.pkl") == z.read(info)
+    assert {"data.pkl", "data/0", "byteorder"} <= set(records)
+    assert (
+        records["data/0"].size == 12
+        and data[records["data/0"].offset :][:12] == torch.arange(3.0).numpy().tobytes()
+    )
+    assert torch._C.PyTorchFileReader(io.BytesIO(data)).has_record(
+        "DATA.PKL"
+    )  # why names must differ by more

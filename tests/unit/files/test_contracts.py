@@ -10,6 +10,7 @@ import torch
 
 from lit_gpu.files import contracts as c
 from lit_gpu.files.contracts import ContractError, check_contracts
+from lit_gpu.files.lightning_contracts import optimizer_contract
 
 PACKAGE = Path(__file__).resolve().parents[3] / "lit_gpu"
 RESTORES = ("load_state_dict", "on_load_checkpoint")
@@ -73,7 +74,7 @@ def test_the_optimizer_contract_holds_state_against_the_parameters():
     net(torch.ones(1, 3)).sum().backward()
     optimizer.step()
     saved = optimizer.state_dict()
-    contracts = c.optimizer_contract(list(net.parameters()))
+    contracts = optimizer_contract(list(net.parameters()))
     check_contracts({"optimizer_states": [saved]}, contracts, "x")
     saved["state"][0]["exp_avg"] = torch.zeros(5)
     with pytest.raises(ContractError, match=r"exp_avg.*of shape \(5,\) for a parameter of shape \(2, 3\)"):
