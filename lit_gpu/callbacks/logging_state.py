@@ -18,7 +18,13 @@ from typing_extensions import override
 from lit_gpu import messages
 from lit_gpu.callbacks.rng_state import batches_in_flight
 from lit_gpu.files import contracts as c
-from lit_gpu.upstream.logging_state import _REDUCTIONS, LOGGING_STATE_KEY, capture, restore
+from lit_gpu.upstream.logging_state import (
+    LOGGING_STATE_KEY,
+    REDUCTION_NAMES,
+    capture,
+    metric_state_defaults,
+    restore,
+)
 
 
 class LoggingStateCallback(Callback):
@@ -99,7 +105,7 @@ def logging_state_contract(pl_module: Any) -> list[Any]:
             "logger": flag,
             "on_step": flag,
             "on_epoch": flag,
-            "reduce_fx": c.text(_REDUCTIONS),
+            "reduce_fx": c.text(REDUCTION_NAMES),
             "enable_graph": flag,
             "add_dataloader_idx": flag,
             "dataloader_idx": c.optional(c.integer(0, 2**31)),
@@ -132,7 +138,7 @@ def logging_state_contract(pl_module: Any) -> list[Any]:
         cache = saved.get("forward_cache")
         if cache is not None and small.problem(cache) is not None:
             return "a forward_cache that is not a small tensor"
-        defaults = getattr(metric, "_defaults", None) if metric is not None else None
+        defaults = metric_state_defaults(metric) if metric is not None else None
         for attr, value in saved["states"].items():
             if defaults is not None and attr not in defaults:
                 return f"state {messages_shown(attr)}, which is not a state of {type(metric).__name__}"
@@ -147,7 +153,7 @@ def logging_state_contract(pl_module: Any) -> list[Any]:
                 c.tensor(tuple(default.shape), dtypes=(default.dtype,)) if default is not None else c.tensor()
             )
             if want.problem(value) is not None:
-                return f"state {messages_shown(attr)}: {c._holds(value)}, expected {want.expected}"
+                return f"state {messages_shown(attr)}: {c.holds(value)}, expected {want.expected}"
         return None
 
     def all_metrics(saved: Any) -> str | None:
@@ -155,7 +161,7 @@ def logging_state_contract(pl_module: Any) -> list[Any]:
             return ""
         for name, one in saved.items():
             if (problem := metric_state(str(name), one)) is not None:
-                return problem or f"metric {messages_shown(name)}: {c._holds(one)}"
+                return problem or f"metric {messages_shown(name)}: {c.holds(one)}"
         return None
 
     return [

@@ -27,6 +27,7 @@ __all__ = [
     "Spec",
     "check_contracts",
     "contracts_of",
+    "holds",
 ]
 
 #: a path step that means "every item of this list, or every value of this dict"
@@ -62,7 +63,7 @@ class Contract:
     owner: str = field(default="", compare=False)
 
 
-def _holds(value: Any) -> str:
+def holds(value: Any) -> str:
     """A few words on a value read from a file, safe to print."""
     if isinstance(value, torch.Tensor):
         contiguous = "" if value.is_contiguous() else ", not contiguous"
@@ -167,7 +168,7 @@ def list_of(item: Spec, max_len: int = 2**20) -> Spec:
             return ""
         for i, x in enumerate(v):
             if (p := item.problem(x)) is not None:
-                return f"item {i}: {p or _holds(x)}"
+                return f"item {i}: {p or holds(x)}"
         return None
 
     return Spec(f"a list of {item.expected}", test)
@@ -187,7 +188,7 @@ def fields(spec: Mapping[str, Spec], *, required: Iterable[str] = (), extra: boo
             return f"an unknown key {messages.shown(repr(unknown[0]), limit=40)}"
         for key, sub in spec.items():
             if key in v and (p := sub.problem(v[key])) is not None:
-                return f"{key!r} holds {p or _holds(v[key])}; expected {sub.expected}"
+                return f"{key!r} holds {p or holds(v[key])}; expected {sub.expected}"
         return None
 
     return Spec("a dict of " + ", ".join(list(spec)[:6]), test)
@@ -239,7 +240,7 @@ def check_contracts(checkpoint: Any, contracts: Iterable[Contract], what: str) -
             if problem is not None:
                 raise ContractError(
                     f"{messages.shown(what)}: {messages.shown(key, limit=120)} holds "
-                    f"{problem or _holds(value)}; {contract.owner or 'lit_gpu'} expects "
+                    f"{problem or holds(value)}; {contract.owner or 'lit_gpu'} expects "
                     f"{contract.spec.expected}; the file is damaged or forged: use another checkpoint"
                 )
 

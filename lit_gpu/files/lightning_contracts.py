@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from lit_gpu import messages
-from lit_gpu.files.contracts import _MAX_INT, EACH, Contract, _holds, checked, integer
+from lit_gpu.files.contracts import _MAX_INT, EACH, Contract, checked, holds, integer
 
 __all__ = ["lightning_contract", "optimizer_contract"]
 
@@ -49,26 +49,26 @@ def _group_problem(group: Mapping[str, Any]) -> str | None:
         return f"a param group without {sorted(missing)[0]!r}, which its optimizer reads"
     for key, value in group.items():
         if not isinstance(key, str):
-            return f"a param group key {_holds(key)}"
+            return f"a param group key {holds(key)}"
         if key == "params":
             continue
         if key in _GROUP_FLAGS:
             if value is not None and type(value) is not bool:
-                return f"param group {key}={_holds(value)}, not a bool"
+                return f"param group {key}={holds(value)}, not a bool"
             if value and key in _DEVICE_FLAGS and not torch.cuda.is_available():
                 return f"param group {key}=True, which needs a GPU this machine does not have"
         elif key in _GROUP_NUMBERS:
             if type(value) not in (int, float) or not 0 <= value <= _MAX_HYPER:
-                return f"param group {key}={_holds(value)}, not a number in [0, {_MAX_HYPER:g}]"
+                return f"param group {key}={holds(value)}, not a number in [0, {_MAX_HYPER:g}]"
         elif key == "betas":
             if not (isinstance(value, list | tuple) and len(value) == 2) or any(
                 type(b) not in (int, float) or not 0 <= b <= 1 for b in value
             ):
-                return f"param group betas={_holds(value)}, not two numbers in [0, 1]"
+                return f"param group betas={holds(value)}, not two numbers in [0, 1]"
         elif not (
             value is None or type(value) in (bool, int, str) or type(value) is float and math.isfinite(value)
         ):
-            return f"param group {messages.shown(key, limit=30)}={_holds(value)}, not a plain value"
+            return f"param group {messages.shown(key, limit=30)}={holds(value)}, not a plain value"
     return None
 
 
@@ -143,7 +143,7 @@ def optimizer_contract(parameters: Sequence[torch.Tensor]) -> list[Contract]:
             return "a per-parameter state that is not a dict"
         for pid, values in per.items():
             if pid not in position or not isinstance(values, Mapping):
-                return f"state for param id {_holds(pid)}, which no param group names"
+                return f"state for param id {holds(pid)}, which no param group names"
             if values and (missing := _needed(group_of[pid]) - set(values)):
                 return f"state[{pid}] without {sorted(missing)[0]!r}, which its optimizer reads"
             if values and not _second_moment(group_of[pid], values):
@@ -152,7 +152,7 @@ def optimizer_contract(parameters: Sequence[torch.Tensor]) -> list[Contract]:
             if isinstance(step, torch.Tensor) and (
                 step.numel() != 1 or step.is_complex() or not 0 <= float(step) < 2**62
             ):
-                return f"state[{pid}]['step'] = {_holds(step)}, not one count >= 0"
+                return f"state[{pid}]['step'] = {holds(step)}, not one count >= 0"
             shape = shapes[position[pid]] if len(ids) == len(shapes) else None
             for key, value in values.items():
                 if not isinstance(value, torch.Tensor):
@@ -160,9 +160,9 @@ def optimizer_contract(parameters: Sequence[torch.Tensor]) -> list[Contract]:
                         continue
                     if value is None and key == "momentum_buffer":
                         continue
-                    return f"state[{pid}][{messages.shown(repr(key), limit=30)}] = {_holds(value)}"
+                    return f"state[{pid}][{messages.shown(repr(key), limit=30)}] = {holds(value)}"
                 if key != "step" and not value.is_floating_point():
-                    return f"state[{pid}][{messages.shown(repr(key), limit=30)}]: {_holds(value)}"
+                    return f"state[{pid}][{messages.shown(repr(key), limit=30)}]: {holds(value)}"
                 if value.layout != torch.strided or not value.is_contiguous():
                     return (
                         f"state[{pid}][{messages.shown(repr(key), limit=30)}]: not a contiguous dense tensor"
