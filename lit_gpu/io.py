@@ -11,7 +11,8 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -297,6 +298,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     callback path outside the checkpoint's folder), and only files are ever removed.
     """
 
+    def __init__(self, trainer: pl.Trainer | None = None) -> None:
+        super().__init__()
+        self._trainer = None if trainer is None else weakref.ref(trainer)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_trainer": None}  # a copy (ddp_spawn) belongs to no trainer
+
     @override
     def load_checkpoint(
         self, path: Any, map_location: Any | None = None, weights_only: bool | None = None
@@ -304,10 +312,14 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         from lit_gpu.files.checkpoint import read_for_resume, read_remote
 
         if get_protocol(str(path)) != "file":
-            return read_remote(path, map_location, weights_only)  # bounded by its size, as a local file
-
-        location = map_location if map_location is not None else (lambda storage, loc: storage)
-        return read_for_resume(path, location, weights_only)
+            checkpoint = read_remote(path, map_location, weights_only)  # bounded by its size, as a local file
+        else:
+            location = map_location if map_location is not None else (lambda storage, loc: storage)
+            checkpoint = read_for_resume(path, location, weights_only)
+        trainer = None if self._trainer is None else self._trainer()
+        if trainer is not None:
+            _check_for(trainer, checkpoint, f"checkpoint {path}")
+        return checkpoint
 
     @override
     def remove_checkpoint(self, path: Any) -> None:
@@ -335,6 +347,28 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise DiskFullError(message) from err
 
 
+def check_restored_state(checkpoint: Any, module: Any, owners: Iterable[Any], what: str) -> None:
+    """Run every contract on ``checkpoint`` that ``module`` and ``owners`` declare, before any restore.
+
+    Each owner's ``restore_contract(module)``, and the optimizer's state against ``module``'s parameters.
+    A mismatch is one line (:class:`lit_gpu.files.contracts.ContractError`).
+    """
+    from lit_gpu.files.contracts import check_contracts, contracts_of
+    from lit_gpu.files.lightning_contracts import lightning_contract, optimizer_contract
+
+    contracts = lightning_contract()
+    contracts += contracts_of([owner for owner in (module, *owners) if owner is not None], module)
+    if module is not None:
+        contracts += optimizer_contract(list(module.parameters()))
+    check_contracts(checkpoint, contracts, what)
+
+
+def _check_for(trainer: pl.Trainer, checkpoint: Any, what: str) -> None:
+    """:func:`check_restored_state` for the fit of ``trainer``: its module, data module and callbacks."""
+    owners = [getattr(trainer, "datamodule", None), *trainer.callbacks]
+    check_restored_state(checkpoint, trainer.lightning_module, owners, what)
+
+
 def install_atomic_checkpoint_io(trainer: pl.Trainer) -> bool:
     """Make ``trainer`` save checkpoints atomically, unless a custom CheckpointIO was configured.
 
@@ -343,6 +377,6 @@ def install_atomic_checkpoint_io(trainer: pl.Trainer) -> bool:
     """
     strategy = trainer.strategy
     if type(strategy.checkpoint_io) is TorchCheckpointIO:
-        strategy.checkpoint_io = AtomicCheckpointIO()
+        strategy.checkpoint_io = AtomicCheckpointIO(trainer)
         return True
     return False

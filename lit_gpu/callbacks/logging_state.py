@@ -15,12 +15,16 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from lit_gpu import messages
 from lit_gpu.callbacks.rng_state import batches_in_flight
+from lit_gpu.files import contracts as c
 from lit_gpu.upstream.logging_state import (
     LOGGING_STATE_KEY,
+    REDUCTION_NAMES,
     VAL_STEPS_KEY,
     capture,
     check_val_steps,
+    metric_state_defaults,
     restore,
     set_val_steps,
     val_steps,
@@ -57,6 +61,14 @@ class LoggingStateCallback(Callback):
         if state is not None:
             checkpoint[LOGGING_STATE_KEY] = state
 
+    def restore_contract(self, pl_module: Any = None) -> list[Any]:
+        """The epoch's logged values and metric states (:func:`logging_state_contract`)."""
+        steps = c.checked(
+            "validation steps by loader index (at most 1000 ints >= 0)",
+            lambda value: None if check_val_steps(value) is not None else "",
+        )
+        return [*logging_state_contract(pl_module), c.Contract((VAL_STEPS_KEY,), steps)]
+
     @override
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
@@ -82,3 +94,109 @@ class LoggingStateCallback(Callback):
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._pending = self._val_steps = None
+
+
+def _metric_modules(pl_module: Any) -> dict[str, Any]:
+    """The module's torchmetrics ``Metric`` submodules by name (what a saved metric state may name)."""
+    try:
+        from torchmetrics import Metric
+    except ImportError:  # pragma: no cover - torchmetrics is a Lightning dependency
+        return {}
+    if pl_module is None:
+        return {}
+    return {name: m for name, m in pl_module.named_modules() if name and isinstance(m, Metric)}
+
+
+def logging_state_contract(pl_module: Any) -> list[Any]:
+    """What :func:`restore` expects of a saved logging state, the metrics checked against ``pl_module``'s.
+
+    Each logged value: its flags, a reduction of :data:`_REDUCTIONS`, a scalar-sized tensor value; a metric
+    entry names a torchmetrics ``Metric`` of the module; each saved metric state names one of that metric's
+    states and has its default's type, dtype and (for a tensor default) shape.
+    """
+    metrics = _metric_modules(pl_module)
+    flag = c.boolean()
+    small = c.tensor(max_numel=2**16)
+    entry = c.fields(
+        {
+            "key": c.text(),
+            "fx": c.text(),
+            "name": c.text(),
+            "prog_bar": flag,
+            "logger": flag,
+            "on_step": flag,
+            "on_epoch": flag,
+            "reduce_fx": c.text(REDUCTION_NAMES),
+            "enable_graph": flag,
+            "add_dataloader_idx": flag,
+            "dataloader_idx": c.optional(c.integer(0, 2**31)),
+            "metric_attribute": c.optional(c.text(metrics) if pl_module is not None else c.text()),
+            "sync_dist": flag,
+            "rank_zero_only": flag,
+            "is_tensor": flag,
+            "has_reset": flag,
+            "update_count": c.integer(0, 2**62),
+            "forward_cache": c.optional(small),
+            "value": small,
+            "cumulated_batch_size": c.tensor(max_numel=1),
+        },
+        required=("key", "reduce_fx", "is_tensor", "update_count", "metric_attribute", "has_reset"),
+    )
+
+    def tensor_value(item: Any) -> str | None:
+        if item.get("is_tensor") and "value" not in item:
+            return "a tensor entry with no value"
+        return None
+
+    def metric_state(name: str, saved: Any) -> str | None:
+        metric = metrics.get(name) if pl_module is not None else None
+        if pl_module is not None and metric is None:
+            return f"{messages_shown(name)}, which is not a torchmetrics Metric of the module"
+        if not isinstance(saved, dict) or not isinstance(saved.get("states"), dict):
+            return ""
+        if type(saved.get("update_count")) is not int or not 0 <= saved["update_count"] < 2**62:
+            return "an update_count that is not an int >= 0"
+        cache = saved.get("forward_cache")
+        if cache is not None and small.problem(cache) is not None:
+            return "a forward_cache that is not a small tensor"
+        defaults = metric_state_defaults(metric) if metric is not None else None
+        for attr, value in saved["states"].items():
+            if defaults is not None and attr not in defaults:
+                return f"state {messages_shown(attr)}, which is not a state of {type(metric).__name__}"
+            default = None if defaults is None else defaults[attr]
+            if isinstance(default, list) or default is None and isinstance(value, list):
+                if not isinstance(value, list) or len(value) > 2**20:
+                    return f"state {messages_shown(attr)} that is not a list of tensors"
+                if any(c.tensor().problem(v) is not None for v in value):
+                    return f"state {messages_shown(attr)} with an item that is not a contiguous tensor"
+                continue
+            want = (
+                c.tensor(tuple(default.shape), dtypes=(default.dtype,)) if default is not None else c.tensor()
+            )
+            if want.problem(value) is not None:
+                return f"state {messages_shown(attr)}: {c.holds(value)}, expected {want.expected}"
+        return None
+
+    def all_metrics(saved: Any) -> str | None:
+        if not isinstance(saved, dict):
+            return ""
+        for name, one in saved.items():
+            if (problem := metric_state(str(name), one)) is not None:
+                return problem or f"metric {messages_shown(name)}: {c.holds(one)}"
+        return None
+
+    return [
+        c.Contract((LOGGING_STATE_KEY,), c.fields({"results": c.list_of(entry), "metrics": c.anything()})),
+        c.Contract(
+            (LOGGING_STATE_KEY, "results", c.EACH), c.checked("an entry with its value", tensor_value)
+        ),
+        c.Contract(
+            (LOGGING_STATE_KEY, "metrics"),
+            c.checked("states of the module's torchmetrics Metrics, shaped as their defaults", all_metrics),
+        ),
+    ]
+
+
+def messages_shown(value: Any) -> str:
+    """A name from the file, safe to print."""
+    return messages.shown(repr(value), limit=60)

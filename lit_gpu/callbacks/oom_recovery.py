@@ -143,6 +143,14 @@ class OOMRecovery(OOMLoopName):
             "eval_micro_batch_size": self.eval_micro_batch_size,
         }
 
+    def restore_contract(self, pl_module: Any = None) -> list[Any]:
+        """The micro-batch sizes it halved to: None or a positive int."""
+        from lit_gpu.files import contracts as c
+
+        size = c.optional(c.integer(1, 2**31))
+        spec = c.fields({"micro_batch_size": size, "eval_micro_batch_size": size})
+        return [c.Contract(("callbacks", self.state_key), spec)]
+
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         micro = state_dict.get("micro_batch_size")

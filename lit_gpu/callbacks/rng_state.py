@@ -235,6 +235,21 @@ class RNGStateCallback(Callback):
     def state_dict(self) -> dict[str, Any]:
         return _serializable(_capture())
 
+    def restore_contract(self, pl_module: Any = None) -> list[Any]:
+        """The saved generator states (:func:`_checked`), and the train loader's position it resumes."""
+        from lit_gpu.data.stateful import position_contract
+        from lit_gpu.files import contracts as c
+
+        def fits(state: Any) -> str | None:
+            tensors = [state.get("torch")] if isinstance(state, dict) else []
+            tensors += list(state.get("cuda") or []) if isinstance(state, dict) else []
+            if any(isinstance(t, torch.Tensor) and not t.is_contiguous() for t in tensors):
+                return "a generator state that is a non-contiguous view"
+            return _checked(state)[1]
+
+        spec = c.checked("the torch, numpy and Python generator states as RNGStateCallback saves them", fits)
+        return [c.Contract(("callbacks", self.state_key), spec), *position_contract()]
+
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the saved states; a malformed one (a corrupt checkpoint) is one line, nothing set."""

@@ -50,6 +50,52 @@ _MASK64 = (1 << 64) - 1
 STATE_VERSION = 1
 
 
+_POSITION_KEYS = ("epoch", "position", "seed", "shuffle")
+
+
+def position_contract() -> list[Any]:
+    """What a saved loader state must be: a dict, and where it is one of ours (it has ``num_items``), a
+    :meth:`GlobalPosition.state_dict` with its position inside the epoch."""
+    from lit_gpu.files import contracts as c
+
+    ours = c.fields(
+        {
+            "version": c.integer(0, 2**31),
+            "epoch": c.integer(0, 2**62),
+            "position": c.integer(0, 2**62),
+            "seed": c.integer(-(2**63), 2**64 - 1),
+            "shuffle": c.boolean(),
+            "num_items": c.integer(0, 2**62),
+        },
+        required=_POSITION_KEYS,
+    )
+
+    def fits(state: Any) -> str | None:
+        if not isinstance(state, dict):
+            return ""
+        if "replay_state" in state:  # a plain DataLoader made replayable (lit_gpu.data.replay)
+            from lit_gpu.data.replay import check_replay_state
+
+            generators = state.get("generators")
+            sizes = [len(g) for g in generators] if isinstance(generators, list) else []
+            if isinstance(generators, list) and any(not isinstance(g, bytes) or len(g) > 2**16 for g in generators):
+                return "a generator state that is not bytes of at most 64 KiB"
+            return check_replay_state(state, sizes)
+        if "num_items" not in state:
+            return None  # another loader's state: not restored by lit_gpu
+        if (problem := ours.problem(state)) is not None:
+            return problem
+        if state["position"] > state["num_items"]:
+            return f"position {state['position']} past the epoch's {state['num_items']} samples"
+        return None
+
+    where = ("loops", "fit_loop", "state_dict", "combined_loader", c.EACH)
+    spec = c.checked(
+        "a loader state (a dict; lit_gpu's: epoch, position <= num_items, int seed; or a replay state)", fits
+    )
+    return [c.Contract(where, spec, owner="the train loader")]
+
+
 def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool) -> torch.Tensor:
     """The order of epoch ``epoch``: a permutation of ``range(n)`` seeded by ``(seed, epoch)``."""
     if not shuffle:
@@ -214,6 +260,10 @@ class GlobalPosition:
             "num_items": self.num_items,
         }
 
+    def restore_contract(self, pl_module: Any = None) -> list[Any]:
+        """What :meth:`load_state_dict` expects (:func:`position_contract`)."""
+        return position_contract()
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue at the saved sample of the saved epoch's order (on any world size / batch size)."""
         if state.get("num_items") != self.num_items:
@@ -330,6 +380,10 @@ class ResumableDataLoader(DataLoader):
     def state_dict(self) -> dict[str, Any]:
         """See :meth:`GlobalPosition.state_dict`."""
         return self.position_state.state_dict()
+
+    def restore_contract(self, pl_module: Any = None) -> list[Any]:
+        """See :meth:`GlobalPosition.restore_contract`."""
+        return position_contract()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """See :meth:`GlobalPosition.load_state_dict`."""

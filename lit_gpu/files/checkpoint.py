@@ -2,15 +2,17 @@
 
 * :func:`read_checkpoint`: a ``torch.save`` file or ``.safetensors`` into plain Python data; a pickle
   payload is one line (:class:`CheckpointError`) unless the *user* passed ``trust`` (a flag, never a file).
-* :func:`read_header`: the small part of a checkpoint (step, epoch, hyper-parameters) with the tensors
-  memory-mapped, not read: what ``--ckpt_path`` resolution needs, read once.
+* :func:`read_header`: the small part of a checkpoint (step, epoch, hyper-parameters, callback state),
+  weights and optimizer state dropped: what ``--ckpt_path`` resolution needs, read once.
 * :func:`read_for_resume`: what Lightning restores (``AtomicCheckpointIO.load_checkpoint``), with every
   path in callback state that leads outside the checkpoint's own folder dropped (:func:`drop_outside_paths`).
 * :func:`inside`: whether a path, after resolving ``..``, absolute forms and symlinks, is in a folder.
 
-Without ``trust``, every read is bounded by the file's size first (:mod:`lit_gpu.files.bounds`,
-:class:`CheckpointLimits`): a file that would cost more than ``constant + 2 x its size`` of memory, or
-that is not laid out as ``torch.save`` writes it, is one line before ``torch.load`` runs.
+Without ``trust``, a file is read once into memory and ``torch.load`` reads those bytes, after they were
+bounded by the file's size (:mod:`lit_gpu.files.bounds`, :class:`CheckpointLimits`): a file that would cost
+more than ``constant + 2 x its size`` of memory (the copy included), that is not laid out as ``torch.save``
+writes it, or that torch's zip reader and Python's would read differently, is one line before ``torch.load``
+runs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import io
 import os
 import pickle
 import zipfile
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,8 @@ import torch
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.bounds import BoundsError, CheckpointLimits, PickledObjects, check_bounds
+from lit_gpu.files.bounds import BoundsError, CheckpointLimits, PickledObjects, check_buffer
+from lit_gpu.files.state_paths import STATE_PATH_KEYS, drop_outside_paths, inside
 from lit_gpu.messages import first_line
 
 __all__ = [
@@ -44,10 +47,6 @@ __all__ = [
     "read_into_memory",
     "read_remote",
 ]
-
-# fields of callback state (Lightning's ModelCheckpoint and friends) that name files; "dirpath" is only
-# compared with the callback's own folder by Lightning and never written to or deleted
-STATE_PATH_KEYS = ("best_model_path", "last_model_path", "kth_best_model_path")
 
 
 class CheckpointError(LitGpuError):
@@ -106,20 +105,42 @@ LEGACY_REFUSED = (
 )
 
 
-def _bounded(source: Any, path: Any, opt_out: str, limits: CheckpointLimits | None) -> Any:
-    """``source`` after :func:`check_bounds` passed it (a non-seekable stream is read into memory first)."""
-    if isinstance(source, io.IOBase) and not (source.seekable() and source.readable()):
-        source = io.BytesIO(source.read())
+def _read_once(source: Any) -> bytes:
+    """The whole of ``source`` (a path or a binary file object), read once: what is checked and loaded."""
+    if isinstance(source, str | os.PathLike):
+        with open(source, "rb") as f:
+            return f.read()
+    if isinstance(source, io.BytesIO):
+        return source.getvalue()  # its own bytes, not a copy
+    if source.seekable():
+        position = source.tell()
+        source.seek(0)
+        try:
+            return source.read()
+        finally:
+            source.seek(position)
+    return source.read()
+
+
+def _bounded(source: Any, path: Any, opt_out: str, limits: CheckpointLimits | None) -> io.BytesIO:
+    """``source`` read once into memory, after :func:`check_buffer` passed those bytes: ``torch.load`` reads
+    exactly what was checked (a file replaced or changed after the read changes nothing)."""
+    if isinstance(source, str | os.PathLike) and not zipfile.is_zipfile(source):
+        raise CheckpointError(LEGACY_REFUSED.format(path=f"checkpoint {path}", opt_out=opt_out))
     try:
-        if isinstance(source, str | os.PathLike) and not zipfile.is_zipfile(source):
+        data = _read_once(source)
+    except OSError as err:
+        raise _corrupt(path, err) from err
+    try:
+        if not zipfile.is_zipfile(io.BytesIO(data)):
             raise CheckpointError(LEGACY_REFUSED.format(path=f"checkpoint {path}", opt_out=opt_out))
-        check_bounds(source, limits, where=f"checkpoint {path}")
+        check_buffer(data, limits, where=f"checkpoint {path}", held=len(data))
     except PickledObjects as err:
         message = messages.PICKLE_REFUSED.format(path=f"checkpoint {path}", opt_out=opt_out)
         raise CheckpointError(message) from err
     except BoundsError as err:
         raise CheckpointError(str(err)) from err
-    return source
+    return io.BytesIO(data)
 
 
 def _torch_load(
@@ -203,17 +224,24 @@ def read_header(
     opt_out: str = "pass trust=True",
     limits: CheckpointLimits | None = None,
 ) -> Any:
-    """The checkpoint with its tensors memory-mapped (not read): step, epoch, hyper-parameters, state.
+    """The checkpoint without its weights and optimizer state: step, epoch, hyper-parameters, state.
 
-    One weights-only read serves every question ``--ckpt_path`` resolution asks (which step, which
-    model class, a pickle payload). Legacy (non-zip) files cannot be mapped and are read whole.
+    One weights-only read (the file read once into memory, checked, loaded from those bytes) serves every
+    question ``--ckpt_path`` resolution asks (which step, which model class, a pickle payload).
     """
     path = check_checkpoint_file(path)
     if path.suffix == ".safetensors":
         return None
-    mmap = zipfile.is_zipfile(path)
-    extra = {"mmap": True} if mmap else {}
-    return _torch_load(path, path, "cpu", not trust, opt_out, limits, **extra)
+    header = _torch_load(path, path, "cpu", not trust, opt_out, limits)
+    if isinstance(header, dict) and LIGHTNING_KEYS & set(header):
+        for key in _HEAVY_KEYS:  # what no question about the file needs: the memory goes back now
+            if key in header:
+                header[key] = {} if key == "state_dict" else []
+    return header
+
+
+# the parts of a Lightning checkpoint a header does not keep
+_HEAVY_KEYS = ("state_dict", "optimizer_states")
 
 
 def read_into_memory(path: str | os.PathLike) -> io.BytesIO:
@@ -259,70 +287,6 @@ def read_remote(
     with get_filesystem(path).open(path, "rb") as f:
         data = io.BytesIO(f.read())  # one download; the checks seek a lot
     return _torch_load(data, path, map_location, weights_only is not False, opt_out)
-
-
-# ---- paths inside a checkpoint ----------------------------------------------------------------------
-def inside(path: Any, folder: str | os.PathLike) -> bool:
-    """Whether ``path`` names something strictly inside ``folder`` after resolving real paths.
-
-    ``..``, absolute paths, ``~`` and symlinks (of the path and of the folder) are resolved first;
-    a URL (``s3://``, ``file://``) or a non-string is never inside.
-    """
-    if not isinstance(path, str | os.PathLike):
-        return False
-    text = os.fspath(path)  # what opening it uses (a PathLike's str() may say something else)
-    if not isinstance(text, str) or not text or "://" in text or "\x00" in text:
-        return False
-    real = os.path.realpath(os.path.expanduser(text))
-    base = os.path.realpath(os.path.expanduser(str(folder)))
-    return real != base and os.path.commonpath([real, base]) == base
-
-
-def drop_outside_paths(checkpoint: Any, folder: str | os.PathLike) -> list[str]:
-    """Blank every file path in ``checkpoint["callbacks"]`` state that leads outside ``folder``.
-
-    Lightning's ``ModelCheckpoint`` restores ``best_model_path``, ``last_model_path``,
-    ``kth_best_model_path`` and ``best_k_models`` from a checkpoint and later deletes "the previous"
-    of them, recursively; its guard compares ``Path.absolute()``, which keeps ``..``. A path that does
-    not resolve into ``folder`` (the checkpoint's own folder) becomes ``""``, and such ``best_k_models``
-    entries are removed. Returns ``"entry.field -> resolved path"`` for each one dropped.
-    """
-    callbacks = checkpoint.get("callbacks") if isinstance(checkpoint, Mapping) else None
-    if not isinstance(callbacks, MutableMapping):
-        return []
-    dropped: list[str] = []
-    for name, state in callbacks.items():
-        if isinstance(state, MutableMapping):
-            # "ModelCheckpoint{'monitor': ...}" -> "ModelCheckpoint"
-            label = messages.shown(str(name).split("{", 1)[0], limit=40)
-            dropped.extend(f"{label}.{what}" for what in drop_outside_state_paths(state, folder))
-    return dropped
-
-
-def _shown(value: Any) -> str:
-    """A path from callback state, resolved, as one safe line (it came from the file)."""
-    if isinstance(value, str) and "://" not in value and "\x00" not in value:
-        return messages.shown(os.path.realpath(os.path.expanduser(value)))
-    return messages.shown(repr(value), limit=80)
-
-
-def drop_outside_state_paths(state: MutableMapping[str, Any], folder: str | os.PathLike) -> list[str]:
-    """:func:`drop_outside_paths` for one callback's state; returns ``"field -> resolved path"``."""
-    dropped: list[str] = []
-    for key in STATE_PATH_KEYS:
-        value = state.get(key)
-        if value and not inside(value, folder):
-            dropped.append(f"{key} -> {_shown(value)}")
-            state[key] = ""
-    best_k = state.get("best_k_models")
-    if isinstance(best_k, MutableMapping):
-        for path in [p for p in best_k if not inside(p, folder)]:
-            dropped.append(f"best_k_models -> {_shown(path)}")
-            del best_k[path]
-    elif best_k is not None:
-        dropped.append("best_k_models (not a mapping)")
-        state["best_k_models"] = {}
-    return dropped
 
 
 NOT_LIGHTNING = (

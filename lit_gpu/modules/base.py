@@ -238,10 +238,42 @@ class LitModule(PlainHookName, pl.LightningModule):
                 "sizes": [size for _, size in kept],
             }
 
+    def restore_contract(self, pl_module: Any = None) -> list[Any]:
+        """The epoch's train-loss accumulators: a scalar float sum, a count, one float loss per batch size."""
+        from lit_gpu.files import contracts as c
+
+        def same_length(saved: Any) -> str | None:
+            losses, sizes = saved.get("losses"), saved.get("sizes")
+            count = 0 if losses is None else losses.numel()
+            if not isinstance(sizes, list) or len(sizes) != count:
+                return f"{count} losses and {len(sizes) if isinstance(sizes, list) else 'no list of'} sizes"
+            return None
+
+        spec = c.fields(
+            {
+                "sum": c.optional(c.tensor((), dtypes="float")),
+                "count": c.integer(0, 2**62),
+                "losses": c.optional(c.tensor((None,), dtypes="float", max_numel=2**24)),
+                "sizes": c.list_of(c.integer(0, 2**62), max_len=2**24),
+            },
+            required=("sum", "count", "losses", "sizes"),
+        )
+        where = (LOGGING_STATE_KEY, "train_loss")
+        return [
+            c.Contract(
+                (LOGGING_STATE_KEY,), c.checked("a dict", lambda v: None if isinstance(v, dict) else "")
+            ),
+            c.Contract(where, c.optional(spec)),
+            c.Contract(where, c.optional(c.checked("as many losses as batch sizes", same_length))),
+        ]
+
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """The epoch's train-loss accumulators of a save made inside an epoch: its ``train/loss_epoch``
-        then covers every step of the epoch, before and after the resume."""
+        then covers every step of the epoch, before and after the resume (checked first: its contract)."""
+        from lit_gpu.files.contracts import check_contracts
+
+        check_contracts(checkpoint, self.restore_contract(), "the checkpoint")
         logging_state = checkpoint.get(LOGGING_STATE_KEY)
         saved = logging_state.get("train_loss") if isinstance(logging_state, dict) else None
         if saved is not None:

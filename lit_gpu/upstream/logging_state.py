@@ -33,6 +33,17 @@ _REDUCTIONS: dict[str, Any] = {
 }
 
 
+#: the reduction names a saved logging state may hold
+REDUCTION_NAMES = tuple(_REDUCTIONS)
+
+
+def metric_state_defaults(metric: Any) -> dict[str, Any] | None:
+    """A torchmetrics ``Metric``'s states and their defaults (``Metric._defaults``: no public API lists
+    them with their shapes and dtypes), or None. Read as :func:`capture` reads ``metric_state``."""
+    defaults = getattr(metric, "_defaults", None)
+    return dict(defaults) if isinstance(defaults, dict) else None
+
+
 def _reduction_name(fn: Any) -> str | None:
     return next((name for name, known in _REDUCTIONS.items() if known is fn), None)
 

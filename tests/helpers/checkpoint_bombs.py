@@ -328,3 +328,45 @@ def normal_checkpoint(folder: Path, tensors: int = 8, numel: int = 2**16) -> Pat
     path = folder / "normal.ckpt"
     torch.save(checkpoint, path)
     return path
+
+
+# ---- archives torch's reader and Python's zipfile read differently ----------------------------------
+def _harmless_pickle() -> bytes:
+    buffer = io.BytesIO()
+    torch.save({"state_dict": {}}, buffer)
+    with zipfile.ZipFile(buffer) as archive:
+        return archive.read("archive/data.pkl")
+
+
+def case_twins(folder: Path, bomb_first: bool) -> Path:
+    """``data.pkl`` and ``DATA.PKL``: one harmless, one a 2 GiB ``bytearray``; torch's reader ignores case."""
+    bomb = _pickle(_global("builtins", "bytearray") + _int(2**31 - 1) + b"\x85R")
+    first, second = (bomb, _harmless_pickle()) if bomb_first else (_harmless_pickle(), bomb)
+    return torch_zip(folder / f"twins{int(bomb_first)}.ckpt", first, {"DATA.PKL": second})
+
+
+def _patched(path: Path, old: bytes, new: bytes) -> Path:
+    raw = path.read_bytes()
+    assert raw.count(old) == 2, "a name in the local header and in the directory"
+    path.write_bytes(raw.replace(old, new))
+    return path
+
+
+def nul_in_name(folder: Path) -> Path:
+    """A second data pickle whose name holds a NUL byte (``data.pkl\\0x``): a bomb behind a harmless one."""
+    bomb = _pickle(_global("builtins", "bytearray") + _int(2**31 - 1) + b"\x85R")
+    path = torch_zip(folder / "nul.ckpt", _harmless_pickle(), {"data.pklZx": bomb})
+    return _patched(path, b"data.pklZx", b"data.pkl\0x")
+
+
+def flagged_member(folder: Path, flag: int) -> Path:
+    """A harmless checkpoint whose ``data.pkl`` has the zip flag ``flag`` (1: encrypted) in both headers."""
+    path = torch_zip(folder / f"flag{flag}.ckpt", _harmless_pickle())
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(io.BytesIO(bytes(raw))) as archive:
+        info = archive.getinfo("archive/data.pkl")
+    raw[info.header_offset + 6] |= flag  # the local header's flags
+    central = raw.find(b"PK\x01\x02")  # the first directory entry: data.pkl's
+    raw[central + 8] |= flag  # the directory entry's flags
+    path.write_bytes(bytes(raw))
+    return path

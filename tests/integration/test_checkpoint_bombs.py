@@ -10,26 +10,18 @@ and a normal checkpoint still loads under the cap.
 
 from __future__ import annotations
 
-import json
-import os
-import resource
 import sys
-import tempfile
-import traceback
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
-from lit_gpu.files.bounds import CheckpointLimits
 from tests.helpers import checkpoint_bombs as bombs
+from tests.helpers.memory_cap import capped
 from tests.helpers.paths import CONFIGS
 
 pytestmark = pytest.mark.integration
 
-SLACK = 96 * 2**20
 MEMORY_BOMBS = [
     "bytearray of a size",
     "storage class called",
@@ -39,54 +31,6 @@ MEMORY_BOMBS = [
     "compressed tensor record",
     "overlapping zip members",
 ]
-
-
-def _address_space() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmSize")
-
-
-def capped(size: int, job: Callable[[], Any]) -> dict[str, str]:
-    """Run ``job`` in a fork capped at its current address space + budget(size) + slack."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        pid = os.fork()
-        if pid == 0:  # the child: never returns into pytest
-            code = 0
-            try:
-                os.dup2(err.fileno(), 2)
-                sys.stderr = open(err.fileno(), "w", closefd=False)  # noqa: SIM115 - the child's own
-                cap = _address_space() + CheckpointLimits().budget(size) + SLACK
-                resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-                try:
-                    result = {"outcome": "returned", "value": repr(job())[:200]}
-                except MemoryError:
-                    result = {"outcome": "MemoryError"}
-                except SystemExit as exit_:
-                    result = {"outcome": f"exit {exit_.code}"}
-                except BaseException as error:  # noqa: BLE001 - reported to the parent
-                    memory = isinstance(error, RuntimeError) and "alloc" in str(error)
-                    result = {
-                        "outcome": "MemoryError" if memory else type(error).__name__,
-                        "value": str(error),
-                    }
-                    result["trace"] = traceback.format_exc()[-600:]
-                sys.stderr.flush()
-                out.write(json.dumps(result).encode())
-                out.flush()
-            except BaseException:  # noqa: BLE001
-                code = 3
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
-        out.seek(0)
-        err.seek(0)
-        result = json.loads(out.read().decode() or "{}")
-        result["stderr"] = err.read().decode(errors="replace")
-        return result
 
 
 @pytest.fixture(scope="module")
@@ -196,3 +140,16 @@ def test_load_lightning_module_of_shared_lists_ends_in_one_line(tmp_path):
     path = bombs.shared_lists(tmp_path)
     result = capped(path.stat().st_size, lambda: load_lightning_module(RegressionModule, path))
     assert result["outcome"] == "CheckpointError" and "counted each time" in result["value"], result
+
+
+@pytest.mark.parametrize("case", ["case twins, bomb first", "case twins, bomb second", "NUL in a name"])
+def test_archives_two_readers_read_differently_end_in_one_line_under_the_cap(case, tmp_path):
+    from lit_gpu.checkpoints import load_state_dict
+
+    if case.startswith("case"):
+        path = bombs.case_twins(tmp_path, case.endswith("first"))
+    else:
+        path = bombs.nul_in_name(tmp_path)
+    guarded = capped(path.stat().st_size, lambda: load_state_dict(path))
+    assert guarded["outcome"] == "CheckpointError", guarded
+    assert "\n" not in guarded["value"] and str(path) in guarded["value"]

@@ -851,6 +851,32 @@ def test_checkpoint_connector__hpc_resume_path(tmp_path, monkeypatch):
     assert type(trainer._checkpoint_connector).__mro__[1] is type(pl.Trainer()._checkpoint_connector)
 
 
+@pins("torch")
+def test_torch_pytorch_file_reader():
+    """lit_gpu/upstream/torch_reader.py: torch's zip reader over a buffer lists, sizes, places and reads
+    records as ``torch.load`` reads them, and finds a member by its name ignoring letter case."""
+    import io
+    import zipfile
+
+    from lit_gpu.upstream.torch_reader import torch_records
+
+    buffer = io.BytesIO()
+    torch.save({"w": torch.arange(3.0)}, buffer)
+    data = buffer.getvalue()
+    archive = torch_records(data)
+    records = {r.name: r for r in archive.records()}
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        info = z.getinfo("archive/data.pkl")
+        assert archive.read("data.pkl") == z.read(info)
+    assert {"data.pkl", "data/0", "byteorder"} <= set(records)
+    assert (
+        records["data/0"].size == 12
+        and data[records["data/0"].offset :][:12] == torch.arange(3.0).numpy().tobytes()
+    )
+    # why member names must differ by more than letter case
+    assert torch._C.PyTorchFileReader(io.BytesIO(data)).has_record("DATA.PKL")
+
+
 @pins("jsonargparse")
 def test_loaders_dumpers__get_yaml_default_loader():
     """lit_gpu.cli.config_files reads configs with jsonargparse's YAML resolvers (a float, no timestamps)."""

@@ -47,6 +47,12 @@ class SweepPruning(Callback):
     def state_dict(self) -> dict[str, Any]:
         return {"reports": self.reports}
 
+    def restore_contract(self, pl_module: Any = None) -> list[Any]:
+        """The number of reports made: an int >= 0 (anything else restarts the count)."""
+        from lit_gpu.files import contracts as c
+
+        return [c.Contract(("callbacks", self.state_key), c.fields({"reports": c.anything()}))]
+
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         reports = state_dict.get("reports", 0)

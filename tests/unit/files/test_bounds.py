@@ -41,7 +41,7 @@ def test_the_scan_alone_refuses_each_bomb_with_its_reason(tmp_path):
         "bytearray of a size": "a bytearray of 2.0 GiB",
         "storage class called": "calls torch.storage.UntypedStorage",
         "storage larger than its record": "names 2147483648 bytes but its record holds 4",
-        "view past its storage, converted": "a converted tensor of 8.0 GiB",
+        "view past its storage, converted": "exposes 4.0 GiB from a storage of 4 B",
         "memo copies": "(bytes)",
         "overlapping zip members": "overlap or leave gaps",
         "deep nesting": "nest more than 100 deep",
@@ -188,7 +188,7 @@ def test_any_error_torch_raises_on_a_checked_file_is_the_one_corrupt_line(tmp_pa
     from lit_gpu.files import checkpoint
 
     path = bombs.rejected_call(tmp_path, "complex of a 2000-bit int")
-    monkeypatch.setattr(checkpoint, "check_bounds", lambda *a, **k: 0)  # a case the scan would miss
+    monkeypatch.setattr(checkpoint, "check_buffer", lambda *a, **k: 0)  # a case the scan would miss
     with pytest.raises(CheckpointError, match="corrupt or truncated") as info:
         read_checkpoint(path)
     assert isinstance(info.value.__cause__, OverflowError) and "\n" not in str(info.value)

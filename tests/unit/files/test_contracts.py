@@ -1,0 +1,114 @@
+"""Restored state has a contract: declared next to each restore, all checked before the first restore."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+from lit_gpu.files import contracts as c
+from lit_gpu.files.contracts import ContractError, check_contracts
+from lit_gpu.files.lightning_contracts import optimizer_contract
+
+PACKAGE = Path(__file__).resolve().parents[3] / "lit_gpu"
+RESTORES = ("load_state_dict", "on_load_checkpoint")
+
+
+def _restoring_classes() -> list[tuple[str, str, set[str]]]:
+    """``(file, class, methods)`` of every class in lit_gpu that defines a restore."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                methods = {n.name for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+                if methods & set(RESTORES):
+                    found.append((str(path.relative_to(PACKAGE.parent)), node.name, methods))
+    return found
+
+
+def test_every_restore_of_lit_gpu_declares_its_contract():
+    classes = _restoring_classes()
+    assert len(classes) >= 7  # modules, callbacks, loaders, the sweep's pruning callback
+    missing = [f"{file}: {name}" for file, name, methods in classes if "restore_contract" not in methods]
+    assert not missing, f"a load_state_dict/on_load_checkpoint without a restore_contract: {missing}"
+
+
+def test_no_function_outside_a_class_restores_state():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        top = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in RESTORES]
+        if path.name != "checkpoints.py":  # lit_gpu.checkpoints.load_state_dict reads, it restores nothing
+            assert not top, f"{path}: {top}"
+
+
+def test_a_mismatch_is_one_line_naming_the_key_what_it_holds_and_what_was_expected():
+    spec = c.fields({"count": c.integer(0, 10), "sum": c.tensor((), dtypes="float")})
+    contract = c.Contract(("state", "acc"), spec, owner="MyModule")
+    with pytest.raises(ContractError) as err:
+        check_contracts({"state": {"acc": {"count": -1}}}, [contract], "checkpoint x.ckpt")
+    line = str(err.value)
+    assert "\n" not in line and "state.acc" in line and "-1" in line and "an int in [0, 10]" in line
+    assert "MyModule" in line and "x.ckpt" in line
+
+
+@pytest.mark.parametrize(
+    ("value", "fits"),
+    [
+        (torch.zeros(()), True),
+        (torch.zeros(3), False),
+        (torch.zeros((), dtype=torch.int64), False),
+        (torch.zeros(1).expand(4)[0], True),  # a 0-d view of one element is contiguous
+        (torch.zeros(4, 4).t(), False),
+        ("1.0", False),
+    ],
+)
+def test_tensor_specs_check_shape_dtype_and_contiguity(value, fits):
+    assert (c.tensor((), dtypes="float").problem(value) is None) == fits
+
+
+def test_the_optimizer_contract_holds_state_against_the_parameters():
+    net = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(net.parameters())
+    net(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    saved = optimizer.state_dict()
+    contracts = optimizer_contract(list(net.parameters()))
+    check_contracts({"optimizer_states": [saved]}, contracts, "x")
+    saved["state"][0]["exp_avg"] = torch.zeros(5)
+    with pytest.raises(ContractError, match=r"exp_avg.*of shape \(5,\) for a parameter of shape \(2, 3\)"):
+        check_contracts({"optimizer_states": [saved]}, contracts, "x")
+    saved["state"][0]["exp_avg"] = torch.zeros(2, 3)
+    saved["param_groups"][0]["lr"] = "0.1"
+    with pytest.raises(ContractError, match="lr=str"):
+        check_contracts({"optimizer_states": [saved]}, contracts, "x")
+
+
+def test_the_logging_state_contract_knows_reductions_and_metric_names():
+    import torchmetrics
+
+    from lit_gpu.callbacks.logging_state import logging_state_contract
+
+    module = torch.nn.Module()
+    module.acc = torchmetrics.MeanMetric()
+    module.layer = torch.nn.Linear(1, 1)
+    entry = {"key": "k", "reduce_fx": "mean", "is_tensor": True, "update_count": 1, "has_reset": False}
+    entry |= {"metric_attribute": None, "value": torch.zeros(())}
+    contracts = logging_state_contract(module)
+    check_contracts({"lit_gpu_logging_state": {"results": [entry], "metrics": {}}}, contracts, "x")
+    for bad, words in (
+        ({"reduce_fx": "os.system"}, "reduce_fx"),
+        ({"metric_attribute": "layer"}, "metric_attribute"),
+        ({"value": "1"}, "value"),
+    ):
+        with pytest.raises(ContractError, match=words):
+            check_contracts(
+                {"lit_gpu_logging_state": {"results": [entry | bad], "metrics": {}}}, contracts, "x"
+            )
+    metrics = {"layer": {"states": {}, "update_count": 0}}
+    with pytest.raises(ContractError, match="not a torchmetrics Metric"):
+        check_contracts({"lit_gpu_logging_state": {"results": [], "metrics": metrics}}, contracts, "x")
+    metrics = {"acc": {"states": {"mean_value": torch.zeros(3)}, "update_count": 0}}
+    with pytest.raises(ContractError, match="mean_value"):
+        check_contracts({"lit_gpu_logging_state": {"results": [], "metrics": metrics}}, contracts, "x")
