@@ -837,3 +837,21 @@ def test_loaders_dumpers__get_yaml_default_loader():
     loader = get_yaml_default_loader()
     assert issubclass(loader, yaml.SafeLoader) or loader.__mro__[1].__name__ == "CSafeLoader"
     assert yaml.load("a: 1e-3\nb: 2024-01-01\n", Loader=loader) == {"a": 0.001, "b": "2024-01-01"}  # noqa: S506
+
+
+@pins("jsonargparse")
+def test_core__parse_path_contexts():
+    """lit_gpu.cli.config_files.relative_to sets the two contexts jsonargparse's parse_path sets around
+    parsing a file's text (lit_gpu reads the text itself, once, with its bounded reader)."""
+    import inspect
+
+    from jsonargparse import ArgumentParser
+    from jsonargparse._optionals import _get_config_read_mode
+    from jsonargparse._paths import change_to_path_dir
+    from jsonargparse._util import load_config_path_context
+
+    source = inspect.getsource(ArgumentParser.parse_path)
+    assert "with load_config_path_context(fpath), change_to_path_dir(fpath):" in source
+    assert "Path(path, mode=_get_config_read_mode())" in source
+    assert callable(load_config_path_context) and callable(change_to_path_dir)
+    assert "f" in _get_config_read_mode()

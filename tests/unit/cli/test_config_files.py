@@ -116,3 +116,37 @@ def test_an_alias_bomb_given_as_config_text_on_the_command_line_is_one_line(caps
     """``--config`` also takes YAML text: the same reader, the same budget (found by attacking the door)."""
     line = _refused(capsys, BOMB)
     assert "expands to more than" in line
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/proc/self/pagemap",  # a regular file that lists itself as empty: its read fails (was a traceback)
+        "latin1",  # bytes that are not UTF-8 (was a UnicodeDecodeError traceback)
+    ],
+)
+def test_a_config_that_cannot_be_read_as_text_is_one_line(target, tmp_path, capsys):
+    """Found by attacking the door: jsonargparse read the file itself, after lit_gpu's checks."""
+    config = tmp_path / "config.yaml"
+    if target == "latin1":
+        config.write_bytes(b"trainer:\n  default_root_dir: caf\xe9\n")
+    else:
+        config.symlink_to(target)
+    line = _refused(capsys, config)
+    assert str(config) in line
+
+
+def test_a_config_file_is_read_once_and_what_was_checked_is_what_is_parsed(tmp_path, capsys, monkeypatch):
+    """jsonargparse's own read (after the size check: a file that grew, a swapped file) is never used."""
+    from jsonargparse import Path
+
+    def swapped(self: Path) -> str:
+        return "trainer: !!set {max_epochs}\n" if str(self).endswith("epochs.yaml") else real(self)
+
+    real = Path.read_text
+    monkeypatch.setattr(Path, "read_text", swapped)
+    config = tmp_path / "epochs.yaml"
+    config.write_text("trainer:\n  max_epochs: 3\n")
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(CONFIGS / "simple.yaml"), "--config", str(config), "--print_config"])
+    assert yaml.safe_load(capsys.readouterr().out)["trainer"]["max_epochs"] == 3
