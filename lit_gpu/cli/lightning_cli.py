@@ -81,7 +81,12 @@ class ConciseErrorParser(LightningArgumentParser):
 
     @override
     def parse_path(
-        self, path: Any, ext_vars: dict | None = None, env: bool | None = None, defaults: bool = True, **kwargs: Any
+        self,
+        path: Any,
+        ext_vars: dict | None = None,
+        env: bool | None = None,
+        defaults: bool = True,
+        **kwargs: Any,
     ) -> Any:
         # the file is read once, by the bounded reader, and that text is what jsonargparse parses
         with config_files.config_file(path) as text:
