@@ -260,7 +260,6 @@ MONITOR_FALLBACK = (
     "{model} does not log {monitor!r} ({logged}); keeping last.ckpt only; "
     "pick best checkpoints with --checkpoint.monitor NAME"
 )
-FAST_PATH_ASIDE = "lit_gpu's fast training loop stands aside, Lightning's own loop runs: {reason}"
 CUDA_GRAPH_ASIDE = "whole-step capture (speed.cuda_graph) stands aside, steps run as usual: {reason}"
 BATCH_SIZE_FOUND = "batch-size finder chose data.batch_size={size}; set it in your config to skip tuning"
 STOPPED_BY_SIGNAL = (

@@ -28,6 +28,7 @@ from lit_gpu import recipes
 from lit_gpu.cli import shell_words
 from lit_gpu.cli.completion_flags import FLAGS
 from lit_gpu.cli.main import COMMANDS, LIGHTNING_SUBCOMMANDS
+from lit_gpu.upstream.tools import parser_actions, subcommands_action
 
 SHELLS = ("bash", "zsh")
 TOP_LEVEL_OPTIONS = ("-h", "--help", "--version")
@@ -158,7 +159,7 @@ def collect_flags() -> dict[str, list[str]]:
         _ParserOnly(args=[])
     except _Built as built:
         parser = built.args[0]
-    subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    subcommands = subcommands_action(parser)
     for name in LIGHTNING_SUBCOMMANDS:
         flags[name] = _options(subcommands.choices[name])
 
@@ -178,7 +179,7 @@ def collect_flags() -> dict[str, list[str]]:
 
 
 def _options(parser: argparse.ArgumentParser) -> list[str]:
-    return [option for action in parser._actions for option in action.option_strings]
+    return [option for action in parser_actions(parser) for option in action.option_strings]
 
 
 def write_flags(path: Path | None = None) -> Path:

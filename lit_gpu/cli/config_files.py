@@ -23,6 +23,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from lit_gpu.files.text import YAML_LIMITS, BadFileError, parse_yaml, read_text
+from lit_gpu.upstream.tools import jsonargparse_config_contexts, jsonargparse_yaml_loader
 
 #: the jsonargparse parser mode of LitGpuCLI's parsers (registered by :func:`install`)
 MODE = "lit_gpu_yaml"
@@ -64,22 +65,8 @@ def config_file(path: Any) -> Iterator[str | None]:
 def relative_to(path: Any) -> Iterator[None]:
     """jsonargparse's own contexts while it parses the config file ``path`` (paths in it are relative to
     its folder; a file that includes itself is an error), as its ``parse_path`` sets them."""
-    # private, pinned in tests/unit/test_upstream_pins.py: parse_path's two contexts
-    from jsonargparse._optionals import _get_config_read_mode
-    from jsonargparse._paths import Path, change_to_path_dir
-    from jsonargparse._util import load_config_path_context
-
-    fpath = Path(path, mode=_get_config_read_mode())
-    with load_config_path_context(fpath), change_to_path_dir(fpath):
+    with jsonargparse_config_contexts(path):
         yield
-
-
-def _yaml_loader() -> Any:
-    # private, pinned in tests/unit/test_upstream_pins.py: jsonargparse's YAML resolvers (1e-3 is a
-    # float, no timestamps), so that a config reads exactly as jsonargparse's own loader reads it
-    from jsonargparse._loaders_dumpers import get_yaml_default_loader
-
-    return get_yaml_default_loader()
 
 
 def load(text: str, path: str | os.PathLike = "") -> Any:
@@ -91,10 +78,12 @@ def load(text: str, path: str | os.PathLike = "") -> Any:
     """
     source = reading.get() if path else None
     if source is not None:
-        data = parse_yaml(text, source, YAML_LIMITS, fix=FIX, loader=_yaml_loader())
+        data = parse_yaml(text, source, YAML_LIMITS, fix=FIX, loader=jsonargparse_yaml_loader())
     else:
         try:
-            data = parse_yaml(text, "a command-line value", YAML_LIMITS, fix=FIX, loader=_yaml_loader())
+            data = parse_yaml(
+                text, "a command-line value", YAML_LIMITS, fix=FIX, loader=jsonargparse_yaml_loader()
+            )
         except BadFileError as err:
             raise NotPlainYaml(err.problem) from err
     # jsonargparse's own rule for values: "a" or "{a, b}" (keys without values) stays the string typed

@@ -42,6 +42,7 @@ from lit_gpu.io import install_atomic_checkpoint_io
 from lit_gpu.profilers import skip_idle_profiler
 from lit_gpu.runs import RunFolder, RunFolderSync
 from lit_gpu.upstream.batch_path import LeanTrainingBatch
+from lit_gpu.upstream.cli import CLIHooks
 from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks
 
 # ---- parser ---------------------------------------------------------------------------------------
@@ -260,7 +261,7 @@ _TRAINER_ERRORS = (MisconfigurationException, ValueError, TypeError, ImportError
 
 
 # ---- the CLI ----------------------------------------------------------------------------------------
-class LitGpuCLI(LightningCLI):
+class LitGpuCLI(CLIHooks):
     """LightningCLI with lit_gpu's defaults: seed 42, CSV + TensorBoard loggers, best/last checkpoints.
 
     Everything a run writes lands in ``trainer.default_root_dir/lit_gpu/version_N`` (``runs`` by
@@ -287,7 +288,7 @@ class LitGpuCLI(LightningCLI):
         self.resolution: Resolution | None = None  # what --ckpt_path resolved to, with its header
         # `fit ...`: only fit's parser is built (the other three cost ~0.12 s together: cli_construct.py)
         named = self.argv[0] if self.argv else None
-        self._only_subcommand = named if named in LightningCLI.subcommands() else None
+        self.only_subcommand = named if named in LightningCLI.subcommands() else None
         try:
             super().__init__(
                 model_class=None,
@@ -305,21 +306,6 @@ class LitGpuCLI(LightningCLI):
             raise
         if self.run_folder is not None and kwargs.get("run", True) is not False:
             self.run_folder.release()  # the run ended here: its folder is no abandoned start
-
-    @override
-    def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
-        # private, pinned in tests/unit/test_upstream_pins.py: Lightning builds a parser for every
-        # subcommand (fit, validate, test, predict) before it knows which one runs; when the command line
-        # starts with one, only that one is built (the others could never parse this command line)
-        only = self._only_subcommand
-        if only is None:
-            return super()._add_subcommands(parser, **kwargs)
-        every = LightningCLI.subcommands()
-        self.subcommands = lambda: {only: every[only]}  # type: ignore[method-assign]  # shadows the static one
-        try:
-            return super()._add_subcommands(parser, **kwargs)
-        finally:
-            del self.subcommands
 
     @override
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
@@ -352,13 +338,6 @@ class LitGpuCLI(LightningCLI):
         # last/best/FILE -> one checkpoint, read once (weights-only) and compared with the config's model
         self.resolution = resolve_ckpt_path(self.config)
         check_seed(self.config)  # out of numpy's range: one line, not a ValueError from seed_everything
-
-    @override
-    def _parse_ckpt_path(self) -> None:
-        # private, pinned in tests/unit/test_upstream_pins.py. Lightning re-parses the checkpoint's
-        # hparams (class included) over --config here: instead the config decides; the checkpoint was
-        # read weights-only and its class compared in resolve_ckpt_path (lit_gpu.files.locate)
-        return
 
     @override
     def before_instantiate_classes(self) -> None:
