@@ -23,7 +23,11 @@ from contextvars import ContextVar
 from typing import Any
 
 from lit_gpu.files.text import YAML_LIMITS, BadFileError, parse_yaml, read_text
-from lit_gpu.upstream.tools import jsonargparse_config_contexts, jsonargparse_yaml_loader
+from lit_gpu.upstream.tools import (
+    jsonargparse_bounded_reads,
+    jsonargparse_config_contexts,
+    jsonargparse_yaml_loader,
+)
 
 #: the jsonargparse parser mode of LitGpuCLI's parsers (registered by :func:`install`)
 MODE = "lit_gpu_yaml"
@@ -59,6 +63,15 @@ def config_file(path: Any) -> Iterator[str | None]:
         yield content
     finally:
         reading.reset(token)
+
+
+@contextmanager
+def bounded_reads() -> Iterator[None]:
+    """While a parser parses: a file a config points at (``data: other.yaml``, ``init_args: x.yaml``) is
+    read by the bounded reader too (at most :data:`YAML_LIMITS` bytes, a regular file, UTF-8), never
+    whole whatever its size."""
+    with jsonargparse_bounded_reads(lambda path: read_text(path, YAML_LIMITS, fix=FIX)):
+        yield
 
 
 @contextmanager

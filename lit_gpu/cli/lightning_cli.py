@@ -81,6 +81,11 @@ class ConciseErrorParser(LightningArgumentParser):
         super().__init__(*args, **kwargs)
 
     @override
+    def parse_args(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        with config_files.bounded_reads():  # files named inside a config: the bounded reader too
+            return super().parse_args(*args, **kwargs)
+
+    @override
     def parse_path(
         self,
         path: Any,

@@ -140,10 +140,9 @@ def read_bytes(path: str | os.PathLike, limits: Limits, fix: str | None = None) 
                 size += len(chunk)
         except OSError as err:
             raise BadFileError(path, f"cannot be read ({messages.first_line(err)})", fix) from err
-    data = b"".join(chunks)
-    if len(data) > limits.max_bytes:
+    if size > limits.max_bytes:  # before joining: a file too big costs the budget once, not twice
         raise BadFileError(path, f"is larger than {limits.max_bytes} bytes, more than such a file holds", fix)
-    return data
+    return b"".join(chunks)
 
 
 def _decode(data: bytes, source: object, limits: Limits, fix: str | None, line: int | None = None) -> str:

@@ -51,12 +51,35 @@ def jsonargparse_config_contexts(path: Any) -> Iterator[None]:
         yield
 
 
+@contextmanager
+def jsonargparse_bounded_reads(read: Callable[[str], str]) -> Iterator[None]:
+    """While it lasts, jsonargparse reads a local file it is pointed at from inside a config (a sub-config
+    such as ``data: other.yaml`` or ``init_args: x.yaml``, a list from a file) as ``read(path)``, not as
+    ``open(path).read()`` of any size (``Path.read_text``, swapped for the call; ``Path._std_io``; pinned).
+    Standard input, URLs and fsspec paths stay jsonargparse's own."""
+    from jsonargparse import Path
+
+    original = Path.read_text
+
+    def read_text(self: Path) -> str:
+        if self._std_io or self.is_url or self.is_fsspec:
+            return original(self)
+        return read(self.absolute)
+
+    Path.read_text = read_text  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Path.read_text = original  # type: ignore[method-assign]
+
+
 def trial_id(trial: Any) -> int:
     """An optuna trial's storage id (``Trial._trial_id``, ``FrozenTrial._trial_id``; not ``number``)."""
     return trial._trial_id
 
 
 __all__ = [
+    "jsonargparse_bounded_reads",
     "jsonargparse_config_contexts",
     "jsonargparse_yaml_loader",
     "parser_actions",

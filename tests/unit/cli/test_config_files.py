@@ -10,7 +10,7 @@ import yaml
 from jsonargparse import get_loader
 
 from lit_gpu.cli import config_files, main
-from lit_gpu.files.text import YAML_LIMITS
+from lit_gpu.files.text import READ_CHUNK, YAML_LIMITS
 from tests.helpers.paths import CONFIGS
 
 SHIPPED = sorted(CONFIGS.rglob("*.yaml"))
@@ -150,3 +150,32 @@ def test_a_config_file_is_read_once_and_what_was_checked_is_what_is_parsed(tmp_p
     with pytest.raises(SystemExit):
         main(["fit", "--config", str(CONFIGS / "simple.yaml"), "--config", str(config), "--print_config"])
     assert yaml.safe_load(capsys.readouterr().out)["trainer"]["max_epochs"] == 3
+
+
+def test_a_file_named_inside_a_config_is_read_by_the_bounded_reader_too(tmp_path, capsys):
+    """Found by attacking the door: ``data: big.yaml`` (a sub-config) was read whole by jsonargparse
+    before the size check (300 MB of file: +900 MB of memory); now at most the text budget, one line."""
+    from jsonargparse import Path
+
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as f:
+        f.truncate(4 * YAML_LIMITS.max_bytes)  # sparse: no disk used
+    tracemalloc.start()
+    try:
+        with config_files.bounded_reads(), pytest.raises(config_files.BadFileError, match="is larger than"):
+            Path(str(big), mode="fr").read_text()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < YAML_LIMITS.max_bytes + READ_CHUNK
+    sub = tmp_path / "sub.yaml"
+    sub.write_text("class_path: lit_gpu.data.SyntheticRegressionDataModule\ninit_args: {num_samples: 77}\n")
+    main_config = tmp_path / "main.yaml"
+    main_config.write_text("data: sub.yaml\n")  # relative to the config's folder, read as before
+    with pytest.raises(SystemExit):
+        main(
+            ["fit", "--config", str(CONFIGS / "simple.yaml"), "--config", str(main_config), "--print_config"]
+        )
+    assert yaml.safe_load(capsys.readouterr().out)["data"]["init_args"]["num_samples"] == 77
+    main_config.write_text("data: big.yaml\n")
+    assert str(big) in _refused(capsys, main_config)
