@@ -52,12 +52,14 @@ def config_file(path: Any) -> Iterator[str | None]:
     file that lists itself as empty, a FIFO or a device is one line, never read whole or waited on.
     """
     text = str(path)
-    try:
-        os.stat(text)
-    except OSError:
-        content = None
-    else:
-        content = read_text(text, YAML_LIMITS, fix=FIX)
+    content = None
+    if text != "-":  # standard input (jsonargparse's), never a file named "-" in the working folder
+        try:
+            os.stat(text)
+        except OSError:
+            pass
+        else:
+            content = read_text(text, YAML_LIMITS, fix=FIX)
     token = reading.set(text)
     try:
         yield content

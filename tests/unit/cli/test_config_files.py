@@ -179,3 +179,16 @@ def test_a_file_named_inside_a_config_is_read_by_the_bounded_reader_too(tmp_path
     assert yaml.safe_load(capsys.readouterr().out)["data"]["init_args"]["num_samples"] == 77
     main_config.write_text("data: big.yaml\n")
     assert str(big) in _refused(capsys, main_config)
+
+
+def test_config_dash_reads_standard_input_not_a_file_named_dash(tmp_path, capsys, monkeypatch):
+    """``--config -`` is the config piped in: a file named ``-`` in the working folder is not read instead
+    (found attacking the read-once change: it stat'ed ``-`` as a path)."""
+    import io
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-").write_text("trainer:\n  max_epochs: 99\n")
+    monkeypatch.setattr("sys.stdin", io.StringIO("trainer:\n  max_epochs: 3\n"))
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(CONFIGS / "simple.yaml"), "--config", "-", "--print_config"])
+    assert yaml.safe_load(capsys.readouterr().out)["trainer"]["max_epochs"] == 3
