@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import unicodedata
-from typing import TextIO
+from typing import Any, TextIO
 
 PREFIX = "lit-gpu: "
 
@@ -254,6 +254,7 @@ RUN_CONFIG_REFUSED = "{config}: {what}; nothing was read from it; pass the run's
 CONTINUING_RUN = (
     "continuing the run in {folder} from step {step}{dropped}; --new_run true starts a new folder"
 )
+CONTINUING_OPTIMIZER_STEPS = " (the metrics' step: batches; global step {global_step} counts optimizer steps)"
 CONTINUING_DROPPED = " (dropped {rows} metrics.csv rows logged after that step by the stopped attempt)"
 CONFIG_CHANGED = "the config differs from {old} ({changes}); saved it beside as {new}"
 MONITOR_FALLBACK = (
@@ -263,7 +264,7 @@ MONITOR_FALLBACK = (
 CUDA_GRAPH_ASIDE = "whole-step capture (speed.cuda_graph) stands aside, steps run as usual: {reason}"
 BATCH_SIZE_FOUND = "batch-size finder chose data.batch_size={size}; set it in your config to skip tuning"
 STOPPED_BY_SIGNAL = (
-    "stopped by {signal} at global step {step} (epoch {epoch} of {epochs}); saved {path}; "
+    "stopped by {signal} at global step {step} ({point}); saved {path}; "
     "resume with: lit-gpu fit <same arguments> --ckpt_path last"
 )
 STOPPED_BEFORE_SAVE = "stopped by {signal} {where}; nothing to save"
@@ -391,6 +392,29 @@ def _global_rank() -> int:
             except ValueError:
                 return 0
     return 0
+
+
+# ---- one numbering: every line that names an epoch or a step --------------------------------------------
+def epoch_point(epoch: int, epochs: Any, batch: int | None = None, batches: Any = None) -> str:
+    """``epoch E/N step b/B`` as the progress lines name a point of a fit: epochs counted from 1, ``b`` the
+    batches done in that epoch (``epoch``: Lightning's 0-based ``current_epoch``; unknown ``N``/``B``: ?)."""
+    text = f"epoch {epoch + 1}/{epochs if epochs is not None else '?'}"
+    return text if batch is None else f"{text} step {batch}/{batches if batches is not None else '?'}"
+
+
+def optimizer_steps_note(global_step: int, batches: int | None) -> str:
+    """``; optimizer steps: N a batch`` where the global step counts optimizer steps, not batches (manual
+    optimization with several optimizers), else nothing."""
+    if batches is None or batches <= 0 or global_step == batches:
+        return ""
+    per = global_step / batches
+    return f"; global steps are optimizer steps: {per:g} a batch, {batches} batches"
+
+
+def ckpt_point(global_step: Any, epoch: Any) -> str:
+    """``global step S, epoch E`` for a checkpoint's header (``epoch``: Lightning's 0-based; shown from 1)."""
+    number = epoch + 1 if isinstance(epoch, int) and not isinstance(epoch, bool) else epoch
+    return f"global step {shown(global_step)}" + ("" if epoch is None else f", epoch {shown(number)}")
 
 
 #: longest line printed (progress, resolution, error); one line, whatever text from outside it quotes

@@ -22,7 +22,7 @@ import os
 import re
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +130,7 @@ class Continuation:
 
     folder: Path
     step: int
+    global_step: int | None = field(default=None, compare=False)  # optimizer steps; named if not ``step``
 
 
 NOT_YOUR_RUN = "the run {folder} of {ckpt} is owned by {owner}, not by you: {what} goes to a folder of yours"
@@ -181,7 +182,9 @@ def continuation(
     refuse_links_out_of(run.path)  # hparams.yaml, metrics.csv, config.N.yaml... are written there
     header = _header(ckpt_path, header)
     step = resume_log_step(header) if isinstance(header, Mapping) else None
-    return None if step is None else Continuation(run.path, step)
+    global_step = header.get("global_step") if isinstance(header, Mapping) else None
+    global_step = global_step if isinstance(global_step, int) and not isinstance(global_step, bool) else None
+    return None if step is None else Continuation(run.path, step, global_step)
 
 
 @dataclass(frozen=True)
@@ -381,6 +384,8 @@ class RunFolder:
         dropped = continue_run(folder, step)
         self._version = folder.name
         note = messages.CONTINUING_DROPPED.format(rows=dropped) if dropped else ""
+        if continues.global_step is not None and continues.global_step not in (step, step - 1):
+            note = messages.CONTINUING_OPTIMIZER_STEPS.format(global_step=continues.global_step) + note
         messages.tell(messages.CONTINUING_RUN.format(folder=shown(folder), step=step, dropped=note))
 
     def _same_model_check(self) -> Any:
@@ -426,18 +431,19 @@ def make_loggers(kinds: Sequence[str], run: RunFolder) -> list[Any]:
 
     Args:
         kinds: Any of :data:`LOGGER_KINDS` (``csv``: ``metrics.csv`` for ``lit-gpu plot``;
-            ``tensorboard``: event files for ``tensorboard --logdir ROOT``), in this order;
-            the first one's folder is the Trainer's ``log_dir``.
+            ``tensorboard``: event files for ``tensorboard --logdir ROOT``). TensorBoard's comes first
+            whatever the order given, as in stock Lightning: it is the ``self.logger`` a module sees
+            (``self.logger.experiment.add_image``); both share the folder (the Trainer's ``log_dir``).
         run: The shared run folder.
     """
+    unknown = [kind for kind in kinds if kind not in LOGGER_KINDS]
+    if unknown:
+        raise ValueError(f"unknown logger {unknown[0]!r}; choose from {', '.join(LOGGER_KINDS)}")
     loggers: list[Any] = []
-    for kind in dict.fromkeys(kinds):
-        if kind == "csv":
-            loggers.append(RunCSVLogger(run))
-        elif kind == "tensorboard":
-            loggers.append(RunTensorBoardLogger(run))
-        else:
-            raise ValueError(f"unknown logger {kind!r}; choose from {', '.join(LOGGER_KINDS)}")
+    if "tensorboard" in kinds:
+        loggers.append(RunTensorBoardLogger(run))
+    if "csv" in kinds:
+        loggers.append(RunCSVLogger(run))
     return loggers
 
 

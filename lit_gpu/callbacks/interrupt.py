@@ -445,13 +445,20 @@ class CheckpointOnInterrupt(Callback):
                 cb.last_model_path = str(path)
         with _job_signals_ignored():  # a second signal must not abort the save that keeps the run
             trainer.save_checkpoint(path, weights_only=False)  # full: weights, optimizer, loops
-        epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else "?"
-        messages.tell(  # epochs counted from 1, as the progress lines count them
+        epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else None
+        progress = trainer.fit_loop.epoch_loop.batch_progress
+        batches = trainer.num_training_batches
+        messages.tell(  # named as the progress lines name it: epochs from 1, the batches done in the epoch
             messages.STOPPED_BY_SIGNAL.format(
                 signal=name,
                 step=trainer.global_step,
-                epoch=trainer.current_epoch + 1,
-                epochs=epochs,
+                point=messages.epoch_point(
+                    trainer.current_epoch,
+                    epochs,
+                    progress.current.processed,
+                    batches if batches != float("inf") else None,
+                )
+                + messages.optimizer_steps_note(trainer.global_step, progress.total.processed),
                 path=path,
             )
         )

@@ -32,6 +32,7 @@ from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.cli import config_files, quiet, run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, resolve_ckpt_path
 from lit_gpu.cli.config_saver import RunConfigSaver
+from lit_gpu.cli.module_steps import check_has_step
 from lit_gpu.cli.needs_data import check_has_data
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
 from lit_gpu.cli.too_big import explain_build_failure
@@ -237,30 +238,6 @@ def check_seed(config: Any) -> None:
         raise LitGpuError(BAD_SEED.format(seed=seed))
 
 
-NO_PREDICT_STEP = (
-    "model.class_path {class_path}: the model has no predict_step (nor forward), so lit-gpu predict cannot "
-    "run it; define predict_step(self, batch, batch_idx) in it, or use a lit_gpu module "
-    "(e.g. lit_gpu.modules.ClassificationModule)"
-)
-
-
-def check_predictable(model: pl.LightningModule, config: Any) -> None:
-    """Refuse ``lit-gpu predict`` on a model Lightning cannot predict with, in one line naming its class.
-
-    Lightning's own check (``predict_step`` is None, or neither ``predict_step`` nor ``forward``
-    overridden) raises deep inside ``Trainer.predict``; this one runs before it, where the config is known.
-    """
-    from lightning.pytorch.utilities.model_helpers import is_overridden
-
-    step = getattr(model, "predict_step", None)
-    if step is not None and (is_overridden("predict_step", model) or is_overridden("forward", model)):
-        return
-    class_path = config_value(config, "predict.model.class_path", None)
-    if not isinstance(class_path, str):
-        class_path = f"{type(model).__module__}.{type(model).__qualname__}"
-    raise LitGpuError(NO_PREDICT_STEP.format(class_path=class_path))
-
-
 # what Trainer(...) raises for settings it refuses; explain_trainer_error decides which are the user's
 _TRAINER_ERRORS = (MisconfigurationException, ValueError, TypeError, ImportError)
 
@@ -406,11 +383,13 @@ class LitGpuCLI(CLIHooks):
         maybe_tune_batch_size(self.trainer, self.model, self.datamodule, self.config)
 
     def before_validate(self) -> None:
+        check_has_step(self.model, self.config, "validate")  # one line, not Lightning's wall
         check_has_data(self.model, self.datamodule, "validate")
 
     def before_test(self) -> None:
+        check_has_step(self.model, self.config, "test")
         check_has_data(self.model, self.datamodule, "test")
 
     def before_predict(self) -> None:
-        check_predictable(self.model, self.config)  # no predict_step: one line, not Lightning's wall
+        check_has_step(self.model, self.config, "predict")
         check_has_data(self.model, self.datamodule, "predict")

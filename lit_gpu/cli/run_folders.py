@@ -2,7 +2,8 @@
 
 * ``--trainer.default_root_dir DIR`` (default ``runs``) holds everything: ``DIR/lit_gpu/version_N/``
   with ``config.yaml``, ``metrics.csv`` (CSV), TensorBoard events and ``checkpoints/``; ``--loggers``
-  picks lit_gpu's loggers (``[csv, tensorboard]``) unless ``trainer.logger`` names other ones.
+  picks lit_gpu's loggers (``[csv, tensorboard]``; TensorBoard's first, as in Lightning) unless
+  ``trainer.logger`` names other ones.
 * ``SUBCOMMAND --ckpt_path FILE`` without ``--config``: the run is rebuilt from the model and data of
   its run's ``config.yaml`` (:func:`lit_gpu.files.locate.args_with_saved_config`), nothing else.
 * :class:`RecordModelSpec` writes the CLI's model (and net) spec into every checkpoint, for

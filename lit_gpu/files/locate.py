@@ -210,7 +210,7 @@ def _run_folders(pattern: str | os.PathLike) -> list[Path]:
 
 def _facts(header: Any) -> str | None:
     if isinstance(header, Mapping) and "global_step" in header:
-        return f"step {shown(header['global_step'])}, epoch {shown(header.get('epoch'))}"
+        return messages.ckpt_point(header["global_step"], header.get("epoch", "?"))  # epochs from 1
     return None
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lit_gpu.messages import shown
+from lit_gpu.messages import ckpt_point, shown
 
 __all__ = ["CkptFacts", "FileChoice", "RunFacts", "Skipped", "choose_file", "order_runs", "skipped_newer"]
 
@@ -93,8 +93,7 @@ class FileChoice:
 
 
 def _facts(ckpt: CkptFacts) -> str:
-    step = "step ?" if ckpt.step is None else f"step {ckpt.step}"
-    return step + ("" if ckpt.epoch is None else f", epoch {ckpt.epoch}")
+    return ckpt_point("?" if ckpt.step is None else ckpt.step, ckpt.epoch)  # epochs from 1
 
 
 def choose_file(

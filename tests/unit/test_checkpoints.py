@@ -172,7 +172,7 @@ def test_explain_choice_names_step_and_the_newer_runs_without_a_last_ckpt(tmp_pa
     assert chosen == tmp_path / "version_1" / "checkpoints" / "last.ckpt"
     written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(200))
     assert explain_choice(chosen, [runs]) == (
-        f"step 14, epoch 1; written {written}; the newest last*.ckpt in {runs}; "
+        f"global step 14, epoch 2; written {written}; the newest last*.ckpt in {runs}; "
         "skipped newer version_2, version_3: no last*.ckpt yet"
     )
 

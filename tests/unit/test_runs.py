@@ -77,7 +77,8 @@ def test_run_folder_claims_lazily_once_on_rank_zero(tmp_path, monkeypatch):
     folder = runs.RunFolder(tmp_path / "exp")
     assert not (tmp_path / "exp").exists()  # building loggers claims nothing
     loggers = runs.make_loggers(["csv", "tensorboard"], folder)
-    assert [type(lg).__name__ for lg in loggers] == ["RunCSVLogger", "RunTensorBoardLogger"]
+    # TensorBoard's first, as in stock Lightning: the module's self.logger has add_image & co
+    assert [type(lg).__name__ for lg in loggers] == ["RunTensorBoardLogger", "RunCSVLogger"]
     assert loggers[0].log_dir == loggers[1].log_dir == str(tmp_path / "exp" / "lit_gpu" / "version_0")
     assert runs.list_versions(tmp_path / "exp" / "lit_gpu") == [folder.claimed]
 
@@ -180,7 +181,7 @@ def test_continued_run_folder_appends_to_its_metrics(tmp_path, capsys):
         killed.add_scalar("train/loss_step", value, step)
     killed.close()
     run = runs.RunFolder(tmp_path / "elsewhere", continues=runs.Continuation(folder, 2))
-    csv_logger, tb_logger = runs.make_loggers(["csv", "tensorboard"], run)
+    tb_logger, csv_logger = runs.make_loggers(["csv", "tensorboard"], run)
     assert csv_logger.log_dir == tb_logger.log_dir == str(folder)  # no new version_N, no claim
     assert run.claimed is None and runs.list_versions(tmp_path / "lit_gpu") == [folder]
     assert not (tmp_path / "elsewhere").exists()

@@ -806,6 +806,33 @@ def test_dataloader_get_iterator__set_sigchld_handler():
     assert isinstance(signal_handling._SIGCHLD_handler_set, bool)
 
 
+@pins("lightning")
+def test_fit_loop__setup_data__load_combined_loader_states():
+    """lit_gpu.upstream.train_loaders: setup_data builds the train loaders, then calls the loop's
+    ``_load_combined_loader_states`` (looked up on the instance), then creates their iterator."""
+    from lightning.pytorch.loops.fit_loop import _FitLoop
+
+    source = inspect.getsource(_FitLoop.setup_data)
+    built = source.index("combined_loader.flattened = dataloaders")
+    loaded = source.index("self._load_combined_loader_states()")
+    iterated = source.index("iter(self._data_fetcher)")
+    assert built < loaded < iterated
+    assert "self._combined_loader = combined_loader" in source[:loaded]
+
+
+@pins("lightning")
+def test_evaluation_loop__seen_batches_per_dataloader():
+    """lit_gpu.upstream.logging_state.val_steps: the step of per-step validation rows is this counter,
+    zeroed when the loop builds its loaders, logged at and incremented after each batch."""
+    from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
+
+    zeroed = "self._seen_batches_per_dataloader = defaultdict(int)"
+    assert zeroed in inspect.getsource(_EvaluationLoop.setup_data)
+    source = inspect.getsource(_EvaluationLoop._evaluation_step)
+    assert "update_eval_step_metrics(self._seen_batches_per_dataloader[dataloader_idx])" in source
+    assert "self._seen_batches_per_dataloader[dataloader_idx] += 1" in source
+
+
 @pins("jsonargparse")
 def test_loaders_dumpers__get_yaml_default_loader():
     """lit_gpu.cli.config_files reads configs with jsonargparse's YAML resolvers (a float, no timestamps)."""
