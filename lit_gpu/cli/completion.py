@@ -202,17 +202,25 @@ def write_flags(path: Path | None = None) -> Path:
     return path
 
 
+def _answer(items: Sequence[str]) -> None:
+    """``items`` NUL-separated on stdout, as the bytes of the names (a file name that is not UTF-8 is
+    answered as it is on disk, not a UnicodeEncodeError that leaves every TAB without an answer)."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write(b"".join(os.fsencode(item) + b"\0" for item in items))
+    sys.stdout.buffer.flush()
+
+
 def main(argv: Sequence[str]) -> int:
     """``lit-gpu completion bash|zsh``; ``lit-gpu completion --complete [--] WORDS`` (the script's TAB)."""
     argv = list(argv)
     if argv[:1] == ["--complete"]:  # zsh: the words, unquoted; candidates as they are (compadd quotes)
         words = argv[2:] if argv[1:2] == ["--"] else argv[1:]
-        sys.stdout.write("".join(candidate + "\0" for candidate in candidates(words)))
+        _answer(candidates(words))
         return 0
     if argv[:1] == ["--complete-bash"] and len(argv) == 3:  # bash: the line as typed; replies quoted
         words, typed = shell_words.split_line(argv[2])
         replies = shell_words.bash_replies(typed, candidates(words[1:]), argv[1])
-        sys.stdout.write("".join(reply + "\0" for reply in replies))
+        _answer(replies)
         return 0
     parser = argparse.ArgumentParser(
         prog="lit-gpu completion",

@@ -17,14 +17,17 @@ command-line value that is not plain YAML stays a string, as jsonargparse leaves
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from lit_gpu.files.text import YAML_LIMITS, BadFileError, parse_yaml
-from lit_gpu.upstream.tools import jsonargparse_yaml_loader
+from lit_gpu.files.text import YAML_LIMITS, BadFileError, parse_yaml, read_text
+from lit_gpu.upstream.tools import (
+    jsonargparse_bounded_reads,
+    jsonargparse_config_contexts,
+    jsonargparse_yaml_loader,
+)
 
 #: the jsonargparse parser mode of LitGpuCLI's parsers (registered by :func:`install`)
 MODE = "lit_gpu_yaml"
@@ -40,23 +43,45 @@ class NotPlainYaml(ValueError):
 
 
 @contextmanager
-def config_file(path: Any) -> Iterator[None]:
-    """While jsonargparse reads the config file ``path``: its name for errors; a file too big or not a
-    regular file (a FIFO, a device) is refused before anything reads it."""
+def config_file(path: Any) -> Iterator[str | None]:
+    """While jsonargparse reads the config file ``path``: its name for errors, and its text read once by
+    the bounded reader (at most :data:`YAML_LIMITS` bytes, a regular file only, UTF-8), or ``None`` when
+    ``path`` names no local file (jsonargparse says what is wrong with it, or reads a URL).
+
+    What is checked is what is parsed: a file that grows after a size check, a symlink to a ``/proc``
+    file that lists itself as empty, a FIFO or a device is one line, never read whole or waited on.
+    """
     text = str(path)
-    try:
-        info = os.stat(text)
-    except OSError:
-        info = None  # jsonargparse says what is wrong with the path (or reads a URL)
-    if info is not None and not stat.S_ISREG(info.st_mode):
-        raise BadFileError(text, "is not a regular file", "pass a YAML file")
-    if info is not None and info.st_size > YAML_LIMITS.max_bytes:
-        raise BadFileError(text, f"is larger than {YAML_LIMITS.max_bytes} bytes", FIX)
+    content = None
+    if text != "-":  # standard input (jsonargparse's), never a file named "-" in the working folder
+        try:
+            os.stat(text)
+        except OSError:
+            pass
+        else:
+            content = read_text(text, YAML_LIMITS, fix=FIX)
     token = reading.set(text)
     try:
-        yield
+        yield content
     finally:
         reading.reset(token)
+
+
+@contextmanager
+def bounded_reads() -> Iterator[None]:
+    """While a parser parses: a file a config points at (``data: other.yaml``, ``init_args: x.yaml``) is
+    read by the bounded reader too (at most :data:`YAML_LIMITS` bytes, a regular file, UTF-8), never
+    whole whatever its size."""
+    with jsonargparse_bounded_reads(lambda path: read_text(path, YAML_LIMITS, fix=FIX)):
+        yield
+
+
+@contextmanager
+def relative_to(path: Any) -> Iterator[None]:
+    """jsonargparse's own contexts while it parses the config file ``path`` (paths in it are relative to
+    its folder; a file that includes itself is an error), as its ``parse_path`` sets them."""
+    with jsonargparse_config_contexts(path):
+        yield
 
 
 def load(text: str, path: str | os.PathLike = "") -> Any:

@@ -85,9 +85,27 @@ class ConciseErrorParser(LightningArgumentParser):
         super().__init__(*args, **kwargs)
 
     @override
-    def parse_path(self, path: Any, *args: Any, **kwargs: Any) -> Any:
-        with config_files.config_file(path):
-            return super().parse_path(path, *args, **kwargs)
+    def parse_args(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        with config_files.bounded_reads():  # files named inside a config: the bounded reader too
+            return super().parse_args(*args, **kwargs)
+
+    @override
+    def parse_path(
+        self,
+        path: Any,
+        ext_vars: dict | None = None,
+        env: bool | None = None,
+        defaults: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        # the file is read once, by the bounded reader, and that text is what jsonargparse parses
+        with config_files.config_file(path) as text:
+            if text is None:  # not a local file: jsonargparse's own error (or its URL reader)
+                return super().parse_path(path, ext_vars=ext_vars, env=env, defaults=defaults, **kwargs)
+            with config_files.relative_to(path):
+                return self.parse_string(
+                    text, path=os.path.basename(path), ext_vars=ext_vars, env=env, defaults=defaults, **kwargs
+                )
 
 
 def add_extra_arguments(parser: LightningArgumentParser) -> None:

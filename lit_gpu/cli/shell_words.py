@@ -7,6 +7,8 @@ line names that file and runs nothing. Standard library only: each TAB is one sm
 
 from __future__ import annotations
 
+import os
+
 #: characters that mean something to bash (or zsh) in a word: a backslash before them makes them plain
 SPECIAL = frozenset(" \t\\'\"$`;&|<>()*?[]{}#~!")
 #: bash's default COMP_WORDBREAKS (readline starts the replaced text after the last one)
@@ -84,18 +86,28 @@ def _replaced(typed: str, breaks: str) -> tuple[int, str]:
 
 
 def _control(char: str) -> bool:
+    """A control character, or a byte of a file name that is not UTF-8 (a lone surrogate in Python)."""
     code = ord(char)
-    return code < 0x20 or 0x7F <= code < 0xA0
+    return code < 0x20 or 0x7F <= code < 0xA0 or 0xD800 <= code < 0xE000
+
+
+def _name_bytes(char: str) -> bytes:
+    """The bytes ``char`` stands for in a file name (``U+0085`` is two bytes; ``\\udce9`` the byte 0xe9)."""
+    try:
+        return os.fsencode(char)
+    except UnicodeEncodeError:
+        return char.encode("utf-8", "surrogatepass")
 
 
 def _ansi_c(text: str) -> str:
-    """``text`` as bash's ``$'...'`` (every control character, quote and backslash escaped)."""
+    """``text`` as bash's ``$'...'``: a quote and a backslash escaped, every control character written as
+    the bytes of the name (``\\xc2\\x85``, not ``\\x85``: bash puts one raw byte for each ``\\xHH``)."""
     out = []
     for char in text:
         if char in "\\'":
             out.append("\\" + char)
         elif _control(char):
-            out.append(f"\\x{ord(char):02x}")
+            out.append("".join(f"\\x{byte:02x}" for byte in _name_bytes(char)))
         else:
             out.append(char)
     return "$'" + "".join(out) + "'"

@@ -357,9 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
     if unknown:
-        parser.error(f"unknown mode(s) {', '.join(unknown)}; choose from {', '.join(MODES)}")
+        parser.error(f"unknown mode(s) {messages.shown(', '.join(unknown))}; choose from {', '.join(MODES)}")
     if args.steps <= args.warmup + 1:
-        parser.error(f"--steps ({args.steps}) must exceed --warmup ({args.warmup}) by at least 2")
+        parser.error(f"--steps ({args.steps:d}) must exceed --warmup ({args.warmup:d}) by at least 2")
     cli_args = [a for c in args.config for a in ("--config", c)] + job_args
 
     results: list[BenchResult] = []

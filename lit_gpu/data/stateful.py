@@ -78,7 +78,8 @@ def position_contract() -> list[Any]:
 
             generators = state.get("generators")
             sizes = [len(g) for g in generators] if isinstance(generators, list) else []
-            if isinstance(generators, list) and any(not isinstance(g, bytes) or len(g) > 2**16 for g in generators):
+            too_big = [g for g in sizes if g > 2**16]
+            if isinstance(generators, list) and (too_big or any(not isinstance(g, bytes) for g in generators)):
                 return "a generator state that is not bytes of at most 64 KiB"
             return check_replay_state(state, sizes)
         if "num_items" not in state:

@@ -70,6 +70,8 @@ CSV_LIMITS = Limits(max_line=1 * MiB, max_field=128 * KiB, max_columns=10_000)
 TEXT_LIMITS = Limits(max_bytes=1 * MiB)
 
 FIX = "fix or remove that file"
+#: bytes read at a time by a whole-file read
+READ_CHUNK = 64 * KiB
 METRICS_FIX = "move it aside or remove it (only the curves logged so far are in it)"
 BAD_FILE = "{source}{where}: {problem}; {fix}"
 
@@ -126,14 +128,21 @@ def open_regular(path: str | os.PathLike, fix: str | None = None) -> Any:
 
 def read_bytes(path: str | os.PathLike, limits: Limits, fix: str | None = None) -> bytes:
     """The whole of ``path``, at most ``limits.max_bytes``."""
+    chunks: list[bytes] = []
+    size = 0
     with open_regular(path, fix) as f:
-        try:
-            data = f.read(limits.max_bytes + 1)
+        try:  # in chunks: a small file costs its size, not the budget (read(n) allocates n bytes first)
+            while size <= limits.max_bytes:
+                chunk = f.read(min(READ_CHUNK, limits.max_bytes + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
         except OSError as err:
             raise BadFileError(path, f"cannot be read ({messages.first_line(err)})", fix) from err
-    if len(data) > limits.max_bytes:
+    if size > limits.max_bytes:  # before joining: a file too big costs the budget once, not twice
         raise BadFileError(path, f"is larger than {limits.max_bytes} bytes, more than such a file holds", fix)
-    return data
+    return b"".join(chunks)
 
 
 def _decode(data: bytes, source: object, limits: Limits, fix: str | None, line: int | None = None) -> str:

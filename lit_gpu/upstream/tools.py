@@ -3,7 +3,8 @@ actions and YAML loader, optuna's trial ids. Importing this module imports none 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -36,9 +37,53 @@ def jsonargparse_yaml_loader() -> Any:
     return get_yaml_default_loader()
 
 
+@contextmanager
+def jsonargparse_config_contexts(path: Any) -> Iterator[None]:
+    """The two contexts jsonargparse's ``parse_path`` sets around parsing the config file ``path`` (paths in
+    it relative to its folder, a file including itself an error), for a text lit_gpu read itself
+    (``_util.load_config_path_context``, ``_paths.change_to_path_dir``; pinned)."""
+    from jsonargparse._optionals import _get_config_read_mode
+    from jsonargparse._paths import Path, change_to_path_dir
+    from jsonargparse._util import load_config_path_context
+
+    fpath = Path(path, mode=_get_config_read_mode())
+    with load_config_path_context(fpath), change_to_path_dir(fpath):
+        yield
+
+
+@contextmanager
+def jsonargparse_bounded_reads(read: Callable[[str], str]) -> Iterator[None]:
+    """While it lasts, jsonargparse reads a local file it is pointed at from inside a config (a sub-config
+    such as ``data: other.yaml`` or ``init_args: x.yaml``, a list from a file) as ``read(path)``, not as
+    ``open(path).read()`` of any size (``Path.read_text``, swapped for the call; ``Path._std_io``; pinned).
+    Standard input, URLs and fsspec paths stay jsonargparse's own."""
+    from jsonargparse import Path
+
+    original = Path.read_text
+
+    def read_text(self: Path) -> str:
+        if self._std_io or self.is_url or self.is_fsspec:
+            return original(self)
+        return read(self.absolute)
+
+    Path.read_text = read_text  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Path.read_text = original  # type: ignore[method-assign]
+
+
 def trial_id(trial: Any) -> int:
     """An optuna trial's storage id (``Trial._trial_id``, ``FrozenTrial._trial_id``; not ``number``)."""
     return trial._trial_id
 
 
-__all__ = ["jsonargparse_yaml_loader", "parser_actions", "subcommands_action", "trial_id", "widen_type"]
+__all__ = [
+    "jsonargparse_bounded_reads",
+    "jsonargparse_config_contexts",
+    "jsonargparse_yaml_loader",
+    "parser_actions",
+    "subcommands_action",
+    "trial_id",
+    "widen_type",
+]

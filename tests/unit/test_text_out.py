@@ -26,9 +26,16 @@ OUTPUTS: dict[str, tuple[tuple[int, ...] | None, tuple[str, ...]]] = {
     "rank_zero_info": ((0,), ()),
     "rank_zero_warn": ((0,), ()),
     "rank_zero_debug": ((0,), ()),
-    "warn": ((0,), ()),
-    "info": ((0,), ()),
-    "warning": ((0,), ()),
+    "warn": ((0,), ()),  # warnings.warn(message, category)
+    # logging: every positional argument (``%s`` arguments are put into the line by the logger)
+    "info": (None, ()),
+    "warning": (None, ()),
+    "error": (None, ()),  # a logger's; argparse's parser.error(message) prints it with the usage
+    "exception": (None, ()),
+    "critical": (None, ()),
+    "debug": (None, ()),
+    "echo": (None, ()),  # click.echo, typer.echo
+    "writelines": (None, ()),
     "add_row": (None, ()),
     "add_column": ((0,), ()),
     "Table": ((), ("title",)),
@@ -64,18 +71,18 @@ OWN: dict[tuple[str, str], str] = {
     ("lit_gpu/cli/completion.py", "write_flags()"): "the path of lit_gpu's own generated flags module",
     (
         "lit_gpu/cli/completion.py",
-        "reply + '\\x00'",
-    ): "a bash reply, quoted for the shell by shell_words.bash_replies (NUL-separated)",
-    (
-        "lit_gpu/cli/completion.py",
-        "candidate + '\\x00'",
-    ): "a zsh candidate, NUL-separated: zsh's compadd (without -Q) quotes it for the line",
+        "b''.join((os.fsencode(item) + b'\\x00' for item in items))",
+    ): "completion answers, NUL-separated: bash replies quoted by shell_words.bash_replies, zsh candidates "
+    "quoted by compadd (without -Q)",
     ("lit_gpu/commands/bench.py", "table"): "a Rich table whose cells are escaped where it is built",
     ("lit_gpu/commands/export.py", "blob"): "the bytes of the weights file export writes (a file)",
     (
         "lit_gpu/commands/export.py",
         "(json.dumps(meta, indent=2) + '\\n').encode()",
     ): "the JSON sidecar export writes (a file)",
+    ("lit_gpu/cli/lightning_cli.py", "message"): "jsonargparse's own error, passed on only where it raises "
+    "(exit_on_error=False) or under JSONARGPARSE_DEBUG (the user asked for its raw report)",
+    ("lit_gpu/cli/lightning_cli.py", "ex"): "the exception of jsonargparse's own error (as for message)",
     ("lit_gpu/io.py", "f"): "atomic_write hands its file object to the writer it is given (a file)",
     ("lit_gpu/commands/sweep/report.py", "table"): "a Rich table whose cells are escaped where it is built",
     ("lit_gpu/commands/env.py", "table"): "a Rich table whose cells are escaped where it is built",
@@ -162,9 +169,23 @@ def _safe(node: ast.AST, module: str, names: dict[str, list[ast.expr]] | None = 
     return False
 
 
+#: output functions that print whatever they are given: used as a value (``out = print``,
+#: ``map(print, names)``, ``partial(sys.stderr.write)``), their calls are out of the rule's sight
+OUTPUT_VALUES = {
+    "print",
+    "sys.stdout.write",
+    "sys.stderr.write",
+    "sys.stdout.writelines",
+    "sys.stderr.writelines",
+}
+
+
 def _unsafe_outputs(path: Path) -> list[str]:
-    module = path.relative_to(REPO_ROOT).as_posix()
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return _unsafe_source(path.read_text(encoding="utf-8"), path.relative_to(REPO_ROOT).as_posix())
+
+
+def _unsafe_source(source: str, module: str) -> list[str]:
+    tree = ast.parse(source)
     scopes: dict[ast.AST, ast.AST] = {}  # each call -> its innermost function (or the module)
     for scope in [
         tree,
@@ -174,7 +195,13 @@ def _unsafe_outputs(path: Path) -> list[str]:
             scopes[node] = scope  # inner functions come later in the walk and win
     assigned = {scope: _assignments(scope) for scope in set(scopes.values())}
     found = []
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
     for node in ast.walk(tree):
+        value = isinstance(node, ast.Name | ast.Attribute) and id(node) not in called
+        if value and ast.unparse(node) in OUTPUT_VALUES:
+            found.append(
+                f"{module}:{node.lineno}: {ast.unparse(node)} used as a value (call it on safe text)"
+            )
         if not isinstance(node, ast.Call) or _callee(node) not in OUTPUTS:
             continue
         names = assigned[scopes[node]]
@@ -212,3 +239,22 @@ def test_the_rule_catches_a_raw_value():
     for text, expected in [*((b, False) for b in bad), *((g, True) for g in good)]:
         call = ast.parse(text).body[0].value  # type: ignore[attr-defined]
         assert all(_safe(a, "x.py") for a in call.args) is expected, text
+
+
+def test_the_rule_sees_every_way_out():
+    """Output calls that escaped the rule (found by attacking it): a logger's ``%s`` arguments, argparse's
+    ``parser.error``, ``click.echo``, ``writelines``, and an output function used as a value."""
+    ways = [
+        "log.warning('%s', name)",
+        "logging.error('bad %s', name)",
+        "log.exception('x %r', name)",
+        "parser.error(f'unknown {value}')",
+        "click.echo(name)",
+        "sys.stdout.writelines(names)",
+        "out = print\nout(name)",
+        "list(map(print, names))",
+        "emit = functools.partial(sys.stderr.write)",
+    ]
+    for source in ways:
+        assert _unsafe_source(source, "x.py"), source
+    assert not _unsafe_source("log.warning('%s', shown(name))\nprint(one_line(x))", "x.py")

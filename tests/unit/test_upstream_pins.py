@@ -886,3 +886,39 @@ def test_loaders_dumpers__get_yaml_default_loader():
     loader = get_yaml_default_loader()
     assert issubclass(loader, yaml.SafeLoader) or loader.__mro__[1].__name__ == "CSafeLoader"
     assert yaml.load("a: 1e-3\nb: 2024-01-01\n", Loader=loader) == {"a": 0.001, "b": "2024-01-01"}  # noqa: S506
+
+
+@pins("jsonargparse")
+def test_core__parse_path_contexts():
+    """lit_gpu.upstream.tools.jsonargparse_config_contexts sets the two contexts jsonargparse's parse_path
+    sets around parsing a file's text (lit_gpu reads the text itself, once, with its bounded reader)."""
+    import inspect
+
+    from jsonargparse import ArgumentParser
+    from jsonargparse._optionals import _get_config_read_mode
+    from jsonargparse._paths import change_to_path_dir
+    from jsonargparse._util import load_config_path_context
+
+    source = inspect.getsource(ArgumentParser.parse_path)
+    assert "with load_config_path_context(fpath), change_to_path_dir(fpath):" in source
+    assert "Path(path, mode=_get_config_read_mode())" in source
+    assert callable(load_config_path_context) and callable(change_to_path_dir)
+    assert "f" in _get_config_read_mode()
+
+
+@pins("jsonargparse")
+def test_paths__path_read_text_and_std_io(tmp_path):
+    """lit_gpu.upstream.tools.jsonargparse_bounded_reads swaps ``Path.read_text`` (every sub-config read goes
+    through it) and leaves standard input (``_std_io``), URLs and fsspec paths to it."""
+    import inspect
+
+    from jsonargparse import Path, _typehints, _util
+
+    config = tmp_path / "x.yaml"
+    config.write_text("a: 1\n")
+    path = Path(str(config), mode="fr")
+    assert path._std_io is False and path.is_url is False and path.is_fsspec is False
+    assert path.absolute == str(config) and path.read_text() == "a: 1\n"
+    assert Path("-", mode="fr")._std_io is True
+    assert "load_value(path.read_text())" in inspect.getsource(_typehints)
+    assert "load_value(cfg_path.read_text()" in inspect.getsource(_util.parse_value_or_config)

@@ -68,6 +68,17 @@ def test_complete_prints_candidates_nul_separated(capsys):
     assert capsys.readouterr().out == "lit_gpu:trainer/cpu\0"
 
 
+def test_a_file_name_that_is_not_utf8_is_answered_as_its_bytes(tmp_path, monkeypatch, capfdbinary):
+    """Found by attacking the door: one such name in the folder was a UnicodeEncodeError, and every TAB
+    there (zsh's and bash's) answered nothing; bash gets the byte as ``$'\\xe9'``."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / os.fsdecode(b"x\xe9$(touch pwned).yaml")).write_text("")
+    assert completion.main(["--complete", "--", "fit", "--config", "x"]) == 0
+    assert capfdbinary.readouterr().out == b"x\xe9$(touch pwned).yaml\0"
+    assert completion.main(["--complete-bash", " \t\n\"'><=;|&(:", "lit-gpu fit --config x"]) == 0
+    assert capfdbinary.readouterr().out == b"x$'\\xe9'\\$\\(touch\\ pwned\\).yaml\0"
+
+
 def test_the_zsh_script_lets_compadd_quote_and_reads_nul_separated_words():
     """zsh is not installed here: its script's text. compadd without -Q quotes what it inserts; the words
     go to lit-gpu unquoted (${(Q)...}) and the answer is split at NULs (a file name may hold a newline)."""

@@ -10,7 +10,7 @@ import yaml
 from jsonargparse import get_loader
 
 from lit_gpu.cli import config_files, main
-from lit_gpu.files.text import YAML_LIMITS
+from lit_gpu.files.text import READ_CHUNK, YAML_LIMITS
 from tests.helpers.paths import CONFIGS
 
 SHIPPED = sorted(CONFIGS.rglob("*.yaml"))
@@ -116,3 +116,79 @@ def test_an_alias_bomb_given_as_config_text_on_the_command_line_is_one_line(caps
     """``--config`` also takes YAML text: the same reader, the same budget (found by attacking the door)."""
     line = _refused(capsys, BOMB)
     assert "expands to more than" in line
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/proc/self/pagemap",  # a regular file that lists itself as empty: its read fails (was a traceback)
+        "latin1",  # bytes that are not UTF-8 (was a UnicodeDecodeError traceback)
+    ],
+)
+def test_a_config_that_cannot_be_read_as_text_is_one_line(target, tmp_path, capsys):
+    """Found by attacking the door: jsonargparse read the file itself, after lit_gpu's checks."""
+    config = tmp_path / "config.yaml"
+    if target == "latin1":
+        config.write_bytes(b"trainer:\n  default_root_dir: caf\xe9\n")
+    else:
+        config.symlink_to(target)
+    line = _refused(capsys, config)
+    assert str(config) in line
+
+
+def test_a_config_file_is_read_once_and_what_was_checked_is_what_is_parsed(tmp_path, capsys, monkeypatch):
+    """jsonargparse's own read (after the size check: a file that grew, a swapped file) is never used."""
+    from jsonargparse import Path
+
+    def swapped(self: Path) -> str:
+        return "trainer: !!set {max_epochs}\n" if str(self).endswith("epochs.yaml") else real(self)
+
+    real = Path.read_text
+    monkeypatch.setattr(Path, "read_text", swapped)
+    config = tmp_path / "epochs.yaml"
+    config.write_text("trainer:\n  max_epochs: 3\n")
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(CONFIGS / "simple.yaml"), "--config", str(config), "--print_config"])
+    assert yaml.safe_load(capsys.readouterr().out)["trainer"]["max_epochs"] == 3
+
+
+def test_a_file_named_inside_a_config_is_read_by_the_bounded_reader_too(tmp_path, capsys):
+    """Found by attacking the door: ``data: big.yaml`` (a sub-config) was read whole by jsonargparse
+    before the size check (300 MB of file: +900 MB of memory); now at most the text budget, one line."""
+    from jsonargparse import Path
+
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as f:
+        f.truncate(4 * YAML_LIMITS.max_bytes)  # sparse: no disk used
+    tracemalloc.start()
+    try:
+        with config_files.bounded_reads(), pytest.raises(config_files.BadFileError, match="is larger than"):
+            Path(str(big), mode="fr").read_text()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < YAML_LIMITS.max_bytes + READ_CHUNK
+    sub = tmp_path / "sub.yaml"
+    sub.write_text("class_path: lit_gpu.data.SyntheticRegressionDataModule\ninit_args: {num_samples: 77}\n")
+    main_config = tmp_path / "main.yaml"
+    main_config.write_text("data: sub.yaml\n")  # relative to the config's folder, read as before
+    with pytest.raises(SystemExit):
+        main(
+            ["fit", "--config", str(CONFIGS / "simple.yaml"), "--config", str(main_config), "--print_config"]
+        )
+    assert yaml.safe_load(capsys.readouterr().out)["data"]["init_args"]["num_samples"] == 77
+    main_config.write_text("data: big.yaml\n")
+    assert str(big) in _refused(capsys, main_config)
+
+
+def test_config_dash_reads_standard_input_not_a_file_named_dash(tmp_path, capsys, monkeypatch):
+    """``--config -`` is the config piped in: a file named ``-`` in the working folder is not read instead
+    (found attacking the read-once change: it stat'ed ``-`` as a path)."""
+    import io
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-").write_text("trainer:\n  max_epochs: 99\n")
+    monkeypatch.setattr("sys.stdin", io.StringIO("trainer:\n  max_epochs: 3\n"))
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(CONFIGS / "simple.yaml"), "--config", "-", "--print_config"])
+    assert yaml.safe_load(capsys.readouterr().out)["trainer"]["max_epochs"] == 3

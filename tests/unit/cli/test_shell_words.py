@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -20,6 +21,8 @@ HOSTILE = [
     "x!!*?[a]{b,c}~#|<>.yaml",
     "x\u202e.yaml",
     "dir $(touch pwned)/",
+    "x\x85\x9b\u2028.yaml",  # C1 controls: bash's $'\\x85' is one raw byte, the name holds two
+    "x\udce9$(touch pwned).yaml",  # a name that is not UTF-8 (the byte 0xe9 on disk)
 ]
 
 
@@ -56,12 +59,13 @@ def test_each_reply_is_the_file_name_in_bash_and_runs_nothing(tmp_path):
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.decode().split("\0")[:-1] == expected
+    assert done.stdout.split(b"\0")[:-1] == [os.fsencode(name) for name in expected]  # the bytes on disk
     assert list(tmp_path.iterdir()) == []  # nothing ran
 
 
 def test_quoted_text_holds_no_control_character():
     for name in HOSTILE:
         for quote in ("", "'", '"'):
-            assert all(ord(c) >= 0x20 and c != "\x7f" for c in quoted(name, quote)), (name, quote)
+            assert all(0x20 <= ord(c) < 0x7F or ord(c) >= 0xA0 and not 0xD800 <= ord(c) < 0xE000
+                       for c in quoted(name, quote)), (name, quote)  # fmt: skip
     assert quoted("configs/") == "configs/" and quoted("a b/") == "a\\ b/"  # a folder ends in its slash
