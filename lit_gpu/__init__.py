@@ -28,8 +28,8 @@ __version__ = "0.1.0"
 SUBMODULES = frozenset(
     {
         "callbacks", "checkpoints", "cli", "commands", "data", "demo", "devices", "errors", "files", "io",
-        "load_report", "messages", "modules", "net_spec", "nets", "profilers", "recipes", "registration", "runs",
-        "safe_build", "strategies", "testing", "translate", "upstream",
+        "load_report", "messages", "modules", "net_spec", "nets", "profilers", "recipes", "registration",
+        "runs", "safe_build", "strategies", "testing", "translate", "upstream",
     }
 )  # fmt: skip
 
