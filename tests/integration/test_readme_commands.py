@@ -128,6 +128,7 @@ def test_readme_shows_the_expected_commands(readme_text):
     assert "torchrun" in readme_text
     readme = README.read_text()
     assert len(readme.splitlines()) <= 250  # a quick start; the detail is one link away
+    assert len((REPO_ROOT / "docs" / "benchmarks.md").read_text().splitlines()) <= 400  # current figures
     topics = ("benchmarks", "gpu_modes", "checkpoints", "architecture", *(p.stem for p in COMMAND_PAGES))
     for doc in (f"docs/{name}.md" for name in topics):
         assert f"]({doc})" in readme and (REPO_ROOT / doc).is_file(), doc  # every topic one link away
