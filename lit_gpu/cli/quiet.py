@@ -2,9 +2,9 @@
 
 Installed by :func:`lit_gpu.cli.main` only: importing lit_gpu changes no warning or logging state.
 :func:`drop_tips` alone (Lightning's "💡 Tip" adverts for its cloud services, its TPU line where there is
-none) also when a notebook makes its work folder (:func:`lit_gpu.demo.work_dir`) or builds a
-:class:`~lit_gpu.cli.LitGpuCLI`. :func:`install` also drops Lightning's lines around a checkpoint's restore,
-which the CLI's own resolution lines say.
+none, the tree-spec FutureWarning of Lightning's internals) also when a notebook makes its work folder
+(:func:`lit_gpu.demo.work_dir`) or builds a :class:`~lit_gpu.cli.LitGpuCLI`. :func:`install` also drops
+Lightning's lines around a checkpoint's restore, which the CLI's own resolution lines say.
 """
 
 from __future__ import annotations
@@ -44,18 +44,21 @@ def _drop(prefixes: tuple[str, ...]) -> None:
             logger.addFilter(_DropLines(prefixes))
 
 
+#: torch's FutureWarning at Lightning's use of a torch-internal API (``LeafSpec``): not the user's to act on
+TREESPEC_WARNING = r".*isinstance\(treespec, LeafSpec\).*"
+
+
 def drop_tips() -> None:
-    """Drop Lightning's "💡 Tip" log lines (cloud-service adverts) and its "TPU available: False" line;
-    calling it again adds no duplicate."""
+    """Drop Lightning's "💡 Tip" log lines (cloud-service adverts), its "TPU available: False" line and the
+    tree-spec FutureWarning its every fit raised in a notebook; calling it again adds no duplicate."""
     _drop(NOISE)
+    warnings.filterwarnings("ignore", message=TREESPEC_WARNING)
 
 
 def install() -> None:
     """Install the filters; calling it again adds no duplicates (warnings dedupes identical filters)."""
     drop_tips()
     _drop(RESTORE_LINES)
-    # Lightning's own use of a torch-internal API; not actionable for users.
-    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     # Every resume/test into a new run folder triggers it; best/last paths are resolved by the CLI.
     warnings.filterwarnings("ignore", message=r".*The dirpath has changed from.*")
     # A fit resumed from a checkpoint continues its run folder, checkpoints/ included.

@@ -69,3 +69,19 @@ def test_drop_tips_alone_keeps_the_restore_lines(lightning_lines):
         "Restored all states",
         "TPU available: True, using: 8 TPU cores",
     ]
+
+
+def test_drop_tips_silences_the_tree_spec_warning_of_lightnings_internals():
+    """A notebook's work folder (``demo.work_dir``) calls ``drop_tips``: Lightning's pytree helper no longer
+    raises torch's ``LeafSpec`` FutureWarning in every fit's output."""
+    from lightning.pytorch.utilities._pytree import _tree_flatten
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet.drop_tips()
+        _tree_flatten(1.0)
+    assert not [w for w in caught if "LeafSpec" in str(w.message)]
+    with warnings.catch_warnings(record=True) as caught:  # without the filter it is raised
+        warnings.simplefilter("always")
+        _tree_flatten(1.0)
+    assert [w for w in caught if "LeafSpec" in str(w.message)]
