@@ -8,20 +8,23 @@
 # against the check it replaced), gpu_tests (pytest -m gpu), gpu_recipe (configs/mnist_gpu.yaml over 5
 # seeds), and issue 42's: graph_recipe (configs/mnist_gpu_graph.yaml, whole-step capture, over 5 seeds),
 # resnet (benchmarks/resnet_gpu.py: naive, hand-tuned, lit_gpu), warmup (a first and a second process of
-# each MNIST GPU recipe), graph_overhead (the step path with --speed.cuda_graph against a raw loop).
+# each MNIST GPU recipe), graph_overhead (the step path with --speed.cuda_graph against a raw loop); and
+# issue 52's, in one process (benchmarks/gpu_stages.py: `import lightning` once): issue52 (the glue profile of
+# lit_gpu's eager step, ResNet-50 at 224 px against the chip's peak, ResNet-18 against the hand-written
+# whole-step graph and torch.compile(max-autotune)); its files are $OUT/issue52/{glue,resnet50,resnet18}.txt.
 # Each has its own time limit, so a slow one leaves the others' figures.
 set -uo pipefail
 out=${OUT:-device_out}
 mkdir -p "$out"
 bash .gpu/setup.sh || exit 1
 export PATH=/tmp/venv/bin:$PATH
-{ nproc; lscpu | grep -E "Model name"; cat /proc/loadavg; nvidia-smi -L; } | tee "$out/machine.txt"
+{ nproc; lscpu | grep -E "Model name"; cat /proc/loadavg; nvidia-smi -L; df -h /dev/shm; } | tee "$out/machine.txt"
 stage() {
   name=$1 limit=$2; shift 2
   case " ${stages} " in *" $name "*) ;; *) return 0 ;; esac
   echo "== $name: $*"; timeout "$limit" "$@" 2>&1 | tee "$out/$name.txt"
 }
-stages=${*:-paired_cpu whole_cpu nan_guard cuda gpu_tests gpu_recipe graph_recipe resnet warmup graph_overhead}
+stages=${*:-paired_cpu whole_cpu nan_guard cuda gpu_tests gpu_recipe graph_recipe resnet warmup graph_overhead issue52}
 stage gpu_tests 170 python -m pytest -o addopts="" -m gpu -q -p no:cacheprovider
 stage nan_guard 60 python benchmarks/nan_guard_gpu.py
 stage cuda 150 python benchmarks/overhead.py --device cuda --steps 300 --repeats 5 --components nan_guard
@@ -36,4 +39,5 @@ stage warmup 240 python benchmarks/warmup.py --config configs/mnist_gpu_graph.ya
   --data-dir .gpu/data
 stage graph_overhead 150 python benchmarks/overhead.py --device cuda --steps 300 --repeats 3 --components none \
   --lit-flags "--speed.cuda_graph true"
+stage issue52 480 python benchmarks/gpu_stages.py --out "$out/issue52" --budget-s 300
 cat /proc/loadavg | tee "$out/load_end.txt"

@@ -1,9 +1,10 @@
-"""torchvision's ResNet-18, built here (no weights, no download), with the usual stem for 32x32 images."""
+"""torchvision's ResNet-18 and ResNet-50, built here (no weights, no download), with the usual stem for 32x32
+images."""
 
 from __future__ import annotations
 
 from torch import nn
-from torchvision.models.resnet import BasicBlock, ResNet
+from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
 
 
 class ResNet18(ResNet):
@@ -31,3 +32,26 @@ class ResNet18(ResNet):
         nn.init.kaiming_normal_(self.conv1.weight, mode="fan_out", nonlinearity="relu")
 
     # forward: torchvision's ResNet._forward_impl: (B, C, H, W) -> (B, num_classes)
+
+
+class ResNet50(ResNet):
+    """torchvision's ResNet-50 (random init, bottleneck blocks): same blocks, same state-dict keys.
+
+    The ImageNet network (224x224 inputs: 7x7 stride-2 stem and a max-pool), buildable from a config as
+    :class:`ResNet18` is; ``cifar_stem`` swaps in the 3x3 stride-1 stem for 32x32 images.
+
+    Args:
+        num_classes: Output logits.
+        in_channels: Channels of the input images.
+        cifar_stem: 3x3 stride-1 first conv and no max-pool (for 32x32 inputs).
+    """
+
+    def __init__(self, num_classes: int = 1000, in_channels: int = 3, cifar_stem: bool = False) -> None:
+        super().__init__(Bottleneck, [3, 4, 6, 3], num_classes=num_classes)
+        self.num_classes, self.in_channels, self.cifar_stem = num_classes, in_channels, cifar_stem
+        if cifar_stem:
+            self.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
+            self.maxpool = nn.Identity()
+        elif in_channels != 3:
+            self.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
+        nn.init.kaiming_normal_(self.conv1.weight, mode="fan_out", nonlinearity="relu")

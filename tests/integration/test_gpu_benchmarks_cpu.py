@@ -1,4 +1,4 @@
-"""Issue 42's GPU benchmarks run end to end on a CPU at tiny sizes: they cannot rot between GPU sessions."""
+"""Issues 42 and 52's GPU benchmarks run end to end on a CPU at tiny sizes: they cannot rot unseen."""
 
 from __future__ import annotations
 
@@ -22,15 +22,31 @@ def _run(*args: str, cwd=REPO_ROOT) -> str:
 
 
 def test_the_resnet_benchmark_times_its_contestants_on_cpu():
-    """The naive loop and lit_gpu's fit (the tuned loop differs in flags only; bf16 on a CPU is slow)."""
+    """The eager contestants run; the capture and compile ones are skipped on a CPU, each with its reason."""
     out = _run(
         "benchmarks/resnet_gpu.py", "--device", "cpu", "--steps", "1", "--warmup", "1",
         "--batch-size", "2", "--num-samples", "16", "--workers", "1", "--repeats", "1",
-        "--only", "naive", "lit_gpu",
     )  # fmt: skip
-    for name in ("naive", "lit_gpu"):
-        assert f"| {name} |" in out
-    assert "load average before" in out
+    for name in ("tuned", "lit_gpu_eager"):
+        assert f"| {name} | " in out and f"# round 0: {name}: " in out
+    for name in ("hand_graph", "lit_gpu", "compile"):
+        assert f"| {name} | skipped: " in out
+    assert "goal (lit_gpu_eager >= 0.97x tuned)" in out and "load average before" in out
+
+
+@pytest.mark.slow
+def test_issue_52s_stages_run_in_one_process_on_cpu(tmp_path):
+    """benchmarks/gpu_stages.py --tiny: the glue profile, ResNet-50 and ResNet-18 stages, a file each."""
+    out = _run("benchmarks/gpu_stages.py", "--out", str(tmp_path), "--tiny")
+    assert "failed: none" in out
+    glue = (tmp_path / "glue.txt").read_text()
+    assert "| Lightning | 0.000 | " in glue  # the tuned loop runs no Lightning code; lit_gpu_eager does
+    assert "C calls made by Lightning, lit_gpu, torchmetrics code" in glue
+    r50 = (tmp_path / "resnet50.txt").read_text()
+    assert "GFLOP per image per training step" in r50 and "the loader alone: " in r50
+    assert "| tuned | " in r50 and "| lit_gpu_eager | " in r50 and "| lit_gpu | skipped: " in r50
+    r18 = (tmp_path / "resnet18.txt").read_text()
+    assert "| compile | skipped: " in r18 and "| hand_graph | skipped: " in r18
 
 
 def test_the_warmup_benchmark_reports_each_process(tmp_path):

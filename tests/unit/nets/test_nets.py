@@ -74,3 +74,16 @@ def test_nets_import_with_torch_alone(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["10", "False"]
+
+
+def test_resnet50_is_torchvisions_with_either_stem():
+    from torchvision.models.resnet import Bottleneck, ResNet
+
+    from lit_gpu.nets import ResNet50
+
+    net = ResNet50(num_classes=7)
+    assert set(net.state_dict()) == set(ResNet(Bottleneck, [3, 4, 6, 3], num_classes=7).state_dict())
+    assert net.conv1.kernel_size == (7, 7) and not isinstance(net.maxpool, torch.nn.Identity)
+    cifar = ResNet50(num_classes=3, in_channels=1, cifar_stem=True)
+    assert cifar.conv1.kernel_size == (3, 3) and isinstance(cifar.maxpool, torch.nn.Identity)
+    assert cifar(torch.zeros(2, 1, 8, 8)).shape == (2, 3)
