@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import unicodedata
 from typing import TextIO
 
 PREFIX = "lit-gpu: "
@@ -259,7 +260,6 @@ MONITOR_FALLBACK = (
     "{model} does not log {monitor!r} ({logged}); keeping last.ckpt only; "
     "pick best checkpoints with --checkpoint.monitor NAME"
 )
-FAST_PATH_ASIDE = "lit_gpu's fast training loop stands aside, Lightning's own loop runs: {reason}"
 CUDA_GRAPH_ASIDE = "whole-step capture (speed.cuda_graph) stands aside, steps run as usual: {reason}"
 BATCH_SIZE_FOUND = "batch-size finder chose data.batch_size={size}; set it in your config to skip tuning"
 STOPPED_BY_SIGNAL = (
@@ -341,7 +341,8 @@ def shown(value: object, *, limit: int = SHOWN_MAX_CHARS) -> str:
     Every string read from a file, a checkpoint or a model (a path, a step, a name, a metric key) goes
     through here before it is printed: control characters (newlines, escape sequences, C1 codes, bidi
     overrides) are written as Python escapes (``\\n``, ``\\x1b``), so a file cannot forge a ``lit-gpu:``
-    line, move the cursor or set a terminal's title; longer texts are cut at ``limit`` characters.
+    line, move the cursor or set a terminal's title (format characters and lone surrogates too: ``\\u202e``);
+    longer texts are cut at ``limit`` characters.
     """
     text = value if isinstance(value, str) else str(value)
     out = []
@@ -349,18 +350,22 @@ def shown(value: object, *, limit: int = SHOWN_MAX_CHARS) -> str:
         code = ord(char)
         if char == "\\":
             out.append(char)
-        elif code < 0x20 or 0x7F <= code < 0xA0 or char in _INVISIBLE:
-            out.append(char.encode("unicode_escape").decode("ascii") if code < 0x100 else f"\\u{code:04x}")
+        elif code < 0x20 or 0x7F <= code < 0xA0 or _hidden(char):
+            out.append(char.encode("unicode_escape").decode("ascii") if code < 0x100 else _escape(code))
         else:
             out.append(char)
     line = "".join(out)
     return line if len(line) <= limit else line[: limit - 1] + "\u2026"
 
 
-#: format characters that reorder or hide text on a terminal (bidi overrides, zero-width marks)
-_INVISIBLE = frozenset(
-    "\u200b\u200c\u200d\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff"
-)
+def _escape(code: int) -> str:
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def _hidden(char: str) -> bool:
+    """A format character (Cf: reorders or hides text), a line or paragraph separator, or a lone surrogate
+    (from a file's undecodable bytes or a pickled string: printing it raises UnicodeEncodeError)."""
+    return ord(char) >= 0xA0 and unicodedata.category(char) in ("Cf", "Cs", "Zl", "Zp")
 
 
 def first_line(err: BaseException) -> str:
@@ -388,14 +393,19 @@ def _global_rank() -> int:
     return 0
 
 
+#: longest line printed (progress, resolution, error); one line, whatever text from outside it quotes
+LINE_MAX_CHARS = ERROR_MAX_CHARS = 4000
+
+
+def one_line(text: str) -> str:
+    """``text`` as one printable line (:func:`shown`, line limit): what every printed line goes through."""
+    return shown(text, limit=LINE_MAX_CHARS)
+
+
 def tell(text: str, *, stream: TextIO | None = None) -> None:
-    """Print ``lit-gpu: <text>`` (flushed, to stderr unless ``stream``) on global rank zero only."""
+    """Print ``lit-gpu: <text>`` as :func:`one_line` (flushed, stderr unless ``stream``) on global rank 0."""
     if _global_rank() == 0:
-        print(PREFIX + text, file=sys.stderr if stream is None else stream, flush=True)
-
-
-#: longest error line printed; an error is one line, whatever text from files it quotes
-ERROR_MAX_CHARS = 4000
+        print(PREFIX + one_line(text), file=sys.stderr if stream is None else stream, flush=True)
 
 
 def tell_error(text: str) -> None:
@@ -405,4 +415,4 @@ def tell_error(text: str) -> None:
     a key, a value), it stays one line with no control characters, so no file can forge a line or drive
     the terminal through an error.
     """
-    print(f"{PREFIX}error: {shown(text, limit=ERROR_MAX_CHARS)}", file=sys.stderr, flush=True)
+    print(f"{PREFIX}error: {one_line(text)}", file=sys.stderr, flush=True)

@@ -45,6 +45,7 @@ from lit_gpu.files.run_config import CONFIG_N_RE, Signature, run_signature, save
 from lit_gpu.files.text import METRICS_FIX, csv_header, read_csv
 from lit_gpu.io import atomic_file
 from lit_gpu.messages import shown
+from lit_gpu.upstream.loops import batches_that_stepped
 
 DEFAULT_ROOT = "runs"
 DEFAULT_NAME = layout.NAME
@@ -115,7 +116,7 @@ def resume_log_step(checkpoint: Mapping[str, Any]) -> int | None:
     """
     with contextlib.suppress(KeyError, TypeError):
         loop = checkpoint["loops"]["fit_loop"]
-        stepped = int(loop["epoch_loop.state_dict"]["_batches_that_stepped"])
+        stepped = batches_that_stepped(loop)
         total = loop["epoch_loop.batch_progress"]["total"]
         at_batch_end = total["ready"] == total["started"] == total["processed"] == total["completed"] + 1
         return stepped + int(at_batch_end)

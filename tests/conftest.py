@@ -94,17 +94,19 @@ def _restore_process_env(monkeypatch: pytest.MonkeyPatch):
 
 @pytest.fixture(autouse=True)
 def _fast_path_gate():
-    """The fast path's gate reads the installed Lightning once per process (``release_problem`` is cached):
-    read it before any test wraps a Lightning method, and put it back after a test that changed it."""
+    """The gate reads the installed Lightning once per process (``gate.problem`` is cached): read it for
+    every feature before any test wraps a Lightning method, and put it back after a test that changed it."""
     from lit_gpu.upstream import gate
+    from lit_gpu.upstream.features import FEATURES
 
-    if gate.release_problem.cache_info().currsize == 0:
-        gate.release_problem()
+    if gate.problem.cache_info().currsize < len(FEATURES):
+        for name in FEATURES:
+            gate.problem(name)
     yield
-    if gate.release_problem.cache_info().misses > 1 or gate._told:
-        gate.release_problem.cache_clear()
-        gate._told.clear()
-        gate.release_problem()
+    if gate.problem.cache_info().misses > len(FEATURES) or gate._told:
+        gate.reset()
+        for name in FEATURES:
+            gate.problem(name)
 
 
 @pytest.fixture(autouse=True)

@@ -6,14 +6,14 @@ import os
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import Tensor
 from typing_extensions import override
 
 from lit_gpu import messages
+from lit_gpu.upstream.checkpointing import CheckpointHooks
 
 
-class FreshLastCheckpoint(ModelCheckpoint):
+class FreshLastCheckpoint(CheckpointHooks):
     """Lightning's ``ModelCheckpoint``, with ``last.ckpt`` refreshed at every save point.
 
     Lightning 2.6 rewrites ``last.ckpt`` only when a top-k checkpoint was written at the same step.
@@ -27,13 +27,12 @@ class FreshLastCheckpoint(ModelCheckpoint):
     that ends mid-epoch at ``max_steps`` writes ``last.ckpt`` at its last step, so that
     ``--ckpt_path last`` continues that epoch.
 
-    It extends protected hooks of Lightning's class (``_save_topk_checkpoint``,
-    ``_save_last_checkpoint``) and reads its trigger state (``_every_n_train_steps``,
-    ``_last_time_checked``, ``_last_global_step_saved``); ``tests/unit/test_upstream_pins.py`` pins
-    what it relies on.
+    It extends Lightning's protected hooks and reads its trigger state through
+    :class:`~lit_gpu.upstream.checkpointing.CheckpointHooks` (the gate's feature ``fresh last``: where
+    the installed ``ModelCheckpoint`` is not the one verified, Lightning's own ``last.ckpt`` runs).
 
     Nothing outside its own folder is ever deleted: paths in restored state that resolve outside
-    ``dirpath`` (``..``, absolute, symlinks) are dropped with one line, and :meth:`_remove_checkpoint`
+    ``dirpath`` (``..``, absolute, symlinks) are dropped with one line, and :meth:`remove_checkpoint`
     removes only what resolves inside ``dirpath`` (Lightning's own guard compares ``Path.absolute()``,
     which keeps ``..``, then removes recursively).
 
@@ -87,7 +86,7 @@ class FreshLastCheckpoint(ModelCheckpoint):
         super().load_state_dict(state)
 
     @override
-    def _remove_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+    def remove_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
         from lit_gpu.files.checkpoint import inside
 
         local = "://" not in str(filepath) and self.dirpath and "://" not in str(self.dirpath)
@@ -98,21 +97,23 @@ class FreshLastCheckpoint(ModelCheckpoint):
                 messages.REMOVE_OUTSIDE_REFUSED.format(path=filepath, dirpath=self.dirpath, real=real)
             )
             return
-        super()._remove_checkpoint(trainer, filepath)
+        super().remove_checkpoint(trainer, filepath)
 
     @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        time_checked = self._last_time_checked
+        if not self.fresh_last_on:  # the gate's line said why: Lightning's ModelCheckpoint as it is
+            return super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        time_checked = self.last_time_checked
         automatic = pl_module.automatic_optimization
-        every = self._every_n_train_steps
-        if not (automatic and every < 1 and self._train_time_interval is None):
+        every = self.every_n_train_steps
+        if not (automatic and every < 1 and self.train_time_interval is None):
             # with no step or time trigger, Lightning's hook only reads state and returns (pinned)
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         if not self.save_last or not automatic:
             return
-        time_due = self._last_time_checked != time_checked  # Lightning's time trigger fired
+        time_due = self.last_time_checked != time_checked  # Lightning's time trigger fired
         # trainer.max_steps and trainer.global_step (automatic optimization: the optimizer steps), read
         # without their seven property calls a step; pinned in tests/unit/test_upstream_pins.py
         epoch_loop = trainer.fit_loop.epoch_loop
@@ -127,30 +128,30 @@ class FreshLastCheckpoint(ModelCheckpoint):
         final = 0 < max_steps <= global_step
         if not (step_due or time_due or final) or self._last_written_at_step == global_step:
             return
-        if self._should_skip_saving_checkpoint(trainer):
+        if self.should_skip_saving(trainer):
             return
         # a save point whose top-k save Lightning deferred (or skipped): write last.ckpt now, and
         # leave Lightning's "saved at this step" mark as it was, so that a top-k save later at this
         # step (the deferred one, after validation) still runs. At an epoch's last batch that later
         # save may rewrite last.ckpt (an epoch-end state is as good); at the final step it must not
-        saved_at, written_at = self._last_global_step_saved, self._last_written_at_step
-        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
-        self._last_global_step_saved = saved_at
+        saved_at, written_at = self.last_global_step_saved, self._last_written_at_step
+        self.write_last(trainer, self.monitor_candidates(trainer))
+        self.last_global_step_saved = saved_at
         if not final:
             self._last_written_at_step = written_at
 
     @override
-    def _save_topk_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]) -> None:
+    def write_topk(self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]) -> None:
         if self.monitor_fallback and self.monitor is not None and self.monitor not in monitor_candidates:
             self._fall_back_to_last(trainer, monitor_candidates)
-        super()._save_topk_checkpoint(trainer, monitor_candidates)
-        if self.save_last and self._last_global_step_saved != trainer.global_step:
-            self._save_last_checkpoint(trainer, monitor_candidates)
+        super().write_topk(trainer, monitor_candidates)
+        if self.save_last and self.last_global_step_saved != trainer.global_step:
+            self.write_last(trainer, monitor_candidates)
 
     @override
-    def _save_last_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]) -> None:
+    def write_last(self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]) -> None:
         if self._last_written_at_step == trainer.global_step and self.last_model_path:
             return  # already written for this step (Lightning asks twice after our refresh)
-        super()._save_last_checkpoint(trainer, monitor_candidates)
+        super().write_last(trainer, monitor_candidates)
         if self.save_last:
             self._last_written_at_step = trainer.global_step

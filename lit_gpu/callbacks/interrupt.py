@@ -45,8 +45,12 @@ from typing_extensions import override
 
 from lit_gpu import messages
 from lit_gpu.data.workers import protect_workers
+from lit_gpu.errors import LitGpuError
 from lit_gpu.io import clean_stale_temp_files
+from lit_gpu.launch_env import requeue_problem
 from lit_gpu.translate import dataloader_worker_died
+from lit_gpu.upstream.loops import replace_restored_handler, request_sigterm_stop
+from lit_gpu.upstream.torch_hooks import install_dataloader_sigchld_handler
 
 # Exit status of ``lit-gpu fit`` after a stop by signal: 128 + the signal number, the shell convention.
 INTERRUPT_EXIT_CODE = 128 + signal.SIGINT  # 130
@@ -112,9 +116,7 @@ def _guard_worker_deaths(handler: Callable[[int, FrameType | None], Any]) -> Any
     over it; returns the handler it wraps. Main thread only (else ``None``, nothing changed)."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGCHLD"):
         return None
-    from torch.utils.data._utils import signal_handling  # private, pinned in test_upstream_pins.py
-
-    signal_handling._set_SIGCHLD_handler()  # once per process; a later loader then keeps ours on top
+    install_dataloader_sigchld_handler()  # once per process; a later loader then keeps ours on top
     inner = signal.getsignal(signal.SIGCHLD)
     signal.signal(signal.SIGCHLD, handler)
     return inner
@@ -293,7 +295,7 @@ class CheckpointOnInterrupt(Callback):
         if trainer is not None and self._signal is not None:
             # Lightning's flag (set by its own SIGTERM handler too): the loops raise
             # SIGTERMException at the next step boundary or evaluation batch.
-            trainer._signal_connector.received_sigterm = True
+            request_sigterm_stop(trainer)
 
     def _sync_stop(self, trainer: pl.Trainer) -> None:
         """After a training batch: set the stop flag on every process at once if any got a signal.
@@ -307,7 +309,7 @@ class CheckpointOnInterrupt(Callback):
         if self._world_size > 1:
             if trainer.strategy.reduce_boolean_decision(self._signal is not None, all=False):
                 self._signal = self._signal or signal.SIGTERM
-                trainer._signal_connector.received_sigterm = True
+                request_sigterm_stop(trainer)
         elif self._signal is not None:
             self._request_stop()
 
@@ -348,16 +350,18 @@ class CheckpointOnInterrupt(Callback):
                     signal.signal(signum, previous)
         # After an exception Lightning's teardown runs last and restores the handlers it found at
         # fit start (ours): make it restore the ones from before us instead.
-        connector = getattr(self._trainer, "_signal_connector", None)
-        originals = getattr(connector, "_original_handlers", None)
-        if isinstance(originals, dict):
+        if self._trainer is not None:
             for signum, previous in self._previous.items():
-                if originals.get(signum) == self._handle:
-                    originals[signum] = previous
+                replace_restored_handler(self._trainer, signum, self._handle, previous)
 
     # ---- hooks --------------------------------------------------------------------------
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # before Lightning registers its SLURM requeue handler (after setup), which can pass the job id to a
+        # shell: an id that is not a number never gets there
+        unsafe = requeue_problem(os.environ)
+        if unsafe is not None:
+            raise LitGpuError(unsafe)
         self._trainer, self._signal, self._stage = trainer, None, stage
         setattr(trainer.state, _EXIT_CODE_ATTR, None)  # a new run of this trainer starts clean
         setattr(trainer.state, _STOPPED_BY_WORKER_ATTR, False)

@@ -73,6 +73,7 @@ from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.strategies.dp import DataParallelStrategy
 from lit_gpu.translate import is_out_of_memory
+from lit_gpu.upstream.torch_hooks import set_allocator_settings
 
 __all__ = ["LOOP_ATTRIBUTE", "OOMLoopName", "OOMRecovery", "has_batchnorm", "loop_words"]
 
@@ -325,10 +326,7 @@ ALLOC_CONF_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
 def _set_allocator_settings(settings: str) -> None:
     """PyTorch's runtime allocator setting (private, pinned): torch >= 2.9's name, else the older one."""
-    setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
-    if setter is None:
-        setter = torch.cuda.memory._set_allocator_settings
-    setter(settings)
+    set_allocator_settings(settings)
 
 
 def set_expandable_segments(on: bool) -> bool:

@@ -27,6 +27,7 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from typing_extensions import override
 
 from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL, ProgressLog, live_bar_fits
+from lit_gpu.messages import shown
 from lit_gpu.runs import version_number
 
 REFRESHES_PER_SECOND = 4
@@ -82,7 +83,8 @@ class LitProgressBar(RichProgressBar):
         if version is not None:
             number = version_number(str(version))
             items["version"] = str(number if number is not None else version)  # not "0.000"
-        return items
+        # names (and text values) come from the model, or a checkpoint's logging state: escaped
+        return {shown(key): shown(value) if isinstance(value, str) else value for key, value in items.items()}
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -43,6 +43,7 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from typing_extensions import override
 
 from lit_gpu import messages
+from lit_gpu.messages import shown
 
 __all__ = ["DEFAULT_INTERVAL", "TRIAL_ENV", "ProgressLog", "live_bar_fits", "resume_command"]
 
@@ -198,12 +199,14 @@ class ProgressLog(ProgressBar):
             event = {"trial": self.trial, **event}
             prefix = messages.PREFIX if text.startswith(messages.PREFIX) else ""
             text = f"{prefix}trial {self.trial} {text.removeprefix(prefix)}"
-        if self.format == "json":
-            line = json.dumps(_strict(event), separators=(",", ":"), allow_nan=False)
-        else:
-            line = text
         stream = self.stream or sys.stdout
-        print(line, file=stream, flush=True)
+        print(  # JSON escapes every control and non-ASCII character (ensure_ascii); text: one_line
+            json.dumps(_strict(event), separators=(",", ":"), allow_nan=False, ensure_ascii=True)
+            if self.format == "json"
+            else messages.one_line(text),
+            file=stream,
+            flush=True,
+        )
 
     def _metrics(self, trainer: pl.Trainer) -> dict[str, float]:
         return _scalars(trainer.progress_bar_metrics)  # the bar's metrics; read (synced) only here
@@ -232,14 +235,14 @@ class ProgressLog(ProgressBar):
             os.path.join(dirpath, "last.ckpt") if dirpath and getattr(checkpoint, "save_last", None) else None
         )
         command = resume_command(self.command, last) if self.command is not None and last else None
-        text = messages.PROGRESS_RUN.format(folder=folder or trainer.default_root_dir)
+        text = messages.PROGRESS_RUN.format(folder=shown(folder or trainer.default_root_dir))
         if command:
-            text += messages.PROGRESS_RESUME.format(command=command)
+            text += messages.PROGRESS_RESUME.format(command=shown(command, limit=messages.LINE_MAX_CHARS))
         self._tell({"event": "start", "stage": "fit", "folder": folder, "resume": command}, text)
 
     def _start_eval_command(self, trainer: pl.Trainer, stage: str) -> None:
         folder = self._folder(trainer)
-        text = messages.PROGRESS_RUN.format(folder=folder or trainer.default_root_dir)
+        text = messages.PROGRESS_RUN.format(folder=shown(folder or trainer.default_root_dir))
         self._tell({"event": "start", "stage": stage, "folder": folder}, text)
 
     @override
@@ -253,17 +256,17 @@ class ProgressLog(ProgressBar):
             for k, v in _scalars(trainer.callback_metrics).items()
             if not k.endswith(("_step", "_epoch")) and k != "train/lr"
         }
-        shown = " ".join(f"{k}={_number(v)}" for k, v in metrics.items())
+        listed = " ".join(f"{shown(k)}={_number(v)}" for k, v in metrics.items())
         checkpoint = trainer.checkpoint_callback if stage == "fit" else None
         path = getattr(checkpoint, "last_model_path", "") or getattr(checkpoint, "best_model_path", "")
         best = getattr(checkpoint, "best_model_path", "") if checkpoint is not None else ""
         text = messages.PROGRESS_END.format(
-            stage=stage, wall=_clock(wall), metrics=shown or "no metrics logged"
+            stage=stage, wall=_clock(wall), metrics=listed or "no metrics logged"
         )
         if path:
-            text += messages.PROGRESS_END_CHECKPOINT.format(path=path)
+            text += messages.PROGRESS_END_CHECKPOINT.format(path=shown(path))
             if best and best != path:
-                text += messages.PROGRESS_END_BEST.format(path=best)
+                text += messages.PROGRESS_END_BEST.format(path=shown(best))
         event = {"event": "end", "stage": stage, "wall_s": round(wall, 3), "metrics": metrics}
         event["checkpoint"] = path or None
         if best:
@@ -325,7 +328,7 @@ class ProgressLog(ProgressBar):
         if percent is not None:
             parts.append(f"({percent:.0f}%)")
         metrics = self._metrics(trainer)
-        parts += [f"{k}={_number(v)}" for k, v in metrics.items()]
+        parts += [f"{shown(k)}={_number(v)}" for k, v in metrics.items()]
         # the rate of this process's own batches; the work left counts the whole run
         eta = elapsed * (total - done) / self._batches if percent is not None and self._batches else math.nan
         parts += ["|", f"{rate:.0f} samples/s", "|", _clock(elapsed), "ETA", _clock(eta)]

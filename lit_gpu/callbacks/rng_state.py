@@ -19,6 +19,7 @@ from typing_extensions import override
 from lit_gpu import messages
 from lit_gpu.data.stateful import GlobalPosition
 from lit_gpu.errors import LitGpuError
+from lit_gpu.upstream.loops import load_pending_loader_states, train_combined_loader
 
 _MT_WORDS = 624  # Mersenne Twister state: 624 32-bit words and a position 0..624 (Python's and numpy's)
 BAD_RNG_STATE = (
@@ -243,11 +244,9 @@ def sync_resumed_train_loader(trainer: Any) -> None:
       yielded its remaining batches.
     """
     fit_loop = trainer.fit_loop
-    combined = fit_loop._combined_loader  # private (pinned), as the two below
-    if combined is None:
+    if train_combined_loader(trainer) is None:
         return
-    if fit_loop._combined_loader_states_to_load and fit_loop.restarting:
-        fit_loop._load_combined_loader_states()
+    load_pending_loader_states(trainer)
     loader = _resumable_train_loader(trainer)
     if loader is None or not loader.position_state.restored_mid_epoch:
         return
@@ -284,7 +283,7 @@ def patch_interrupted_loader_state(trainer: Any, checkpoint: dict[str, Any], in_
 
 
 def _resumable_train_loader(trainer: Any) -> Any:
-    combined = trainer.fit_loop._combined_loader
+    combined = train_combined_loader(trainer)
     if combined is None or len(combined.flattened) != 1:
         return None
     loader = combined.flattened[0]

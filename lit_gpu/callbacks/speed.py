@@ -14,6 +14,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 from typing_extensions import override
 
+from lit_gpu import messages
+
 MATMUL_PRECISIONS = ("highest", "high", "medium")
 
 # glibc's mallopt parameters (malloc.h) and the values keep_host_memory sets
@@ -161,7 +163,7 @@ class SpeedLevers(Callback):
         if self.compile:
             net.compile(mode=self.compile_mode)
         if self.channels_last or self.compile or self.matmul_precision or self.num_threads or self.cuda_graph:
-            rank_zero_info(f"Speed levers: {self.describe()}")
+            rank_zero_info(messages.one_line(f"Speed levers: {self.describe()}"))
 
     def describe(self) -> str:
         """The levers that are on, as one line (``"none"`` when all are off)."""

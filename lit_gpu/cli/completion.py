@@ -1,9 +1,12 @@
 """``lit-gpu completion bash|zsh``: a shell completion script; ``--complete WORDS``: what it asks at each TAB.
 
-The script is a few lines of shell that hand the words typed so far to ``lit-gpu completion --complete``,
-which answers one candidate a line from the live tables: the commands (:data:`lit_gpu.cli.main.COMMANDS`),
-the shipped recipes (``--config lit_gpu:<TAB>``, ``lit-gpu configs <TAB>``), files, and each command's
-flags. Nothing of that imports torch or Lightning: a TAB costs one small Python start.
+The script is a few lines of shell that hand the line typed so far to ``lit-gpu completion
+--complete-bash`` (zsh: the words, to ``--complete``), which answers NUL-separated candidates from the live
+tables: the commands (:data:`lit_gpu.cli.main.COMMANDS`), the shipped recipes (``--config lit_gpu:<TAB>``,
+``lit-gpu configs <TAB>``), files, and each command's flags. A candidate from the folder may be any name
+(``x$(cmd).yaml``): bash gets each reply quoted for the quote open at the cursor
+(:mod:`lit_gpu.cli.shell_words`), zsh quotes with ``compadd`` (no ``-Q``), so the completed line names the
+file and runs nothing. Nothing of that imports torch or Lightning: a TAB costs one small Python start.
 
 The flags of ``fit``/``validate``/``test``/``predict`` come from LitGpuCLI's parser, those of the tools from
 their argparse parsers; both are built only by :func:`collect_flags` (it imports Lightning) and kept in
@@ -22,8 +25,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lit_gpu import recipes
+from lit_gpu.cli import shell_words
 from lit_gpu.cli.completion_flags import FLAGS
 from lit_gpu.cli.main import COMMANDS, LIGHTNING_SUBCOMMANDS
+from lit_gpu.upstream.tools import parser_actions, subcommands_action
 
 SHELLS = ("bash", "zsh")
 TOP_LEVEL_OPTIONS = ("-h", "--help", "--version")
@@ -33,20 +38,14 @@ PASS_FIT_FLAGS = ("bench", "sweep")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 
 BASH = r"""# bash completion for lit-gpu: eval "$(lit-gpu completion bash)" in ~/.bashrc
-# Each TAB asks `lit-gpu completion --complete WORDS` (commands, recipes, files, flags; no torch import).
+# Each TAB asks `lit-gpu completion --complete-bash` (commands, recipes, files, flags; no torch import),
+# which answers each candidate already quoted for the shell (a file name runs nothing), NUL-separated.
 _lit_gpu_complete() {
-    local line="${COMP_LINE:0:COMP_POINT}" cur i trim=""
-    local -a words
-    read -ra words <<< "$line"
-    [[ -z "$line" || "$line" == *[[:space:]] ]] && words+=("")
-    cur="${words[${#words[@]}-1]}"
-    local IFS=$'\n'
-    COMPREPLY=($(command lit-gpu completion --complete -- "${words[@]:1}" 2>/dev/null))
-    # bash replaces only the word's part after its last COMP_WORDBREAKS character (: in lit_gpu:NAME)
-    for (( i = ${#cur} - 1; i >= 0; i-- )); do
-        if [[ "$COMP_WORDBREAKS" == *"${cur:i:1}"* ]]; then trim="${cur:0:i+1}"; break; fi
-    done
-    [[ -n "$trim" ]] && COMPREPLY=("${COMPREPLY[@]#"$trim"}")
+    local -a reply
+    mapfile -t -d '' reply < <(
+        command lit-gpu completion --complete-bash "$COMP_WORDBREAKS" "${COMP_LINE:0:COMP_POINT}" 2>/dev/null
+    )
+    COMPREPLY=("${reply[@]}")
     if [[ ${#COMPREPLY[@]} -eq 1 && "${COMPREPLY[0]}" == */ ]]; then compopt -o nospace 2>/dev/null; fi
     return 0
 }
@@ -54,17 +53,18 @@ complete -F _lit_gpu_complete lit-gpu
 """
 
 ZSH = r"""# zsh completion for lit-gpu: eval "$(lit-gpu completion zsh)" in ~/.zshrc, after compinit
-# Each TAB asks `lit-gpu completion --complete WORDS` (commands, recipes, files, flags; no torch import).
+# Each TAB asks `lit-gpu completion --complete WORDS` (commands, recipes, files, flags; no torch import),
+# NUL-separated; compadd (no -Q) quotes each candidate for the line, so a file name runs nothing.
 _lit_gpu_complete() {
     local -a reply folders others
     local c
-    reply=("${(@f)$(command lit-gpu completion --complete -- "${(@)words[2,CURRENT]}" 2>/dev/null)}")
+    reply=("${(@0)$(command lit-gpu completion --complete -- "${(@Q)words[2,CURRENT]}" 2>/dev/null)}")
     for c in "${reply[@]}"; do
         [[ -z "$c" ]] && continue
         if [[ "$c" == */ ]]; then folders+=("$c"); else others+=("$c"); fi
     done
-    (( ${#others} )) && compadd -Q -- "${others[@]}"
-    (( ${#folders} )) && compadd -Q -S '' -- "${folders[@]}"
+    (( ${#others} )) && compadd -- "${others[@]}"
+    (( ${#folders} )) && compadd -S '' -- "${folders[@]}"
     return 0
 }
 compdef _lit_gpu_complete lit-gpu
@@ -159,7 +159,7 @@ def collect_flags() -> dict[str, list[str]]:
         _ParserOnly(args=[])
     except _Built as built:
         parser = built.args[0]
-    subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    subcommands = subcommands_action(parser)
     for name in LIGHTNING_SUBCOMMANDS:
         flags[name] = _options(subcommands.choices[name])
 
@@ -179,7 +179,7 @@ def collect_flags() -> dict[str, list[str]]:
 
 
 def _options(parser: argparse.ArgumentParser) -> list[str]:
-    return [option for action in parser._actions for option in action.option_strings]
+    return [option for action in parser_actions(parser) for option in action.option_strings]
 
 
 def write_flags(path: Path | None = None) -> Path:
@@ -205,10 +205,14 @@ def write_flags(path: Path | None = None) -> Path:
 def main(argv: Sequence[str]) -> int:
     """``lit-gpu completion bash|zsh``; ``lit-gpu completion --complete [--] WORDS`` (the script's TAB)."""
     argv = list(argv)
-    if argv[:1] == ["--complete"]:
+    if argv[:1] == ["--complete"]:  # zsh: the words, unquoted; candidates as they are (compadd quotes)
         words = argv[2:] if argv[1:2] == ["--"] else argv[1:]
-        for candidate in candidates(words):
-            sys.stdout.write(candidate + "\n")
+        sys.stdout.write("".join(candidate + "\0" for candidate in candidates(words)))
+        return 0
+    if argv[:1] == ["--complete-bash"] and len(argv) == 3:  # bash: the line as typed; replies quoted
+        words, typed = shell_words.split_line(argv[2])
+        replies = shell_words.bash_replies(typed, candidates(words[1:]), argv[1])
+        sys.stdout.write("".join(reply + "\0" for reply in replies))
         return 0
     parser = argparse.ArgumentParser(
         prog="lit-gpu completion",

@@ -9,7 +9,6 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,9 +29,10 @@ from lit_gpu.callbacks.progress import use_progress_log
 from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
-from lit_gpu.cli import quiet, run_folders
+from lit_gpu.cli import config_files, quiet, run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, resolve_ckpt_path
 from lit_gpu.cli.config_saver import RunConfigSaver
+from lit_gpu.cli.needs_data import check_has_data
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
 from lit_gpu.cli.too_big import explain_build_failure
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
@@ -42,11 +42,12 @@ from lit_gpu.io import install_atomic_checkpoint_io
 from lit_gpu.profilers import skip_idle_profiler
 from lit_gpu.runs import RunFolder, RunFolderSync
 from lit_gpu.upstream.batch_path import LeanTrainingBatch
+from lit_gpu.upstream.cli import CLIHooks
 from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks
 
 # ---- parser ---------------------------------------------------------------------------------------
 # the --config file being read, so that a YAML syntax error can name it (jsonargparse says "<unicode string>")
-_config_path: ContextVar[str | None] = ContextVar("lit_gpu_config_path", default=None)
+_config_path = config_files.reading
 
 
 def _jsonargparse_debug() -> bool:
@@ -74,13 +75,15 @@ class ConciseErrorParser(LightningArgumentParser):
         messages.tell_error(text or concise_parse_error(message, prog))
         sys.exit(2)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        config_files.install()  # every YAML it loads goes through lit_gpu's bounded reader first
+        kwargs.setdefault("parser_mode", config_files.MODE)
+        super().__init__(*args, **kwargs)
+
     @override
     def parse_path(self, path: Any, *args: Any, **kwargs: Any) -> Any:
-        token = _config_path.set(str(path))
-        try:
+        with config_files.config_file(path):
             return super().parse_path(path, *args, **kwargs)
-        finally:
-            _config_path.reset(token)
 
 
 def add_extra_arguments(parser: LightningArgumentParser) -> None:
@@ -245,7 +248,7 @@ _TRAINER_ERRORS = (MisconfigurationException, ValueError, TypeError, ImportError
 
 
 # ---- the CLI ----------------------------------------------------------------------------------------
-class LitGpuCLI(LightningCLI):
+class LitGpuCLI(CLIHooks):
     """LightningCLI with lit_gpu's defaults: seed 42, CSV + TensorBoard loggers, best/last checkpoints.
 
     Everything a run writes lands in ``trainer.default_root_dir/lit_gpu/version_N`` (``runs`` by
@@ -272,7 +275,7 @@ class LitGpuCLI(LightningCLI):
         self.resolution: Resolution | None = None  # what --ckpt_path resolved to, with its header
         # `fit ...`: only fit's parser is built (the other three cost ~0.12 s together: cli_construct.py)
         named = self.argv[0] if self.argv else None
-        self._only_subcommand = named if named in LightningCLI.subcommands() else None
+        self.only_subcommand = named if named in LightningCLI.subcommands() else None
         try:
             super().__init__(
                 model_class=None,
@@ -290,21 +293,6 @@ class LitGpuCLI(LightningCLI):
             raise
         if self.run_folder is not None and kwargs.get("run", True) is not False:
             self.run_folder.release()  # the run ended here: its folder is no abandoned start
-
-    @override
-    def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
-        # private, pinned in tests/unit/test_upstream_pins.py: Lightning builds a parser for every
-        # subcommand (fit, validate, test, predict) before it knows which one runs; when the command line
-        # starts with one, only that one is built (the others could never parse this command line)
-        only = self._only_subcommand
-        if only is None:
-            return super()._add_subcommands(parser, **kwargs)
-        every = LightningCLI.subcommands()
-        self.subcommands = lambda: {only: every[only]}  # type: ignore[method-assign]  # shadows the static one
-        try:
-            return super()._add_subcommands(parser, **kwargs)
-        finally:
-            del self.subcommands
 
     @override
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
@@ -337,13 +325,6 @@ class LitGpuCLI(LightningCLI):
         # last/best/FILE -> one checkpoint, read once (weights-only) and compared with the config's model
         self.resolution = resolve_ckpt_path(self.config)
         check_seed(self.config)  # out of numpy's range: one line, not a ValueError from seed_everything
-
-    @override
-    def _parse_ckpt_path(self) -> None:
-        # private, pinned in tests/unit/test_upstream_pins.py. Lightning re-parses the checkpoint's
-        # hparams (class included) over --config here: instead the config decides; the checkpoint was
-        # read weights-only and its class compared in resolve_ckpt_path (lit_gpu.files.locate)
-        return
 
     @override
     def before_instantiate_classes(self) -> None:
@@ -403,7 +384,15 @@ class LitGpuCLI(LightningCLI):
         return trainer
 
     def before_fit(self) -> None:
+        check_has_data(self.model, self.datamodule, "fit")  # no loader at all: one line
         maybe_tune_batch_size(self.trainer, self.model, self.datamodule, self.config)
+
+    def before_validate(self) -> None:
+        check_has_data(self.model, self.datamodule, "validate")
+
+    def before_test(self) -> None:
+        check_has_data(self.model, self.datamodule, "test")
 
     def before_predict(self) -> None:
         check_predictable(self.model, self.config)  # no predict_step: one line, not Lightning's wall
+        check_has_data(self.model, self.datamodule, "predict")

@@ -40,6 +40,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "completion": ("lit_gpu.cli.completion", "a bash or zsh completion script: commands, recipes, flags"),
 }
 
+#: the commands that import neither torch nor Lightning (the launcher's variables are not theirs to check)
+NO_UPSTREAM_IMPORT = ("configs", "init", "completion")
+
 #: the exit status after Ctrl+C: lit_gpu.callbacks.interrupt's (not imported here: that imports Lightning)
 INTERRUPT_EXIT_CODE = 128 + signal.SIGINT  # 130
 
@@ -160,6 +163,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     answered = _front_door(args)
     if answered is not None:
         sys.exit(answered)
+    if args[0] not in NO_UPSTREAM_IMPORT:  # before Lightning and torchmetrics read them (some on import)
+        from lit_gpu import launch_env
+
+        bad = launch_env.problem(os.environ)
+        if bad is not None:
+            messages.tell_error(bad)
+            sys.exit(2)
     try:  # a run stopped by SIGINT/SIGTERM exits 130 / 143 (LitGpuCLI reads it from the trainer's state)
         code = _run(args, from_python=argv is not None)
         if code is not None:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from lit_gpu import messages
 from lit_gpu.devices import FreeChoice, auto_precision, claim_free_gpus, parse_free_request
 from lit_gpu.files.text import BadFileError, read_yaml
+from lit_gpu.upstream.tools import widen_type
 
 
 # ---- resolution before the Trainer is built ------------------------------------------------------
@@ -24,12 +25,9 @@ def allow_auto_precision(parser: Any) -> None:
     """Let ``--trainer.precision`` accept ``auto`` (the Trainer itself does not; the CLI resolves it).
 
     jsonargparse offers no public way to widen the type of an argument added from a signature, so
-    this edits the action's ``_typehint`` (pinned in ``tests/unit/test_upstream_pins.py``).
+    this edits the action's type hint (:func:`lit_gpu.upstream.tools.widen_type`, pinned).
     """
-    for action in getattr(parser, "_actions", []):
-        typehint = getattr(action, "_typehint", None)
-        if getattr(action, "dest", None) == "trainer.precision" and typehint is not None:
-            action._typehint = typehint | Literal["auto"] | None
+    widen_type(parser, "trainer.precision", lambda typehint: typehint | Literal["auto"] | None)
 
 
 def resolve_trainer_config(trainer: Any) -> FreeChoice | None:
@@ -46,7 +44,7 @@ def resolve_trainer_config(trainer: Any) -> FreeChoice | None:
         choice = claim_free_gpus(n)
         trainer["devices"] = devices = choice.devices
         if choice.decided_here:  # one deciding process per node: every node logs its own choice
-            print(messages.PREFIX + choice.describe(), file=sys.stderr, flush=True)
+            print(messages.PREFIX + messages.one_line(choice.describe()), file=sys.stderr, flush=True)
     precision = trainer.get("precision")
     if isinstance(precision, str) and precision.strip().lower() == "auto":
         trainer["precision"] = auto_precision(trainer.get("accelerator", "auto"), devices)

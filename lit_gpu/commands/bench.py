@@ -5,8 +5,9 @@
 Each mode runs in a fresh subprocess (clean peak memory, global settings and compile caches; a
 crash in one mode does not end the table), which builds model and data from the configs through
 :class:`~lit_gpu.cli.LitGpuCLI` and fits ``--steps`` steps with no validation, logger or
-checkpoints. Throughput comes from Lightning's ``ThroughputMonitor`` (``Throughput`` rates over
-the steps after ``--warmup``). Modes that cannot run here are skipped with the reason.
+checkpoints. Throughput comes from Fabric's public ``Throughput`` (the rates Lightning's
+``ThroughputMonitor`` logs, over the steps after ``--warmup``).
+Modes that cannot run here are skipped with the reason.
 
 The subprocesses never put the working folder on ``sys.path`` (:func:`child_python`): a ``torch.py``
 or ``yaml.py`` lying where ``lit-gpu bench`` runs is data, not code the benchmark imports.
@@ -29,6 +30,7 @@ from typing import Any
 
 from typing_extensions import override
 
+from lit_gpu import messages
 from lit_gpu.devices import on_cuda
 from lit_gpu.files.text import read_json
 
@@ -111,27 +113,24 @@ def _batch_size(batch: Any) -> int:
 
 
 def _make_monitor(result_path: str, warmup: int, steps: int):
-    """A ``ThroughputMonitor`` that keeps its rates (no logger needed) and writes them at the end.
+    """A callback that measures training throughput with Fabric's public ``Throughput`` (the rates
+    Lightning's ``ThroughputMonitor`` logs, kept without a logger) and writes them at the end."""
+    import lightning.pytorch as pl
+    import torch
+    from lightning.fabric.utilities.throughput import Throughput
 
-    It overrides the protected ``_compute`` and reads ``_throughputs``/``_samples``/``_batches``
-    (pinned in ``tests/unit/test_upstream_pins.py``).
-    """
-    from lightning.pytorch.callbacks import ThroughputMonitor
-    from lightning.pytorch.trainer.states import RunningStage
-
-    class _BenchMonitor(ThroughputMonitor):
+    class _BenchMonitor(pl.Callback):
         def __init__(self) -> None:
             # rates over the last `steps - warmup` batches = steady state after warm-up
-            super().__init__(batch_size_fn=_batch_size, window_size=max(2, steps - warmup))
+            self.window = max(2, steps - warmup)
+            self.throughput: Throughput | None = None
             self.metrics: dict[str, float] = {}
-            self.epoch_batches = 0
+            self.epoch_batches = self.samples = self.batches = 0
             self.t_start = self.warmup_s = 0.0
 
         @override
         def on_train_start(self, trainer, pl_module) -> None:
-            import torch
-
-            super().on_train_start(trainer)
+            self.throughput = Throughput(world_size=trainer.world_size, window_size=self.window)
             self.t_start = time.perf_counter()
             self.epoch_batches = int(trainer.num_training_batches)
             if on_cuda(trainer):
@@ -139,21 +138,20 @@ def _make_monitor(result_path: str, warmup: int, steps: int):
 
         @override
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+            if on_cuda(trainer):
+                torch.cuda.synchronize()  # else perf_counter() does not include the step's kernels
+            assert self.throughput is not None
+            self.samples += _batch_size(batch)
+            self.batches += 1
+            elapsed = time.perf_counter() - self.t_start
+            self.throughput.update(time=elapsed, batches=self.batches, samples=self.samples)
+            if self.batches >= 2:  # Throughput needs two points for a rate
+                self.metrics = {k: float(v) for k, v in self.throughput.compute().items()}
             if trainer.global_step == warmup:  # warm-up time: first steps, torch.compile included
-                self.warmup_s = time.perf_counter() - self.t_start
-
-        @override
-        def _compute(self, trainer, iter_num: int | None = None) -> None:
-            if trainer.state.stage == RunningStage.TRAINING:
-                self.metrics = {
-                    k: float(v) for k, v in self._throughputs[trainer.state.stage].compute().items()
-                }
+                self.warmup_s = elapsed
 
         @override
         def on_train_end(self, trainer, pl_module) -> None:
-            import torch
-
             if trainer.global_rank != 0:
                 return
             device = trainer.strategy.root_device
@@ -161,13 +159,10 @@ def _make_monitor(result_path: str, warmup: int, steps: int):
                 peak, kind = torch.cuda.max_memory_allocated(device) / 2**20, "CUDA alloc"
             else:
                 peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "RSS"
-            batch = self._samples.get(RunningStage.TRAINING, 0) / max(
-                1, self._batches.get(RunningStage.TRAINING, 1)
-            )
             out = {
                 "metrics": self.metrics,
                 "world_size": trainer.world_size,
-                "batch_size": batch,
+                "batch_size": self.samples / max(1, self.batches),
                 "epoch_batches": self.epoch_batches,
                 "steps": int(trainer.global_step),
                 "warmup_s": self.warmup_s,
@@ -326,13 +321,14 @@ def to_markdown(results: list[BenchResult]) -> str:
 def _print_table(results: list[BenchResult], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     rows = table_rows(results)
-    table = Table(title=title)
+    table = Table(title=Text(messages.shown(title)))
     for i, name in enumerate(rows[0]):
         table.add_column(name, justify="right" if 2 <= i <= 6 else "left", overflow="fold")
-    for row in rows[1:]:
-        table.add_row(*row)
+    for row in rows[1:]:  # a status quotes the job's error: one safe line, never Rich markup
+        table.add_row(*(Text(messages.shown(value)) for value in row))
     Console(width=max(120, Console().width)).print(table)
 
 
@@ -371,8 +367,10 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_mode(mode)
         result = run_mode(plan, cli_args, args.steps, args.warmup, args.timeout)
         print(
-            f"{mode}: {result.status}"
-            + (f" ({result.samples_per_sec:.0f} samples/s)" if result.samples_per_sec else ""),
+            messages.one_line(
+                f"{mode}: {result.status}"
+                + (f" ({result.samples_per_sec:.0f} samples/s)" if result.samples_per_sec else "")
+            ),
             flush=True,
         )
         results.append(result)

@@ -222,9 +222,13 @@ def _gib(n: int) -> str:
 
 
 def render(report: dict[str, Any]) -> None:
-    """Print the report on one screen with rich."""
+    """Print the report on one screen with rich; every fact read from the machine is an escaped cell."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    def cell(value: object, style: str = "") -> Text:  # from the machine: one safe line, never Rich markup
+        return Text(messages.shown(value), style=style)
 
     console = Console()
     t, d = report["torch"], report["driver"]
@@ -232,30 +236,31 @@ def render(report: dict[str, Any]) -> None:
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold cyan")
     facts.add_column()
-    facts.add_row("Python", report["python"])
-    facts.add_row("torch", f"{t['version']} ({build})")
-    facts.add_row("cuDNN / NCCL", f"{t['cudnn'] or '-'} / {t['nccl'] or '-'}")
+    facts.add_row("Python", cell(report["python"]))
+    facts.add_row("torch", cell(f"{t['version']} ({build})"))
+    facts.add_row("cuDNN / NCCL", cell(f"{t['cudnn'] or '-'} / {t['nccl'] or '-'}"))
     driver = f"{d['driver']} (CUDA {d['driver_cuda']})" if d["driver"] else "not found"
-    facts.add_row("NVIDIA driver", driver)
-    if d[
-        "driver"
-    ]:  # without a driver, the toolkit's compiler says nothing about training here (--json has it)
-        facts.add_row("CUDA toolkit (nvcc)", report["nvcc"] or "not found")
+    facts.add_row("NVIDIA driver", cell(driver))
+    if d["driver"]:  # without a driver, the compiler says nothing about training here (--json has it)
+        facts.add_row("CUDA toolkit (nvcc)", cell(report["nvcc"] or "not found"))
     cvd = report["cuda_visible_devices"]
-    facts.add_row("CUDA_VISIBLE_DEVICES", "(unset)" if cvd is None else repr(cvd))
+    facts.add_row("CUDA_VISIBLE_DEVICES", cell("(unset)" if cvd is None else repr(cvd)))
     cpu = report["cpu"]
-    facts.add_row("CPU", f"{cpu['machine']}, {cpu['cores']} cores, bf16 {'yes' if cpu['bf16'] else 'no'}")
+    facts.add_row(
+        "CPU", cell(f"{cpu['machine']}, {cpu['cores']} cores, bf16 {'yes' if cpu['bf16'] else 'no'}")
+    )
     console.print(facts)
     versions = report["versions"]
     if versions["source"] is None:
-        console.print(f"dependencies: {DIST} is not installed (no metadata), supported ranges unknown")
+        console.print(cell(f"dependencies: {DIST} is not installed (no metadata), supported ranges unknown"))
     else:
-        table = Table(title=f"dependencies (supported: {versions['source']})", title_justify="left")
+        table = Table(title=cell(f"dependencies (supported: {versions['source']})"), title_justify="left")
         for col in ("package", "found", "supported", ""):
             table.add_column(col)
         for dep in versions["dependencies"]:
-            status = "ok" if dep["ok"] else "[bold red]OUT OF RANGE[/]"
-            table.add_row(dep["name"], dep["found"] or "-", dep["supported"] or "any", status)
+            found, supported = cell(dep["found"] or "-"), cell(dep["supported"] or "any")
+            ok = cell("ok") if dep["ok"] else cell("OUT OF RANGE", "bold red")
+            table.add_row(cell(dep["name"]), found, supported, ok)
         console.print(table)
     if report["gpus"]:
         table = Table(title="GPUs", title_justify="left")
@@ -264,20 +269,20 @@ def render(report: dict[str, Any]) -> None:
         for g in report["gpus"]:
             ordinal = "hidden" if g["cuda_ordinal"] is None else f"cuda:{g['cuda_ordinal']}"
             table.add_row(
-                ordinal,
-                str(g["index"]),
-                g["name"],
+                cell(ordinal),
+                cell(g["index"]),
+                cell(g["name"]),
                 _gib(g["total_bytes"]),
                 _gib(g["free_bytes"]),
-                g["capability"] or "?",
+                cell(g["capability"] or "?"),
                 "yes" if g["bf16"] else "no",
             )
         console.print(table)
     else:
         # one line each, wrapped by the terminal, never cut mid-phrase by rich at 80 columns
-        console.print(f"GPUs: none ({report['nvml_error'] or 'NVML reports 0'})", soft_wrap=True)
+        console.print(cell(f"GPUs: none ({report['nvml_error'] or 'NVML reports 0'})"), soft_wrap=True)
     for line in report["advice"]:
-        console.print(f"[bold yellow]>[/] {line}", highlight=False, soft_wrap=True)
+        console.print(Text("> ", "bold yellow") + cell(line), highlight=False, soft_wrap=True)
 
 
 def main(argv: list[str]) -> int:
@@ -297,8 +302,10 @@ def main(argv: list[str]) -> int:
         chosen = [gpu for _, gpu in devices.most_free_gpus(args.pick_free, f"--pick-free {args.pick_free}")]
         for rank, gpu in enumerate(chosen):  # stderr: stays out of $(...)
             line = messages.FREE_GPU_OF_RANK.format(rank=rank, index=gpu.index, name=gpu.name, uuid=gpu.uuid)
-            print(f"lit-gpu env: {line}, {_gib(gpu.free_bytes)} free", file=sys.stderr)
-        print(",".join(gpu.uuid for gpu in chosen))  # UUIDs: exact whatever CUDA_DEVICE_ORDER is
+            print(messages.one_line(f"lit-gpu env: {line}, {_gib(gpu.free_bytes)} free"), file=sys.stderr)
+        print(
+            messages.one_line(",".join(gpu.uuid for gpu in chosen))
+        )  # UUIDs: exact whatever CUDA_DEVICE_ORDER is
         return 0
     report = collect()
     if args.json:

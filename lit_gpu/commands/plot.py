@@ -35,6 +35,12 @@ MAX_CURVES = 24  # curves per panel: a file with thousands of loss columns still
 Series = dict[str, list[tuple[float, float]]]
 
 
+METRICS_LINKS_OUT = (
+    "not reading {csv}: it is a link that leads out of its run folder; plot reads only a run's own "
+    "metrics.csv (pass the CSV file itself if you trust where the link goes)"
+)
+
+
 def find_metrics(run_dir: str | os.PathLike) -> Path:
     """The ``metrics.csv`` of a run.
 
@@ -48,12 +54,19 @@ def find_metrics(run_dir: str | os.PathLike) -> Path:
     """
     path = Path(run_dir)
     if path.is_file():
-        return path
-    if (path / "metrics.csv").is_file():
-        return path / "metrics.csv"
+        return path  # the CSV itself, named by the user
+    own = path / "metrics.csv"
+    if os.path.lexists(own):
+        if not inside(own, path):  # a link out of the run folder: never read (nor quoted in an error)
+            raise LitGpuError(METRICS_LINKS_OUT.format(csv=messages.shown(own)))
+        if own.is_file():
+            return own
     for pattern in ("version_*/metrics.csv", "*/version_*/metrics.csv"):
-        # only runs really inside ``path``: a version_N planted as a link elsewhere would get curves.png
-        found = [p for p in path.glob(pattern) if p.is_file() and inside(p.parent, path)]
+        # only runs really inside ``path`` and files really inside their run: a version_N or a
+        # metrics.csv planted as a link elsewhere is passed over
+        found = [
+            p for p in path.glob(pattern) if p.is_file() and inside(p.parent, path) and inside(p, p.parent)
+        ]
         if found:
             return max(found, key=lambda p: p.stat().st_mtime)
     raise LitGpuError(
@@ -194,7 +207,9 @@ def _mark_evaluations(axes: dict[str, Any], run: Path) -> None:
             if ax is None or not points:
                 continue
             xs, ys = [p[0] for p in points], [p[1] for p in points]
-            ax.scatter(xs, ys, marker="*", s=90, zorder=3, label=f"{_label(name)} ({folder.name})")
+            ax.scatter(
+                xs, ys, marker="*", s=90, zorder=3, label=f"{_label(name)} ({plain_label(folder.name)})"
+            )
             marked.add(title)
     for title in marked:
         axes[title].legend(fontsize="small")

@@ -34,6 +34,8 @@ import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, get_worker_info
 
+from lit_gpu import messages
+
 __all__ = [
     "GlobalPosition",
     "ResumableDataLoader",
@@ -215,10 +217,12 @@ class GlobalPosition:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue at the saved sample of the saved epoch's order (on any world size / batch size)."""
         if state.get("num_items") != self.num_items:
-            rank_zero_warn(
-                f"lit-gpu: the checkpoint's data position (epoch {state.get('epoch')}, sample "
-                f"{state.get('position')} of {state.get('num_items')}) does not fit this data "
-                f"({self.num_items} samples); the epoch restarts from its first sample"
+            rank_zero_warn(  # the values come from the checkpoint: one escaped line
+                messages.one_line(
+                    f"lit-gpu: the checkpoint's data position (epoch {state.get('epoch')}, sample "
+                    f"{state.get('position')} of {state.get('num_items')}) does not fit this data "
+                    f"({self.num_items} samples); the epoch restarts from its first sample"
+                )
             )
             return
         self.epoch = int(state["epoch"])

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
+from lit_gpu.upstream.torch_hooks import has_own_worker_start, set_worker_start, worker_start_hook
+
 __all__ = ["JobSignalSafeWorkerInit", "ignore_job_signals", "job_signals_blocked", "protect_workers"]
 
 
@@ -85,7 +87,7 @@ class _StartWorkersBlocked:
 
     def __call__(self) -> Any:
         loader = self.loader
-        get_iterator = type(loader)._get_iterator
+        get_iterator = worker_start_hook(loader)
         if not isinstance(loader.worker_init_fn, JobSignalSafeWorkerInit):
             return get_iterator(loader)
         with job_signals_blocked():
@@ -135,6 +137,6 @@ def protect_workers(loader: Any, rank: int = 0) -> Any:
 
         current = partial(pl_worker_init_function, rank=rank)  # what Lightning would have added
     loader.worker_init_fn = JobSignalSafeWorkerInit(current)
-    if callable(getattr(type(loader), "_get_iterator", None)) and "_get_iterator" not in vars(loader):
-        loader._get_iterator = _StartWorkersBlocked(loader)  # torch's private hook (pinned in a test)
+    if worker_start_hook(loader) is not None and not has_own_worker_start(loader):
+        set_worker_start(loader, _StartWorkersBlocked(loader))  # torch's private hook (pinned in a test)
     return loader

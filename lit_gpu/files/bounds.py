@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from lit_gpu.errors import LitGpuError
+from lit_gpu.upstream.torch_hooks import unpickler_rebuild_names
 
 __all__ = ["BoundsError", "CheckpointLimits", "PickledObjects", "check_bounds"]
 
@@ -162,7 +163,7 @@ def _known_globals() -> frozenset[str]:
     tensor_types = {
         f"torch.{n}" for n, v in vars(torch).items() if isinstance(v, type) and n.endswith("Tensor")
     }
-    rebuilds = {f"torch._utils.{n}" for n in vars(torch._utils) if n.startswith("_rebuild_")}
+    rebuilds = unpickler_rebuild_names()
     values = {"torch.Tensor", "torch.nn.parameter.Parameter", "torch.storage.TypedStorage"}
     return frozenset(_CALLABLE | _itemsizes().keys() | tensor_types | rebuilds | values)
 

@@ -60,6 +60,7 @@ from torch import nn
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.text import BadFileError, parse_yaml, read_yaml
+from lit_gpu.upstream.loops import pop_cli_instantiation
 
 __all__ = [
     "NESTED_KINDS",
@@ -600,8 +601,7 @@ def check_hparams(
         except BadFileError as err:
             raise UnsafeBuildError(str(err)) from None
         hparams = dict(loaded) if isinstance(loaded, Mapping) else {}
-    instantiator = hparams.pop("_instantiator", None)
-    class_path = hparams.pop("_class_path", None)
+    instantiator, class_path = pop_cli_instantiation(hparams)
     if instantiator is None:
         return  # Lightning calls cls(**hparams) with the plain values: nothing is resolved from strings
     for name in passed:

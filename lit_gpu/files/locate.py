@@ -45,6 +45,7 @@ from lit_gpu.files.run_config import (
     run_signature,
 )
 from lit_gpu.messages import shown
+from lit_gpu.upstream.loops import recorded_class_path
 
 __all__ = [
     "Resolution",
@@ -290,7 +291,7 @@ def check_checkpoint(path: str | os.PathLike, sub: Any, header: Any = None) -> A
     if problem is not None:
         raise LitGpuError(problem)
     hparams = header.get("hyper_parameters") if isinstance(header, Mapping) else None
-    recorded = hparams.get("_class_path") if isinstance(hparams, Mapping) else None
+    recorded = recorded_class_path(hparams)
     configured = _get(sub, "model.class_path")
     if recorded is None or configured is None or recorded == configured:
         return header

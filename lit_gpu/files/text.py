@@ -319,6 +319,13 @@ def _yaml_budget(text: str, source: object, limits: Limits, fix: str | None, loa
     sizes: dict[str, int] = {}
     stack: list[list[Any]] = [[None, 0]]  # [anchor, expanded nodes so far]
     for event in yaml.parse(text, Loader=loader):
+        if _tagged(event):
+            raise BadFileError(
+                source,
+                f"the tag {_tag_name(event.tag)} is not allowed (tags build other types than plain data)",
+                fix,
+                _line(event),
+            )
         if isinstance(event, yaml.CollectionStartEvent):
             stack.append([event.anchor, 1])
             if len(stack) - 1 > limits.max_depth:
@@ -351,16 +358,36 @@ def _yaml_budget(text: str, source: object, limits: Limits, fix: str | None, loa
             )
 
 
+def _tagged(event: Any) -> bool:
+    """Whether ``event`` carries an explicit tag (``!!set``, ``!!python/...``, ``!custom``, ``!<...>``)."""
+    tag = getattr(event, "tag", None)
+    if tag is None or tag == "!":  # no tag; "!" alone marks a quoted scalar as a plain string
+        return False
+    implicit = getattr(event, "implicit", True)
+    return not (any(implicit) if isinstance(implicit, tuple) else implicit)
+
+
+def _tag_name(tag: str) -> str:
+    core = "tag:yaml.org,2002:"
+    return messages.shown("!!" + tag.removeprefix(core) if tag.startswith(core) else tag, limit=60)
+
+
 def _line(event: Any) -> int | None:
     mark = getattr(event, "start_mark", None)
     return None if mark is None else mark.line + 1
 
 
-def parse_yaml(text: str, source: object, limits: Limits = YAML_LIMITS, *, fix: str | None = None) -> Any:
-    """``text`` (from ``source``) as plain data within ``limits``: the safe loader (no tags, no objects)."""
+def parse_yaml(
+    text: str, source: object, limits: Limits = YAML_LIMITS, *, fix: str | None = None, loader: Any = None
+) -> Any:
+    """``text`` (from ``source``) as plain data within ``limits``: no tag, no object, within the budget.
+
+    ``loader``: a subclass of PyYAML's safe loader that resolves plain values its own way (the CLI's
+    configs resolve as jsonargparse does); PyYAML's safe loader by default.
+    """
     import yaml
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loader = loader or getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     if len(text) > limits.max_bytes:
         raise BadFileError(source, f"is longer than {limits.max_bytes} characters", fix)
     try:

@@ -17,6 +17,7 @@ from lit_gpu.net_spec import NET_SPEC_KEY, net_spec
 from lit_gpu.translate import beyond_float32, init_arg_error, net_input_mismatch
 from lit_gpu.upstream import PlainHookName, loggers_record_this_step, restricted_classmethod
 from lit_gpu.upstream.logging_state import LOGGING_STATE_KEY
+from lit_gpu.upstream.loops import attached_trainer
 
 
 def _one_param() -> list[torch.nn.Parameter]:
@@ -141,7 +142,7 @@ class LitModule(PlainHookName, pl.LightningModule):
         self._train_losses.append((loss, batch_size))  # counted when folded: no attribute write a step
         if len(self._train_losses) >= self.LOSS_FOLD:
             self._fold_train_losses()
-        if loggers_record_this_step(self._trainer):  # no public API says it (lit_gpu.upstream)
+        if loggers_record_this_step(attached_trainer(self)):  # no public API says it (lit_gpu.upstream)
             self.log("train/loss_step", loss, on_step=True, on_epoch=False, prog_bar=True)
             self.log("train/loss", loss, on_step=True, on_epoch=False, logger=False)
 
@@ -259,7 +260,7 @@ class LitModule(PlainHookName, pl.LightningModule):
     def configure_optimizers(self) -> Any:
         optimizer = _build("model.optimizer", self.optimizer_factory, self.parameters())
         if self.scale_lr_by_world_size:
-            world = max(1, self.trainer.world_size if self._trainer is not None else 1)
+            world = max(1, self.trainer.world_size if attached_trainer(self) is not None else 1)
             for group in optimizer.param_groups:
                 group["lr"] = group["lr"] * world
                 if "initial_lr" in group:

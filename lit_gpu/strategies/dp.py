@@ -18,16 +18,15 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.plugins import CheckpointIO
-from lightning.fabric.strategies import _StrategyRegistry
 from lightning.fabric.utilities.distributed import ReduceOp
 from lightning.pytorch.plugins.precision import Precision
-from lightning.pytorch.strategies import ParallelStrategy, StrategyRegistry
 from lightning.pytorch.strategies.strategy import TBroadcast
 from torch import Tensor, nn
 from typing_extensions import override
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
+from lit_gpu.upstream.strategy import OneProcessStrategy, register_strategy
 
 __all__ = ["DataParallelStrategy", "missing_net_message", "register", "unwrap_net", "wrap_net"]
 
@@ -79,9 +78,9 @@ class NetDataParallel(nn.DataParallel):
         try:
             return super().__getattr__(name)
         except AttributeError:
-            if name == "module" or "module" not in self.__dict__.get("_modules", {}):
+            if name == "module":
                 raise
-            return getattr(self._modules["module"].net, name)
+            return getattr(super().__getattr__("module").net, name)
 
 
 def wrap_net(
@@ -92,14 +91,14 @@ def wrap_net(
 ) -> NetDataParallel:
     """Make ``module.<attr>`` run through DataParallel without changing the module's state_dict.
 
-    The raw net stays registered in ``module._modules[attr]`` (parameters, ``state_dict``, ``.to()``
+    The raw net stays registered as the child ``attr`` (parameters, ``state_dict``, ``.to()``
     are unchanged: no ``module.`` keys); an instance ``__dict__`` entry of the same name shadows it,
     so ``module.<attr>(x)`` calls the DataParallel wrapper. :func:`unwrap_net` removes the shadow.
 
     Raises:
         LitGpuError: if ``module.<attr>`` is not an ``nn.Module``.
     """
-    net = module._modules.get(attr)
+    net = dict(module.named_children()).get(attr)
     if not isinstance(net, nn.Module):
         raise LitGpuError(missing_net_message(module, attr))
     output_device = device_ids[0] if device_ids else None
@@ -139,7 +138,7 @@ def _reduce_per_replica(tensor: Tensor, reduce_op: Any) -> Tensor:
     raise ValueError(f"strategy 'dp' cannot reduce with reduce_op={reduce_op!r}")
 
 
-class DataParallelStrategy(ParallelStrategy):
+class DataParallelStrategy(OneProcessStrategy):
     """DataParallel over ``lightning_module.<net_attr>`` in one process; root device = first GPU.
 
     The step methods, logging, metrics, loss and optimizer run on the main thread on the first GPU
@@ -218,7 +217,7 @@ class DataParallelStrategy(ParallelStrategy):
         return self.root_device.type == "cuda"
 
     @override
-    def _configure_launcher(self) -> None:  # protected hook, pinned in tests/unit/test_upstream_pins.py
+    def check_devices(self) -> None:
         # called once the Trainer has set accelerator and devices: refuse what dp cannot do, early
         devices = self.parallel_devices or []
         if len(devices) > 1 and any(d.type != "cuda" for d in devices):
@@ -228,7 +227,6 @@ class DataParallelStrategy(ParallelStrategy):
                 f"on {kind} use devices: 1 (same as single-device), or strategy: ddp for {len(devices)} "
                 f"processes (--trainer.strategy ddp --trainer.devices {len(devices)})"
             )
-        self._launcher = None
 
     # ---- model ------------------------------------------------------------------------------
     @override
@@ -237,7 +235,7 @@ class DataParallelStrategy(ParallelStrategy):
         self.model.to(self.root_device)
 
     @override
-    def _setup_model(self, model: nn.Module) -> nn.Module:
+    def setup_net(self, model: nn.Module) -> nn.Module:
         module = self.lightning_module
         if self.uses_data_parallel and module is not None:
             wrap_net(module, self.net_attr, device_ids=[d.index or 0 for d in self.parallel_devices or []])
@@ -279,11 +277,12 @@ class DataParallelStrategy(ParallelStrategy):
 
     @classmethod
     @override
-    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
-        if cls.strategy_name not in strategy_registry:
-            strategy_registry.register(cls.strategy_name, cls, description=cls.__doc__.splitlines()[0])
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        register_strategy(cls.strategy_name, cls, cls.__doc__.splitlines()[0], strategy_registry)
 
 
 def register() -> None:
     """Register ``"dp"`` in Lightning's StrategyRegistry (idempotent)."""
-    DataParallelStrategy.register_strategies(StrategyRegistry)
+    register_strategy(
+        DataParallelStrategy.strategy_name, DataParallelStrategy, DataParallelStrategy.__doc__.splitlines()[0]
+    )

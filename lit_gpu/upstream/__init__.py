@@ -1,18 +1,38 @@
-"""Lightning internals that code outside ``callbacks/``, ``strategies/`` and ``cli/`` needs, in one place.
+"""The one room for upstream internals: every private name of Lightning, torch, torchmetrics, jsonargparse
+or optuna that lit_gpu reads, overrides or imports is used here, behind small public functions and hook
+classes; everything else in lit_gpu imports those (tests/unit/upstream/test_one_room.py scans the source).
 
-lit_gpu's rule: private Lightning APIs are used only in those three packages, each pinned by a test in
-tests/unit/test_upstream_pins.py. A module or data module that needs one imports it from here.
+* the fast path: ``step_path`` (lean optimizer step), ``batch_path`` (lean training batch), ``hooks`` (idle
+  hooks hidden, fit patches, hook dispatch), ``blockers`` (when a fit is left to Lightning), ``lean_log``,
+  ``step_graph`` (whole-step capture), ``logging_state`` (the epoch's logged aggregates across a resume);
+* hook classes with public names: ``checkpointing.CheckpointHooks`` (ModelCheckpoint),
+  ``strategy.OneProcessStrategy`` (ParallelStrategy, for ``dp``), ``cli.CLIHooks`` (LightningCLI);
+* accessors: this module's (``loggers_record_this_step``, ``detect_anomaly``, ``PlainHookName``...),
+  ``loops`` (loop, signal and checkpoint state), ``torch_hooks`` (torch's), ``tools`` (jsonargparse's,
+  optuna's);
+* the gate: ``gate`` (the mechanism), ``features`` (what each feature depends on: mirrored functions with a
+  digest each in ``digests``, private names with their signatures, torch's range for the capture). On a
+  mismatch that feature alone stands aside with one line, once per process, and stock Lightning runs; a
+  feature that keeps a promise (exact resume, the removal guard, ``dp``, the config deciding the model)
+  says it cannot stand aside, and its test is the judge.
+
+Importing this package imports neither torch nor Lightning; each module imports what it uses.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from lightning.pytorch.trainer.states import RunningStage
 
-# Lightning's class-only classmethod (``model.load_from_checkpoint(...)`` on an instance raises):
-# lit_gpu's LitModule.load_from_checkpoint keeps it; pinned by test_model_helpers__restricted_classmethod
-from lightning.pytorch.utilities.model_helpers import _restricted_classmethod as restricted_classmethod
+def __getattr__(name: str) -> Any:
+    """``restricted_classmethod``: Lightning's class-only classmethod (``model.load_from_checkpoint(...)`` on
+    an instance raises), which lit_gpu's LitModule.load_from_checkpoint keeps; loaded on first use, so that
+    the room's accessors import no Lightning (pinned by test_model_helpers__restricted_classmethod)."""
+    if name == "restricted_classmethod":
+        from lightning.pytorch.utilities.model_helpers import _restricted_classmethod
+
+        return _restricted_classmethod
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def given_hyperparameters() -> Any:
@@ -30,8 +50,12 @@ def loggers_record_this_step(trainer: Any) -> bool:
 
     Pinned by test_trainer__logger_connector_should_update_logs: no public API says it.
     """
+    from lightning.pytorch.trainer.states import RunningStage
+
+    from lit_gpu.upstream.gate import stands_aside
+
     connector = getattr(trainer, "_logger_connector", None)
-    if connector is None:
+    if connector is None or stands_aside("step log check"):  # aside: Lightning keeps what its loggers record
         return True
     if trainer.state.stage is RunningStage.TRAINING:  # the fit loop's case, without its enum comparisons
         every = trainer.log_every_n_steps  # (the property's source is pinned: MIRRORED_SOURCE)

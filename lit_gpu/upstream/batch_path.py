@@ -13,8 +13,9 @@ which validation may run, or in a fit with a plateau scheduler or ``should_stop`
 ``on_advance_end``. It also gives the loop a ``run`` whose stop test reads the counters directly,
 takes a batch of one sized loader straight from its iterator (moving the fetcher's counters), and
 gives the training result collection a ``log`` that does not move a metric already on the value's
-device there again (:class:`_LeanLog`). The copy is tied to the Lightning source it mirrors: where the
-installed Lightning's methods differ from it, the callback stands aside.
+device there again (:class:`~lit_gpu.upstream.lean_log.LeanLog`). The copy is tied to the Lightning
+source it mirrors: where the installed Lightning's methods differ from it, the callback stands aside.
+When it stands aside for a fit: :func:`~lit_gpu.upstream.blockers.lean_batch_blocker`.
 """
 
 from __future__ import annotations
@@ -28,50 +29,10 @@ import torch
 from lightning.fabric.utilities import apply_func
 from typing_extensions import override
 
-from lit_gpu.upstream.gate import MIRRORED_SOURCES, batch_mirrored, fast_path_problem, source_digest
-from lit_gpu.upstream.step_path import FitPatch, HookDispatch, replaced_on_instance
-
-#: SHA-256 (first 16 hex digits) of the Lightning methods the lean batch mirrors (the gate's "batch" group)
-MIRRORED_SOURCE = MIRRORED_SOURCES["batch"]
-
-#: the data hooks between the loader and ``training_step`` (Lightning's defaults only move the batch)
-TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
-
-
-def mirrored_source_digest() -> str:
-    """SHA-256 (16 hex digits) of the installed Lightning's mirrored methods; "" if unreadable."""
-    return source_digest(batch_mirrored())
-
-
-def lean_batch_blocker(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str | None:
-    """Why :class:`LeanTrainingBatch` must leave this fit to Lightning's loop, or None if it need not.
-
-    It covers one device (``SingleDeviceStrategy``), no profiler, automatic optimization, a precision
-    plugin that leaves inputs as they are, Lightning's batch-transfer hooks (neither the module nor the
-    data module overrides them), and the Lightning release whose loop it mirrors.
-    """
-    from lightning.fabric.plugins.precision.precision import Precision as FabricPrecision
-    from lightning.pytorch.profilers import PassThroughProfiler
-    from lightning.pytorch.strategies import SingleDeviceStrategy, Strategy
-    from lightning.pytorch.utilities.model_helpers import is_overridden
-
-    strategy = trainer.strategy
-    if type(strategy) is not SingleDeviceStrategy or (
-        type(strategy).on_train_batch_start is not Strategy.on_train_batch_start
-    ):
-        return f"strategy {type(strategy).__name__}"
-    if type(trainer.precision_plugin).convert_input is not FabricPrecision.convert_input:
-        return f"precision plugin {type(trainer.precision_plugin).__name__} converts inputs"
-    if not isinstance(trainer.profiler, PassThroughProfiler):  # lit_gpu's NoProfiler is one too
-        return f"profiler {type(trainer.profiler).__name__}"
-    if not pl_module.automatic_optimization:
-        return "manual optimization"
-    selector = trainer._data_connector._datahook_selector  # private (pinned)
-    for hook in TRANSFER_HOOKS:
-        owner = selector.get_instance(hook) if selector is not None else pl_module
-        if is_overridden(hook, owner) or replaced_on_instance(owner, hook):
-            return f"{type(owner).__name__} overrides {hook}"
-    return None
+from lit_gpu.upstream.blockers import TRANSFER_HOOKS, lean_batch_blocker
+from lit_gpu.upstream.gate import fast_path_problem
+from lit_gpu.upstream.lean_log import LeanLog
+from lit_gpu.upstream.step_path import FitPatch, HookDispatch
 
 
 class LeanTrainingBatch(FitPatch):
@@ -105,7 +66,7 @@ class LeanTrainingBatch(FitPatch):
         self._patch(epoch_loop, "advance", lean.advance)
         self._patch(epoch_loop, "on_advance_end", lean.on_advance_end)
         results = epoch_loop._results
-        self._patch(results, "log", _LeanLog(results).log)
+        self._patch(results, "log", LeanLog(results).log)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -411,57 +372,8 @@ def _single_sized_cycle(data_fetcher: Any, cycle: Any) -> bool:
     return tree_unflatten([marker], combined._spec) is marker
 
 
-class _LeanLog:
-    """``_ResultCollection.log`` of the training loop, for a value logged again on the device it was.
-
-    Lightning's ``log`` moves the stored metric to the value's device at every call
-    (``_ResultMetric.to``: a walk over the metric's whole ``__dict__`` that deep-copies its metadata,
-    ~600 Python calls). Once the metric is there that move changes nothing, so this skips it when the
-    key exists with the same arguments (the stored metadata is the one Lightning made for them) and
-    the metric's state is on the value's device; anything else is Lightning's ``log``.
-    """
-
-    def __init__(self, results: Any) -> None:
-        from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection
-
-        self.results = results
-        self.lightning = _ResultCollection.log.__get__(results)
-        #: key -> (the arguments it was last logged with by Lightning, the metric and its metadata then)
-        self._known: dict[str, tuple[dict[str, Any], Any, Any]] = {}
-        #: what replaces ``results.log``: like Lightning's, not traced by dynamo
-        self.log = torch.compiler.disable(self._log)
-
-    def _log(self, fx: str, name: str, value: Any, **kwargs: Any) -> None:
-        results = self.results
-        key = f"{fx}.{name}"
-        known = self._known.get(key)
-        if (
-            known is not None
-            and type(value) is torch.Tensor
-            and results.dataloader_idx is None
-            and known[0] == kwargs
-            and not kwargs.get("enable_graph", False)
-        ):
-            metric = results.get(key)
-            if (
-                metric is known[1]
-                and metric.meta is known[2]
-                and metric.is_tensor
-                and metric.value.device == value.device
-            ):
-                value = value.detach()  # recursive_detach of a tensor
-                batch_size = results._extract_batch_size(metric, kwargs.get("batch_size"), metric.meta)
-                results.update_metrics(key, value, batch_size)
-                return
-        self.lightning(fx, name, value, **kwargs)
-        metric = results.get(key)
-        self._known[key] = (dict(kwargs), metric, getattr(metric, "meta", None))
-
-
 __all__ = [
-    "MIRRORED_SOURCE",
     "TRANSFER_HOOKS",
     "LeanTrainingBatch",
     "lean_batch_blocker",
-    "mirrored_source_digest",
 ]

@@ -1,52 +1,151 @@
-"""The one runtime gate of lit_gpu's fast path: checked at the start of each fit, before any patch.
+"""The one runtime gate: every lit_gpu feature that reaches into Lightning's (or torch's) internals.
 
-The fast path (:class:`~lit_gpu.upstream.step_path.LeanOptimizerStep`,
-:class:`~lit_gpu.upstream.batch_path.LeanTrainingBatch`, :class:`~lit_gpu.upstream.step_path.SkipIdleHooks`
-and the whole-step capture) reproduces pieces of Lightning's training loop. It runs only where the
-installed Lightning is one it was verified on:
+Each feature declares, in :mod:`lit_gpu.upstream.features`, what it depends on:
 
-* a release no newer than :data:`VERIFIED_UP_TO` (moved by whoever re-runs Lightning's own tests with
-  lit_gpu's callbacks, ``.ci/lightning_tests.py``, on a new release);
-* the source of every Lightning function it mirrors unchanged (:data:`MIRRORED_SOURCES`: a digest
-  per group, the same on Lightning 2.6.0 to 2.6.6);
-* every private name it reads present, on the classes and on this fit's objects (:data:`PRIVATE_NAMES`).
+* the Lightning functions whose behaviour it reproduces (``mirrored``): a SHA-256 digest per function
+  (:data:`DIGESTS`), so that a mismatch names the function that changed;
+* the private names it reads or overrides (``private``): each with its ``inspect.signature`` where it
+  is a function, its presence where it is an attribute set in the class's source;
+* the torch releases it was verified on (``torch``: the whole-step capture's CUDA-graph and
+  ``capturable`` behaviour), and, for every feature, a Lightning no newer than :data:`VERIFIED_UP_TO`.
 
-On any mismatch the whole fast path stands aside for the fit and says why in one line, once per
-process; the rest of lit_gpu runs on stock Lightning.
+On a mismatch *that feature* stands aside and stock Lightning behaviour runs, with one line, once per
+process (:func:`stands_aside`). A feature that is the only way to keep a promise (exact resume, nothing
+deleted outside the checkpoint folder, the config deciding the model) cannot stand aside: its line says
+so, it keeps running, and the promise's test is the judge (``Feature.promise``).
+
+To support a new Lightning: run ``.ci/lightning_tests.py --tier full`` on it, re-take the digests and
+signatures of what changed (and re-check the code that mirrors it), then move :data:`VERIFIED_UP_TO`.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import importlib
 import inspect
 from collections.abc import Callable
 from typing import Any
 
-import lightning.pytorch as pl
-
 from lit_gpu import messages
+from lit_gpu.upstream.declare import digest, resolve
+from lit_gpu.upstream.features import DIGESTS, FEATURES
 
-#: the newest Lightning release the fast path was verified on (Lightning's own tests: .ci/lightning_tests.py)
+#: the newest Lightning release lit_gpu was verified on (Lightning's own tests: .ci/lightning_tests.py)
 VERIFIED_UP_TO = "2.6.6"
 
-#: group -> SHA-256 (16 hex digits) of its functions' source as ``inspect.getsource`` gives them
-MIRRORED_SOURCES = {"batch": "dec8ec47eb407ddb", "step": "eeab579497d2d8db"}
+ASIDE = "{feature} stands aside, {instead}: {reason}"
+CANNOT_STAND_ASIDE = (
+    "{feature} runs on an unverified Lightning ({reason}); it cannot stand aside: it is the only way to "
+    "keep {promise} (its test is the judge)"
+)
 
-#: private attributes the room reads on Lightning's classes: "module:Class" -> names
-PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
-    "lightning.pytorch.loops.training_epoch_loop:_TrainingEpochLoop": (
-        "_build_kwargs", "_should_check_val_fx", "_should_accumulate", "_num_ready_batches_reached",
-        "_is_training_done", "_is_validation_done",
-    ),
-    "lightning.pytorch.loops.optimization.automatic:_AutomaticOptimization": ("run",),
-    "lightning.pytorch.loops.optimization.closure:AbstractClosure": ("consume_result",),
-    "lightning.pytorch.trainer.connectors.logger_connector.result:_ResultCollection": ("log", "metrics"),
-    "lightning.pytorch.trainer.connectors.logger_connector.result:_ResultMetric": ("to",),
-}  # fmt: skip
 
-#: private attributes the room reads on a fit's objects: a path from the trainer
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def _mirrored_problem(where: str) -> str | None:
+    short = where.split(":")[1]
+    try:
+        fn = resolve(where)
+    except (ImportError, AttributeError):
+        return f"it has no {short}"
+    if digest(fn) != DIGESTS.get(where):
+        return f"its {short} differs from the code lit_gpu mirrors"
+    return None
+
+
+def _private_problem(where: str, signature: str | None) -> str | None:
+    short = where.split(":")[1]
+    try:
+        obj = resolve(where)
+    except (ImportError, AttributeError):
+        if signature is None:  # an instance attribute: set in the class's source
+            owner_where, _, name = where.rpartition(".")
+            try:
+                source = inspect.getsource(resolve(owner_where))
+            except (ImportError, AttributeError, OSError, TypeError):
+                return f"it has no {owner_where.split(':')[1]}"
+            if f"self.{name} =" in source or f"self.{name}:" in source:
+                return None
+        return f"it has no {short}"
+    if signature is not None:
+        try:
+            found = str(inspect.signature(obj))
+        except (TypeError, ValueError):
+            found = "?"
+        if found != signature:
+            return f"its {short} takes {found}, not {signature}"
+    return None
+
+
+@functools.cache
+def problem(name: str) -> str | None:
+    """Why the installed Lightning/torch differ from what feature ``name`` was verified on, or None.
+
+    Computed once per process (``problem.cache_clear()`` in tests).
+    """
+    import lightning
+
+    feature = FEATURES[name]
+    version = lightning.__version__
+    if _version_tuple(version) > _version_tuple(VERIFIED_UP_TO):
+        return f"Lightning {version} is newer than {VERIFIED_UP_TO}, the newest it was verified on"
+    if feature.torch is not None:
+        import torch
+
+        first, last = feature.torch
+        if not _version_tuple(first) <= _version_tuple(torch.__version__) <= _version_tuple(last):
+            return f"torch {torch.__version__} is outside {first} to {last}, the releases it was verified on"
+    for where in feature.mirrored:
+        found = _mirrored_problem(where)
+        if found is not None:
+            return f"Lightning {version}: {found}"
+    for where, signature in feature.private.items():
+        found = _private_problem(where, signature)
+        if found is not None:
+            return f"Lightning {version}: {found}"
+    return None
+
+
+_told: set[tuple[str, str]] = set()
+
+
+def _tell_once(name: str, reason: str) -> None:
+    if (name, reason) in _told:
+        return
+    _told.add((name, reason))
+    feature = FEATURES[name]
+    if feature.promise is None:
+        messages.tell(ASIDE.format(feature=feature.name, instead=feature.instead, reason=reason))
+    else:
+        messages.tell(CANNOT_STAND_ASIDE.format(feature=feature.name, reason=reason, promise=feature.promise))
+
+
+def stands_aside(name: str) -> bool:
+    """Whether feature ``name`` stands aside in this process (stock Lightning runs); told once.
+
+    A feature with a ``promise`` never stands aside: on a mismatch its line says so and it runs.
+    """
+    reason = problem(name)
+    if reason is None:
+        return False
+    _tell_once(name, reason)
+    return FEATURES[name].promise is None
+
+
+def reset() -> None:
+    """Forget what was checked and told (tests that change an upstream function)."""
+    problem.cache_clear()
+    _told.clear()
+
+
+# ---- the fast path: the feature above, plus this fit's objects ------------------------------------
+#: private attributes the fast path reads on a fit's objects: a path from the trainer
 FIT_PRIVATE_NAMES = (
     "fit_loop._combined_loader",
     "fit_loop.epoch_loop._results",
@@ -61,135 +160,9 @@ FIT_PRIVATE_NAMES = (
 )
 
 
-def batch_mirrored() -> list[Any]:
-    """The Lightning functions whose behaviour the lean batch (``batch_path._LeanBatch``) reproduces."""
-    from lightning.pytorch.loops.fetchers import _DataFetcher, _PrefetchDataFetcher
-    from lightning.pytorch.loops.loop import _Loop
-    from lightning.pytorch.loops.progress import _OptimizationProgress, _Progress
-    from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
-    from lightning.pytorch.loops.utilities import _is_max_limit_reached
-    from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
-    from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection, _ResultMetric
-    from lightning.pytorch.utilities.combined_loader import CombinedLoader, _MaxSizeCycle
-
-    return [
-        _TrainingEpochLoop.advance,
-        _TrainingEpochLoop.on_advance_end,
-        _TrainingEpochLoop._should_check_val_fx,
-        _TrainingEpochLoop._should_accumulate,
-        _LoggerConnector.on_batch_start,
-        _LoggerConnector.on_batch_end,
-        _LoggerConnector.update_train_step_metrics,
-        _LoggerConnector.should_update_logs.fget,
-        _ResultCollection.metrics,
-        # the epoch loop's run and its stop test (_LeanBatch.run)
-        _TrainingEpochLoop.run,
-        _TrainingEpochLoop.done.fget,
-        _TrainingEpochLoop._is_training_done.fget,
-        _TrainingEpochLoop._is_validation_done.fget,
-        _TrainingEpochLoop.global_step.fget,
-        _OptimizationProgress.optimizer_steps.fget,
-        _TrainingEpochLoop._num_ready_batches_reached,
-        _TrainingEpochLoop.reset_restart_stage,
-        _Loop.on_iteration_done,
-        _Loop.restarting.fset,
-        _is_max_limit_reached,
-        pl.Trainer.num_training_batches.fget,
-        pl.Trainer.received_sigterm.fget,
-        # the progress counters (_LeanBatch.advance moves them itself)
-        _Progress.increment_ready,
-        _Progress.increment_started,
-        _Progress.increment_processed,
-        _Progress.increment_completed,
-        # the fetch from a sized loader (_LeanBatch._fetch)
-        _PrefetchDataFetcher.__next__,
-        _DataFetcher.__next__,
-        CombinedLoader.__next__,
-        _MaxSizeCycle.__next__,
-        # a value logged again (_LeanLog)
-        _ResultCollection.log,
-        _ResultCollection.update_metrics,
-        _ResultCollection._extract_batch_size,
-        _ResultMetric.to,
-    ]
-
-
-def _step_mirrored() -> list[Callable[..., Any]]:
-    """The Lightning functions whose behaviour the lean optimizer step and the capture reproduce."""
-    from lightning.pytorch.core.module import LightningModule
-    from lightning.pytorch.core.optimizer import LightningOptimizer
-    from lightning.pytorch.loops.optimization.automatic import Closure, _AutomaticOptimization
-    from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
-    from lightning.pytorch.plugins.precision import Precision
-    from lightning.pytorch.strategies import Strategy
-
-    return [
-        _AutomaticOptimization.run,
-        _AutomaticOptimization._make_closure,
-        _AutomaticOptimization._make_step_fn,
-        _AutomaticOptimization._make_zero_grad_fn,
-        _AutomaticOptimization._make_backward_fn,
-        _AutomaticOptimization._optimizer_step,
-        _AutomaticOptimization._optimizer_zero_grad,
-        _AutomaticOptimization._training_step,
-        Closure.closure,
-        _TrainingEpochLoop._build_kwargs,
-        LightningOptimizer.step,
-        LightningModule.optimizer_step,
-        LightningModule.optimizer_zero_grad,
-        LightningModule.backward,
-        Strategy.optimizer_step,
-        Strategy.training_step,
-        Strategy.backward,
-        Precision.optimizer_step,
-        Precision._wrap_closure,
-        Precision.backward,
-    ]
-
-
-def _mirrored_groups() -> dict[str, Callable[[], list[Callable[..., Any]]]]:
-    return {"batch": batch_mirrored, "step": _step_mirrored}
-
-
-def source_digest(functions: list[Callable[..., Any]]) -> str:
-    """SHA-256 (16 hex digits) of the functions' source; "" if one cannot be read."""
-    try:
-        text = "\n".join(inspect.getsource(fn) for fn in functions)
-    except (OSError, TypeError):
-        return ""
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    parts = []
-    for piece in version.split("+")[0].split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
-
-
-@functools.cache
 def release_problem() -> str | None:
-    """What about the installed Lightning (release, mirrored source, class attributes) keeps the fast path
-    off, or None. Computed once per process."""
-    import lightning
-
-    version = lightning.__version__
-    if _version_tuple(version) > _version_tuple(VERIFIED_UP_TO):
-        return f"Lightning {version} is newer than {VERIFIED_UP_TO}, the newest it was verified on"
-    for group, make in _mirrored_groups().items():
-        if source_digest(make()) != MIRRORED_SOURCES[group]:
-            return f"Lightning {version}'s training {group} code differs from the code it mirrors"
-    for where, names in PRIVATE_NAMES.items():
-        module_name, class_name = where.split(":")
-        try:
-            cls = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError):
-            return f"Lightning {version} has no {module_name}.{class_name}"
-        missing = [name for name in names if not hasattr(cls, name)]
-        if missing:
-            return f"Lightning {version}'s {class_name} has no {', '.join(missing)}"
-    return None
+    """What about the installed Lightning keeps the fast path off, or None (once per process)."""
+    return problem("fast path")
 
 
 def _fit_problem(trainer: Any) -> str | None:
@@ -202,13 +175,20 @@ def _fit_problem(trainer: Any) -> str | None:
     return None
 
 
-_told: set[str] = set()
-
-
 def fast_path_problem(trainer: Any) -> str | None:
-    """Why this fit runs stock Lightning (the reason is told once per process), or None: the gate."""
-    problem = release_problem() or _fit_problem(trainer)
-    if problem is not None and problem not in _told:
-        _told.add(problem)
-        messages.tell(messages.FAST_PATH_ASIDE.format(reason=problem))
-    return problem
+    """Why this fit runs stock Lightning's loop (the reason is told once per process), or None."""
+    if stands_aside("fast path"):
+        return problem("fast path")
+    reason = _fit_problem(trainer)
+    if reason is not None:
+        _tell_once("fast path", reason)
+    return reason
+
+
+def source_digest(functions: list[Callable[..., Any]]) -> str:
+    """SHA-256 (16 hex digits) of several functions' source, joined; "" if one cannot be read."""
+    try:
+        text = "\n".join(inspect.getsource(fn) for fn in functions)
+    except (OSError, TypeError):
+        return ""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -54,6 +54,10 @@ def inside_epoch_batches(trainer: Any) -> bool:
 def _supported(trainer: Any) -> bool:
     """Whether this Lightning has what :func:`capture` and :func:`restore` read (else Lightning's own
     behaviour: the epoch's accumulators start afresh on a resume)."""
+    from lit_gpu.upstream.gate import stands_aside
+
+    if stands_aside("logging state"):  # the gate's line says why
+        return False
     try:
         from lightning.pytorch.trainer.connectors.logger_connector import result
     except ImportError:

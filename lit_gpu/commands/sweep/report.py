@@ -42,15 +42,16 @@ def print_table(study: Any, records: list[TrialRecord], metric: str, top: int) -
         table.add_column(cell(column), no_wrap=column == "run folder")
     for rank, t in enumerate(trials, 1):
         params = [cell(fmt(t.params[k])) if k in t.params else "" for k in keys]
-        table.add_row(str(rank), str(t.number), f"{t.value:.6g}", *params, cell(t.run_dir))
+        table.add_row(f"{rank:d}", f"{t.number:d}", f"{t.value:.6g}", *params, cell(t.run_dir))
     console = Console(width=None if sys.stdout.isatty() else 200, soft_wrap=False)
     console.print(table)
     counts: dict[str, int] = {}
     for r in records:
         counts[r.state] = counts.get(r.state, 0) + 1
-    print(
-        f"trials: {', '.join(f'{n} {state}' for state, n in sorted(counts.items()))}", flush=True
-    )  # optuna's names
+    print(  # optuna's state names, as the storage holds them
+        messages.one_line(f"trials: {', '.join(f'{n} {state}' for state, n in sorted(counts.items()))}"),
+        flush=True,
+    )
 
 
 def plot_study(study: Any, out: Path, metric: str) -> Path:

@@ -29,6 +29,7 @@ from lit_gpu.files.sweep_storage import (
     read_trial,
     trial_folder,
 )
+from lit_gpu.upstream.tools import trial_id
 
 WAIT_S = 10.0  # --until_complete: how often to look again while other workers run the last trials
 
@@ -97,7 +98,7 @@ class Worker:
                 why = stale_reason(read_owner(owner), frozen.datetime_start)
                 if why:
                     self.heartbeat.start(owner)
-                    trial = optuna.trial.Trial(self.study, frozen._trial_id)
+                    trial = optuna.trial.Trial(self.study, trial_id(frozen))
                     return Pick(trial, record.run_dir, record, why)
             target = self.options.until_complete
             if target is not None:
@@ -212,7 +213,7 @@ class Worker:
             "storage": options.storage,
             "sweep_dir": str(options.sweep_dir),
             "study": options.study,
-            "trial_id": trial._trial_id,
+            "trial_id": trial_id(trial),
             "pruner": options.pruner,
             "startup": options.pruner_startup_trials,
         }

@@ -13,8 +13,7 @@ from lightning.pytorch.loggers import Logger
 from lit_gpu.callbacks.nan_guard import NaNGuard
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
-from lit_gpu.upstream import batch_path
-from lit_gpu.upstream.batch_path import LeanTrainingBatch, lean_batch_blocker, mirrored_source_digest
+from lit_gpu.upstream.batch_path import LeanTrainingBatch, lean_batch_blocker
 from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks
 from tests.helpers.trainers import quiet_trainer
 
@@ -295,22 +294,30 @@ def test_anything_the_lean_batch_does_not_cover_runs_lightnings_loop(
 
 def test_another_lightning_loop_source_makes_it_stand_aside(tmp_path, monkeypatch):
     from lit_gpu.upstream import gate
+    from lit_gpu.upstream.features import DIGESTS
 
-    assert mirrored_source_digest() == batch_path.MIRRORED_SOURCE  # the installed Lightning is mirrored
-    monkeypatch.setitem(gate.MIRRORED_SOURCES, "batch", "another")
-    gate.release_problem.cache_clear()
+    gate.reset()
+    assert gate.problem("fast path") is None  # the installed Lightning is mirrored
+    advance = "lightning.pytorch.loops.training_epoch_loop:_TrainingEpochLoop.advance"
+    monkeypatch.setitem(DIGESTS, advance, "another")
+    gate.reset()
     step = LeanTrainingBatch()
     quiet_trainer(tmp_path, max_steps=1, callbacks=[step]).fit(
         Module(), train_dataloaders=torch.utils.data.DataLoader(_data(), batch_size=8)
     )
-    assert step.blocker is not None and "training batch code differs from the code it mirrors" in step.blocker
+    assert step.blocker is not None
+    assert "_TrainingEpochLoop.advance differs from the code lit_gpu mirrors" in step.blocker
+    gate.reset()
 
 
 def test_a_step_scheduler_keeps_the_batch_end_lean(tmp_path, monkeypatch):
     from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 
-    # the digest is cached before the class method is wrapped below
-    assert mirrored_source_digest() == batch_path.MIRRORED_SOURCE
+    from lit_gpu.upstream import gate
+
+    # the digests are checked (and cached) before the class method is wrapped below
+    gate.reset()
+    assert gate.problem("fast path") is None
     handed_over: list[int] = []
     original = _TrainingEpochLoop.on_advance_end
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import pty
+import select
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -60,9 +63,18 @@ def test_the_flags_table_is_the_parsers_flags():
     assert set(FLAGS) == set(COMMANDS)
 
 
-def test_complete_prints_one_candidate_a_line(capsys):
+def test_complete_prints_candidates_nul_separated(capsys):
     assert completion.main(["--complete", "--", "fit", "--config", "lit_gpu:trainer/cp"]) == 0
-    assert capsys.readouterr().out == "lit_gpu:trainer/cpu\n"
+    assert capsys.readouterr().out == "lit_gpu:trainer/cpu\0"
+
+
+def test_the_zsh_script_lets_compadd_quote_and_reads_nul_separated_words():
+    """zsh is not installed here: its script's text. compadd without -Q quotes what it inserts; the words
+    go to lit-gpu unquoted (${(Q)...}) and the answer is split at NULs (a file name may hold a newline)."""
+    script = completion.SCRIPTS["zsh"]
+    adds = [line for line in script.splitlines() if "compadd" in line and not line.startswith("#")]
+    assert len(adds) == 2 and not any("-Q" in line for line in adds)
+    assert "${(@Q)words[2,CURRENT]}" in script and "${(@0)$(" in script
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
@@ -105,3 +117,64 @@ tab "lit-gpu test --ckpt_pa"
         "trainer/gpu",
         "--ckpt_path",
     ]
+
+
+#: (what is typed before the TAB, the file it completes to): hostile names, each with its own first letter
+HOSTILE_FILES = [
+    ("a", "a$(touch pwned).yaml"),
+    ("b", "b`touch pwned`.yaml"),
+    ("'c", "c'q $(touch pwned).yaml"),
+    ('--config="d', 'd"q!$HOME.yaml'),
+    ("e", "e y;touch pwned&.yaml"),
+    ("f", "f\ntouch pwned\n.yaml"),
+]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_tab_in_an_interactive_bash_inserts_quoted_names_and_running_the_line_runs_nothing(tmp_path, capsys):
+    """A real interactive bash (readline, in a pseudo-terminal) with the generated script: TAB after each
+    typed start, then Enter. ``lit-gpu`` is a shell function there that records its arguments (the TAB
+    still asks the real command): each is exactly the file's name, and no ``pwned`` file appears."""
+    completion.main(["bash"])
+    script = tmp_path / "lit-gpu.bash"
+    script.write_text(capsys.readouterr().out)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    launcher = bin_dir / "lit-gpu"
+    launcher.write_text(f'#!/bin/sh\nexec {sys.executable} -m lit_gpu "$@"\n')
+    launcher.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    for _, name in HOSTILE_FILES:
+        (work / name).touch()
+    (work / "g $(touch pwned)").mkdir()
+    (work / "g $(touch pwned)" / "in.yaml").touch()
+    keys = "".join(f"lit-gpu fit {'' if t.startswith('-') else '--config '}{t}\t\n" for t, _ in HOSTILE_FILES)
+    keys += "lit-gpu fit --config g\t\t\nexit\n"
+    record = "lit-gpu() { printf '%s\\0' \"$@\" >> ../args; printf '\\n' >> ../args; }\n"
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", PS1="$ ", TERM="dumb")
+    env.update(INPUTRC=os.devnull, HOME=str(tmp_path))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    master, slave = pty.openpty()
+    shell = subprocess.Popen(
+        ["bash", "--norc", "--noprofile", "-i"],
+        stdin=slave, stdout=slave, stderr=slave, cwd=work, env=env, start_new_session=True,
+    )  # fmt: skip
+    os.close(slave)
+    os.write(master, f"source {script}\n{record}{keys}".encode())
+    screen, deadline = b"", time.monotonic() + 120
+    while shell.poll() is None and time.monotonic() < deadline:
+        if select.select([master], [], [], 0.2)[0]:
+            try:
+                screen += os.read(master, 65536)
+            except OSError:
+                break
+    shell.wait(timeout=10)
+    os.close(master)
+    lines = (tmp_path / "args").read_bytes().decode().split("\0\n")[:-1]
+    expected = [
+        "\0".join(["fit", "--config=" + n if t.startswith("-") else f"--config\0{n}"])
+        for t, n in HOSTILE_FILES
+    ] + ["fit\0--config\0g $(touch pwned)/in.yaml"]
+    assert lines == expected, screen.decode(errors="replace")
+    assert not (work / "pwned").exists() and not (tmp_path / "pwned").exists()  # nothing ran

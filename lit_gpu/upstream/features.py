@@ -1,0 +1,174 @@
+"""What each lit_gpu feature that reaches into Lightning (or torch) depends on: the gate's table.
+
+Checked by :func:`lit_gpu.upstream.gate.stands_aside`; the digests of mirrored functions are in
+:mod:`lit_gpu.upstream.digests` (re-taken with :func:`take_digests` after re-checking the copies).
+"""
+
+from __future__ import annotations
+
+from lit_gpu.upstream.declare import Feature, digest, resolve
+from lit_gpu.upstream.digests import DIGESTS
+
+_EPOCH = "lightning.pytorch.loops.training_epoch_loop:_TrainingEpochLoop"
+_AUTO = "lightning.pytorch.loops.optimization.automatic:_AutomaticOptimization"
+_LOGGER = "lightning.pytorch.trainer.connectors.logger_connector.logger_connector:_LoggerConnector"
+_RESULT = "lightning.pytorch.trainer.connectors.logger_connector.result"
+_METADATA = f"{_RESULT}._Metadata"  # (as a signature names the type)
+_PROGRESS = "lightning.pytorch.loops.progress"
+_CKPT = "lightning.pytorch.callbacks.model_checkpoint:ModelCheckpoint"
+_TRAINER = "pl.Trainer"  # (annotation text as Lightning writes it)
+
+#: the Lightning functions whose behaviour the lean batch (``batch_path``) reproduces
+BATCH_MIRRORED = (
+    f"{_EPOCH}.advance", f"{_EPOCH}.on_advance_end", f"{_EPOCH}._should_check_val_fx",
+    f"{_EPOCH}._should_accumulate", f"{_LOGGER}.on_batch_start", f"{_LOGGER}.on_batch_end",
+    f"{_LOGGER}.update_train_step_metrics", f"{_LOGGER}.should_update_logs",
+    f"{_RESULT}:_ResultCollection.metrics",
+    # the epoch loop's run and its stop test (_LeanBatch.run)
+    f"{_EPOCH}.run", f"{_EPOCH}.done", f"{_EPOCH}._is_training_done", f"{_EPOCH}._is_validation_done",
+    f"{_EPOCH}.global_step", f"{_PROGRESS}:_OptimizationProgress.optimizer_steps",
+    f"{_EPOCH}._num_ready_batches_reached", f"{_EPOCH}.reset_restart_stage",
+    "lightning.pytorch.loops.loop:_Loop.on_iteration_done", "lightning.pytorch.loops.loop:_Loop.restarting",
+    "lightning.pytorch.loops.utilities:_is_max_limit_reached",
+    "lightning.pytorch.trainer.trainer:Trainer.num_training_batches",
+    "lightning.pytorch.trainer.trainer:Trainer.received_sigterm",
+    # the progress counters (_LeanBatch.advance moves them itself)
+    f"{_PROGRESS}:_Progress.increment_ready", f"{_PROGRESS}:_Progress.increment_started",
+    f"{_PROGRESS}:_Progress.increment_processed", f"{_PROGRESS}:_Progress.increment_completed",
+    # the fetch from a sized loader (_LeanBatch._fetch)
+    "lightning.pytorch.loops.fetchers:_PrefetchDataFetcher.__next__",
+    "lightning.pytorch.loops.fetchers:_DataFetcher.__next__",
+    "lightning.pytorch.utilities.combined_loader:CombinedLoader.__next__",
+    "lightning.pytorch.utilities.combined_loader:_MaxSizeCycle.__next__",
+    # a value logged again (_LeanLog)
+    f"{_RESULT}:_ResultCollection.log", f"{_RESULT}:_ResultCollection.update_metrics",
+    f"{_RESULT}:_ResultCollection._extract_batch_size", f"{_RESULT}:_ResultMetric.to",
+)  # fmt: skip
+
+#: the Lightning functions whose behaviour the lean optimizer step and the capture reproduce
+STEP_MIRRORED = (
+    f"{_AUTO}.run", f"{_AUTO}._make_closure", f"{_AUTO}._make_step_fn", f"{_AUTO}._make_zero_grad_fn",
+    f"{_AUTO}._make_backward_fn", f"{_AUTO}._optimizer_step", f"{_AUTO}._optimizer_zero_grad",
+    f"{_AUTO}._training_step", "lightning.pytorch.loops.optimization.automatic:Closure.closure",
+    f"{_EPOCH}._build_kwargs", "lightning.pytorch.core.optimizer:LightningOptimizer.step",
+    "lightning.pytorch.core.module:LightningModule.optimizer_step",
+    "lightning.pytorch.core.module:LightningModule.optimizer_zero_grad",
+    "lightning.pytorch.core.module:LightningModule.backward",
+    "lightning.pytorch.strategies.strategy:Strategy.optimizer_step",
+    "lightning.pytorch.strategies.strategy:Strategy.training_step",
+    "lightning.pytorch.strategies.strategy:Strategy.backward",
+    "lightning.pytorch.plugins.precision.precision:Precision.optimizer_step",
+    "lightning.pytorch.plugins.precision.precision:Precision._wrap_closure",
+    "lightning.pytorch.plugins.precision.precision:Precision.backward",
+)  # fmt: skip
+
+_CANDIDATES = f"(self, trainer: '{_TRAINER}', monitor_candidates: dict[str, torch.Tensor]) -> None"
+
+FEATURES: dict[str, Feature] = {
+    "fast path": Feature(
+        "lit_gpu's fast training loop",
+        "Lightning's own loop runs",
+        mirrored=BATCH_MIRRORED + STEP_MIRRORED,
+        private={
+            f"{_AUTO}.run": None,
+            "lightning.pytorch.loops.optimization.closure:AbstractClosure.consume_result": None,
+            f"{_EPOCH}._batches_that_stepped": None,
+            f"{_RESULT}:_ResultMetric.to": None,
+        },
+    ),
+    "capture": Feature(
+        "whole-step capture (speed.cuda_graph)",
+        "steps run as usual",
+        mirrored=STEP_MIRRORED,
+        torch=("2.14.0", "2.14.1"),  # CUDA graphs and the optimizers' `capturable`, as verified
+    ),
+    "fresh last": Feature(
+        "FreshLastCheckpoint's fresh last.ckpt",
+        "Lightning's ModelCheckpoint writes last.ckpt as it does",
+        mirrored=(f"{_CKPT}.on_train_batch_end",),
+        private={
+            f"{_CKPT}._save_topk_checkpoint": _CANDIDATES,
+            f"{_CKPT}._save_last_checkpoint": _CANDIDATES,
+            f"{_CKPT}._should_skip_saving_checkpoint": f"(self, trainer: '{_TRAINER}') -> bool",
+            f"{_CKPT}._monitor_candidates": f"(self, trainer: '{_TRAINER}') -> dict[str, torch.Tensor]",
+            f"{_CKPT}._every_n_train_steps": None,
+            f"{_CKPT}._train_time_interval": None,
+            f"{_CKPT}._last_time_checked": None,
+            f"{_CKPT}._last_global_step_saved": None,
+        },
+    ),
+    "removal guard": Feature(
+        "FreshLastCheckpoint's removal guard",
+        "",
+        private={f"{_CKPT}._remove_checkpoint": f"(self, trainer: '{_TRAINER}', filepath: str) -> None"},
+        promise="nothing outside the checkpoint folder deleted",
+    ),
+    "exact resume": Feature(
+        "the resumed loader's position (RNGStateCallback)",
+        "",
+        private={
+            "lightning.pytorch.loops.fit_loop:_FitLoop._combined_loader": None,
+            "lightning.pytorch.loops.fit_loop:_FitLoop._combined_loader_states_to_load": None,
+            "lightning.pytorch.loops.fit_loop:_FitLoop._load_combined_loader_states": "(self) -> None",
+        },
+        promise="an exact resume (the checkpoint's sample next)",
+    ),
+    "logging state": Feature(
+        "the epoch's logged aggregates across a resume (LoggingStateCallback)",
+        "they start afresh after a resume, as in Lightning",
+        private={
+            f"{_RESULT}:_Metadata": None,
+            f"{_RESULT}:_Sync": None,
+            f"{_RESULT}:_ResultMetric": None,
+            f"{_RESULT}:_ResultMetric.__init__": f"(self, metadata: {_METADATA}, is_tensor: bool) -> None",
+            f"{_LOGGER}._first_loop_iter": None,
+            f"{_EPOCH}._results": None,
+        },
+    ),
+    "step log check": Feature(
+        "the per-step logger check (LitModule's train/loss_step)",
+        "the module logs every step and Lightning keeps what its loggers record",
+        mirrored=(f"{_LOGGER}.should_update_logs",),
+        private={
+            f"{_EPOCH}._batches_that_stepped": None,
+            "lightning.pytorch.trainer.trainer:Trainer._logger_connector": None,
+        },
+    ),
+    "dp": Feature(
+        "strategy dp",
+        "",
+        private={
+            "lightning.pytorch.strategies.parallel:ParallelStrategy._configure_launcher": "(self) -> None",
+            "lightning.pytorch.strategies.strategy:Strategy._setup_model": (
+                "(self, model: torch.nn.modules.module.Module) -> torch.nn.modules.module.Module"
+            ),
+            "lightning.pytorch.strategies.strategy:Strategy._launcher": None,
+        },
+        promise="strategy: dp (Lightning 2 has none of its own)",
+    ),
+    "one-subcommand parse": Feature(
+        "the CLI's one-subcommand parser",
+        "every subcommand's parser is built, as in Lightning",
+        mirrored=("lightning.pytorch.cli:LightningCLI._add_subcommands",),
+        private={
+            "lightning.pytorch.cli:LightningCLI._add_subcommands": (
+                "(self, parser: lightning.pytorch.cli.LightningArgumentParser, **kwargs: Any) -> None"
+            )
+        },
+    ),
+    "config decides": Feature(
+        "the CLI's --ckpt_path resolution",
+        "",
+        private={"lightning.pytorch.cli:LightningCLI._parse_ckpt_path": "(self) -> None"},
+        promise="the config, not a checkpoint's hyper-parameters, choosing the model",
+    ),
+}  # fmt: skip
+
+
+def take_digests() -> dict[str, str]:
+    """The digest of every mirrored function, as installed (to re-take :data:`DIGESTS`)."""
+    names = sorted({where for feature in FEATURES.values() for where in feature.mirrored})
+    return {where: digest(resolve(where)) for where in names}
+
+
+__all__ = ["BATCH_MIRRORED", "DIGESTS", "FEATURES", "STEP_MIRRORED", "take_digests"]

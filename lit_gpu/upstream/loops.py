@@ -1,0 +1,78 @@
+"""Small accessors for Lightning's private loop, trainer and module state (what callbacks and modules read).
+
+Each names the private member it reads; the gate's features (:mod:`lit_gpu.upstream.features`) declare
+them, and a feature that stands aside stops calling them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lit_gpu.upstream.gate import stands_aside
+
+
+# ---- the fit loop's train loader (exact resume) ---------------------------------------------------
+def train_combined_loader(trainer: Any) -> Any:
+    """The fit loop's ``CombinedLoader`` of train loaders (``_FitLoop._combined_loader``), or None."""
+    return getattr(trainer.fit_loop, "_combined_loader", None)
+
+
+def load_pending_loader_states(trainer: Any) -> None:
+    """Hand the loaders the checkpoint's saved states if the fit loop built them before the restore
+    (Lightning issue #20550: ``_combined_loader_states_to_load``, ``_load_combined_loader_states``)."""
+    stands_aside("exact resume")  # cannot stand aside: on a mismatch the line says so, and it runs
+    fit_loop = trainer.fit_loop
+    if fit_loop._combined_loader_states_to_load and fit_loop.restarting:
+        fit_loop._load_combined_loader_states()
+
+
+# ---- the signal flag and handlers (CheckpointOnInterrupt) -----------------------------------------
+def request_sigterm_stop(trainer: Any) -> None:
+    """Set Lightning's SIGTERM flag (``trainer._signal_connector.received_sigterm``): the loops stop at
+    the next step boundary or evaluation batch."""
+    trainer._signal_connector.received_sigterm = True
+
+
+def replace_restored_handler(trainer: Any, signum: int, ours: Any, previous: Any) -> None:
+    """Where Lightning's teardown would put back ``ours`` for ``signum`` (the handlers it found at fit start,
+    ``_signal_connector._original_handlers``), make it put back ``previous``."""
+    connector = getattr(trainer, "_signal_connector", None)
+    originals = getattr(connector, "_original_handlers", None)
+    if isinstance(originals, dict) and originals.get(signum) == ours:
+        originals[signum] = previous
+
+
+# ---- the module's trainer -------------------------------------------------------------------------
+def attached_trainer(module: Any) -> Any:
+    """The trainer a LightningModule is attached to, or None (``module.trainer`` raises when there is none;
+    this reads ``LightningModule._trainer``)."""
+    return getattr(module, "_trainer", None)
+
+
+# ---- checkpoint contents Lightning writes under private keys --------------------------------------
+def batches_that_stepped(fit_loop_state: Mapping[str, Any]) -> int:
+    """The epoch loop's ``_batches_that_stepped`` in a checkpoint's ``loops.fit_loop`` (KeyError: absent)."""
+    return int(fit_loop_state["epoch_loop.state_dict"]["_batches_that_stepped"])
+
+
+def pop_cli_instantiation(hparams: dict[str, Any]) -> tuple[Any, Any]:
+    """Remove and return LightningCLI's ``(_instantiator, _class_path)`` keys of saved hyper-parameters."""
+    return hparams.pop("_instantiator", None), hparams.pop("_class_path", None)
+
+
+def recorded_class_path(hparams: Any) -> Any:
+    """The class path LightningCLI recorded in saved hyper-parameters (``_class_path``), or None."""
+    return hparams.get("_class_path") if isinstance(hparams, Mapping) else None
+
+
+__all__ = [
+    "attached_trainer",
+    "batches_that_stepped",
+    "load_pending_loader_states",
+    "pop_cli_instantiation",
+    "recorded_class_path",
+    "replace_restored_handler",
+    "request_sigterm_stop",
+    "train_combined_loader",
+]

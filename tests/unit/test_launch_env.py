@@ -1,0 +1,56 @@
+"""The launcher's and the cluster's variables read as data (lit_gpu.launch_env)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lit_gpu import launch_env
+
+GOOD = {
+    "RANK": "3",
+    "LOCAL_RANK": "0",
+    "WORLD_SIZE": "8",
+    "NODE_RANK": "1",
+    "MASTER_ADDR": "node-01.cluster",
+    "MASTER_PORT": "29500",
+    "SLURM_NTASKS": "8",
+    "SLURM_PROCID": "3",
+    "SLURM_LOCALID": "3",
+    "SLURM_NODEID": "0",
+    "SLURM_JOB_ID": "123456",
+    "SLURM_NODELIST": "node[01-04,07],gpu-a",
+    "CUDA_VISIBLE_DEVICES": "0,1,GPU-8f1d2a3b-aaaa-bbbb-cccc-0123456789ab",
+}
+
+
+def test_a_real_cluster_environment_passes():
+    assert launch_env.problem(GOOD) is None
+    assert launch_env.problem({"CUDA_VISIBLE_DEVICES": ""}) is None  # no GPU
+    assert launch_env.problem({"MASTER_ADDR": "[::1]"}) is None
+    assert launch_env.requeue_problem(GOOD) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "valid"),
+    [
+        ("RANK", "abc", "a whole number >= 0, e.g. RANK=0"),
+        ("LOCAL_RANK", "-1", "a whole number >= 0"),
+        ("WORLD_SIZE", "0", "a whole number >= 1"),
+        ("MASTER_PORT", "70000", "a port number 1-65535"),
+        ("MASTER_ADDR", "host; rm -rf ~", "a host name or IP address"),
+        ("SLURM_NTASKS", "abc", "a whole number >= 1"),
+        ("SLURM_JOB_ID", "1;touch x", "a job number"),
+        ("SLURM_NODELIST", "$(id)", "host names or a SLURM range"),
+        ("CUDA_VISIBLE_DEVICES", "0;1", "GPU indices or UUIDs separated by commas"),
+    ],
+)
+def test_a_malformed_variable_is_one_line_naming_it_and_a_valid_value(name, value, valid):
+    line = launch_env.problem({**GOOD, name: value})
+    assert line is not None and "\n" not in line
+    assert line.startswith(f"environment variable {name}={value!r}: ") and valid in line
+
+
+@pytest.mark.parametrize("name", ["SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"])
+def test_a_job_id_that_is_not_a_number_is_a_requeue_problem(name):
+    assert launch_env.requeue_problem({name: "12 && touch pwned"}) is not None
+    assert launch_env.requeue_problem({name: "12"}) is None
