@@ -40,7 +40,16 @@ TIERS = {
 }  # fmt: skip
 
 #: test id (or its start) -> why its outcome differs with lit_gpu's callbacks and that is not a defect
-BY_DESIGN: dict[str, str] = {}  # none left: the two artefacts issue 39 named pass with lit_gpu's defaults now
+_REPLAY_STATE = (
+    "with lit_gpu a module's plain train loader has a state (lit_gpu.data.replay: exact mid-epoch resume); "
+    "this test resumes a finished fit, which trains nothing, so Lightning never hands the saved state to the "
+    "loader and the checkpoint it saves again lacks it (as with any stateful loader in stock Lightning); "
+    "the test compares the two checkpoints' loop states"
+)
+BY_DESIGN: dict[str, str] = {
+    "loops/test_loops.py::test_restart_from_last_parity": _REPLAY_STATE,
+    "loops/test_loops.py::test_restart_from_last_with_val_parity": _REPLAY_STATE,
+}
 
 _TAGS = (("failure", "failed"), ("error", "error"), ("skipped", "skipped"))
 

@@ -29,7 +29,7 @@ SUBMODULES = frozenset(
     {
         "callbacks", "checkpoints", "cli", "commands", "data", "demo", "devices", "errors", "files", "io",
         "load_report", "messages", "modules", "net_spec", "nets", "profilers", "recipes", "registration",
-        "runs", "safe_build", "strategies", "testing", "translate", "upstream",
+        "run", "runs", "strategies", "testing", "translate", "upstream",
     }
 )  # fmt: skip
 

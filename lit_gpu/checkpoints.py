@@ -32,7 +32,6 @@ from lit_gpu.files.checkpoint import (
     read_checkpoint,
     read_into_memory,
 )
-from lit_gpu.files.locate import explain_choice, find_last_checkpoint
 from lit_gpu.load_report import LoadReport, _listing
 from lit_gpu.net_spec import MODEL_SPEC_KEY, NET_SPEC_KEY, net_spec
 
@@ -49,8 +48,6 @@ __all__ = [
     "LoadReport",
     "check_checkpoint_file",
     "clean_keys",
-    "explain_choice",
-    "find_last_checkpoint",
     "load_into",
     "load_lightning_module",
     "load_state_dict",

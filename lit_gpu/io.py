@@ -68,6 +68,8 @@ def _writer_token() -> str:
 _TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<token>[A-Za-z0-9-]+)\.(?P<pid>\d+)\.[a-z0-9_]{8}\.tmp$")
 _OLD_TEMP = re.compile(r"^\.(?P<name>.+\.(?:ckpt|pt|pth|json|yaml|csv))\.[a-z0-9_]{8}\.tmp$")
 STALE_AFTER_S = 3600.0
+#: the highest process number Linux can give (``PID_MAX_LIMIT``, 2**22): a larger one names no writer
+PID_MAX = 1 << 22
 
 
 def _boot_time() -> float | None:
@@ -140,6 +142,8 @@ def clean_stale_temp_files(folder: str | os.PathLike, now: float | None = None) 
         except OSError:
             continue
         match = _TEMP.match(path.name)
+        if match and (len(match["pid"]) > 7 or int(match["pid"]) > PID_MAX):
+            continue  # no process can have that number: not a temp file lit_gpu wrote, left alone
         if match and match["token"] == token:
             stale = not _writer_alive(int(match["pid"]), stat.st_mtime)
         elif match or _OLD_TEMP.match(path.name):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import unicodedata
-from typing import TextIO
+from typing import Any, TextIO
 
 PREFIX = "lit-gpu: "
 
@@ -130,11 +130,6 @@ NET_INPUT_FIX_IMAGES = (
     "(e.g. --model.net lit_gpu.nets.MnistCNN) or flatten the input first (nn.Flatten())"
 )
 TUNE_NEEDS_BATCH_SIZE = "--tune_batch_size needs a data module with a batch_size argument"
-NO_MATCHING_RUN = (
-    "--ckpt_path {which}: no run of {model} with a {which}*.ckpt under {where} (there: {listing})"
-)
-NO_MATCHING_RUN_FIX = "; pass --ckpt_path FILE, or --trainer.default_root_dir DIR of that run"
-NO_CKPT_IN_DIRPATH = "--ckpt_path {which}: no {which}*.ckpt in checkpoint.dirpath {dirpath}"
 NO_CONFIG_BESIDE = (
     "no config.yaml for {ckpt} ({looked}) to rebuild its run from; pass the run's settings with --config FILE"
 )
@@ -153,11 +148,6 @@ PICKLE_REFUSED = (
     "file and where it came from, {opt_out}"
 )
 BUILD_REFUSED = "{source}: refusing to build {key}: {what}; nothing was run; {fix}"
-CKPT_MODEL_CLASS_DIFFERS = (
-    "{path} was saved from the model class {recorded} but the config builds {configured}; the config "
-    "decides which model is built and the checkpoint only fills its weights, so pass the config the "
-    "checkpoint was trained with (its run's config.yaml) or a checkpoint of this model"
-)
 FREE_UNDER_LAUNCHER = (
     "devices 'free:{n}' cannot be chosen inside ranks started by {launcher}: each rank would pick on its own "
     "and two could land on one GPU; pick once before launching, e.g. GPUS=$(lit-gpu env --pick-free {n}) "
@@ -230,10 +220,6 @@ OOM_RECOVERY_SYNC_BATCHNORM = (
 # ---- progress lines (printed with tell) ---------------------------------------------------------
 RESUMING_FROM = "resuming from {path} ({why})"
 USING_CHECKPOINT = "using {path} ({why})"
-CHECKPOINT_CHOICE = "{facts}; the newest {prefix}*.ckpt in {where}"
-SKIPPED_NEWER_RUNS = "skipped newer {names}: no {prefix}*.ckpt yet"
-PICKED_RUN = "; newest matching run: {run}"
-NO_MATCHING_RUN_FIT = "; training from scratch"
 REBUILDING_FROM = "rebuilding the run from {config}: took {taken}; nothing else is read from it{left_out}"
 STATE_PATHS_DROPPED = (
     "{ckpt}: ignored {count} path(s) in its callback state that lead outside {folder} ({fields}); "
@@ -242,19 +228,7 @@ STATE_PATHS_DROPPED = (
 REMOVE_OUTSIDE_REFUSED = (
     "not removing {path}: it is not a checkpoint file inside {dirpath} (resolved: {real}); left as it is"
 )
-RUN_FOLDER_LINKS_OUT = (
-    "not continuing the run in {folder}: it holds links that lead outside it ({links}), so writing there "
-    "would write outside; remove them, or pass --new_run true to log into a new folder"
-)
-CKPT_SYMLINK_LEAVES_RUN = (
-    "--ckpt_path {which}: {path} is a symlink to {target}, outside its run folder {run}; pass the target "
-    "itself if you trust it"
-)
 RUN_CONFIG_REFUSED = "{config}: {what}; nothing was read from it; pass the run's settings with --config FILE"
-CONTINUING_RUN = (
-    "continuing the run in {folder} from step {step}{dropped}; --new_run true starts a new folder"
-)
-CONTINUING_DROPPED = " (dropped {rows} metrics.csv rows logged after that step by the stopped attempt)"
 CONFIG_CHANGED = "the config differs from {old} ({changes}); saved it beside as {new}"
 MONITOR_FALLBACK = (
     "{model} does not log {monitor!r} ({logged}); keeping last.ckpt only; "
@@ -263,7 +237,7 @@ MONITOR_FALLBACK = (
 CUDA_GRAPH_ASIDE = "whole-step capture (speed.cuda_graph) stands aside, steps run as usual: {reason}"
 BATCH_SIZE_FOUND = "batch-size finder chose data.batch_size={size}; set it in your config to skip tuning"
 STOPPED_BY_SIGNAL = (
-    "stopped by {signal} at global step {step} (epoch {epoch} of {epochs}); saved {path}; "
+    "stopped by {signal} at global step {step} ({point}); saved {path}; "
     "resume with: lit-gpu fit <same arguments> --ckpt_path last"
 )
 STOPPED_BEFORE_SAVE = "stopped by {signal} {where}; nothing to save"
@@ -391,6 +365,29 @@ def _global_rank() -> int:
             except ValueError:
                 return 0
     return 0
+
+
+# ---- one numbering: every line that names an epoch or a step --------------------------------------------
+def epoch_point(epoch: int, epochs: Any, batch: int | None = None, batches: Any = None) -> str:
+    """``epoch E/N step b/B`` as the progress lines name a point of a fit: epochs counted from 1, ``b`` the
+    batches done in that epoch (``epoch``: Lightning's 0-based ``current_epoch``; unknown ``N``/``B``: ?)."""
+    text = f"epoch {epoch + 1}/{epochs if epochs is not None else '?'}"
+    return text if batch is None else f"{text} step {batch}/{batches if batches is not None else '?'}"
+
+
+def optimizer_steps_note(global_step: int, batches: int | None) -> str:
+    """``; optimizer steps: N a batch`` where the global step counts optimizer steps, not batches (manual
+    optimization with several optimizers), else nothing."""
+    if batches is None or batches <= 0 or global_step == batches:
+        return ""
+    per = global_step / batches
+    return f"; global steps are optimizer steps: {per:g} a batch, {batches} batches"
+
+
+def ckpt_point(global_step: Any, epoch: Any) -> str:
+    """``global step S, epoch E`` for a checkpoint's header (``epoch``: Lightning's 0-based; shown from 1)."""
+    number = epoch + 1 if isinstance(epoch, int) and not isinstance(epoch, bool) else epoch
+    return f"global step {shown(global_step)}" + ("" if epoch is None else f", epoch {shown(number)}")
 
 
 #: longest line printed (progress, resolution, error); one line, whatever text from outside it quotes

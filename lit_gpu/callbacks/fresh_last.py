@@ -52,6 +52,20 @@ class FreshLastCheckpoint(CheckpointHooks):
     def state_key(self) -> str:
         return self._fixed_state_key
 
+    @override
+    def format_checkpoint_name(
+        self,
+        metrics: dict[str, Tensor],
+        filename: str | None = None,
+        ver: int | None = None,
+        prefix: str | None = None,
+    ) -> str:
+        """Lightning's name, with ``{epoch}`` counted from 1 as lit_gpu's lines count epochs (``best-epoch04``
+        is the checkpoint of the epoch the progress lines called ``epoch 4/4``)."""
+        if "epoch" in metrics:
+            metrics = {**metrics, "epoch": metrics["epoch"] + 1}
+        return super().format_checkpoint_name(metrics, filename=filename, ver=ver, prefix=prefix)
+
     def _fall_back_to_last(self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]) -> None:
         logged = sorted(k for k in monitor_candidates if k not in ("epoch", "step"))
         shown = ", ".join(logged[:8]) + (", ..." if len(logged) > 8 else "")

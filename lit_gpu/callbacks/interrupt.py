@@ -48,6 +48,7 @@ from lit_gpu.data.workers import protect_workers
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import clean_stale_temp_files
 from lit_gpu.launch_env import requeue_problem
+from lit_gpu.run.layout import CHECKPOINTS
 from lit_gpu.translate import dataloader_worker_died
 from lit_gpu.upstream.loops import replace_restored_handler, request_sigterm_stop
 from lit_gpu.upstream.torch_hooks import install_dataloader_sigchld_handler
@@ -169,7 +170,7 @@ def checkpoint_folder(trainer: pl.Trainer) -> Path:
         dirpath = getattr(cb, "dirpath", None)  # a stand-in ModelCheckpoint (a spec'd Mock) may have none
         if isinstance(cb, ModelCheckpoint) and dirpath:
             return Path(dirpath)
-    return Path(trainer.default_root_dir) / "checkpoints"
+    return Path(trainer.default_root_dir) / CHECKPOINTS  # Lightning's folder without a logger
 
 
 class CheckpointOnInterrupt(Callback):
@@ -445,13 +446,20 @@ class CheckpointOnInterrupt(Callback):
                 cb.last_model_path = str(path)
         with _job_signals_ignored():  # a second signal must not abort the save that keeps the run
             trainer.save_checkpoint(path, weights_only=False)  # full: weights, optimizer, loops
-        epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else "?"
-        messages.tell(  # epochs counted from 1, as the progress lines count them
+        epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else None
+        progress = trainer.fit_loop.epoch_loop.batch_progress
+        batches = trainer.num_training_batches
+        messages.tell(  # named as the progress lines name it: epochs from 1, the batches done in the epoch
             messages.STOPPED_BY_SIGNAL.format(
                 signal=name,
                 step=trainer.global_step,
-                epoch=trainer.current_epoch + 1,
-                epochs=epochs,
+                point=messages.epoch_point(
+                    trainer.current_epoch,
+                    epochs,
+                    progress.current.processed,
+                    batches if batches != float("inf") else None,
+                )
+                + messages.optimizer_steps_note(trainer.global_step, progress.total.processed),
                 path=path,
             )
         )

@@ -16,7 +16,15 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from lit_gpu.callbacks.rng_state import batches_in_flight
-from lit_gpu.upstream.logging_state import LOGGING_STATE_KEY, capture, restore
+from lit_gpu.upstream.logging_state import (
+    LOGGING_STATE_KEY,
+    VAL_STEPS_KEY,
+    capture,
+    check_val_steps,
+    restore,
+    set_val_steps,
+    val_steps,
+)
 
 
 class LoggingStateCallback(Callback):
@@ -32,14 +40,17 @@ class LoggingStateCallback(Callback):
     def __init__(self) -> None:
         super().__init__()
         self._pending: dict[str, Any] | None = None
+        self._val_steps: dict[int, int] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pending": None}  # a copy belongs to no fit
+        return {**self.__dict__, "_pending": None, "_val_steps": None}  # a copy belongs to no fit
 
     @override
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
+        if trainer.state.fn == "fit" and (steps := val_steps(trainer)):
+            checkpoint[VAL_STEPS_KEY] = steps  # per-step validation rows continue at their step
         if batches_in_flight(trainer):
             return
         state = capture(trainer, pl_module)
@@ -51,6 +62,16 @@ class LoggingStateCallback(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
         self._pending = checkpoint.get(LOGGING_STATE_KEY)
+        self._val_steps = check_val_steps(checkpoint.get(VAL_STEPS_KEY, {}))  # malformed: start at 0
+
+    @override
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # the first validation of a resumed fit: its loop built its loaders (and zeroed its counters) just now
+        steps, self._val_steps = self._val_steps, None
+        if steps and not trainer.sanity_checking:
+            set_val_steps(trainer, steps)
+        elif steps:
+            self._val_steps = steps
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -60,4 +81,4 @@ class LoggingStateCallback(Callback):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._pending = None
+        self._pending = self._val_steps = None

@@ -28,7 +28,7 @@ from typing_extensions import override
 
 from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL, ProgressLog, live_bar_fits
 from lit_gpu.messages import shown
-from lit_gpu.runs import version_number
+from lit_gpu.run.layout import version_number
 
 REFRESHES_PER_SECOND = 4
 TQDM_REFRESH_BATCHES = 20  # without rich: TQDM counts batches, not seconds

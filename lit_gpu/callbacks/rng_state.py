@@ -17,14 +17,25 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from lit_gpu import messages
+from lit_gpu.data.replay import ReplayDataLoader, make_replayable, why_not_replayable
 from lit_gpu.data.stateful import GlobalPosition
 from lit_gpu.errors import LitGpuError
 from lit_gpu.upstream.loops import load_pending_loader_states, train_combined_loader
+from lit_gpu.upstream.train_loaders import prepare_train_loaders, release_train_loaders, train_loaders
 
 _MT_WORDS = 624  # Mersenne Twister state: 624 32-bit words and a position 0..624 (Python's and numpy's)
 BAD_RNG_STATE = (
     "the checkpoint {ckpt} holds a malformed random-number state ({problem}); it is corrupt or was not"
     " written by lit_gpu: resume from another checkpoint, or start afresh without --ckpt_path"
+)
+PERSISTENT_WORKERS = (
+    "resumed in epoch {epoch} after its batch {batch}: the order continues exactly, but the training "
+    "loader's persistent workers start new random streams (a random augmentation in them differs from "
+    "the uninterrupted run)"
+)
+NOT_AT_THE_BATCH = (
+    "resumed in epoch {epoch} after its batch {batch}, but the training loader cannot continue there ({why}):"
+    " the rest of the epoch comes from the loader's start, so this run differs from an uninterrupted one"
 )
 
 
@@ -167,6 +178,12 @@ class RNGStateCallback(Callback):
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._trainer = trainer  # to name the checkpoint a malformed state came from
+        if stage == "fit":  # a module's plain train loaders resume mid-epoch too (lit_gpu.data.replay)
+            prepare_train_loaders(trainer.fit_loop, make_replayable)
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        release_train_loaders(trainer.fit_loop)
 
     def _host_each_step(self) -> bool:
         """Whether a step's start must keep numpy's and Python's states too: wherever a save can land in the
@@ -247,6 +264,7 @@ def sync_resumed_train_loader(trainer: Any) -> None:
     if train_combined_loader(trainer) is None:
         return
     load_pending_loader_states(trainer)
+    _resume_plain_loaders(trainer)
     loader = _resumable_train_loader(trainer)
     if loader is None or not loader.position_state.restored_mid_epoch:
         return
@@ -260,12 +278,37 @@ def sync_resumed_train_loader(trainer: Any) -> None:
         progress.completed += delta
 
 
+def _resume_plain_loaders(trainer: Any) -> None:
+    """Tell a module's replayable loaders where the epoch stopped; say once when one cannot continue there.
+
+    The batches whose step finished are Lightning's ``processed`` counter of the epoch, restored from the
+    checkpoint (a save after a step, at a validation, or in the middle of a step); all of them: an epoch end.
+    """
+    done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+    if done >= trainer.num_training_batches:
+        done = 0
+    for loader in train_loaders(trainer):
+        if isinstance(loader, ReplayDataLoader):
+            why = loader.resume_at(done)
+            if why is None and done and trainer.current_epoch > 0 and loader.persistent_workers:
+                messages.tell(PERSISTENT_WORKERS.format(epoch=trainer.current_epoch + 1, batch=done))
+        else:
+            why = why_not_replayable(loader) if done else None
+        if why is not None:
+            messages.tell(NOT_AT_THE_BATCH.format(epoch=trainer.current_epoch + 1, batch=done, why=why))
+            return
+
+
 def batches_in_flight(trainer: Any) -> int:
     """Batches the train loader handed out whose training step did not finish (an interrupt mid-step).
 
     0 at every ordinary save point (after a step). Compares the loader's batch count in the epoch
     with Lightning's ``processed`` counter (incremented right after the optimizer step).
     """
+    processed = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+    replay = next((ld for ld in train_loaders(trainer) if isinstance(ld, ReplayDataLoader)), None)
+    if replay is not None and trainer.training:
+        return max(0, replay.batches_handed_out - processed)
     loader = _resumable_train_loader(trainer)
     if loader is None or not trainer.training:
         return 0

@@ -31,18 +31,22 @@ from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.cli import config_files, quiet, run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, resolve_ckpt_path
-from lit_gpu.cli.config_saver import RunConfigSaver
+from lit_gpu.cli.module_steps import check_has_step
 from lit_gpu.cli.needs_data import check_has_data
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
+from lit_gpu.cli.sanity import check_seed
 from lit_gpu.cli.too_big import explain_build_failure
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.locate import Resolution
 from lit_gpu.io import install_atomic_checkpoint_io
 from lit_gpu.profilers import skip_idle_profiler
-from lit_gpu.runs import RunFolder, RunFolderSync
+from lit_gpu.run.config_saver import RunConfigSaver
+from lit_gpu.run.folder import RunFolder
+from lit_gpu.run.store import Resolution
+from lit_gpu.runs import RunFolderSync
 from lit_gpu.upstream.batch_path import LeanTrainingBatch
 from lit_gpu.upstream.cli import CLIHooks
+from lit_gpu.upstream.cluster import no_cluster_resume
 from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks
 
 # ---- parser ---------------------------------------------------------------------------------------
@@ -151,8 +155,12 @@ DEFAULT_CALLBACKS: tuple[type[pl.Callback], ...] = (
 
 
 def default_callbacks() -> list[dict[str, str]]:
-    """:data:`DEFAULT_CALLBACKS` as config entries (``class_path`` only)."""
-    return [{"class_path": f"{cls.__module__}.{cls.__qualname__}"} for cls in DEFAULT_CALLBACKS]
+    """:data:`DEFAULT_CALLBACKS` as config entries (``class_path`` only), by their public names.
+
+    ``lit_gpu.callbacks.X``, not the file that defines ``X``: a run's ``config.yaml`` records these, and
+    files move.
+    """
+    return [{"class_path": f"lit_gpu.callbacks.{cls.__qualname__}"} for cls in DEFAULT_CALLBACKS]
 
 
 PREDICTIONS_NAME = "predictions.csv"
@@ -201,46 +209,6 @@ def maybe_tune_batch_size(
         raise LitGpuError(messages.TUNE_NEEDS_BATCH_SIZE)
     found = Tuner(trainer).scale_batch_size(model, datamodule=datamodule, mode="power")
     messages.tell(messages.BATCH_SIZE_FOUND.format(size=found))
-
-
-BAD_SEED = (
-    "seed_everything: {seed!r} is out of range, the seed must be an integer from 0 to 4294967295 "
-    "(or true for a random one, false for none); set --seed_everything (or seed_everything: in your config)"
-)
-
-
-def check_seed(config: Any) -> None:
-    """Refuse a ``seed_everything`` Lightning's ``seed_everything`` would raise a ValueError for."""
-    sub = config_value(config, "subcommand")
-    seed = config_value(config, f"{sub}.seed_everything" if sub else "seed_everything")
-    if seed is None or isinstance(seed, bool):
-        return
-    if not isinstance(seed, int) or not 0 <= seed <= 2**32 - 1:
-        raise LitGpuError(BAD_SEED.format(seed=seed))
-
-
-NO_PREDICT_STEP = (
-    "model.class_path {class_path}: the model has no predict_step (nor forward), so lit-gpu predict cannot "
-    "run it; define predict_step(self, batch, batch_idx) in it, or use a lit_gpu module "
-    "(e.g. lit_gpu.modules.ClassificationModule)"
-)
-
-
-def check_predictable(model: pl.LightningModule, config: Any) -> None:
-    """Refuse ``lit-gpu predict`` on a model Lightning cannot predict with, in one line naming its class.
-
-    Lightning's own check (``predict_step`` is None, or neither ``predict_step`` nor ``forward``
-    overridden) raises deep inside ``Trainer.predict``; this one runs before it, where the config is known.
-    """
-    from lightning.pytorch.utilities.model_helpers import is_overridden
-
-    step = getattr(model, "predict_step", None)
-    if step is not None and (is_overridden("predict_step", model) or is_overridden("forward", model)):
-        return
-    class_path = config_value(config, "predict.model.class_path", None)
-    if not isinstance(class_path, str):
-        class_path = f"{type(model).__module__}.{type(model).__qualname__}"
-    raise LitGpuError(NO_PREDICT_STEP.format(class_path=class_path))
 
 
 # what Trainer(...) raises for settings it refuses; explain_trainer_error decides which are the user's
@@ -355,8 +323,6 @@ class LitGpuCLI(CLIHooks):
         loggers, self.run_folder = run_folders.trainer_loggers(  # CSV + TB, one folder
             config, self.subcommand, self.resolution, parsed
         )
-        if self.resolution is not None:  # its header (tensors memory-mapped) was handed on: let it go
-            self.resolution.header = None
         if loggers is not None:
             kwargs.setdefault("logger", loggers)
         callbacks = run_folders.progress_bar_callbacks(config)  # redrawn 4x a second, not 100x
@@ -372,6 +338,8 @@ class LitGpuCLI(CLIHooks):
         configure_trainer(
             trainer, self.config, self.subcommand, self.run_folder
         )  # atomic IO, OOM, predictions
+        if self.resolution is not None and self.resolution.no_cluster_resume:
+            no_cluster_resume(trainer)  # the store passed every hpc_ckpt over: Lightning must not take one
         use_progress_log(  # plain lines (or JSON) in place of the live bar when stdout is not a terminal
             trainer,
             interval=config_value(config, "progress_interval", DEFAULT_INTERVAL),
@@ -388,11 +356,13 @@ class LitGpuCLI(CLIHooks):
         maybe_tune_batch_size(self.trainer, self.model, self.datamodule, self.config)
 
     def before_validate(self) -> None:
+        check_has_step(self.model, self.config, "validate")  # one line, not Lightning's wall
         check_has_data(self.model, self.datamodule, "validate")
 
     def before_test(self) -> None:
+        check_has_step(self.model, self.config, "test")
         check_has_data(self.model, self.datamodule, "test")
 
     def before_predict(self) -> None:
-        check_predictable(self.model, self.config)  # no predict_step: one line, not Lightning's wall
+        check_has_step(self.model, self.config, "predict")
         check_has_data(self.model, self.datamodule, "predict")

@@ -88,9 +88,7 @@ def _version_of(distribution: str) -> str:
 
 def version_text() -> str:
     """lit_gpu's version, Python's, and those of its key dependencies, read from package metadata."""
-    from lit_gpu import __version__
-
-    lines = [f"lit-gpu {__version__} (Python {platform.python_version()}, {sys.platform})"]
+    lines = [f"lit-gpu {_version_of('lit-gpu')} (Python {platform.python_version()}, {sys.platform})"]
     lines += [f"  {name:<14}{_version_of(name)}" for name in KEY_DEPENDENCIES]
     return "\n".join(lines)
 

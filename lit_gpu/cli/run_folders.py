@@ -2,14 +2,15 @@
 
 * ``--trainer.default_root_dir DIR`` (default ``runs``) holds everything: ``DIR/lit_gpu/version_N/``
   with ``config.yaml``, ``metrics.csv`` (CSV), TensorBoard events and ``checkpoints/``; ``--loggers``
-  picks lit_gpu's loggers (``[csv, tensorboard]``) unless ``trainer.logger`` names other ones.
+  picks lit_gpu's loggers (``[csv, tensorboard]``; TensorBoard's first, as in Lightning) unless
+  ``trainer.logger`` names other ones.
 * ``SUBCOMMAND --ckpt_path FILE`` without ``--config``: the run is rebuilt from the model and data of
-  its run's ``config.yaml`` (:func:`lit_gpu.files.locate.args_with_saved_config`), nothing else.
+  its run's ``config.yaml`` (:func:`lit_gpu.run.rebuild.args_with_saved_config`), nothing else.
 * :class:`RecordModelSpec` writes the CLI's model (and net) spec into every checkpoint, for
   ``lit-gpu export`` of any LightningModule.
 * ``fit --ckpt_path last|FILE`` continues the checkpoint's run folder (``--new_run true``: a new one);
   ``validate``/``test``/``predict`` of a run's checkpoint write into ``evaluations/<command>_<k>/`` of
-  that run (:mod:`lit_gpu.runs`, :mod:`lit_gpu.files.layout`).
+  that run (:mod:`lit_gpu.run.folder`).
 * The progress bar redraws a few times a second (:mod:`lit_gpu.callbacks.progress`), not 100.
 * The default checkpoint monitor ``val/loss`` falls back to ``last.ckpt`` only for a module that
   never logs it.
@@ -28,12 +29,14 @@ from lit_gpu import messages, runs
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.progress import default_progress_bar
 from lit_gpu.cli.ckpt_path import config_value, root_dir
-from lit_gpu.files import locate
-from lit_gpu.files.run_config import Signature
 from lit_gpu.net_spec import MODEL_SPEC_KEY, NET_SPEC_KEY, plain_spec
+from lit_gpu.run import layout, rebuild
+from lit_gpu.run.config import Signature
+from lit_gpu.run.folder import RunFolder, continuation, evaluation
+from lit_gpu.run.store import Resolution
 
 DEFAULT_MONITOR = "val/loss"
-TRAINER_DEFAULTS = {"default_root_dir": runs.DEFAULT_ROOT}
+TRAINER_DEFAULTS = {"default_root_dir": layout.DEFAULT_ROOT}
 
 
 def add_arguments(parser: LightningArgumentParser) -> None:
@@ -58,9 +61,9 @@ def add_arguments(parser: LightningArgumentParser) -> None:
 def trainer_loggers(
     config: Any,
     subcommand: str | None = None,
-    resolution: locate.Resolution | None = None,
+    resolution: Resolution | None = None,
     parsed: Any = None,
-) -> tuple[list[Any] | None, runs.RunFolder | None]:
+) -> tuple[list[Any] | None, RunFolder | None]:
     """lit_gpu's loggers for this run and their shared folder, or ``(None, None)`` for the user's own.
 
     ``trainer.logger`` null/true means lit_gpu's ``--loggers`` (an empty list: no logger). A fit
@@ -79,21 +82,17 @@ def trainer_loggers(
     if not kinds:
         return [], None
     ckpt_path = config_value(config, "ckpt_path")
-    resolved = resolution is not None and resolution.path == ckpt_path  # its header and run, found once
-    header = resolution.header if resolved else None
-    run = resolution.run if resolved else runs.FIND
+    if resolution is None or resolution.path != ckpt_path:  # not resolved here (a special value, a URL)
+        resolution = None
     if subcommand in ("validate", "test", "predict"):
-        evaluates = runs.evaluation(subcommand, ckpt_path, header, run)
-        folder = runs.RunFolder(root_dir(config), runs.DEFAULT_NAME, evaluates=evaluates)
+        folder = RunFolder(root_dir(config), layout.NAME, evaluates=evaluation(subcommand, resolution))
         return runs.make_loggers(kinds, folder), folder
     continues = None
     if subcommand == "fit" and not config_value(config, "new_run", False):
-        continues = runs.continuation(ckpt_path, header, run)
+        continues = continuation(resolution)
     parsed = config if parsed is None else parsed
     model = {"model": _plain(config_value(parsed, "model")), "data": _plain(config_value(parsed, "data"))}
-    folder = runs.RunFolder(
-        root_dir(config), runs.DEFAULT_NAME, continues=continues, same_model=Signature.of(model)
-    )
+    folder = RunFolder(root_dir(config), layout.NAME, continues=continues, same_model=Signature.of(model))
     return runs.make_loggers(kinds, folder), folder
 
 
@@ -121,7 +120,7 @@ def with_saved_config(args: Any) -> Any:
     if args is not None and not isinstance(args, list | tuple):
         return args
     argv = list(sys.argv[1:] if args is None else args)
-    new, used = locate.args_with_saved_config(argv)
+    new, used = rebuild.args_with_saved_config(argv)
     if used is None:
         return args
     left_out = f" (left out: {', '.join(used.left_out[:6])}; pass them as flags)" if used.left_out else ""

@@ -20,10 +20,10 @@ import torch
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files import layout
 from lit_gpu.files.checkpoint import inside
 from lit_gpu.files.text import METRICS_FIX, csv_dicts
 from lit_gpu.io import atomic_file
+from lit_gpu.run import layout
 
 DPI = 100
 CURVES_FIGSIZE = (12.0, 4.5)  # inches
@@ -55,17 +55,23 @@ def find_metrics(run_dir: str | os.PathLike) -> Path:
     path = Path(run_dir)
     if path.is_file():
         return path  # the CSV itself, named by the user
-    own = path / "metrics.csv"
+    own = path / layout.METRICS_NAME
     if os.path.lexists(own):
         if not inside(own, path):  # a link out of the run folder: never read (nor quoted in an error)
             raise LitGpuError(METRICS_LINKS_OUT.format(csv=messages.shown(own)))
         if own.is_file():
             return own
-    for pattern in ("version_*/metrics.csv", "*/version_*/metrics.csv"):
+    nested = sorted(p for p in path.glob("*") if p.is_dir())
+    for parents in ([path], nested):  # runs in path, else in path/NAME (a root)
         # only runs really inside ``path`` and files really inside their run: a version_N or a
         # metrics.csv planted as a link elsewhere is passed over
         found = [
-            p for p in path.glob(pattern) if p.is_file() and inside(p.parent, path) and inside(p, p.parent)
+            csv
+            for parent in parents
+            for run in layout.list_runs(parent)
+            if (csv := run.path / layout.METRICS_NAME).is_file()
+            and inside(run.path, path)
+            and inside(csv, run.path)
         ]
         if found:
             return max(found, key=lambda p: p.stat().st_mtime)
@@ -194,7 +200,7 @@ def _mark_evaluations(axes: dict[str, Any], run: Path) -> None:
     """
     marked = set()
     for folder in layout.evaluations(run):
-        if not (folder / "metrics.csv").is_file():
+        if not (folder / layout.METRICS_NAME).is_file():
             continue
         try:
             series = read_metrics(folder)

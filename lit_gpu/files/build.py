@@ -27,8 +27,9 @@ resolves and checks the whole spec, nested ``class_path`` entries included, *bef
 
 The same checks serve :func:`check_hparams` (``load_from_checkpoint``: what jsonargparse would build
 from a checkpoint's hyper-parameters, including strings it would import) and
-:mod:`lit_gpu.files.run_config` (the model and data a run's ``config.yaml`` names).
+:mod:`lit_gpu.run.config` (the model and data a run's ``config.yaml`` names).
 
+The import policy and the kinds an annotation accepts are :mod:`lit_gpu.files.build_policy`'s.
 Anything else raises :class:`UnsafeBuildError` (a :class:`~lit_gpu.errors.LitGpuError`: one line, exit 2
 in the CLI) naming the entry, the file and the fix, and nothing has been imported or called.
 
@@ -40,26 +41,40 @@ Needs torch only; Lightning is imported when a Lightning base is asked for.
 
 from __future__ import annotations
 
-import collections.abc
 import functools
-import importlib
-import importlib.util
 import inspect
 import os
-import re
-import sys
-import types
 import typing
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import nn
 
-from lit_gpu import messages
-from lit_gpu.errors import LitGpuError
-from lit_gpu.files.text import BadFileError, parse_yaml, read_yaml
+from lit_gpu.files.build_policy import (
+    MAX_VALUES,
+    NESTED_KINDS,
+    PLAIN,
+    TRUST_ENV,
+    TRUSTED_ROOTS,
+    UNTRUSTED_MODULES,
+    UnsafeBuildError,
+    Where,
+    accepts_any,
+    element_annotation,
+    imports_strings,
+    is_true_subclass,
+    kinds_of,
+    options_of,
+    parsed_text,
+    resolve_class,
+    resolve_path,
+    shown_annotation,
+    trusted_roots,
+    user_roots,
+    where_of,
+)
+from lit_gpu.files.text import BadFileError, read_yaml
 from lit_gpu.upstream.loops import pop_cli_instantiation
 
 __all__ = [
@@ -75,184 +90,11 @@ __all__ = [
     "lightning_base",
     "resolve_class",
     "trusted_roots",
+    "user_roots",
 ]
 
-TRUSTED_ROOTS: tuple[str, ...] = ("lit_gpu", "torch", "torchvision", "lightning", "pytorch_lightning")
-TRUST_ENV = "LIT_GPU_TRUST_MODULES"
-# modules of trusted packages whose classes download data or weights when built or prepared
-UNTRUSTED_MODULES: tuple[str, ...] = (
-    "lightning.pytorch.demos.mnist_datamodule",
-    "lightning.pytorch.demos.transformer",
-    "torch.hub",
-    "torchvision.datasets",
-    "torchvision.models",
-    "torchvision.prototype",
-)
-NESTED_KINDS: tuple[type, ...] = (nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_PLAIN = (str, int, float, bool, type(None), torch.Tensor)
-_FIX = "use a checkpoint or run folder you trust, or rebuild the net from your own code and load weights"
-
-
-class UnsafeBuildError(LitGpuError):
-    """File content names something lit_gpu refuses to import or instantiate."""
-
-
-def trusted_roots(extra: Iterable[str] = ()) -> frozenset[str]:
-    """Top-level packages that may be imported: the defaults, ``$LIT_GPU_TRUST_MODULES`` and ``extra``."""
-    return frozenset(TRUSTED_ROOTS) | user_roots(extra)
-
-
-def user_roots(extra: Iterable[str] = ()) -> frozenset[str]:
-    """Top-level packages the user trusts: ``$LIT_GPU_TRUST_MODULES`` and ``extra`` (never a file's say)."""
-    env = [name.strip() for name in os.environ.get(TRUST_ENV, "").split(",")]
-    names = [*env, *extra]
-    return frozenset(n.split(".", 1)[0] for n in names if n and _IDENT.match(n.split(".", 1)[0]))
-
-
-def _where(source: Any, key: str, trust_modules: Iterable[str], loader: bool = False) -> _Where:
-    extra = tuple(trust_modules)
-    return _Where(str(source), key, trusted_roots(extra), loader, user_roots(extra))
-
-
-def is_true_subclass(obj: Any, base: type | tuple[type, ...]) -> bool:
-    """``obj`` is a class whose real MRO contains ``base`` (or one of them); no hooks are consulted."""
-    if not isinstance(obj, type):
-        return False
-    mro = type.__dict__["__mro__"].__get__(obj)
-    bases = base if isinstance(base, tuple) else (base,)
-    return any(b in mro for b in bases)
-
-
-_SHORT = {
-    "torch.nn.modules.module.Module": "torch.nn.Module",
-    "torch.optim.optimizer.Optimizer": "torch.optim.Optimizer",
-    "lightning.pytorch.core.module.LightningModule": "lightning.pytorch.LightningModule",
-    "lightning.pytorch.core.datamodule.LightningDataModule": "lightning.pytorch.LightningDataModule",
-}
-
-
-def _name(base: type | tuple[type, ...]) -> str:
-    bases = base if isinstance(base, tuple) else (base,)
-    names = (f"{b.__module__}.{b.__qualname__}" for b in bases)
-    return " or ".join(_SHORT.get(n, n) for n in names)
-
-
-#: values (counted each time they are reached) one spec or one set of hyper-parameters may hold: checking
-#: and building them visits each
-MAX_VALUES = 100_000
-
-
-@dataclass
-class _Where:
-    source: str  # the file the spec came from
-    key: str  # where in it, e.g. "lit_gpu_net" or "model.init_args.net"
-    trusted: frozenset[str]
-    loader: bool = False  # the values go to jsonargparse (Lightning's loader), which resolves strings too
-    user_trusted: frozenset[str] = (
-        frozenset()
-    )  # named by the user (flag, env): may also use UNTRUSTED_MODULES
-    left: list[int] = field(default_factory=lambda: [MAX_VALUES])  # values one check may still visit
-
-    def refuse(self, what: str, fix: str = _FIX) -> UnsafeBuildError:
-        return UnsafeBuildError(
-            messages.BUILD_REFUSED.format(source=self.source, key=self.key, what=what, fix=fix)
-        )
-
-    def at(self, key: str) -> _Where:
-        return _Where(
-            self.source, f"{self.key}.{key}", self.trusted, self.loader, self.user_trusted, self.left
-        )
-
-
-def _import_module(module_name: str, class_path: str, where: _Where) -> types.ModuleType:
-    """The module ``module_name`` if the import policy allows it (see the module docstring)."""
-    root = module_name.split(".", 1)[0]
-    if root not in where.trusted:
-        try:
-            installed = importlib.util.find_spec(root) is not None  # top level: searches, runs nothing
-        except (ValueError, ImportError):  # e.g. a module without __spec__
-            installed = root in sys.modules
-        state = "is not a trusted package" if installed else "is not installed"
-        fix = (
-            f"if you trust the package {root!r}: --trust_module {root} (lit-gpu export), "
-            f"trust_modules=[{root!r}] (lit_gpu.checkpoints in Python) or {TRUST_ENV}={root}"
-            if installed
-            else f"install {root!r} or point PYTHONPATH at it"
-        )
-        raise where.refuse(
-            f"importing {module_name!r} for class_path {class_path!r} would run its code and {root!r} "
-            f"{state} (trusted: {', '.join(sorted(where.trusted))})",
-            fix,
-        )
-    if any(part.startswith("_") for part in module_name.split(".")[1:]):
-        raise where.refuse(
-            f"class_path {class_path!r} would import the private module {module_name!r} (private "
-            "modules such as test utilities may act on import)",
-            "name the class by its public path, e.g. torch.nn.Linear",
-        )
-    denied = next((m for m in UNTRUSTED_MODULES if module_name == m or module_name.startswith(m + ".")), None)
-    if denied is not None and root not in where.user_trusted:
-        raise where.refuse(
-            f"class_path {class_path!r} is in {denied!r}, whose classes download data or weights when built",
-            f"build it from your own code, or {TRUST_ENV}={root} if you trust the file",
-        )
-    loaded = sys.modules.get(module_name)
-    if isinstance(loaded, types.ModuleType):
-        return loaded  # a trusted module imported already: looked up, not imported again
-    try:
-        return importlib.import_module(module_name)
-    except ImportError as err:
-        raise where.refuse(
-            f"class_path {class_path!r} cannot be imported ({err})",
-            "check the spelling, or install the package that defines the class",
-        ) from None
-
-
-def resolve_class(
-    class_path: Any,
-    base: type | tuple[type, ...],
-    *,
-    source: str = "file",
-    key: str = "class_path",
-    trust_modules: Iterable[str] = (),
-) -> type:
-    """The class named by ``class_path``, if the import policy allows it and it subclasses ``base``.
-
-    Raises:
-        UnsafeBuildError: The path is malformed, its module is not importable under the policy, or
-            the object is not a class with ``base`` in its MRO. Nothing was called.
-    """
-    return _resolve(class_path, base, _where(source, key, trust_modules))
-
-
-def _resolve(class_path: Any, base: type | tuple[type, ...], where: _Where) -> type:
-    if not isinstance(class_path, str):
-        raise where.refuse(
-            f"class_path must be a 'package.module.Class' string, got {type(class_path).__name__}"
-        )
-    parts = class_path.split(".")
-    if len(parts) < 2 or not all(_IDENT.match(p) for p in parts):
-        raise where.refuse(f"class_path {class_path!r} is not a 'package.module.Class' path")
-    if any(p.startswith("__") and p.endswith("__") for p in parts):
-        raise where.refuse(f"class_path {class_path!r} names a dunder attribute or module")
-    module = _import_module(".".join(parts[:-1]), class_path, where)
-    obj = vars(module).get(parts[-1])  # no module __getattr__ hook, no lazy import
-    if obj is None:
-        raise where.refuse(
-            f"module {module.__name__!r} has no class {parts[-1]!r} (class_path {class_path!r})",
-            "check the spelling of the class_path",
-        )
-    if not isinstance(obj, type):
-        raise where.refuse(
-            f"{class_path!r} is a {type(obj).__name__}, not a class; only {_name(base)} classes are built"
-        )
-    if not is_true_subclass(obj, base):
-        raise where.refuse(f"{class_path!r} is a class but not a subclass of {_name(base)}")
-    return obj
-
-
+# ---- checking a whole spec before anything is called ---------------------------------------------
 # ---- checking a whole spec before anything is called ---------------------------------------------
 @dataclass
 class _Plan:
@@ -265,98 +107,7 @@ def _is_spec(value: Any) -> bool:
     return isinstance(value, Mapping) and "class_path" in value
 
 
-def _kinds_of(annotation: Any) -> tuple[tuple[type, ...], bool]:
-    """Allowed bases for a nested ``class_path`` filling ``annotation``; bool: build a partial."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        found: list[type] = []
-        partial = False
-        for arg in typing.get_args(annotation):
-            kinds, is_partial = _kinds_of(arg)
-            found.extend(kinds)
-            partial = partial or is_partial
-        return tuple(found), partial
-    if origin is collections.abc.Callable:
-        args = typing.get_args(annotation)
-        kinds, _ = _kinds_of(args[-1]) if args else ((), False)
-        return kinds, bool(kinds)
-    if isinstance(annotation, type) and is_true_subclass(annotation, NESTED_KINDS):
-        return (annotation,), False
-    return (), False
-
-
-_STRING_SAFE = (str, int, float, bool, bytes, type(None), os.PathLike, list, dict, tuple, set)
-
-
-def _shown(annotation: Any) -> str:
-    if annotation is inspect.Parameter.empty:
-        return "nothing (unannotated)"
-    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
-
-
-def _options(annotation: Any) -> tuple[Any, ...]:
-    """The members of a ``Union``/``Optional``, else ``(annotation,)``."""
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return typing.get_args(annotation)
-    return (annotation,)
-
-
-def _accepts_any(annotation: Any) -> bool:
-    return annotation in (typing.Any, object, inspect.Parameter.empty)
-
-
-def _imports_strings(annotation: Any, loader: bool = False) -> bool:
-    """Whether a string for ``annotation`` may be resolved as an import path (jsonargparse does this).
-
-    True for ``Callable``, ``type[...]`` and class types other than plain data. For :func:`build`
-    (which never resolves strings) a ``str`` option in the union keeps the string a string; for
-    jsonargparse (``loader``), whose union order is its own, any such option is enough.
-    """
-    options = _options(annotation)
-    if not loader and (str in options or any(_accepts_any(o) for o in options)):
-        return False
-    for option in options:
-        origin = typing.get_origin(option)
-        if origin is collections.abc.Callable or origin is type or option in (type, collections.abc.Callable):
-            return True
-        if origin is None and isinstance(option, type) and not _accepts_any(option):
-            import enum
-
-            if not issubclass(option, _STRING_SAFE + (enum.Enum,)):
-                return True
-    return False
-
-
-def _parsed(text: str, where: Any) -> Any:
-    """``text`` parsed as YAML, as jsonargparse would; ``text`` itself where it is not YAML."""
-    try:
-        return parse_yaml(text, "a string value")
-    except BadFileError as err:
-        if err.problem.startswith("YAML syntax error"):
-            return text
-        raise where.refuse(
-            f"the string {text[:80]!r} is YAML past lit_gpu's budget ({err.problem})"
-        ) from None
-
-
-def _element_annotation(annotation: Any, container: str) -> Any:
-    """The element (``list``) or value (``dict``) annotation inside ``Optional``/``Union`` if any."""
-    options = (
-        typing.get_args(annotation)
-        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
-        else (annotation,)
-    )
-    for option in options:
-        origin = typing.get_origin(option)
-        args = typing.get_args(option)
-        if container == "list" and origin in (list, tuple, collections.abc.Sequence) and args:
-            return args[0]
-        if container == "dict" and origin in (dict, collections.abc.Mapping) and len(args) == 2:
-            return args[1]
-    return None
-
-
-def _plan_value(value: Any, annotation: Any, where: _Where) -> Any:
+def _plan_value(value: Any, annotation: Any, where: Where) -> Any:
     """Check a value for a parameter: plain data, or a nested spec fitting ``annotation``."""
     where.left[0] -= 1
     if where.left[0] < 0:  # a list or dict named many times over (shared by a pickle's memo, a YAML alias)
@@ -366,37 +117,37 @@ def _plan_value(value: Any, annotation: Any, where: _Where) -> Any:
             "pass the arguments yourself",
         )
     if _is_spec(value):
-        kinds, partial = _kinds_of(annotation)
+        kinds, partial = kinds_of(annotation)
         if not kinds:
             raise where.refuse(
                 f"a nested class_path ({value.get('class_path')!r}) fills a parameter typed "
-                f"{_shown(annotation)}, and only parameters typed as a torch module, optimizer or LR "
-                "scheduler may get a class"
+                f"{shown_annotation(annotation)}, and only parameters typed as a torch module, optimizer or "
+                "LR scheduler may get a class"
             )
         plan = _plan_spec(value, kinds, where)
         plan.partial = partial
         return plan
     if isinstance(value, list | tuple):
-        inner = _element_annotation(annotation, "list")
+        inner = element_annotation(annotation, "list")
         return type(value)(_plan_value(v, inner, where.at(str(i))) for i, v in enumerate(value))
     if isinstance(value, Mapping):
-        inner = _element_annotation(annotation, "dict")
+        inner = element_annotation(annotation, "dict")
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
                 raise where.refuse(f"dict keys must be strings, got {type(k).__name__}")
             out[k] = _plan_value(v, inner, where.at(k))
         return out
-    if isinstance(value, str) and _imports_strings(annotation, where.loader):
+    if isinstance(value, str) and imports_strings(annotation, where.loader):
         raise where.refuse(
-            f"the string {value[:80]!r} fills a parameter typed {_shown(annotation)}, for which a loader "
-            "(jsonargparse) would import and call what the string names"
+            f"the string {value[:80]!r} fills a parameter typed {shown_annotation(annotation)}, for which a "
+            "loader (jsonargparse) would import and call what the string names"
         )
-    if isinstance(value, str) and where.loader and any(_accepts_any(o) for o in _options(annotation)):
-        parsed = _parsed(value, where)  # jsonargparse parses strings for untyped parameters as YAML
+    if isinstance(value, str) and where.loader and any(accepts_any(o) for o in options_of(annotation)):
+        parsed = parsed_text(value, where)  # jsonargparse parses strings for untyped parameters as YAML
         if isinstance(parsed, dict | list):
             _plan_value(parsed, typing.Any, where)
-    if isinstance(value, _PLAIN):
+    if isinstance(value, PLAIN):
         return value
     raise where.refuse(
         f"init_args may hold plain data only (numbers, strings, lists, dicts), got {type(value).__name__}"
@@ -416,7 +167,7 @@ def _init_params(cls: type) -> tuple[dict[str, inspect.Parameter], dict[str, Any
     return named, hints, varkw
 
 
-def _annotation(cls: type, name: str, where: _Where) -> tuple[bool, Any]:
+def _annotation(cls: type, name: str, where: Where) -> tuple[bool, Any]:
     """Whether ``cls(name=...)`` is accepted, and the annotation of that parameter.
 
     A name taken by ``**kwargs`` gets the annotation of the first base class in the MRO that names it
@@ -445,11 +196,11 @@ def _annotation(cls: type, name: str, where: _Where) -> tuple[bool, Any]:
 def _plan_spec(
     spec: Mapping[str, Any],
     base: type | tuple[type, ...],
-    where: _Where,
+    where: Where,
     drop_unknown: bool = False,
     resolved: type | None = None,
 ) -> _Plan:
-    cls = resolved or _resolve(spec.get("class_path"), base, where)
+    cls = resolved or resolve_path(spec.get("class_path"), base, where)
     kwargs: dict[str, Any] = {}
     for key in ("init_args", "dict_kwargs"):
         given = spec.get(key)
@@ -512,7 +263,7 @@ def check(
 def _checked(
     spec: Any, base: Any, source: Any, key: str, trust_modules: Iterable[str], loader: bool = False
 ) -> _Plan:
-    where = _where(source, key, trust_modules, loader)
+    where = where_of(source, key, trust_modules, loader)
     if not _is_spec(spec):
         raise where.refuse("expected a mapping with class_path and init_args", "fix or regenerate the file")
     return _plan_spec(spec, base, where)
@@ -606,7 +357,7 @@ def check_hparams(
         return  # Lightning calls cls(**hparams) with the plain values: nothing is resolved from strings
     for name in passed:
         hparams.pop(name, None)
-    where = _where(source, where_key, trust_modules, loader=True)
+    where = where_of(source, where_key, trust_modules, loader=True)
     spec = {"class_path": class_path, "init_args": hparams}
     # without _class_path (or naming the very class called) the called class itself is built: the
     # caller chose it, wherever it was defined

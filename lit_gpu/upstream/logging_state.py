@@ -225,3 +225,39 @@ def restore(trainer: Any, pl_module: Any, state: dict[str, Any]) -> None:
     _restore_results(trainer, pl_module, state.get("results", []))
     # None -> True at the next batch start would reset the collection's tensors; True -> False does not
     trainer._logger_connector._first_loop_iter = True  # private, pinned
+
+
+# ---- the step of per-step validation rows ---------------------------------------------------------
+#: the checkpoint key (top level) of the validation loop's batch counters: a dict {dataloader index
+#: (int, 0 <= i < 1000): batches validated in this fit so far (int, 0 <= n < 2**62)}; checked by
+#: check_val_steps before it is restored
+VAL_STEPS_KEY = "lit_gpu_val_steps"
+
+
+def val_steps(trainer: Any) -> dict[int, int]:
+    """Batches each validation loader has logged at in this fit: the step of per-step validation rows.
+
+    Lightning keeps them in the validation loop (private ``_seen_batches_per_dataloader``, pinned by
+    test_evaluation_loop__seen_batches_per_dataloader) and does not save them: after a resume its
+    per-step validation rows would start again at step 0.
+    """
+    seen = getattr(trainer.fit_loop.epoch_loop.val_loop, "_seen_batches_per_dataloader", None)
+    return {int(k): int(v) for k, v in seen.items()} if isinstance(seen, dict) else {}
+
+
+def check_val_steps(value: Any) -> dict[int, int] | None:
+    """``value`` as :func:`set_val_steps` takes it, or None when it is not the :data:`VAL_STEPS_KEY` shape."""
+    if not isinstance(value, dict) or len(value) > 1000:
+        return None
+    for key, count in value.items():
+        for number, high in ((key, 1000), (count, 2**62)):
+            if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number < high:
+                return None
+    return dict(value)
+
+
+def set_val_steps(trainer: Any, counts: dict[int, int]) -> None:
+    """Continue the per-step validation rows' steps at ``counts`` (the validation loop has its loaders)."""
+    seen = getattr(trainer.fit_loop.epoch_loop.val_loop, "_seen_batches_per_dataloader", None)
+    if isinstance(seen, dict):
+        seen.update(counts)

@@ -100,12 +100,13 @@ class ForeignClassifier(pl.LightningModule):
     """A plain LightningModule (none of lit_gpu's): ``self.log`` of tensors and torchmetrics, a step-wise
     scheduler, and the learning rate logged once an epoch (its first batch) as many modules do."""
 
-    def __init__(self, lr: float = 0.002, dropout: float = 0.5) -> None:
+    def __init__(self, lr: float = 0.002, dropout: float = 0.5, val_on_step: bool = False) -> None:
         super().__init__()
         from torch import nn
         from torchmetrics.classification import MulticlassAccuracy
 
         self.lr = lr
+        self.val_on_step = val_on_step  # validation values logged per step too (a row per validation batch)
         self.net = nn.Sequential(nn.Flatten(), nn.Dropout(dropout), nn.Linear(784, 10))
         self.train_acc = MulticlassAccuracy(num_classes=10, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes=10, average="micro")
@@ -131,7 +132,8 @@ class ForeignClassifier(pl.LightningModule):
         x, y = batch
         logits = self(x)
         self.val_acc.update(logits, y)
-        self.log("val/loss", torch.nn.functional.cross_entropy(logits, y), prog_bar=True)
+        loss = torch.nn.functional.cross_entropy(logits, y)
+        self.log("val/loss", loss, prog_bar=True, on_step=self.val_on_step, on_epoch=True)
         self.log("val/acc", self.val_acc)
 
     def configure_optimizers(self):

@@ -322,10 +322,13 @@ def test_a_sweep_search_space_passed_as_config_does_not_blame_typing_union(tmp_p
     assert "no class_path given there?" in line and "typing.Union" not in line, line
 
 
-def test_predict_on_a_model_without_predict_step_is_one_line(tmp_path, monkeypatch, capsys):
-    (tmp_path / "nopredict_for_test.py").write_text(
+@pytest.mark.parametrize(
+    ("command", "step"), [("predict", "predict_step"), ("test", "test_step"), ("validate", "validation_step")]
+)
+def test_an_evaluation_of_a_model_without_its_step_is_one_line(command, step, tmp_path, monkeypatch, capsys):
+    (tmp_path / "nostep_for_test.py").write_text(
         "import lightning.pytorch as pl\nimport torch\n\n\n"
-        "class NoPredict(pl.LightningModule):\n"
+        "class NoSteps(pl.LightningModule):\n"
         "    def __init__(self):\n        super().__init__()\n"
         "        self.layer = torch.nn.Linear(10, 10)\n\n"
         "    def training_step(self, batch, batch_idx):\n"
@@ -333,10 +336,12 @@ def test_predict_on_a_model_without_predict_step_is_one_line(tmp_path, monkeypat
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    line = _one_line(["predict", *SIMPLE, "--model", "nopredict_for_test.NoPredict"], capsys)
-    assert "model.class_path nopredict_for_test.NoPredict: the model has no predict_step" in line
-    assert "define predict_step(self, batch, batch_idx)" in line and "lit_gpu.modules" in line
+    line = _one_line([command, *SIMPLE, "--model", "nostep_for_test.NoSteps"], capsys)
+    assert f"model.class_path nostep_for_test.NoSteps: the model has no {step}" in line
+    assert f"lit-gpu {command} cannot run it" in line
+    assert f"define {step}(self, batch, batch_idx)" in line and "lit_gpu.modules" in line
     assert not (tmp_path / "predictions.csv").exists()
+    assert not (tmp_path / "runs" / "lit_gpu" / "version_0" / "evaluations").exists()
 
 
 @pytest.mark.parametrize(

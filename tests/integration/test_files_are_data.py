@@ -21,8 +21,8 @@ import pytest
 import torch
 import yaml
 
-from lit_gpu import safe_build
 from lit_gpu.cli import main
+from lit_gpu.files import build as safe_build
 from tests.helpers.paths import CONFIGS
 
 SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]

@@ -121,10 +121,8 @@ def test_signal_to_process_group_saves_last_ckpt_and_resumes(
     resumed = run_cli(argv + ["--ckpt_path", "last"], tmp_path, cli_env, timeout=120)
     out = resumed.stderr
     assert resumed.returncode == 0, out[-3000:]
-    assert (
-        f"lit-gpu: resuming from {RUN / 'version_0' / 'checkpoints' / 'last.ckpt'} (step {stopped_at}, "
-        in out
-    )
+    last = RUN / "version_0" / "checkpoints" / "last.ckpt"
+    assert f"lit-gpu: resuming from {last} (global step {stopped_at}, " in out
     assert "passed over newer version_1: no config.yaml" in out
     assert f"lit-gpu: continuing the run in {RUN / 'version_0'} from step {stopped_at};" in out
     assert sorted(p.name for p in ckpt_dir.glob("last*")) == ["last.ckpt"]

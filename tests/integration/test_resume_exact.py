@@ -205,7 +205,7 @@ def test_sigterm_mid_epoch_then_resume_logs_the_uninterrupted_curves(
     sigterm = ["--trainer.callbacks+=tests.helpers.resume.SignalAtStep", "--trainer.callbacks.step", "11"]
     first = _run(stopped, cli_env, [*args, *sigterm], check=False)
     assert first.returncode == 143, first.stderr[-3000:]
-    assert "at global step 11 (epoch 2 of 2)" in first.stderr
+    assert "at global step 11 (epoch 2/2 step 3/8); saved" in first.stderr  # as the progress lines
     resumed = _run(stopped, cli_env, [*args, "--ckpt_path", "last"])
     _assert_same_curves(stopped, tmp_path / "reference")
     lines = [m for m in map(PERCENT.match, resumed.stdout.splitlines()) if m]
@@ -213,3 +213,27 @@ def test_sigterm_mid_epoch_then_resume_logs_the_uninterrupted_curves(
     # the first line after the resume: epoch 2, its 4th batch, 12 of the run's 16 batches done
     assert lines[0].group(1, 2, 4, 5, 6) == ("2", "2", "4", "8", "75")
     assert lines[-1].group(3, 4, 6) == (" end", "8", "100")
+
+
+@pytest.mark.parametrize("stop", ["epoch_end", pytest.param("mid_epoch", marks=pytest.mark.slow)])
+def test_per_step_validation_rows_continue_their_steps_across_a_resume(
+    stop, tmp_path, fake_mnist_dir, cli_env
+):
+    """A foreign module logging validation values per step: the rows' step column goes on counting across a
+    resume (Lightning restarts it at 0), so metrics.csv equals the uninterrupted run's."""
+    args = [
+        *_curves_args(fake_mnist_dir, "foreign"), "--model.init_args.val_on_step", "true",
+        "--trainer.limit_val_batches", "2", "--progress_interval", "1000",
+    ]  # fmt: skip
+    _run(tmp_path / "reference", cli_env, args)
+    stopped = tmp_path / "stopped"
+    if stop == "epoch_end":
+        _run(stopped, cli_env, [*args, "--trainer.max_epochs", "1"])
+    else:
+        sigterm = ["--trainer.callbacks+=tests.helpers.resume.SignalAtStep", "--trainer.callbacks.step", "11"]
+        assert _run(stopped, cli_env, [*args, *sigterm], check=False).returncode == 143
+    _run(stopped, cli_env, [*args, "--ckpt_path", "last"])
+    columns, rows = _metrics_table(stopped)
+    assert "val/loss_step" in columns
+    assert [r["step"] for r in rows if r["val/loss_step"]] == ["0", "1", "2", "3"]
+    _assert_same_curves(stopped, tmp_path / "reference")

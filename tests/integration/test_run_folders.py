@@ -45,7 +45,7 @@ def test_default_root_dir_holds_config_logs_and_checkpoints(tmp_path, monkeypatc
     assert {"config.yaml", "metrics.csv", "hparams.yaml", "checkpoints"} <= names
     assert any(n.startswith("events.out.tfevents.") for n in names)  # TensorBoard beside the CSV
     assert (run / "checkpoints" / "last.ckpt").is_file()
-    assert [type(lg).__name__ for lg in cli.trainer.loggers] == ["RunCSVLogger", "RunTensorBoardLogger"]
+    assert [type(lg).__name__ for lg in cli.trainer.loggers] == ["RunTensorBoardLogger", "RunCSVLogger"]
     assert cli.trainer.log_dir == str(Path("exp1") / "lit_gpu" / "version_0")
     assert not (tmp_path / "runs").exists() and not (tmp_path / "lightning_logs").exists()
     saved = yaml.safe_load((run / "config.yaml").read_text())

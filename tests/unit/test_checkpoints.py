@@ -13,8 +13,6 @@ from lit_gpu.checkpoints import (
     CheckpointMismatchError,
     check_checkpoint_file,
     clean_keys,
-    explain_choice,
-    find_last_checkpoint,
     load_into,
     load_state_dict,
     net_spec,
@@ -136,45 +134,6 @@ def test_cuda_saved_checkpoint_loads_on_cpu(tmp_path):
     assert dst.fc.weight.device.type == "cpu" and _same_weights(dst, net)
     meta = load_state_dict(tmp_path / "gpu.ckpt", map_location="meta")
     assert meta["net.fc.weight"].device.type == "meta"
-
-
-def test_find_last_checkpoint_picks_newest(tmp_path):
-    import os
-
-    for version, mtime in (("version_0", 100), ("version_2", 300), ("version_1", 200)):
-        folder = tmp_path / version / "checkpoints"
-        folder.mkdir(parents=True)
-        path = folder / "last.ckpt"
-        path.write_bytes(b"x")
-        os.utime(path, (mtime, mtime))
-    assert find_last_checkpoint([tmp_path / "version_*" / "checkpoints"]) == (
-        tmp_path / "version_2" / "checkpoints" / "last.ckpt"
-    )
-    assert find_last_checkpoint([tmp_path / "nothing_*"]) is None
-
-
-def test_explain_choice_names_step_and_the_newer_runs_without_a_last_ckpt(tmp_path):
-    import os
-    import time
-
-    runs = tmp_path / "version_*" / "checkpoints"
-    for version, mtime in (("version_0", 100), ("version_1", 200)):
-        (tmp_path / version / "checkpoints").mkdir(parents=True)
-        torch.save(
-            {"global_step": 7 * (mtime // 100), "epoch": 1}, tmp_path / version / "checkpoints" / "last.ckpt"
-        )
-        os.utime(tmp_path / version / "checkpoints" / "last.ckpt", (mtime, mtime))
-    (tmp_path / "version_2").mkdir()  # preempted before its first save
-    (tmp_path / "version_3" / "checkpoints").mkdir(parents=True)  # the same, after creating the folder
-    for version in ("version_0", "version_1", "version_2", "version_3"):
-        os.utime(tmp_path / version, (150, 150) if version == "version_0" else (300, 300))
-    chosen = find_last_checkpoint([runs])
-    assert chosen == tmp_path / "version_1" / "checkpoints" / "last.ckpt"
-    written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(200))
-    assert explain_choice(chosen, [runs]) == (
-        f"step 14, epoch 1; written {written}; the newest last*.ckpt in {runs}; "
-        "skipped newer version_2, version_3: no last*.ckpt yet"
-    )
 
 
 def test_net_spec_outside_cli_reads_attributes_and_lit_module_saves_it():

@@ -160,3 +160,14 @@ def test_cleanup_sees_a_reused_pid(tmp_path):
     long_ago = time.time() - 10 * 24 * 3600  # written before this process (same pid) started
     os.utime(stale, (long_ago, long_ago))
     assert clean_stale_temp_files(tmp_path) == [f"{stale} (7 B)"]
+
+
+@pytest.mark.parametrize("pid", ["99999999999999999999", str((1 << 22) + 1), "9" * 150])
+def test_a_temp_name_with_an_absurd_process_number_is_ignored_not_a_traceback(tmp_path, pid):
+    """Round-4 leftover: an empty file named like a temp of this host with a pid no process can have,
+    planted in an earlier run's folder, stopped every later ``fit`` there (``os.kill`` overflowed)."""
+    planted = tmp_path / f".last.ckpt.{_writer_token()}.{pid}.abcdefgh.tmp"
+    planted.write_bytes(b"")
+    assert clean_stale_temp_files(tmp_path) == []
+    assert clean_stale_temp_files(tmp_path, now=time.time() + 10 * STALE_AFTER_S) == []
+    assert planted.exists()  # not a temp lit_gpu wrote: left alone

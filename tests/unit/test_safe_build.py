@@ -16,13 +16,13 @@ from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningCLI
 from torch import nn
 
-from lit_gpu import safe_build
 from lit_gpu.cli import LitGpuCLI
 from lit_gpu.cli.ckpt_path import resolve_ckpt_path
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files import build as build_module
+from lit_gpu.files import build as safe_build
+from lit_gpu.files import build_policy
+from lit_gpu.files.build import UnsafeBuildError, build, check, is_true_subclass
 from lit_gpu.nets import SimpleModel
-from lit_gpu.safe_build import UnsafeBuildError, build, check, is_true_subclass
 from tests.helpers.paths import CONFIGS
 
 HERE = __name__  # trusted below by the user's LIT_GPU_TRUST_MODULES (being imported trusts nothing)
@@ -175,10 +175,10 @@ def test_nested_specs_are_checked_before_the_outer_call(nested, where, needle, t
 
 
 def test_strings_stay_strings_only_where_a_loader_would_not_import_them():
-    assert not build_module._imports_strings(str | nn.Module) and not build_module._imports_strings(int)
-    assert not build_module._imports_strings(Any) and not build_module._imports_strings(list[str])
-    assert build_module._imports_strings(Callable[..., torch.optim.Optimizer])
-    assert build_module._imports_strings(nn.Module | None) and build_module._imports_strings(type[nn.Module])
+    assert not build_policy.imports_strings(str | nn.Module) and not build_policy.imports_strings(int)
+    assert not build_policy.imports_strings(Any) and not build_policy.imports_strings(list[str])
+    assert build_policy.imports_strings(Callable[..., torch.optim.Optimizer])
+    assert build_policy.imports_strings(nn.Module | None) and build_policy.imports_strings(type[nn.Module])
     with pytest.raises(UnsafeBuildError) as exc:
         build(spec(f"{HERE}.Stack", layers=[], opt="torch.optim.SGD"))
     _refused(exc, "init_args.opt: the string 'torch.optim.SGD'")
@@ -262,7 +262,7 @@ def test_private_modules_of_trusted_packages_are_not_imported():
 
 def test_already_imported_modules_are_looked_up_not_reimported(monkeypatch):
     calls = []
-    monkeypatch.setattr(build_module.importlib, "import_module", lambda *a: calls.append(a))
+    monkeypatch.setattr(build_policy.importlib, "import_module", lambda *a: calls.append(a))
     assert check(spec("lit_gpu.nets.SimpleModel")) is SimpleModel
     assert check(spec(f"{HERE}.Stack")) is Stack
     assert calls == []

@@ -390,9 +390,9 @@ def test_trainer__signal_connector_received_sigterm_and_original_handlers(tmp_pa
 
 
 def test_checkpoint_loop_state_read_by_resume_log_step(tmp_path):
-    """lit_gpu.runs.resume_log_step reads ``_batches_that_stepped`` and the batch progress of a saved
+    """lit_gpu.run.header.resume_log_step reads ``_batches_that_stepped`` and the batch progress of a saved
     checkpoint, to drop the metrics a stopped attempt logged after it; Lightning logs again from there."""
-    from lit_gpu.runs import resume_log_step
+    from lit_gpu.run.header import resume_log_step
 
     cb = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1, filename="{step}")
     trainer = quiet_trainer(
@@ -804,6 +804,51 @@ def test_dataloader_get_iterator__set_sigchld_handler():
     assert "self._get_iterator()" in inspect.getsource(DataLoader.__iter__)
     assert callable(signal_handling._set_SIGCHLD_handler)
     assert isinstance(signal_handling._SIGCHLD_handler_set, bool)
+
+
+@pins("lightning")
+def test_fit_loop__setup_data__load_combined_loader_states():
+    """lit_gpu.upstream.train_loaders: setup_data builds the train loaders, then calls the loop's
+    ``_load_combined_loader_states`` (looked up on the instance), then creates their iterator."""
+    from lightning.pytorch.loops.fit_loop import _FitLoop
+
+    source = inspect.getsource(_FitLoop.setup_data)
+    built = source.index("combined_loader.flattened = dataloaders")
+    loaded = source.index("self._load_combined_loader_states()")
+    iterated = source.index("iter(self._data_fetcher)")
+    assert built < loaded < iterated
+    assert "self._combined_loader = combined_loader" in source[:loaded]
+
+
+@pins("lightning")
+def test_evaluation_loop__seen_batches_per_dataloader():
+    """lit_gpu.upstream.logging_state.val_steps: the step of per-step validation rows is this counter,
+    zeroed when the loop builds its loaders, logged at and incremented after each batch."""
+    from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
+
+    zeroed = "self._seen_batches_per_dataloader = defaultdict(int)"
+    assert zeroed in inspect.getsource(_EvaluationLoop.setup_data)
+    source = inspect.getsource(_EvaluationLoop._evaluation_step)
+    assert "update_eval_step_metrics(self._seen_batches_per_dataloader[dataloader_idx])" in source
+    assert "self._seen_batches_per_dataloader[dataloader_idx] += 1" in source
+
+
+@pins("lightning")
+def test_checkpoint_connector__hpc_resume_path(tmp_path, monkeypatch):
+    """lit_gpu.upstream.cluster.no_cluster_resume turns ``_checkpoint_connector._hpc_resume_path`` off."""
+    from lit_gpu.upstream.cluster import no_cluster_resume
+
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    monkeypatch.setenv("SLURM_JOB_NAME", "train")
+    (tmp_path / "hpc_ckpt_3.ckpt").write_bytes(b"x")
+    trainer = pl.Trainer(default_root_dir=tmp_path, logger=False, enable_checkpointing=False)
+    connector = trainer._checkpoint_connector
+    assert isinstance(type(connector).__dict__["_hpc_resume_path"], property)
+    assert connector._hpc_resume_path == str(tmp_path / "hpc_ckpt_3.ckpt")
+    no_cluster_resume(trainer)
+    no_cluster_resume(trainer)  # once is enough; twice changes nothing
+    assert trainer._checkpoint_connector._hpc_resume_path is None
+    assert type(trainer._checkpoint_connector).__mro__[1] is type(pl.Trainer()._checkpoint_connector)
 
 
 @pins("jsonargparse")

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from lit_gpu.files.text import read_csv
 from lit_gpu.io import atomic_file
+from lit_gpu.run.layout import METRICS_NAME
 
-METRICS = "metrics.csv"
+METRICS = METRICS_NAME
 ASIDE = ".metrics.before_continue.csv"
 FIX = "remove it (the trial continues from its checkpoint; only the curves of its earlier steps are lost)"
 

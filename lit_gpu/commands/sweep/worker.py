@@ -20,7 +20,6 @@ from lit_gpu.commands.sweep.pruning import SweepPruning
 from lit_gpu.commands.sweep.space import SearchSpace, format_value
 from lit_gpu.commands.sweep.trial import TrialResult, run_in_child, run_in_process
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.locate import refuse_links_out_of
 from lit_gpu.files.sweep_storage import (
     TrialRecord,
     check_params,
@@ -29,6 +28,8 @@ from lit_gpu.files.sweep_storage import (
     read_trial,
     trial_folder,
 )
+from lit_gpu.run.layout import CHECKPOINTS
+from lit_gpu.run.links import refuse_links_out_of
 from lit_gpu.upstream.tools import trial_id
 
 WAIT_S = 10.0  # --until_complete: how often to look again while other workers run the last trials
@@ -162,7 +163,7 @@ class Worker:
         refuse_links_out_of(run_dir, messages.SWEEP_TRIAL_LINKS_OUT, number=trial.number)
         gpus = self.claims.claim(self.options.gpus_per_trial) if self.claims else None
         args = self.trial_args(values, trial.number, gpus)  # run_dir is trial_folder(sweep_dir, number)
-        last = run_dir / "checkpoints" / "last.ckpt"
+        last = run_dir / CHECKPOINTS / "last.ckpt"
         shown = ", ".join(f"{self.names[k]}={fmt(v)}" for k, v in values.items())
         where = f" on GPU {','.join(map(str, gpus))}" if gpus else ""
         if pick.record is None:

@@ -54,7 +54,7 @@ def test_signal_mid_step_finishes_the_step_saves_and_restores_handlers(signum, t
     batches = ckpt["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]
     assert batches["completed"] == batches["ready"] == 6
     err = capsys.readouterr().err
-    assert f"lit-gpu: stopped by {signum.name} at global step 6 (epoch 1 of 3); saved " in err
+    assert f"lit-gpu: stopped by {signum.name} at global step 6 (epoch 1/3 step 6/16); saved " in err
 
 
 def test_a_finished_fit_leaves_signal_handlers_as_they_were(tmp_path):
@@ -115,8 +115,8 @@ def test_a_worker_killed_by_the_jobs_signal_is_a_stop_at_the_last_finished_step(
     assert ckpt["global_step"] == 5
     err = capsys.readouterr().err
     assert (
-        f"lit-gpu: stopped by {signal.Signals(code - 128).name} at global step 5 (epoch 1 of 3); saved "
-        in err
+        f"lit-gpu: stopped by {signal.Signals(code - 128).name} at global step 5 (epoch 1/3 step 5/16); "
+        "saved " in err
     )
 
 

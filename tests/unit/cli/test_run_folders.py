@@ -24,7 +24,7 @@ def test_building_the_trainer_claims_no_folder_and_redraws_slowly(here, monkeypa
     cli = LitGpuCLI(args=[*SIMPLE, "--trainer.accelerator", "cpu"], run=False)
     bar = cli.trainer.progress_bar_callback
     assert isinstance(bar, LitProgressBar) and bar.refresh_rate == REFRESHES_PER_SECOND
-    assert [type(lg).__name__ for lg in cli.trainer.loggers] == ["RunCSVLogger", "RunTensorBoardLogger"]
+    assert [type(lg).__name__ for lg in cli.trainer.loggers] == ["RunTensorBoardLogger", "RunCSVLogger"]
     assert not (here / "runs").exists()  # claimed only when the run starts
 
 

@@ -31,10 +31,48 @@ def _sgd(params):
 
 
 class PlainLoaderData(SyntheticRegressionDataModule):
-    """The same data through a plain (not resumable) shuffled DataLoader."""
+    """The same data through a module's own plain shuffled DataLoader (made replayable by lit_gpu)."""
+
+    loader_kwargs: dict = {"shuffle": True}  # noqa: RUF012
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True)
+        return DataLoader(Noisy(self.train_set), batch_size=self.batch_size, **self.loader_kwargs)
+
+
+class Noisy(torch.utils.data.Dataset):
+    """A map-style dataset with a random augmentation (global torch RNG: the worker's, or the main one's)."""
+
+    def __init__(self, data) -> None:
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index):
+        x, y = self.data[index]
+        return x + 0.01 * torch.randn_like(x), y
+
+
+def _plain(**loader_kwargs) -> type:
+    return type("Plain", (PlainLoaderData,), {"loader_kwargs": loader_kwargs})
+
+
+class _Every(torch.utils.data.Sampler):
+    """A custom sampler without state."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self):
+        return iter(torch.randperm(self.n).tolist())
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class CustomSamplerData(SyntheticRegressionDataModule):
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.train_set, batch_size=self.batch_size, sampler=_Every(len(self.train_set)))
 
 
 def _fit(
@@ -150,11 +188,66 @@ def test_changed_batch_size_continues_at_the_same_sample(tmp_path, reference):
     assert samples.validated == [1]
 
 
-def test_plain_dataloader_still_gets_lightnings_warning(tmp_path):
-    """lit_gpu does not filter the warning globally: a loader that cannot resume still warns."""
-    _fit(tmp_path, stop=STOP, data_cls=PlainLoaderData)
+PLAIN = {
+    "random": {"shuffle": True},
+    "random_generators": {},  # a RandomSampler with its own generator, and the loader's generator
+    "sequential": {"shuffle": False},
+    "random_workers": {"shuffle": True, "num_workers": 2},
+    "distributed": {},  # a DistributedSampler (what Lightning injects under DDP), shuffled by seed and epoch
+}
+
+
+def _plain_kwargs(kind: str) -> dict:
+    """The loader's arguments, generators new (as a new process builds them)."""
+    kwargs = dict(PLAIN[kind])
+    if kind == "random_generators":
+        sampler_generator = torch.Generator().manual_seed(3)
+        kwargs["sampler"] = torch.utils.data.RandomSampler(range(160), generator=sampler_generator)
+        kwargs["generator"] = torch.Generator().manual_seed(4)
+    if kind == "distributed":
+        kwargs["sampler"] = torch.utils.data.DistributedSampler(range(160), num_replicas=1, rank=0, seed=5)
+    return kwargs
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["random", "random_generators",
+     *(pytest.param(k, marks=pytest.mark.slow) for k in ("sequential", "random_workers", "distributed"))],
+)  # fmt: skip
+def test_a_modules_plain_dataloader_resumes_mid_epoch_exactly(kind, tmp_path, capsys):
+    """A plain DataLoader of the module's own, stopped mid-epoch and resumed: the samples, their random
+    augmentation and the weights of the uninterrupted run; no warning, no line."""
+    data = _plain(**_plain_kwargs(kind))
+    ref_model, ref_samples = _fit(tmp_path / "ref", module_cls=NoisyRegression, data_cls=data)
+    data = _plain(**_plain_kwargs(kind))  # fresh generators, as a new process would build them
+    _fit(tmp_path / "run", stop=STOP, module_cls=NoisyRegression, data_cls=data)
+    ckpt = torch.load(tmp_path / "run" / "ckpt" / "last.ckpt", weights_only=True)
+    assert ckpt["global_step"] == STOP
+    (state,) = ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"]
+    generators = 3 if kind == "random_generators" else 1  # global torch (+ the loader's, the sampler's)
+    assert state["replay_state"] == 1 and len(state["generators"]) == generators
+    data = _plain(**_plain_kwargs(kind))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model, samples = _fit(tmp_path / "run", resume=True, module_cls=NoisyRegression, data_cls=data)
+    assert not [w for w in caught if UNRELIABLE in str(w.message)]
+    assert "cannot continue there" not in capsys.readouterr().err
+    assert torch.equal(_epoch_samples(samples, 1), _epoch_samples(ref_samples, 1)[48:])
+    _assert_same_weights(model, ref_model)
+
+
+def test_a_loader_that_cannot_resume_mid_epoch_is_named_once(tmp_path, capsys):
+    """A custom sampler without state: Lightning's warning and one lit_gpu line naming why."""
+    _fit(tmp_path, stop=STOP, data_cls=CustomSamplerData)
+    capsys.readouterr()
     with pytest.warns(UserWarning, match=UNRELIABLE):
-        _fit(tmp_path, resume=True, data_cls=PlainLoaderData)
+        _fit(tmp_path, resume=True, data_cls=CustomSamplerData)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "cannot continue there" in ln]
+    assert lines == [
+        "lit-gpu: resumed in epoch 2 after its batch 3, but the training loader cannot continue there (its "
+        "sampler _Every has no state): the rest of the epoch comes from the loader's start, so this run "
+        "differs from an uninterrupted one"
+    ]
 
 
 def test_ctrl_c_in_the_middle_of_a_step_resumes_exactly(tmp_path):

@@ -12,8 +12,8 @@ import yaml
 from jsonargparse import dict_to_namespace
 
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files import locate
-from lit_gpu.files.run_config import Signature, config_of_checkpoint, root_of_checkpoint
+from lit_gpu.run import claim, layout, rebuild, store
+from lit_gpu.run.config import Signature, config_of_checkpoint, root_of_checkpoint
 
 SIMPLE = {
     "model": {
@@ -72,11 +72,11 @@ def _ckpt(path: Path, step: int, score: float | None = None, mtime: float | None
     return path
 
 
-def _resolve(parent: Path, config: dict, which: str, sub: str = "test", **where) -> locate.Resolution | None:
+def _resolve(parent: Path, config: dict, which: str, sub: str = "test", **where) -> store.Resolution | None:
     namespace = dict_to_namespace(
         {"subcommand": sub, sub: {**config, "ckpt_path": which, "weights_only": True}}
     )
-    return locate.resolve(namespace, locate.Where(dirpath=None, parents=[parent], **where))
+    return store.resolve(namespace, store.Where(dirpath=None, parents=[parent], **where))
 
 
 def test_last_is_the_highest_step_of_the_newest_matching_run_never_the_newest_file(tmp_path):
@@ -90,9 +90,10 @@ def test_last_is_the_highest_step_of_the_newest_matching_run_never_the_newest_fi
     _ckpt(_run(parent, 2, FOONET) / "checkpoints" / "last.ckpt", 99)  # newer, other model
     _run(parent, 3, SIMPLE)  # newer, no checkpoint yet
     got = _resolve(parent, SIMPLE, "last")
-    assert got.path == str(run / "checkpoints" / "last-v1.ckpt") and got.header["global_step"] == 12
+    assert got.path == str(run / "checkpoints" / "last-v1.ckpt") and got.header.step == 12
     assert got.run is not None and got.run.path == run and got.run.mine  # the run, found once and handed on
-    assert "step 12, epoch 3; the highest step of 2 complete last*.ckpt; 1 incomplete left out" in got.line
+    chosen = "global step 12, epoch 4; the highest step of 2 complete last*.ckpt; 1 incomplete left out"
+    assert chosen in got.line
     assert "run version_1, the newest of yours with RegressionModule(SimpleModel)" in got.line
     assert (
         "passed over newer version_3: no last*.ckpt yet; version_2: another model (RegressionModule(FooNet)"
@@ -145,8 +146,6 @@ def test_another_users_newer_run_in_a_shared_root_is_never_chosen_and_the_line_s
 
 
 def test_names_lit_gpu_did_not_make_are_ignored_never_fatal(tmp_path):
-    from lit_gpu.files import layout
-
     parent = tmp_path / "lit_gpu"
     for name in (
         "version_99999999999999999999",
@@ -161,7 +160,7 @@ def test_names_lit_gpu_did_not_make_are_ignored_never_fatal(tmp_path):
     _ckpt(run / "checkpoints" / "last.ckpt", 4)
     assert [r.name for r in layout.list_runs(parent)] == ["version_3"]
     assert _resolve(parent, SIMPLE, "last").path == str(run / "checkpoints" / "last.ckpt")
-    claims = [layout.claim_run(tmp_path) for _ in range(5)]
+    claims = [claim.claim_run(tmp_path) for _ in range(5)]
     assert [c.folder.name for c in claims] == [
         "version_4",
         "version_5",
@@ -202,7 +201,7 @@ def test_args_with_saved_config_takes_model_and_data_only(tmp_path):
     saved["trainer"] = {"logger": {"class_path": "x.Y"}, "callbacks": [{"class_path": "this.Anything"}]}
     folder = _run(tmp_path / "exp1" / "lit_gpu", 3, saved, {"last.ckpt": 1})
     ckpt = str(folder / "checkpoints" / "last.ckpt")
-    argv, used = locate.args_with_saved_config(["fit", "--ckpt_path", ckpt, "--trainer.max_epochs", "3"])
+    argv, used = rebuild.args_with_saved_config(["fit", "--ckpt_path", ckpt, "--trainer.max_epochs", "3"])
     assert used.source == folder / "config.yaml"
     assert used.left_out == ["data.init_args.data_dir", "data.init_args.download"]
     assert used.describe() == "model RegressionModule(SimpleModel) and data SyntheticRegressionDataModule"
@@ -220,27 +219,27 @@ def test_args_with_saved_config_takes_model_and_data_only(tmp_path):
         "--trainer.max_epochs",
         "3",
     ]
-    assert locate.args_with_saved_config(["test", f"--ckpt_path={ckpt}"])[1].model == used.model
+    assert rebuild.args_with_saved_config(["test", f"--ckpt_path={ckpt}"])[1].model == used.model
     for unchanged in (
         ["fit", "--config", "x.yaml", "--ckpt_path", ckpt],
         ["fit", "--model", "my.Module", "--ckpt_path", ckpt],
         ["fit", "--ckpt_path", "last"],
         ["env", "--json"],
     ):
-        assert locate.args_with_saved_config(unchanged) == (unchanged, None)
+        assert rebuild.args_with_saved_config(unchanged) == (unchanged, None)
 
 
 def test_checkpoint_without_config_is_one_line(tmp_path):
     ckpt = tmp_path / "model.ckpt"
     ckpt.write_bytes(b"x")
     with pytest.raises(LitGpuError, match=r"no config.yaml for .*version_N.*--config FILE") as info:
-        locate.args_with_saved_config(["predict", "--ckpt_path", str(ckpt)])
+        rebuild.args_with_saved_config(["predict", "--ckpt_path", str(ckpt)])
     assert "\n" not in str(info.value)
 
 
 def test_links_leading_out_of_a_run_folder_are_found(tmp_path):
     """A continued run writes into its folder: links there that lead outside (dangling too) are named."""
-    from lit_gpu.files.locate import escaping_links, refuse_links_out_of
+    from lit_gpu.run.links import escaping_links, refuse_links_out_of
 
     run = tmp_path / "runs" / "lit_gpu" / "version_0"
     (run / "checkpoints").mkdir(parents=True)
@@ -277,30 +276,30 @@ def test_symlinked_last_ckpt_leaving_its_run_is_refused_naming_the_target(tmp_pa
     config = dict_to_namespace(
         {"subcommand": "test", "test": {**SIMPLE, "ckpt_path": which, "weights_only": None}}
     )
-    where = locate.Where(dirpath=str(run / "checkpoints") if how == "dirpath" else None, parents=[parent])
+    where = store.Where(dirpath=str(run / "checkpoints") if how == "dirpath" else None, parents=[parent])
     with pytest.raises(LitGpuError, match="is a symlink to .*elsewhere.ckpt, outside its run folder") as info:
-        locate.resolve(config, where)
+        store.resolve(config, where)
     assert "\n" not in str(info.value)
 
 
 def test_a_version_folder_planted_as_a_link_elsewhere_is_not_a_run_here(tmp_path):
     """Found attacking the doors: ``runs/lit_gpu/version_0 -> /elsewhere`` was continued and written."""
-    from lit_gpu.files.locate import escaping_links, find_runs
+    from lit_gpu.run.links import escaping_links
 
     elsewhere = _run(tmp_path / "elsewhere", 0, SIMPLE, {"last.ckpt": 1000.0})
     parent = tmp_path / "runs" / "lit_gpu"
     parent.mkdir(parents=True)
     (parent / "version_0").symlink_to(elsewhere)
-    assert find_runs(parent) == []  # neither `last` nor `best` picks it
+    assert layout.list_runs(parent) == []  # neither `last` nor `best` picks it
     assert escaping_links(parent / "version_0") == [f"version_0 itself -> {elsewhere}"]
     linked_root = tmp_path / "scratch"  # a runs/ that is itself a link (a scratch disk) is fine
     linked_root.symlink_to(tmp_path / "elsewhere")
-    assert [r.folder.name for r in find_runs(linked_root)] == ["version_0"]
+    assert [r.name for r in layout.list_runs(linked_root)] == ["version_0"]
 
 
 def test_a_hard_linked_file_in_a_run_folder_is_named(tmp_path):
     """Found attacking the doors: Lightning writes hparams.yaml in place, so through a hard link too."""
-    from lit_gpu.files.locate import escaping_links
+    from lit_gpu.run.links import escaping_links
 
     run = _run(tmp_path / "runs" / "lit_gpu", 0, SIMPLE)
     victim = tmp_path / "victim.txt"
@@ -328,7 +327,7 @@ def test_a_file_that_is_not_a_lightning_checkpoint_is_one_line_naming_what_it_is
         save_file(weights, path)
     sub = dict_to_namespace({"model": {"class_path": "lit_gpu.modules.RegressionModule"}})
     with pytest.raises(LitGpuError, match="not a Lightning checkpoint.*load_into") as info:
-        locate.check_checkpoint(path, sub)
+        store.check_checkpoint(path, sub)
     assert ("plain state_dict of 2 tensors" if kind == "state_dict" else "safetensors file") in str(
         info.value
     )

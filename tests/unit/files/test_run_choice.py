@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lit_gpu.files.run_choice import CkptFacts, RunFacts, choose_file, order_runs, skipped_newer
+from lit_gpu.run.choice import CkptFacts, RunFacts, choose_file, order_runs, skipped_newer
 
 
 def _run(
@@ -46,12 +46,13 @@ def test_last_is_the_highest_complete_step_and_best_the_best_value():
     chosen = choose_file(files, "last")
     assert chosen.path == Path("last.ckpt")
     assert (
-        chosen.reason == "step 12, epoch 2; the highest step of 3 complete last*.ckpt; 1 incomplete left out"
+        chosen.reason
+        == "global step 12, epoch 3; the highest step of 3 complete last*.ckpt; 1 incomplete left out"
     )
     assert choose_file([CkptFacts(Path("last.ckpt"), False)], "last") is None
     best = [CkptFacts(Path("best-a.ckpt"), True, 4, 0, 0.5), CkptFacts(Path("best-b.ckpt"), True, 8, 1, 0.2)]
     assert choose_file(best, "best", "min", "val/loss").reason.startswith(
-        "step 8, epoch 1, val/loss 0.2; the min"
+        "global step 8, epoch 2, val/loss 0.2; the min"
     )
     assert choose_file(best, "best", "max").path == Path("best-a.ckpt")
     unscored = [CkptFacts(Path("best-a.ckpt"), True, 4), CkptFacts(Path("best-b.ckpt"), True, 8)]

@@ -1,6 +1,6 @@
 """Which checkpoint ``--ckpt_path last|best`` means: pure functions of what the runs and checkpoints say.
 
-No file is read here (:mod:`lit_gpu.files.locate` gathers the facts): the choice is a function of
+No file is read here (:mod:`lit_gpu.run.store` gathers the facts): the choice is a function of
 facts, and it returns its reasons, which the CLI prints.
 
 * The run: the newest run (highest ``version_N``: folders are numbered in the order runs started)
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lit_gpu.messages import shown
+from lit_gpu.messages import ckpt_point, shown
 
 __all__ = ["CkptFacts", "FileChoice", "RunFacts", "Skipped", "choose_file", "order_runs", "skipped_newer"]
 
@@ -93,8 +93,7 @@ class FileChoice:
 
 
 def _facts(ckpt: CkptFacts) -> str:
-    step = "step ?" if ckpt.step is None else f"step {ckpt.step}"
-    return step + ("" if ckpt.epoch is None else f", epoch {ckpt.epoch}")
+    return ckpt_point("?" if ckpt.step is None else ckpt.step, ckpt.epoch)  # epochs from 1
 
 
 def choose_file(

@@ -1,5 +1,8 @@
 """A run's saved ``config.yaml``: found only in the run's own folder, read as plain data, used for fields.
 
+(A continued run keeps it and saves a changed config beside it: :func:`config_changes`,
+:func:`next_config_path`, used by :class:`lit_gpu.run.config_saver.RunConfigSaver`.)
+
 LightningCLI saves the whole config of a run (``ROOT/NAME/version_N/config.yaml``). Someone else's run
 folder is data, so only two things are ever taken from it:
 
@@ -29,21 +32,21 @@ import yaml
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.text import BadFileError, read_yaml
+from lit_gpu.run.layout import CONFIG_N_RE, CONFIG_NAME, run_of_checkpoint
 
 __all__ = [
     "CONFIG_NAME",
     "RebuildFields",
     "Signature",
+    "config_changes",
     "config_of_checkpoint",
+    "next_config_path",
     "read_plain",
     "rebuild_fields",
     "run_signature",
     "saved_configs",
 ]
 
-CONFIG_NAME = "config.yaml"
-_VERSION_RE = re.compile(r"^version_(\d+)$")
-CONFIG_N_RE = re.compile(r"^config\.(\d+)\.yaml$")  # a continued run's changed config, beside config.yaml
 _SKIPPED_KEYS = re.compile(r"optim|sched", re.IGNORECASE)  # not part of "which model" for matching
 # init args that name files, folders or the network: a file must not choose where a run reads or writes
 _PATH_NAMES = re.compile(
@@ -146,14 +149,14 @@ def config_of_checkpoint(ckpt_path: str | os.PathLike) -> Path | None:
     ``config.yaml`` lies in a parent folder. The checkpoint must really be in that run folder.
     """
     ckpt = Path(ckpt_path).absolute()
-    run = ckpt.parent.parent
-    if ckpt.parent.name != "checkpoints" or not _VERSION_RE.match(run.name):
+    found = run_of_checkpoint(ckpt)
+    if found is None:
         return None
     from lit_gpu.files.checkpoint import inside
 
-    if not inside(ckpt, run):
+    if not inside(ckpt, found.path):
         return None
-    saved = [p for p in saved_configs(run) if not p.is_symlink()]
+    saved = [p for p in saved_configs(found.path) if not p.is_symlink()]
     return saved[-1] if saved and saved[0].name == CONFIG_NAME else None  # the newest one ran last
 
 
@@ -163,7 +166,7 @@ def saved_configs(folder: str | os.PathLike) -> list[Path]:
     if not (folder / CONFIG_NAME).is_file():
         return []
     numbered = []
-    for path in folder.glob("config.*.yaml"):
+    for path in folder.glob("config.*.yaml"):  # CONFIG_N_RE decides
         match = CONFIG_N_RE.match(path.name)
         if match and path.is_file():
             numbered.append((int(match.group(1)), path))
@@ -172,10 +175,8 @@ def saved_configs(folder: str | os.PathLike) -> list[Path]:
 
 def root_of_checkpoint(ckpt_path: str | os.PathLike) -> Path | None:
     """``ROOT`` for a checkpoint at ``ROOT/NAME/version_N/checkpoints/X.ckpt``, else ``None``."""
-    ckpt = Path(ckpt_path)
-    if ckpt.parent.name != "checkpoints" or not _VERSION_RE.match(ckpt.parent.parent.name):
-        return None
-    return ckpt.parent.parent.parent.parent
+    found = run_of_checkpoint(ckpt_path)
+    return None if found is None else found.path.parent.parent
 
 
 @dataclass
@@ -276,3 +277,42 @@ def rebuild_fields(config: str | os.PathLike, trust_modules: Iterable[str] = ())
     elif data is not None:
         left_out.append("data")
     return RebuildFields(path, model_spec, data_spec, left_out)
+
+
+# ---- a continued run's changed config -------------------------------------------------------------------
+# how a run was started and where it lives, not what it trains
+_IGNORED_CONFIG_KEYS = ("ckpt_path", "weights_only", "new_run", "free_gpus", "trainer.default_root_dir")
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, Mapping) and node:
+        flat: dict[str, Any] = {}
+        for key, value in node.items():
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: node}
+
+
+def config_changes(old: Mapping[str, Any], new: Mapping[str, Any], limit: int = 3) -> list[str]:
+    """What differs between two saved configs, as ``key: old -> new`` (at most ``limit``, then a count).
+
+    Where a run lives and how it was started (``ckpt_path``, ``weights_only``, ``new_run``,
+    ``free_gpus``, ``trainer.default_root_dir``) are not changes of the run.
+    """
+    before, after = _flatten(old), _flatten(new)
+    keys = [
+        k
+        for k in dict.fromkeys([*before, *after])
+        if before.get(k) != after.get(k) and not k.startswith(_IGNORED_CONFIG_KEYS)
+    ]
+    shown = [f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in keys[:limit]]
+    if len(keys) > limit:
+        shown.append(f"and {len(keys) - limit} more")
+    return shown
+
+
+def next_config_path(folder: str | os.PathLike) -> Path:
+    """``config.<n>.yaml`` with the next free ``n`` (from 1) in a run folder."""
+    saved = saved_configs(folder)
+    numbers = [int(m.group(1)) for p in saved if (m := CONFIG_N_RE.match(p.name))]
+    return Path(folder) / f"config.{max(numbers, default=0) + 1}.yaml"

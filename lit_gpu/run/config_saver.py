@@ -1,6 +1,6 @@
 """``config.yaml`` of a run folder: saved when the run starts; a continued run keeps it.
 
-A fit resumed from a checkpoint continues the checkpoint's run folder (:mod:`lit_gpu.runs`). Its
+A fit resumed from a checkpoint continues the checkpoint's run folder (:mod:`lit_gpu.run.folder`). Its
 ``config.yaml`` stays as it is; a config that differs from the newest one saved there is written
 beside it as ``config.<n>.yaml``, and one line names the change.
 """
@@ -14,15 +14,16 @@ import yaml
 from lightning.pytorch.cli import SaveConfigCallback
 from typing_extensions import override
 
-from lit_gpu import messages, runs
-from lit_gpu.files.run_config import read_plain
+from lit_gpu import messages
+from lit_gpu.run.config import config_changes, next_config_path, read_plain, saved_configs
+from lit_gpu.run.folder import RunFolder
 
 
-def continued_run(trainer: pl.Trainer) -> runs.RunFolder | None:
+def continued_run(trainer: pl.Trainer) -> RunFolder | None:
     """The run folder lit_gpu's loggers continue, or ``None`` (a new folder, or other loggers)."""
     for logger in trainer.loggers:
         run = getattr(logger, "run", None)
-        if isinstance(run, runs.RunFolder):
+        if isinstance(run, RunFolder):
             return run if run.continues is not None else None
     return None
 
@@ -42,17 +43,17 @@ class RunConfigSaver(SaveConfigCallback):
         self.already_saved = trainer.strategy.broadcast(True)
 
     def _save_beside(self, folder: Path) -> None:
-        saved = runs.saved_configs(folder)
+        saved = saved_configs(folder)
         if not saved:
             folder.mkdir(parents=True, exist_ok=True)
             self.parser.save(self.config, folder / self.config_filename, skip_none=False, overwrite=True)
             return
         old = read_plain(saved[-1]) or {}
         new = yaml.safe_load(self.parser.dump(self.config)) or {}  # None values read as missing ones
-        changes = runs.config_changes(old if isinstance(old, dict) else {}, new)
+        changes = config_changes(old if isinstance(old, dict) else {}, new)
         if not changes:
             return
-        path = runs.next_config_path(folder)
+        path = next_config_path(folder)
         self.parser.save(self.config, path, skip_none=False, overwrite=False, multifile=self.multifile)
         messages.tell(
             messages.CONFIG_CHANGED.format(old=saved[-1].name, changes="; ".join(changes), new=path.name)

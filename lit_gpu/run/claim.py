@@ -1,29 +1,13 @@
-"""The layout of a run, in one room: which folders are runs, whose they are, which one a start takes.
+"""The claim of a run folder: the lock of a run being written, and which folder a start takes.
 
-A run is ``ROOT/lit_gpu/version_N/`` (``ROOT`` = ``trainer.default_root_dir``)::
-
-    version_N/
-      config.yaml  config.<n>.yaml   the config it ran with (a continued run's changes beside)
-      metrics.csv  events.out.*      its training curves (CSV, TensorBoard)
-      checkpoints/*.ckpt             last.ckpt, best-*.ckpt
-      evaluations/<command>_<k>/     one folder per validate/test/predict of its checkpoints
-      .lit_gpu.lock                  held (flock) by the process writing the run; gone at a clean end
-
-* :func:`version_number` accepts only names lit_gpu makes (``version_0`` .. ``version_999999999``);
-  anything else in a root (``version_abc``, absurd numbers, files) is ignored, never fatal.
-* :func:`list_runs`: the run folders of a ``ROOT/lit_gpu`` folder, each with its owner; a root
-  several users can write (a group scratch folder) is not trusted: a run of another user is never
-  chosen, continued, taken over or cleaned (:attr:`RunDir.mine`).
+* :class:`RunLock`: ``.lit_gpu.lock`` ``flock``-ed for as long as this process writes the run.
 * :func:`claim_run`: the folder a new start writes into. A start killed before its first checkpoint
   leaves its folder with a lock no process holds; the next start of the same model takes that
   folder over (one run, one folder, however often a job is requeued). A new folder appears whole,
   lock inside, by ``rename`` of a private temp folder, so no process ever sees an unlocked new run.
 * :func:`claim_evaluation`: ``evaluations/<command>_<k>`` of a run, a new one each time (``mkdir``).
-* :func:`own_folder`: the folder a run or an evaluation is made in (``ROOT/lit_gpu``, a run) must be a
-  real folder (not a link) of this user (or of root): in a shared root another user cannot redirect
-  runs into a folder of theirs by planting ``ROOT/lit_gpu`` as a link or a folder they own.
 
-No Lightning here; nothing read from these folders runs code.
+The names and the listing are :mod:`lit_gpu.run.layout`'s.
 """
 
 from __future__ import annotations
@@ -32,7 +16,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import re
 import shutil
 import stat
 import uuid
@@ -40,128 +23,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lit_gpu import messages
-from lit_gpu.errors import LitGpuError
+from lit_gpu.run.layout import (
+    EVALUATION_RE,
+    EVALUATIONS,
+    LOCK_NAME,
+    MAX_TRIES,
+    NAME,
+    VERSION_PREFIX,
+    Run,
+    is_start_file,
+    list_runs,
+    my_uid,
+    own_folder,
+    owner_of,
+    real_dir,
+)
 
-NAME = "lit_gpu"
-CONFIG_NAME = "config.yaml"
-METRICS_NAME = "metrics.csv"
-CHECKPOINTS = "checkpoints"
-EVALUATIONS = "evaluations"
-LOCK_NAME = ".lit_gpu.lock"
-
-_VERSION_RE = re.compile(r"^version_(0|[1-9][0-9]{0,8})$")  # ASCII digits, at most 9: names lit_gpu makes
-_EVALUATION_RE = re.compile(r"^(fit|validate|test|predict)_(0|[1-9][0-9]{0,8})$")
 _CLAIM_PREFIX = ".claim-"
-# what a start leaves before its first checkpoint: a take-over removes these (its own run writes them again)
-_START_FILES = re.compile(r"^(config(\.\d+)?\.yaml|hparams\.yaml|metrics\.csv|events\.out\.tfevents\..*)$")
-_MAX_TRIES = 10_000
-
-
-def version_number(path: str | os.PathLike) -> int | None:
-    """``N`` of a ``version_N`` name lit_gpu could have made, else ``None`` (``version_abc``, 20 digits)."""
-    match = _VERSION_RE.match(Path(path).name)
-    return int(match.group(1)) if match else None
-
-
-def _owner(path: Path) -> int | None:
-    try:
-        return path.lstat().st_uid
-    except OSError:
-        return None
-
-
-def my_uid() -> int:
-    """The user this process writes as (``geteuid``)."""
-    return os.geteuid()
-
-
-def owner_name(uid: int | None) -> str:
-    """``alice (uid 1001)``, or ``uid 1001`` when the name is unknown."""
-    if uid is None:
-        return "an unknown user"
-    try:
-        import pwd
-
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except (KeyError, ImportError):
-        return f"uid {uid}"
-
-
-@dataclass(frozen=True)
-class RunDir:
-    """A ``version_N`` folder: a real folder (not a link) in its parent, and who owns it."""
-
-    path: Path
-    version: int
-    owner: int | None
-
-    @property
-    def name(self) -> str:
-        """``version_N``."""
-        return self.path.name
-
-    @property
-    def mine(self) -> bool:
-        """Owned by the user this process runs as."""
-        return self.owner == my_uid()
-
-    def checkpoints(self, prefix: str = "") -> list[Path]:
-        """The non-empty ``{prefix}*.ckpt`` files in ``checkpoints/`` (real files, not links), by name."""
-        folder = self.path / CHECKPOINTS
-        found = []
-        with contextlib.suppress(OSError):
-            for entry in folder.iterdir():
-                if entry.name.startswith(prefix) and entry.name.endswith(".ckpt") and _plain_file(entry):
-                    found.append(entry)
-        return sorted(found)
-
-
-def _plain_file(path: Path) -> bool:
-    try:
-        info = path.lstat()
-    except OSError:
-        return False
-    return stat.S_ISREG(info.st_mode) and info.st_size > 0
-
-
-def _real_dir(path: Path) -> bool:
-    try:
-        return stat.S_ISDIR(path.lstat().st_mode)
-    except OSError:
-        return False
-
-
-def list_runs(parent: str | os.PathLike) -> list[RunDir]:
-    """The ``version_N`` run folders of ``parent`` (``ROOT/lit_gpu``), by ``N``; other names are ignored.
-
-    Links named ``version_N`` are not runs here (a planted link would lead elsewhere), nor are files.
-    """
-    parent = Path(parent)
-    runs = []
-    try:
-        entries = list(parent.iterdir())
-    except OSError:
-        return []
-    for entry in entries:
-        number = version_number(entry)
-        if number is not None and _real_dir(entry):
-            runs.append(RunDir(entry, number, _owner(entry)))
-    return sorted(runs, key=lambda r: r.version)
-
-
-def run_of_checkpoint(ckpt_path: str | os.PathLike) -> RunDir | None:
-    """The run folder of ``.../version_N/checkpoints/X.ckpt`` (from where the file is), else ``None``.
-
-    A ``version_N`` that is a link is returned too (its owner is the link's), for the caller to refuse
-    it by name (:func:`lit_gpu.files.locate.escaping_links`) rather than to pass it over silently.
-    """
-    ckpt = Path(ckpt_path)
-    run = ckpt.parent.parent
-    number = version_number(run)
-    if ckpt.parent.name != CHECKPOINTS or number is None or not run.is_dir():
-        return None
-    return RunDir(run, number, _owner(run))
 
 
 # ---- the lock of a run being written ---------------------------------------------------------------
@@ -257,7 +135,7 @@ def _close_inherited_locks() -> None:
     _HELD_FDS.clear()
 
 
-def abandoned(run: RunDir) -> bool:
+def abandoned(run: Run) -> bool:
     """A start of ``run`` died before its first checkpoint: its lock file is there and no one holds it.
 
     Does not keep the lock (see :meth:`RunLock.take`).
@@ -300,7 +178,7 @@ def _clear_start_files(folder: Path) -> None:
     """Remove what the dead start wrote (config, hparams, metrics, events)."""
     with contextlib.suppress(OSError):
         for entry in folder.iterdir():
-            if _START_FILES.match(entry.name) and stat.S_ISREG(entry.lstat().st_mode):
+            if is_start_file(entry.name, metrics=True) and stat.S_ISREG(entry.lstat().st_mode):
                 entry.unlink()
     # temp files of its killed saves in checkpoints/ go with the fit's stale-temp cleanup (lit_gpu.io)
 
@@ -310,49 +188,11 @@ def remove_dead_claims(parent: str | os.PathLike) -> None:
     parent = Path(parent)
     with contextlib.suppress(OSError):
         for entry in parent.iterdir():
-            if entry.name.startswith(_CLAIM_PREFIX) and _real_dir(entry) and _owner(entry) == my_uid():
+            if entry.name.startswith(_CLAIM_PREFIX) and real_dir(entry) and owner_of(entry) == my_uid():
                 lock = RunLock.take(entry)
                 if lock is not None:
                     shutil.rmtree(entry, ignore_errors=True)
                     os.close(lock.fd)  # type: ignore[arg-type]
-
-
-NOT_YOUR_FOLDER = (
-    "{folder} is {what}, not a folder of yours, so no run is written there; use a folder of your own"
-    " via --trainer.default_root_dir"
-)
-
-
-def own_folder(folder: str | os.PathLike) -> Path:
-    """``folder`` made if missing (its parents too) and checked: a real folder owned by this user or root.
-
-    The check opens the folder itself with ``O_NOFOLLOW`` and reads its owner from that descriptor
-    (``fstat``), so a link swapped in between the ``mkdir`` and the check is refused, not followed. In a
-    sticky shared root (mode 1777, as scratch folders are) no other user can then move it away.
-
-    Raises:
-        LitGpuError: A link, not a folder, or another user's folder (one line naming it and its owner).
-    """
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)  # the root the user named: theirs to choose
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(folder)
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(folder, flags)
-    except OSError as err:
-        if err.errno not in (errno.ELOOP, errno.ENOTDIR):
-            raise
-        what = "a link" if os.path.islink(folder) else "not a folder"
-        raise LitGpuError(NOT_YOUR_FOLDER.format(folder=messages.shown(folder), what=what)) from err
-    try:
-        uid = os.fstat(fd).st_uid
-    finally:
-        os.close(fd)
-    if uid not in (my_uid(), 0):
-        what = f"owned by {messages.shown(owner_name(uid))}"
-        raise LitGpuError(NOT_YOUR_FOLDER.format(folder=messages.shown(folder), what=what))
-    return folder
 
 
 def claim_run(
@@ -384,8 +224,8 @@ def claim_run(
         raise
     runs = list_runs(parent)
     n = runs[-1].version + 1 if runs else 0
-    for _ in range(_MAX_TRIES):
-        target = parent / f"version_{n}"
+    for _ in range(MAX_TRIES):
+        target = parent / f"{VERSION_PREFIX}{n}"
         if not os.path.lexists(target):
             try:
                 os.rename(temp, target)  # an empty folder made there this instant would be replaced: none is
@@ -407,15 +247,15 @@ def claim_evaluation(run: str | os.PathLike, command: str) -> Path:
     own_folder(run)  # a run of yours, or ROOT/lit_gpu for an evaluation outside any run
     with contextlib.suppress(FileExistsError):
         os.mkdir(base)
-    if not _real_dir(base):
+    if not real_dir(base):
         raise NotADirectoryError(errno.ENOTDIR, "not a folder of the run", str(base))
     taken = [
         int(m.group(2))
         for p in base.iterdir()
-        if (m := _EVALUATION_RE.match(p.name)) and m.group(1) == command
+        if (m := EVALUATION_RE.match(p.name)) and m.group(1) == command
     ]
     k = max(taken, default=-1) + 1
-    for _ in range(_MAX_TRIES):
+    for _ in range(MAX_TRIES):
         folder = base / f"{command}_{k}"
         try:
             os.mkdir(folder)
@@ -424,17 +264,3 @@ def claim_evaluation(run: str | os.PathLike, command: str) -> Path:
             continue
         return folder
     raise OSError(errno.EEXIST, f"no free {command}_k folder in {base}")
-
-
-def evaluations(run: str | os.PathLike) -> list[Path]:
-    """The evaluation folders of a run (real folders named ``<command>_<k>``), by command and ``k``."""
-    base = Path(run) / EVALUATIONS
-    if not _real_dir(base):
-        return []
-    found = []
-    with contextlib.suppress(OSError):
-        for entry in base.iterdir():
-            match = _EVALUATION_RE.match(entry.name)
-            if match and _real_dir(entry):
-                found.append((match.group(1), int(match.group(2)), entry))
-    return [path for _, _, path in sorted(found)]

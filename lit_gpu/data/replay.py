@@ -1,0 +1,193 @@
+"""Exact mid-epoch resume for a module's own plain ``DataLoader``, without a change to its code.
+
+A plain ``DataLoader`` over a map-style dataset with the default samplers (sequential, random with
+or without a generator, distributed) draws every random number of an epoch's order when that epoch's
+first batch is fetched: the workers' base seed (from ``generator`` or the global torch RNG) and the
+permutation (from the sampler's generator, or a seed drawn from the global torch RNG). Its state is
+therefore the states of those generators at that moment. On a resume mid-epoch, the loader puts them
+back, builds the epoch's iterator as the interrupted run did, skips the batches the run trained on
+(by index without workers; with workers by fetching them, so that each worker's random stream is where
+it was), and gives the global torch RNG back the checkpoint's mid-epoch state.
+
+lit_gpu makes a fit's plain training loaders replayable (:func:`make_replayable`) before Lightning
+loads their saved states, and says on which step to resume at the fit's start
+(:meth:`ReplayDataLoader.resume_at`): Lightning's own batch counter of the epoch, restored from the
+checkpoint, is the number of batches to skip. A loader that cannot be replayed (an iterable dataset, a
+custom sampler or loader class) is left as it is: :func:`why_not_replayable` names why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+)
+
+from lit_gpu.upstream.train_loaders import skip_batches
+
+__all__ = [
+    "REPLAY_STATE_CONTRACT",
+    "ReplayDataLoader",
+    "check_replay_state",
+    "make_replayable",
+    "why_not_replayable",
+]
+
+REPLAY_STATE_VERSION = 1
+# The restored state's contract, checked by check_replay_state before anything is set: a mapping
+# {"replay_state": 1, "generators": [...], "batches": N}; generators a list of at most 3 ``bytes`` (the
+# global torch generator's state, then the loader's generator's, then the random sampler's), as many as the
+# loader has and each as long as that generator's state, or [] before the loader's first epoch started;
+# batches (the loader's length when saved) an int in [0, 2**62]. Bytes, not tensors: the fit loop's state
+# stays comparable with ``==`` (Lightning's own tests compare it) and loads with ``weights_only=True``.
+REPLAY_STATE_CONTRACT: dict[str, Any] = {
+    "replay_state": (int, REPLAY_STATE_VERSION),
+    "generators": (list, {"max_len": 3, "item": bytes}),
+    "batches": (int, (0, 2**62)),
+}
+REPLAYABLE_SAMPLERS = (SequentialSampler, RandomSampler, DistributedSampler)
+
+
+def _index_sampler(loader: DataLoader) -> Any:
+    batch_sampler = loader.batch_sampler
+    return batch_sampler.sampler if batch_sampler is not None else loader.sampler
+
+
+def why_not_replayable(loader: Any) -> str | None:
+    """Why ``loader`` cannot resume mid-epoch at its exact batch (``None``: it can)."""
+    if isinstance(loader, ReplayDataLoader) or callable(getattr(loader, "load_state_dict", None)):
+        return None  # replayable already, or it has its own state (Lightning saves and restores it)
+    if type(loader) is not DataLoader:
+        return f"it is a {type(loader).__name__}, not a plain DataLoader"
+    if isinstance(loader.dataset, IterableDataset):
+        return "its dataset is an IterableDataset"
+    if loader.batch_sampler is not None and type(loader.batch_sampler) is not BatchSampler:
+        return f"its batch sampler {type(loader.batch_sampler).__name__} has no state"
+    sampler = _index_sampler(loader)
+    if type(sampler) not in REPLAYABLE_SAMPLERS:
+        return f"its sampler {type(sampler).__name__} has no state"
+    return None
+
+
+def make_replayable(loaders: list[Any]) -> list[Any]:
+    """The loaders of ``loaders`` that can be replayed become :class:`ReplayDataLoader` (in place)."""
+    for loader in loaders:
+        if type(loader) is DataLoader and why_not_replayable(loader) is None:
+            loader.__class__ = ReplayDataLoader  # the same object: the module's hooks see their loader
+            loader.reset_replay()
+    return loaders
+
+
+def check_replay_state(state: Any, sizes: list[int]) -> str | None:
+    """What is wrong with ``state`` for generators whose states have ``sizes`` bytes (``None``: nothing)."""
+    if not isinstance(state, dict) or set(state) != set(REPLAY_STATE_CONTRACT):
+        return "not a replay state (keys replay_state, generators, batches)"
+    if state["replay_state"] != REPLAY_STATE_VERSION or isinstance(state["replay_state"], bool):
+        return f"replay state version {state['replay_state']!r}, not {REPLAY_STATE_VERSION}"
+    batches = state["batches"]
+    if not isinstance(batches, int) or isinstance(batches, bool) or not 0 <= batches <= 2**62:
+        return "its batch count is not an integer in range"
+    generators = state["generators"]
+    if not isinstance(generators, list) or len(generators) not in (0, len(sizes)):
+        return f"{len(sizes)} generator states expected"
+    for value, size in zip(generators, sizes, strict=False):
+        if not (isinstance(value, bytes) and len(value) == size):
+            return f"a generator state is not {size} bytes"
+    return None
+
+
+class ReplayDataLoader(DataLoader):
+    """A plain ``DataLoader`` that resumes mid-epoch at its exact batch (made by :func:`make_replayable`).
+
+    It has no ``__init__`` of its own: an existing ``DataLoader`` becomes one, keeping all it has.
+    """
+
+    _pass_states: list[bytes] | None = None  # the generators' states at this pass's first fetch
+    _saved_batches: int | None = None  # the loader's length in the run that saved the restored state
+    _skip: int = 0  # batches the next pass skips (a resume mid-epoch)
+    _handed_out: int = 0  # batches of the current pass handed out (skipped ones included)
+
+    def reset_replay(self) -> None:
+        """Forget any saved epoch (a loader that just became a :class:`ReplayDataLoader`)."""
+        self._pass_states, self._skip, self._handed_out, self._saved_batches = None, 0, 0, None
+
+    def _generators(self) -> list[torch.Generator]:
+        generators = [torch.default_generator]
+        if self.generator is not None:
+            generators.append(self.generator)
+        sampler = _index_sampler(self)
+        if isinstance(sampler, RandomSampler) and sampler.generator is not None:
+            generators.append(sampler.generator)
+        return generators
+
+    @property
+    def batches_handed_out(self) -> int:
+        """Batches of the current epoch handed out (trained on, or in flight), the skipped ones included."""
+        return self._handed_out
+
+    def resume_at(self, batches: int) -> str | None:
+        """The next pass continues the saved epoch after its first ``batches`` batches (0: a new epoch).
+
+        Returns why it cannot (``None``: it can): no saved state (a checkpoint written before its epoch's
+        first fetch, or by a lit_gpu that saved none), or an epoch of another length (another batch size
+        or number of processes); the pass then starts at the epoch's first batch.
+        """
+        self._skip = 0
+        if not batches:
+            return None
+        if self._pass_states is None:
+            return "the checkpoint holds no state of it"
+        if self._saved_batches is not None and self._saved_batches != len(self):
+            return f"its epoch had {self._saved_batches} batches, now {len(self)}"
+        self._skip = batches
+        return None
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        return self._pass()  # a generator: nothing is drawn before the first fetch, as in a DataLoader
+
+    def _pass(self) -> Iterator[Any]:
+        generators = self._generators()
+        skip, self._skip = self._skip, 0
+        if skip and self._pass_states is not None:
+            live = torch.default_generator.get_state()
+            for generator, state in zip(generators, self._pass_states, strict=True):
+                generator.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
+            iterator = super().__iter__()
+            skip_batches(iterator, skip, self.num_workers)
+            torch.default_generator.set_state(live)  # the checkpoint's mid-epoch state
+        else:
+            self._pass_states = [bytes(generator.get_state().numpy()) for generator in generators]
+            iterator = super().__iter__()
+        self._handed_out = skip
+        for batch in iterator:
+            self._handed_out += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """The generators' states at the current epoch's first fetch (see :data:`REPLAY_STATE_CONTRACT`)."""
+        return {
+            "replay_state": REPLAY_STATE_VERSION,
+            "generators": list(self._pass_states or []),
+            "batches": len(self),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Keep the saved epoch's generator states; :meth:`resume_at` says how far the epoch had gone."""
+        problem = check_replay_state(state, [g.get_state().numel() for g in self._generators()])
+        if problem is not None:
+            from lit_gpu.errors import LitGpuError
+
+            raise LitGpuError(
+                f"the checkpoint's training-loader state is malformed ({problem}); it is corrupt or its "
+                "train_dataloader() is not this one: resume from another checkpoint, or start afresh"
+            )
+        self._pass_states = list(state["generators"]) or None
+        self._saved_batches = state["batches"]

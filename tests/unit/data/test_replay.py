@@ -1,0 +1,107 @@
+"""lit_gpu.data.replay without a Trainer: what can be replayed, the state's contract, the replay itself."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+
+from lit_gpu.data.replay import ReplayDataLoader, check_replay_state, make_replayable, why_not_replayable
+from lit_gpu.data.stateful import ResumableDataLoader
+from lit_gpu.errors import LitGpuError
+
+DATA = TensorDataset(torch.arange(40.0))
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        return iter(range(4))
+
+
+class MyLoader(DataLoader):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("loader", "why"),
+    [
+        (DataLoader(DATA, batch_size=4, shuffle=True), None),
+        (DataLoader(DATA, batch_size=4), None),
+        (DataLoader(DATA, batch_size=None), None),
+        (ResumableDataLoader(DATA, batch_size=4), None),  # a state of its own
+        (DataLoader(Stream(), batch_size=2), "its dataset is an IterableDataset"),
+        (MyLoader(DATA, batch_size=4), "it is a MyLoader, not a plain DataLoader"),
+        (DataLoader(DATA, sampler=[1, 2, 3]), "its sampler list has no state"),
+    ],
+)
+def test_why_not_replayable(loader, why):
+    assert why_not_replayable(loader) == why
+    assert isinstance(make_replayable([loader])[0], ReplayDataLoader) == (
+        why is None and type(loader) is not ResumableDataLoader
+    )
+
+
+def _epoch(loader: DataLoader) -> list[torch.Tensor]:
+    return [batch[0] for batch in loader]
+
+
+def test_a_replayed_epoch_continues_the_saved_one_and_the_rng_is_left_as_found():
+    torch.manual_seed(0)
+    loader = make_replayable([DataLoader(DATA, batch_size=4, shuffle=True)])[0]
+    _epoch(loader)  # epoch 0
+    it = iter(loader)
+    first = [next(it)[0] for _ in range(3)]
+    state, after = loader.state_dict(), torch.get_rng_state()
+    rest = [batch[0] for batch in it]
+
+    torch.manual_seed(123)  # another process: its own RNG, restored to the checkpoint's below
+    again = make_replayable([DataLoader(DATA, batch_size=4, shuffle=True)])[0]
+    again.load_state_dict(state)
+    torch.set_rng_state(after)
+    assert again.resume_at(3) is None
+    replayed = _epoch(again)
+    assert len(replayed) == len(rest) and all(map(torch.equal, replayed, rest))
+    assert again.batches_handed_out == 3 + len(rest)
+    assert not any(torch.equal(a, b) for a, b in zip(first, replayed, strict=False))
+    assert torch.equal(
+        torch.get_rng_state(), after
+    )  # the replay drew from the saved states, not the live one
+    assert check_replay_state(state, [torch.default_generator.get_state().numel()]) is None
+
+
+def test_another_epoch_length_is_named_and_not_replayed():
+    loader = make_replayable([DataLoader(DATA, batch_size=4, shuffle=True)])[0]
+    _epoch(loader)
+    state = loader.state_dict()
+    other = make_replayable([DataLoader(DATA, batch_size=8, shuffle=True)])[0]
+    other.load_state_dict(state)
+    assert other.resume_at(3) == "its epoch had 10 batches, now 5"
+    assert len(_epoch(other)) == 5  # the whole epoch, from its start
+    fresh = make_replayable([DataLoader(DATA, batch_size=4)])[0]
+    assert fresh.resume_at(0) is None and fresh.resume_at(2) == "the checkpoint holds no state of it"
+
+
+@pytest.mark.parametrize(
+    ("state", "problem"),
+    [
+        ([], "not a replay state"),
+        ({"replay_state": 2, "generators": [], "batches": 1}, "replay state version 2"),
+        ({"replay_state": True, "generators": [], "batches": 1}, "replay state version True"),
+        ({"replay_state": 1, "generators": [], "batches": -1}, "batch count"),
+        (
+            {"replay_state": 1, "generators": [bytes(3)], "batches": 1},
+            "not 5056 bytes",
+        ),
+        (
+            {"replay_state": 1, "generators": [torch.zeros(5056, dtype=torch.uint8)], "batches": 1},
+            "not 5056 bytes",
+        ),
+        ({"replay_state": 1, "generators": [1, 2], "batches": 1}, "1 generator states expected"),
+    ],
+)
+def test_a_malformed_state_is_one_line_and_changes_nothing(state, problem):
+    loader = make_replayable([DataLoader(DATA, batch_size=4)])[0]
+    with pytest.raises(LitGpuError, match="training-loader state is malformed") as info:
+        loader.load_state_dict(state)
+    assert problem in str(info.value)
+    assert loader.resume_at(2) == "the checkpoint holds no state of it"
