@@ -5,19 +5,19 @@ answer at once. Its subpackages are attributes loaded on first use (``lit_gpu.mo
 ``lit_gpu.nets``...). It changes no warning or logging filter (the ``lit-gpu`` CLI quiets upstream
 chatter in :func:`lit_gpu.cli.main`).
 
-``Trainer(strategy="dp")`` is registered in Lightning's strategy registry by importing
-:mod:`lit_gpu.strategies`, which :mod:`lit_gpu.modules`, :mod:`lit_gpu.callbacks` and the CLI do, and
-by ``import lit_gpu`` itself when Lightning is already imported (``import lightning.pytorch as pl``
-first): a registration in a registry that exists, never an import of Lightning for it.
+``Trainer(strategy="dp")`` works after ``import lit_gpu`` in either order: ``dp`` is registered in
+Lightning's strategy registry by :mod:`lit_gpu.strategies`, which ``import lit_gpu`` imports at once when
+Lightning is loaded already, else the moment ``lightning.pytorch`` finishes loading (a one-shot import
+hook, :mod:`lit_gpu.registration`): never an import of Lightning for it.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import TYPE_CHECKING, Any
 
 from lit_gpu.errors import LitGpuError
+from lit_gpu.registration import register_dp_when_lightning_loads
 
 if TYPE_CHECKING:
     from lit_gpu import callbacks, cli, data, modules, nets, strategies  # noqa: F401
@@ -28,13 +28,12 @@ __version__ = "0.1.0"
 SUBMODULES = frozenset(
     {
         "callbacks", "checkpoints", "cli", "commands", "data", "demo", "devices", "errors", "files", "io",
-        "load_report", "messages", "modules", "net_spec", "nets", "profilers", "recipes", "run", "runs",
-        "strategies", "testing", "translate", "upstream",
+        "load_report", "messages", "modules", "net_spec", "nets", "profilers", "recipes", "registration",
+        "run", "runs", "strategies", "testing", "translate", "upstream",
     }
 )  # fmt: skip
 
-if "lightning.pytorch" in sys.modules:  # Lightning is here already: register Trainer(strategy="dp") now
-    from lit_gpu import strategies  # noqa: F401
+register_dp_when_lightning_loads()  # Trainer(strategy="dp"): now, or once Lightning has loaded
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,10 @@
-"""Fixtures shared by all tests (helpers live in tests/helpers/)."""
+"""Fixtures shared by all tests (helpers live in tests/helpers/).
+
+Tiers (tests/README.md): ``pytest`` runs all but ``@pytest.mark.slow``; ``pytest --fast`` also leaves out
+``integration`` (all of tests/integration/, marked here); ``pytest -m slow`` (run by ``.ci/run``) the long
+variants: a test that repeats a real process start many times keeps a small sample unmarked and its full
+length beside it under ``@pytest.mark.slow``.
+"""
 
 from __future__ import annotations
 

@@ -142,6 +142,46 @@ def default_progress_bar() -> ProgressBar:
     return bar
 
 
+class RunLines(pl.Callback):
+    """The run's start and end lines alone (``lit-gpu: run <folder>...``, ``lit-gpu: fit done ...``).
+
+    For a Trainer without a progress bar (``enable_progress_bar: false``, as ``configs/debug.yaml``): the
+    user still learns the run's folder. Not a :class:`ProgressBar` (Lightning refuses one when the bar is
+    off); written on global rank zero only.
+    """
+
+    def __init__(self, command: list[str] | None = None) -> None:
+        self._lines = ProgressLog(interval=0, command=command)
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._lines.setup(trainer, pl_module, stage)
+
+    @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._lines.on_fit_start(trainer, pl_module)
+
+    @override
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._lines.on_fit_end(trainer, pl_module)
+
+    def _eval_start(self, trainer: pl.Trainer, stage: str) -> None:
+        if trainer.state.fn == stage:  # a validate/test/predict command, not fit's validation
+            self._lines._start_eval_command(trainer, stage)
+
+    @override
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._eval_start(trainer, "validate")
+
+    @override
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._eval_start(trainer, "test")
+
+    @override
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._eval_start(trainer, "predict")
+
+
 def use_progress_log(
     trainer: pl.Trainer,
     interval: float = DEFAULT_INTERVAL,
@@ -151,9 +191,13 @@ def use_progress_log(
     """Put a :class:`ProgressLog` in place of lit_gpu's default bar when stdout is no terminal, or for JSON.
 
     Returns the :class:`ProgressLog` now in ``trainer.callbacks``, or ``None`` (the live bar stays, or
-    the progress bar is off, or it is the user's own).
+    the progress bar is off, or it is the user's own). With the progress bar off, :class:`RunLines`
+    still names the run's folder.
     """
     callbacks = trainer.callbacks
+    if trainer.progress_bar_callback is None:
+        callbacks.append(RunLines(command=command))
+        return None
     for index, callback in enumerate(callbacks):
         if getattr(callback, _DEFAULT, False):
             if live_bar_fits() and format != "json":

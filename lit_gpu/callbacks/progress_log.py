@@ -20,7 +20,8 @@ metrics (``.item()`` on the device) are read only when a line is written.
 
 What the numbers mean: ``step`` counts the batches of the current epoch, the percent and the ETA the
 whole run (a resumed run counts what it did before the stop), ``samples/s`` the samples (a partial last
-batch counts its own size) of all processes since the line before. Metrics keep the names they were
+batch counts its own size) of all processes since the line before, over the time spent training (a fit's
+validation left out). Metrics keep the names they were
 logged under (``train/loss_step``: the last step's value; ``train/loss``: the epoch's mean). In JSON,
 values that are not finite numbers are written as the strings ``"NaN"``, ``"Infinity"`` and
 ``"-Infinity"``: every line is strict JSON.
@@ -170,6 +171,8 @@ class ProgressLog(ProgressBar):
         self._last_samples = 0
         self._size_check = 1  # the next batch (1-based, in the epoch) whose size is read
         self._epoch_batches = 0
+        self._val_seconds = 0.0  # seconds fit's validation took since the last line (not training time)
+        self._val_start: float | None = None
 
     # ---- ProgressBar interface ----------------------------------------------------------------
     @property
@@ -278,6 +281,7 @@ class ProgressLog(ProgressBar):
         self._full = self._short = self._samples = self._last_samples = 0
         self._size_check = 1
         self._rate = 0.0
+        self._val_seconds, self._val_start = 0.0, None
         self._due = now + self.interval if self.interval > 0 else math.inf
 
     def _samples_done(self, stage: str) -> int:
@@ -285,7 +289,8 @@ class ProgressLog(ProgressBar):
 
     def _samples_per_s(self, trainer: pl.Trainer, stage: str, now: float) -> float:
         """Samples per second (all processes) since the last line."""
-        seconds = now - self._last_time
+        seconds = now - self._last_time - self._val_seconds  # training time: fit's validation left out
+        self._val_seconds = 0.0
         batches = self._batches - self._last_batches
         samples = self._samples_done(stage)
         if seconds > 0 and batches > 0:
@@ -423,6 +428,8 @@ class ProgressLog(ProgressBar):
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.state.fn == "fit":  # fit's validation: its time is not training time (samples/s)
+            self._val_start = time.monotonic()
         self._eval_begins(trainer, "validate")
 
     @override
@@ -434,6 +441,9 @@ class ProgressLog(ProgressBar):
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._val_start is not None:
+            self._val_seconds += time.monotonic() - self._val_start
+            self._val_start = None
         self._eval_ends(trainer, "validate")
 
     @override

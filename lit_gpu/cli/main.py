@@ -66,7 +66,7 @@ def help_text() -> str:
         f"  {'-h, --help':<{width + 2}}this list",
         f"  {'--version':<{width + 2}}the versions of lit_gpu and of its key dependencies",
         "",
-        "Start with: lit-gpu fit --config configs/simple.yaml   (README.md: every mode, one example each)",
+        "Start with: lit-gpu fit --config configs/simple.yaml   (README.md, then docs/ by topic)",
     ]
     return "\n".join(lines)
 

@@ -241,7 +241,8 @@ def render(report: dict[str, Any]) -> None:
     facts.add_row("cuDNN / NCCL", cell(f"{t['cudnn'] or '-'} / {t['nccl'] or '-'}"))
     driver = f"{d['driver']} (CUDA {d['driver_cuda']})" if d["driver"] else "not found"
     facts.add_row("NVIDIA driver", cell(driver))
-    facts.add_row("nvcc", cell(report["nvcc"] or "not found"))
+    if d["driver"]:  # without a driver, the compiler says nothing about training here (--json has it)
+        facts.add_row("CUDA toolkit (nvcc)", cell(report["nvcc"] or "not found"))
     cvd = report["cuda_visible_devices"]
     facts.add_row("CUDA_VISIBLE_DEVICES", cell("(unset)" if cvd is None else repr(cvd)))
     cpu = report["cpu"]
@@ -278,9 +279,10 @@ def render(report: dict[str, Any]) -> None:
             )
         console.print(table)
     else:
-        console.print(cell(f"GPUs: none ({report['nvml_error'] or 'NVML reports 0'})"))
+        # one line each, wrapped by the terminal, never cut mid-phrase by rich at 80 columns
+        console.print(cell(f"GPUs: none ({report['nvml_error'] or 'NVML reports 0'})"), soft_wrap=True)
     for line in report["advice"]:
-        console.print(Text("> ", "bold yellow") + cell(line), highlight=False)
+        console.print(Text("> ", "bold yellow") + cell(line), highlight=False, soft_wrap=True)
 
 
 def main(argv: list[str]) -> int:

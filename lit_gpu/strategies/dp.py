@@ -1,4 +1,4 @@
-"""``strategy: dp``: the seeds' ``torch.nn.DataParallel`` as a Lightning 2.x strategy.
+"""``strategy: dp``: plain PyTorch's ``torch.nn.DataParallel`` as a Lightning 2.x strategy.
 
 One process; each batch is split across ``devices`` CUDA GPUs and the outputs are gathered on the
 first. Only the LightningModule's *net* (``module.net``; see ``net_attr``) is wrapped, so

@@ -309,13 +309,33 @@ def _mnist_chain_argv(data_dir: Path) -> list[str]:
     return argv + ["--checkpoint.every_n_train_steps", "5", "--checkpoint.save_top_k", "0"]
 
 
+#: the default tier's sample of the chains: each kind of stop once (plain: SIGTERM after a step, SIGTERM
+#: while the workers start, SIGTERM, SIGINT; torchrun: one stop, node 0's process group signalled and node
+#: 1's agent alone); the full chains (12 and 10 starts, ~5 min on 2 idle cores) are marked ``slow``, run by
+#: ``.ci/run``
+PLAIN_SAMPLE = OFFSETS[:4]
+TORCHRUN_SAMPLE = OFFSETS[:1]
+
+
 @pytest.mark.integration
+def test_signals_at_a_sample_of_points_of_a_step_stop_a_plain_run_and_resume_exactly(
+    tmp_path, cli_env, fake_mnist_dir
+):
+    """The plain chain below, 4 starts: each kind of stop once."""
+    _plain_chain(tmp_path, cli_env, fake_mnist_dir, PLAIN_SAMPLE)
+
+
+@pytest.mark.slow
 def test_signals_at_many_points_of_a_step_stop_a_plain_run_and_resume_exactly(
     tmp_path, cli_env, fake_mnist_dir
 ):
     """A plain process (no launcher) with 2 DataLoader workers, its process group signalled 12 times at
     full speed (a quarter of them while the workers start): each start stops with one line and 143/130
     and saves at the step reached."""
+    _plain_chain(tmp_path, cli_env, fake_mnist_dir, OFFSETS)
+
+
+def _plain_chain(tmp_path: Path, cli_env: dict[str, str], fake_mnist_dir: Path, offsets) -> None:
     argv = _mnist_chain_argv(fake_mnist_dir)
     reference = tmp_path / "reference"
     reference.mkdir()
@@ -327,7 +347,7 @@ def test_signals_at_many_points_of_a_step_stop_a_plain_run_and_resume_exactly(
     ckpt_dir = tmp_path / RUN / "version_0" / "checkpoints"
     progress = tmp_path / "progress.txt"
     reached = 0
-    for attempt, offset in enumerate(OFFSETS):
+    for attempt, offset in enumerate(offsets):
         sig = signal.SIGINT if attempt % 4 == 3 else signal.SIGTERM
         resume = ["--ckpt_path", "last"] if attempt else []
         progress.write_text("0")
@@ -357,6 +377,17 @@ def test_signals_at_many_points_of_a_step_stop_a_plain_run_and_resume_exactly(
 
 
 @pytest.mark.integration
+def test_sigterm_to_two_torchrun_agents_once_both_ways_stops_and_resumes_exactly(
+    tmp_path, cli_env, fake_mnist_dir
+):
+    """The torchrun chain below, one stop: node 0's process group signalled (as a scheduler does), node 1's
+    agent alone (it forwards to its training process's group)."""
+    _torchrun_chain(
+        tmp_path, cli_env, fake_mnist_dir, TORCHRUN_SAMPLE, to_group=lambda attempt, node: node == 0
+    )
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(1800)  # 12 torchrun starts: ~3 min on an idle 2-core machine, far more under load
 def test_sigterm_to_two_torchrun_agents_at_many_points_stops_and_resumes_exactly(
     tmp_path, cli_env, fake_mnist_dir
@@ -365,6 +396,14 @@ def test_sigterm_to_two_torchrun_agents_at_many_points_stops_and_resumes_exactly
     10 times: to each agent's process group (as Slurm/Kubernetes do) or to the agents alone (torchrun
     forwards it to its training process's group). Every stop: one line, ``last.ckpt`` at the step reached
     (after the periodic one), no worker crash; the last start finishes equal to an uninterrupted run."""
+    _torchrun_chain(
+        tmp_path, cli_env, fake_mnist_dir, OFFSETS[:10], to_group=lambda attempt, node: attempt % 2 == 0
+    )
+
+
+def _torchrun_chain(tmp_path: Path, cli_env: dict[str, str], fake_mnist_dir: Path, offsets, to_group) -> None:
+    """Start the two agents once per offset, SIGTERM them there (``to_group(attempt, node)``: the node's
+    process group, else its agent alone), check each stop, then run to the end and compare."""
     from tests.helpers.ports import free_port
 
     two_nodes = ["--trainer.devices", "1", "--trainer.num_nodes", "2", "--trainer.strategy", "ddp"]
@@ -382,7 +421,7 @@ def test_sigterm_to_two_torchrun_agents_at_many_points_stops_and_resumes_exactly
     ckpt_dir = tmp_path / RUN / "version_0" / "checkpoints"
     progress = tmp_path / "progress.txt"
     reached = 0
-    for attempt, offset in enumerate(OFFSETS[:10]):
+    for attempt, offset in enumerate(offsets):
         resume = ["--ckpt_path", "last"] if attempt else []
         progress.write_text("0")
         agents = _torchrun_agents(argv + FULL_SPEED + resume, tmp_path, env, free_port())
@@ -390,8 +429,8 @@ def test_sigterm_to_two_torchrun_agents_at_many_points_stops_and_resumes_exactly
             target = min(reached + 1 + attempt % 3, total - 2)
             reached = _wait_step(progress, target, lambda a=agents: all(x.poll() is None for x in a))
             time.sleep(offset)
-            for agent in agents:
-                if attempt % 2 == 0:
+            for node, agent in enumerate(agents):
+                if to_group(attempt, node):
                     os.killpg(agent.pid, signal.SIGTERM)  # each node's process group, as a scheduler does
                 else:
                     agent.send_signal(signal.SIGTERM)  # the agent alone: it forwards to its training process

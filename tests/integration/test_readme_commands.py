@@ -1,12 +1,14 @@
-"""The README's commands stay true.
+"""The README's commands stay true (and those of the docs pages its detail moved to, ``COMMAND_PAGES``).
 
-* Every ``lit-gpu`` command in the README's ``bash`` blocks (also under ``srun`` and ``torchrun -m
+* Every ``lit-gpu`` command in their ``bash`` blocks (also under ``srun`` and ``torchrun -m
   lit_gpu``) parses: fit/validate/test/predict with ``--print_config`` (configs exist, keys and types
   are valid; GPU-only commands included, since nothing is instantiated), tool commands by checking
   that every ``--flag`` they use is in the tool's ``--help``.
 * A representative set runs for real on CPU, in README order, in a scratch folder: train, resume,
   plot, export, the README's Python loading snippets, predict, test, env, and the ``dp`` mode
   (fit/test/predict with ``configs/debug.yaml`` appended to stay fast).
+* The Quickstart, in order after the first run: every run names its folder, ``plot`` draws the run just
+  trained, ``test --ckpt_path last`` evaluates it; the ``# N callbacks`` comment counts right.
 """
 
 from __future__ import annotations
@@ -19,12 +21,19 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from lit_gpu.cli import LitGpuCLI, main
 from lit_gpu.cli.main import COMMANDS
 from tests.helpers.paths import REPO_ROOT
 
 README = REPO_ROOT / "README.md"
+#: the docs pages holding what the README held before it became a quick start: their commands are checked too
+COMMAND_PAGES = tuple(
+    REPO_ROOT / "docs" / f"{name}.md"
+    for name in ("modes", "multi_gpu", "runs", "sweeps", "usage", "troubleshooting", "install")
+)
+RUNS_PAGE = REPO_ROOT / "docs" / "runs.md"  # its Python snippets load the files the commands wrote
 CLI_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 DEBUG = ["--config", "configs/debug.yaml"]
 
@@ -85,7 +94,8 @@ def _split_redirect(argv: list[str]) -> tuple[list[str], str | None]:
 
 @pytest.fixture(scope="module")
 def readme_text() -> str:
-    return README.read_text()
+    """The README, then each of ``COMMAND_PAGES``."""
+    return "\n\n".join(page.read_text() for page in (README, *COMMAND_PAGES))
 
 
 @pytest.fixture
@@ -116,10 +126,17 @@ def test_readme_shows_the_expected_commands(readme_text):
     assert any(argv[0] == "plot" for argv in readme_commands(readme_text))
     assert "srun lit-gpu fit" in readme_text and "#SBATCH --nodes" in readme_text
     assert "torchrun" in readme_text
-    for doc in ("docs/benchmarks.md", "docs/gpu_modes.md", "docs/checkpoints.md", "docs/architecture.md"):
-        assert f"]({doc})" in readme_text and (REPO_ROOT / doc).is_file(), doc
-    for link in re.findall(r"\]\(((?:notebooks|examples|docs)/[^)#]*)", readme_text):
+    readme = README.read_text()
+    assert len(readme.splitlines()) <= 250  # a quick start; the detail is one link away
+    assert len((REPO_ROOT / "docs" / "benchmarks.md").read_text().splitlines()) <= 400  # current figures
+    topics = ("benchmarks", "gpu_modes", "checkpoints", "architecture", *(p.stem for p in COMMAND_PAGES))
+    for doc in (f"docs/{name}.md" for name in topics):
+        assert f"]({doc})" in readme and (REPO_ROOT / doc).is_file(), doc  # every topic one link away
+    for link in re.findall(r"\]\(((?:notebooks|examples|docs|configs|tests)/[^)#]*)", readme):
         assert (REPO_ROOT / link).exists(), f"README links to a missing file: {link}"
+    for page in COMMAND_PAGES:
+        for link in re.findall(r"\]\((?!https?:)([^)#]+)", page.read_text()):
+            assert (page.parent / link).exists(), f"{page.name} links to a missing file: {link}"
 
 
 def _fake_run_for(argv: list[str]) -> None:
@@ -183,8 +200,8 @@ def test_representative_readme_commands_run_on_cpu(readme_text, scratch, capsys)
         if command.endswith("--ckpt_path last") and argv[0] == "fit":
             assert "resuming from" in capsys.readouterr().err
         if argv[0] == "export":  # the README's Python snippets load the files just written
-            for snippet in _python_blocks(readme_text, "Checkpoints"):
-                exec(compile(snippet, "README.md", "exec"), {})
+            for snippet in _python_blocks(RUNS_PAGE.read_text(), "Checkpoints"):
+                exec(compile(snippet, "docs/runs.md", "exec"), {})
 
     run0 = scratch / "runs" / "lit_gpu" / "version_0"
     assert (run0 / "curves.png").stat().st_size > 0
@@ -239,3 +256,78 @@ def test_quickstart_in_order_then_plot_draws_the_training_run_and_evaluations_st
             .splitlines()[1]
             .startswith("0,7,")
         )
+
+
+#: appended to the Quickstart's training commands: the same commands, a few batches each
+FEW_BATCHES = [
+    "--trainer.max_epochs",
+    "2",
+    "--trainer.limit_train_batches",
+    "4",
+    "--trainer.limit_val_batches",
+    "2",
+]
+RUN_LINE = re.compile(r"^lit-gpu: run (\S+?)(?:;|$)", re.MULTILINE)
+
+
+def _quickstart(text: str) -> list[list[str]]:
+    section = text.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    return readme_commands("```" + section.split("```", 2)[1] + "```")  # the section's first block
+
+
+def test_the_quickstart_in_order_names_each_run_and_plots_and_tests_the_one_just_trained(scratch, capsys):
+    """After the README's first run (version_0), the Quickstart as written: each ``fit`` prints its run folder
+    (the debug config's too); ``plot`` draws the run the ``fit`` before it trained; ``test --ckpt_path
+    last`` evaluates that run's ``last.ckpt``, not the debug run's, and logs into it."""
+    readme = README.read_text()
+    exp1 = scratch / "exp1"
+    assert _call(main, ["fit", "--config", "configs/simple.yaml", *FEW_BATCHES])[0] == 0  # the first run
+    trained: Path | None = None
+    seen = {"fit": 0, "plot": 0, "test": 0}
+    for argv in _quickstart(readme):
+        argv = [str(exp1) if a == "/tmp/exp1" else a for a in argv]  # the scratch folder, not /tmp
+        argv, redirect = _split_redirect(argv)
+        is_run = argv[0] in ("fit", "test") and "--help" not in argv and "--print_config" not in argv
+        extra = FEW_BATCHES if argv[0] == "fit" and is_run and "configs/debug.yaml" not in argv else []
+        capsys.readouterr()
+        code, out = _call(main, argv + extra)
+        err = capsys.readouterr().err
+        assert code == 0, f"{' '.join(argv)} exited {code}:\n{err[-2000:]}"
+        if redirect:
+            Path(redirect).write_text(out)
+        if not is_run and argv[0] != "plot":
+            continue
+        seen[argv[0]] += 1
+        if argv[0] == "fit":
+            folders = RUN_LINE.findall(out)
+            assert len(folders) == 1, f"{' '.join(argv)} does not name its run folder:\n{out[-2000:]}"
+            trained = scratch / folders[0] if argv[-1] != "configs/debug.yaml" else trained
+            assert (scratch / folders[0] / "config.yaml").is_file()
+            assert "lit-gpu: fit done in " in out
+        elif argv[0] == "plot":
+            assert trained is not None
+            root = Path(argv[1]) if len(argv) > 1 else scratch / "runs"
+            assert trained.is_relative_to(root)
+            drawn = sorted(root.rglob("curves.png"))
+            assert trained / "curves.png" in drawn, (trained, drawn)  # the run just trained, not version_0
+        else:  # test --ckpt_path last
+            assert trained is not None and trained.name != "version_0"
+            chosen = Path("runs") / "lit_gpu" / trained.name / "checkpoints" / "last.ckpt"
+            assert f"using {chosen} " in err, err[-2000:]
+            evaluation = Path("runs") / "lit_gpu" / trained.name / "evaluations" / "test_0"
+            assert RUN_LINE.findall(out) == [str(evaluation)]  # inside the run just trained
+            assert (trained / "evaluations" / "test_0" / "metrics.csv").is_file()
+    assert seen == {"fit": 4, "plot": 2, "test": 1}, seen  # the Quickstart still shows what this checks
+
+
+def test_the_callbacks_comment_counts_the_printed_callbacks(readme_text, scratch):
+    """``--trainer.callbacks+=... --print_config   # N callbacks``: the config printed holds N."""
+    lines = [ln for ln in readme_text.splitlines() if re.search(r"--print_config\s+# \d+ callbacks", ln)]
+    assert lines, "the docs no longer show the callbacks example"
+    for line in lines:
+        argv = shlex.split(line.split("#")[0])[1:]
+        said = int(re.search(r"# (\d+) callbacks", line).group(1))
+        code, out = _call(LitGpuCLI, argv)
+        assert code == 0
+        callbacks = yaml.safe_load(out)["trainer"]["callbacks"]
+        assert len(callbacks) == said, [c["class_path"] for c in callbacks]

@@ -241,12 +241,27 @@ def _started_since(parent: Path, since: float) -> bool:
     return any(p.stat().st_mtime >= since for p in marks)
 
 
+#: the default tier's sample of the loop below: the two kills as the folder appears, two a random 0-0.5 s
+#: after it, two a random 0-8 s after the start; the full loop (15 attempts) is marked ``slow``
+REQUEUE_SAMPLE = (0, 1, 2, 3, 8, 9)
+
+
+def test_a_requeue_loop_of_a_sample_of_sigkills_leaves_one_run_folder(tmp_path, cli_env):
+    """The loop below, 6 attempts: each kind of kill twice."""
+    _requeue_loop(tmp_path, cli_env, REQUEUE_SAMPLE)
+
+
+@pytest.mark.slow
 def test_a_requeue_loop_of_sigkills_at_random_times_leaves_one_run_folder(tmp_path, cli_env):
     """15 SIGKILLs at random times, then the same command to the end: one run folder, no claim litter,
     no lock left, the run complete. While no checkpoint exists, the first eight attempts are killed a
     random 0-0.5 s after their run folder appeared or was taken over (the first two at once): before their
     first checkpoint, the folder a requeued job used to leave behind; the others a random 0-8 s after the
     start."""
+    _requeue_loop(tmp_path, cli_env, range(15))
+
+
+def _requeue_loop(tmp_path: Path, cli_env: dict[str, str], attempts) -> None:
     # 16 batches an epoch: the first checkpoint ~1 s after the folder appears (with 4, ~0.3 s: on an idle
     # machine every kill came after it)
     cmd = [*("fit", *SIMPLE, "--trainer.max_epochs", "12"), *("--trainer.limit_train_batches", "16")]
@@ -254,7 +269,7 @@ def test_a_requeue_loop_of_sigkills_at_random_times_leaves_one_run_folder(tmp_pa
     rng = random.Random(40)
     parent = tmp_path / RUN
     before_first_checkpoint = 0
-    for attempt in range(15):
+    for attempt in attempts:
         start = time.time() - 0.05  # file times are a little coarse
         run = popen(cmd, tmp_path, cli_env)
         if attempt < 8 and not any(parent.glob("version_*/checkpoints/*.ckpt")):

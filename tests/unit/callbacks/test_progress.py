@@ -110,6 +110,9 @@ class _Tick(pl.Callback):
     def on_test_batch_end(self, *args) -> None:
         self.now[0] += 1.0
 
+    def on_validation_batch_end(self, *args) -> None:
+        self.now[0] += 10.0
+
 
 class _OddValues(RegressionModule):
     """Shows a NaN and an infinity in the progress-bar metrics."""
@@ -149,3 +152,20 @@ def test_samples_per_second_counts_partial_batches_and_json_lines_are_strict(mon
     assert fit_end["metrics"]["odd/nan"] == "NaN" and fit_end["metrics"]["odd/inf"] == "-Infinity"
     printed = capsys.readouterr().out
     assert not re.search("[\u2500-\u257f]", printed)  # no results table: the end line holds the metrics
+
+
+def test_the_epoch_end_rate_leaves_out_the_fits_validation(monkeypatch):
+    """Each epoch: 11 training batches (one fake second each), then 2 validation batches of 10 s each:
+    the epoch-end line's samples/s is the training's, 650 / 11, not 650 / 31."""
+    now = [0.0]
+    monkeypatch.setattr("lit_gpu.callbacks.progress_log.time.monotonic", lambda: now[0])
+    out = io.StringIO()
+    log = ProgressLog(interval=0, format="json", stream=out)
+    trainer = quiet_trainer(
+        enable_progress_bar=True, callbacks=[_Tick(now), log], max_epochs=2, limit_val_batches=2
+    )
+    trainer.fit(RegressionModule(SimpleModel(10, 10)), SyntheticRegressionDataModule(num_samples=650))
+    events = [json.loads(line) for line in out.getvalue().splitlines()]
+    rates = [e["samples_per_s"] for e in events if e["event"] == "epoch_end"]
+    assert rates == [pytest.approx(650 / 11, rel=0.01)] * 2
+    assert now[0] >= 2 * (11 + 20)  # the validations did take their time

@@ -71,6 +71,23 @@ def test_no_gpu_says_training_runs_on_cpu(monkeypatch, cuda_torch):
     assert any(line.startswith("no GPU: training runs on CPU") for line in report["advice"])
 
 
+def test_screen_without_a_driver_keeps_each_line_whole_and_no_nvcc(
+    monkeypatch, capsys, cuda_torch, fake_nvcc
+):
+    """No driver: no compiler row beside "not found" (JSON keeps it); the NVML line and the
+    advice are one line each, however narrow the console, wrapped by the terminal, not cut by rich."""
+    install(monkeypatch, [], fail_init=True)
+    monkeypatch.setenv("COLUMNS", "40")
+    assert env.main([]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert not [ln for ln in lines if "nvcc" in ln]
+    nvml = [ln for ln in lines if ln.startswith("GPUs: none (NVML is not available")]
+    assert len(nvml) == 1 and nvml[0].endswith(")") and len(nvml[0]) > 40
+    advice = [ln for ln in lines if ln.startswith("> no GPU: training runs on CPU")]
+    assert len(advice[0]) > 40 and advice[0].endswith(")")  # longer than the console: one line all the same
+    assert env.collect(env={})["nvcc"] == "12.4"
+
+
 def test_cuda_visible_devices_hiding_everything(monkeypatch, cuda_torch):
     install(monkeypatch, [FakeGpu(), FakeGpu()])
     report = env.collect(env={"CUDA_VISIBLE_DEVICES": ""})
