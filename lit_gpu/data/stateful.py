@@ -77,11 +77,10 @@ def position_contract() -> list[Any]:
             from lit_gpu.data.replay import check_replay_state
 
             generators = state.get("generators")
-            sizes = [len(g) for g in generators] if isinstance(generators, list) else []
-            too_big = [g for g in sizes if g > 2**16]
-            if isinstance(generators, list) and (too_big or any(not isinstance(g, bytes) for g in generators)):
+            generators = generators if isinstance(generators, list) else []
+            if any(not isinstance(g, bytes) or len(g) > 2**16 for g in generators):
                 return "a generator state that is not bytes of at most 64 KiB"
-            return check_replay_state(state, sizes)
+            return check_replay_state(state, [len(g) for g in generators])
         if "num_items" not in state:
             return None  # another loader's state: not restored by lit_gpu
         if (problem := ours.problem(state)) is not None:
