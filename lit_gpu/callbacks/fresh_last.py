@@ -111,7 +111,7 @@ class FreshLastCheckpoint(CheckpointHooks):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        from lit_gpu.files.checkpoint import drop_outside_state_paths
+        from lit_gpu.files.state_paths import drop_outside_state_paths
 
         state = dict(state_dict)
         # Lightning restores these paths only when the state's dirpath is this callback's own
@@ -131,7 +131,7 @@ class FreshLastCheckpoint(CheckpointHooks):
 
     @override
     def remove_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
-        from lit_gpu.files.checkpoint import inside
+        from lit_gpu.files.state_paths import inside
 
         local = "://" not in str(filepath) and self.dirpath and "://" not in str(self.dirpath)
         used = os.path.expanduser(str(filepath))  # fsspec, which removes it, expands ~ as inside() does

@@ -20,7 +20,7 @@ import torch
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.checkpoint import inside
+from lit_gpu.files.state_paths import inside
 from lit_gpu.files.text import METRICS_FIX, csv_dicts
 from lit_gpu.io import atomic_file
 from lit_gpu.run import layout

@@ -152,7 +152,7 @@ def config_of_checkpoint(ckpt_path: str | os.PathLike) -> Path | None:
     found = run_of_checkpoint(ckpt)
     if found is None:
         return None
-    from lit_gpu.files.checkpoint import inside
+    from lit_gpu.files.state_paths import inside
 
     if not inside(ckpt, found.path):
         return None

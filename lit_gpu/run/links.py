@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.checkpoint import inside
+from lit_gpu.files.state_paths import inside
 from lit_gpu.run.layout import CHECKPOINTS, version_number
 
 __all__ = ["escaping_links", "refuse_escaping_link", "refuse_links_out_of"]

@@ -29,7 +29,8 @@ from typing import Any
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.checkpoint import check_checkpoint_file, inside
+from lit_gpu.files.checkpoint import check_checkpoint_file
+from lit_gpu.files.state_paths import inside
 from lit_gpu.messages import shown
 from lit_gpu.run import choice, header, layout
 from lit_gpu.run.config import Signature, run_signature
