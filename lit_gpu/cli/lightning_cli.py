@@ -84,6 +84,12 @@ class ConciseErrorParser(LightningArgumentParser):
         kwargs.setdefault("parser_mode", config_files.MODE)
         super().__init__(*args, **kwargs)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled in another process (``ddp_spawn`` hands the config saver's parser to its ranks):
+        the parser's YAML mode is registered there too before it loads or dumps anything."""
+        config_files.install()
+        self.__dict__.update(state)
+
     @override
     def parse_args(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         with config_files.bounded_reads():  # files named inside a config: the bounded reader too
