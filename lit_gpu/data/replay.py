@@ -101,7 +101,19 @@ def check_replay_state(state: Any, sizes: list[int]) -> str | None:
     for value, size in zip(generators, sizes, strict=False):
         if not (isinstance(value, bytes) and len(value) == size):
             return f"a generator state is not {size} bytes"
+        if not _valid_generator_state(value):
+            return "a generator state that torch refuses (not a state a generator saved)"
     return None
+
+
+def _valid_generator_state(value: bytes) -> bool:
+    """Whether torch's CPU generator takes ``value`` (the loader's generators are all CPU ones): bytes of
+    the right length can hold an invalid Mersenne Twister state, refused only when a resume sets it."""
+    try:
+        torch.Generator().set_state(torch.frombuffer(bytearray(value), dtype=torch.uint8))
+    except (RuntimeError, ValueError):
+        return False
+    return True
 
 
 class ReplayDataLoader(DataLoader):
@@ -178,6 +190,12 @@ class ReplayDataLoader(DataLoader):
             "generators": list(self._pass_states or []),
             "batches": len(self),
         }
+
+    def restore_contract(self, pl_module: Any = None) -> list[Any]:
+        """What :meth:`load_state_dict` expects, checked before any restore (the train loader's contract)."""
+        from lit_gpu.data.stateful import position_contract
+
+        return position_contract()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Keep the saved epoch's generator states; :meth:`resume_at` says how far the epoch had gone."""

@@ -148,6 +148,8 @@ def optimizer_contract(parameters: Sequence[torch.Tensor]) -> list[Contract]:
                 return f"state[{pid}] without {sorted(missing)[0]!r}, which its optimizer reads"
             if values and not _second_moment(group_of[pid], values):
                 return f"state[{pid}] without its second moment (exp_avg_sq), which its optimizer reads"
+            if any(isinstance(v, torch.Tensor) and v.is_meta for v in values.values()):
+                return f"state[{pid}] holds a meta tensor (no data), which its optimizer cannot read"
             step = values.get("step")
             if isinstance(step, torch.Tensor) and (
                 step.numel() != 1 or step.is_complex() or not 0 <= float(step) < 2**62

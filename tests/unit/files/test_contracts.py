@@ -62,6 +62,7 @@ def test_a_mismatch_is_one_line_naming_the_key_what_it_holds_and_what_was_expect
         (torch.zeros(1).expand(4)[0], True),  # a 0-d view of one element is contiguous
         (torch.zeros(4, 4).t(), False),
         ("1.0", False),
+        (torch.empty((), device="meta"), False),  # passes the scan, holds no data
     ],
 )
 def test_tensor_specs_check_shape_dtype_and_contiguity(value, fits):
@@ -83,6 +84,19 @@ def test_the_optimizer_contract_holds_state_against_the_parameters():
     saved["param_groups"][0]["lr"] = "0.1"
     with pytest.raises(ContractError, match="lr=str"):
         check_contracts({"optimizer_states": [saved]}, contracts, "x")
+
+
+def test_a_meta_tensor_in_the_optimizer_state_is_refused_before_the_restore():
+    """A checkpoint may rebuild a meta tensor (the scan allows torch's rebuild of one, it costs nothing);
+    the optimizer's restore then fails copying out of it ("Cannot copy out of meta tensor")."""
+    net = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(net.parameters())
+    net(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    saved = optimizer.state_dict()
+    saved["state"][0]["exp_avg"] = torch.empty(2, 3, device="meta")
+    with pytest.raises(ContractError, match=r"meta tensor"):
+        check_contracts({"optimizer_states": [saved]}, optimizer_contract(list(net.parameters())), "x")
 
 
 def test_the_logging_state_contract_knows_reductions_and_metric_names():
