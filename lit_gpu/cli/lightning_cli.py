@@ -42,11 +42,12 @@ from lit_gpu.io import install_atomic_checkpoint_io
 from lit_gpu.profilers import skip_idle_profiler
 from lit_gpu.run.config_saver import RunConfigSaver
 from lit_gpu.run.folder import RunFolder
+from lit_gpu.run.layout import next_cluster_checkpoint
 from lit_gpu.run.store import Resolution
 from lit_gpu.runs import RunFolderSync
 from lit_gpu.upstream.batch_path import LeanTrainingBatch
 from lit_gpu.upstream.cli import CLIHooks
-from lit_gpu.upstream.cluster import no_cluster_resume
+from lit_gpu.upstream.cluster import no_cluster_resume, own_cluster_saves
 from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks
 
 # ---- parser ---------------------------------------------------------------------------------------
@@ -364,6 +365,7 @@ class LitGpuCLI(CLIHooks):
         )  # atomic IO, OOM, predictions
         if self.resolution is not None and self.resolution.no_cluster_resume:
             no_cluster_resume(trainer)  # the store passed every hpc_ckpt over: Lightning must not take one
+        own_cluster_saves(trainer, next_cluster_checkpoint)  # a requeue save numbered by the store's rules
         use_progress_log(  # plain lines (or JSON) in place of the live bar when stdout is not a terminal
             trainer,
             interval=config_value(config, "progress_interval", DEFAULT_INTERVAL),

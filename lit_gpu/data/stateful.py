@@ -53,13 +53,10 @@ STATE_VERSION = 1
 _POSITION_KEYS = ("epoch", "position", "seed", "shuffle")
 
 
-#: where a fit's checkpoint keeps its train loaders' states (Lightning's fit loop; one entry per loader)
-LOADER_STATES = ("loops", "fit_loop", "state_dict", "combined_loader", "*")  # "*": contracts.EACH
-
-
 def position_contract() -> list[Any]:
     """What a saved loader state must be: a dict, and where it is one of ours (it has ``num_items``), a
     :meth:`GlobalPosition.state_dict` with its position inside the epoch."""
+    from lit_gpu.data.replay import LOADER_STATES, saved_replay_problem
     from lit_gpu.files import contracts as c
 
     ours = c.fields(
@@ -77,8 +74,8 @@ def position_contract() -> list[Any]:
     def fits(state: Any) -> str | None:
         if not isinstance(state, dict):
             return ""
-        if "replay_state" in state:
-            return None  # a plain DataLoader made replayable: lit_gpu.data.replay.replay_contract checks it
+        if "replay_state" in state:  # a plain DataLoader made replayable (lit_gpu.data.replay)
+            return saved_replay_problem(state)
         if "num_items" not in state:
             return None  # another loader's state: not restored by lit_gpu
         if (problem := ours.problem(state)) is not None:
@@ -87,8 +84,10 @@ def position_contract() -> list[Any]:
             return f"position {state['position']} past the epoch's {state['num_items']} samples"
         return None
 
-    where = LOADER_STATES
-    spec = c.checked("a loader state (a dict; lit_gpu's: epoch, position <= num_items, int seed)", fits)
+    where = (*LOADER_STATES, c.EACH)
+    spec = c.checked(
+        "a loader state (a dict; lit_gpu's: epoch, position <= num_items, int seed; or a replay state)", fits
+    )
     return [c.Contract(where, spec, owner="the train loader")]
 
 
