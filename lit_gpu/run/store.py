@@ -115,7 +115,9 @@ def _read(path: str | os.PathLike, trust: bool) -> CheckpointHeader:
     return header.read(path, trust=trust, opt_out=_OPT_OUT)
 
 
-CHANGED_WHILE_CHOSEN = "{path} changed while it was being chosen (another process wrote it); run the command again"
+CHANGED_WHILE_CHOSEN = (
+    "{path} changed while it was being chosen (another process wrote it); run the command again"
+)
 
 
 def _held(

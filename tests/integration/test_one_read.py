@@ -1,4 +1,4 @@
-"""``--ckpt_path FILE``: the file is read once; the bytes its resolution checked are the bytes Lightning loads.
+"""``--ckpt_path FILE``: read once; the bytes its resolution checked are the bytes Lightning loads.
 
 A file replaced (atomic rename) between the resolution and Lightning's load is not what is loaded, and the
 checkpoint file is opened exactly once during ``lit-gpu test --ckpt_path FILE``.
