@@ -30,7 +30,7 @@ from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.cli import config_files, quiet, run_folders
-from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, resolve_ckpt_path
+from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, hand_over, resolve_ckpt_path
 from lit_gpu.cli.module_steps import check_has_step
 from lit_gpu.cli.needs_data import check_has_data
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
@@ -363,6 +363,7 @@ class LitGpuCLI(CLIHooks):
         configure_trainer(
             trainer, self.config, self.subcommand, self.run_folder
         )  # atomic IO, OOM, predictions
+        self.resolution = hand_over(trainer, self.resolution)  # its load reads the bytes resolved, once
         if self.resolution is not None and self.resolution.no_cluster_resume:
             no_cluster_resume(trainer)  # the store passed every hpc_ckpt over: Lightning must not take one
         own_cluster_saves(trainer, next_cluster_checkpoint)  # a requeue save numbered by the store's rules
