@@ -388,7 +388,8 @@ class OOMRecovery(OOMLoopName):
                 loop=loop_words(trainer), index=batch_idx, was=was, micro=micro, count=count
             )
         else:
-            point = messages.fit_point(trainer, trainer.fit_loop.epoch_loop.batch_idx + 1)  # the batch in progress
+            batch = trainer.fit_loop.epoch_loop.batch_idx + 1  # the batch in progress, counted from 1
+            point = messages.fit_point(trainer, batch)
             line = messages.OOM_ADAPTED.format(
                 step=trainer.global_step, point=point, was=was, micro=micro, count=count
             )

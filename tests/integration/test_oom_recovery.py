@@ -72,7 +72,9 @@ def test_without_recovery_an_oom_is_one_line_and_exit_2(tmp_path, monkeypatch, c
 def test_with_recovery_the_run_ends_as_the_uninterrupted_one(reference, tmp_path, monkeypatch, capsys):
     code, lines = _fit(tmp_path, monkeypatch, capsys, *OOM_ABOVE_32, "--oom_recovery", "true")
     assert code == 0
-    assert lines == ["lit-gpu: out of memory at global step 0 (epoch 1/2 step 1/4) with batch 64 -> micro-batch 32 x 2"]
+    assert lines == [
+        "lit-gpu: out of memory at global step 0 (epoch 1/2 step 1/4) with batch 64 -> micro-batch 32 x 2"
+    ]
     last = tmp_path / str(LAST).format(0)
     ckpt = torch.load(last, map_location="cpu", weights_only=True)
     assert ckpt["global_step"] == torch.load(reference, weights_only=True)["global_step"] == 8

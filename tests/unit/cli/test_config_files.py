@@ -218,7 +218,7 @@ def test_config_dash_reads_at_most_the_config_budget_of_standard_input(capsys, m
 
 
 def test_a_tag_in_a_sub_config_is_one_line_naming_that_file_and_line(tmp_path, capsys):
-    """Found by the red team: refused, but as jsonargparse's "Expected a path ... not accessible or invalid"."""
+    """Found by the red team: refused, but as jsonargparse's "Expected a path ... not accessible"."""
     sub = tmp_path / "sub.yaml"
     sub.write_text("class_path: lit_gpu.data.SyntheticRegressionDataModule\ninit_args: !!set {a}\n")
     main_config = tmp_path / "main.yaml"
