@@ -243,7 +243,7 @@ STOPPED_BY_SIGNAL = (
 STOPPED_BEFORE_SAVE = "stopped by {signal} {where}; nothing to save"
 INTERRUPTED_OUTSIDE_RUN = "interrupted"
 REMOVED_STALE_TEMP = "removed {file}, left by a killed save"
-OOM_ADAPTED = "out of memory at step {step} with {was} -> micro-batch {micro} x {count}"
+OOM_ADAPTED = "out of memory at global step {step} ({point}) with {was} -> micro-batch {micro} x {count}"
 OOM_ADAPTED_EVAL = "out of memory during {loop} at batch {index} with {was} -> micro-batch {micro} x {count}"
 OOM_ADAPTED_PROCESSES = " on all {world} processes ({failed} ran out)"
 OOM_ADAPTED_BATCHNORM = " (BatchNorm layers now compute batch statistics over {micro} samples, not {total})"
@@ -373,6 +373,15 @@ def epoch_point(epoch: int, epochs: Any, batch: int | None = None, batches: Any 
     batches done in that epoch (``epoch``: Lightning's 0-based ``current_epoch``; unknown ``N``/``B``: ?)."""
     text = f"epoch {epoch + 1}/{epochs if epochs is not None else '?'}"
     return text if batch is None else f"{text} step {batch}/{batches if batches is not None else '?'}"
+
+
+def fit_point(trainer: Any, batch: int, epoch: int | None = None) -> str:
+    """:func:`epoch_point` of a running fit: ``epoch`` (0-based; ``trainer``'s current one by default) of its
+    ``max_epochs`` (unknown when unbounded), ``batch`` of its training batches (unknown when infinite)."""
+    epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else None
+    batches = trainer.num_training_batches
+    epoch = trainer.current_epoch if epoch is None else epoch
+    return epoch_point(epoch, epochs, batch, batches if batches != float("inf") else None)
 
 
 def optimizer_steps_note(global_step: int, batches: int | None) -> str:

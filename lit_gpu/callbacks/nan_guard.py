@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from typing_extensions import override
 
+from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.upstream import detect_anomaly
 
@@ -171,7 +172,8 @@ class NaNGuard(Callback):
             self._verdicts.clear()  # otherwise a save on the way out (Ctrl+C) still checks them
 
     def _raise(self, trainer: pl.Trainer, kind: str, where: tuple[int, int, int], deferred: bool) -> None:
-        step, epoch, batch = where
+        step, epoch, batch = where  # the batch in progress: 1-based, as the progress lines count batches done
+        point = messages.fit_point(trainer, batch + 1, epoch)
         kept = next(
             (
                 cb.last_model_path or cb.best_model_path
@@ -187,7 +189,7 @@ class NaNGuard(Callback):
             else "stopped before the bad update"
         )
         raise NonFiniteLossError(
-            f"loss became {kind} at global step {step} (epoch {epoch + 1}, batch {batch + 1}); {stopped} and "
+            f"loss became {kind} at global step {step} ({point}); {stopped} and "
             f"{where_kept}; try a lower learning rate, --trainer.gradient_clip_val 1.0, bf16 instead of "
             "fp16, or check the data for NaNs"
         )

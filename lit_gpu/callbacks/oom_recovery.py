@@ -388,7 +388,11 @@ class OOMRecovery(OOMLoopName):
                 loop=loop_words(trainer), index=batch_idx, was=was, micro=micro, count=count
             )
         else:
-            line = messages.OOM_ADAPTED.format(step=trainer.global_step, was=was, micro=micro, count=count)
+            batch = trainer.fit_loop.epoch_loop.batch_idx + 1  # the batch in progress, counted from 1
+            point = messages.fit_point(trainer, batch)
+            line = messages.OOM_ADAPTED.format(
+                step=trainer.global_step, point=point, was=was, micro=micro, count=count
+            )
         if trainer.world_size > 1:
             line += messages.OOM_ADAPTED_PROCESSES.format(world=trainer.world_size, failed=failures)
         if not evaluating and has_batchnorm(module):  # evaluation uses the running statistics

@@ -29,12 +29,12 @@ BAD_RNG_STATE = (
     " written by lit_gpu: resume from another checkpoint, or start afresh without --ckpt_path"
 )
 PERSISTENT_WORKERS = (
-    "resumed in epoch {epoch} after its batch {batch}: the order continues exactly, but the training "
+    "resumed at {point}: the order continues exactly, but the training "
     "loader's persistent workers start new random streams (a random augmentation in them differs from "
     "the uninterrupted run)"
 )
 NOT_AT_THE_BATCH = (
-    "resumed in epoch {epoch} after its batch {batch}, but the training loader cannot continue there ({why}):"
+    "resumed at {point}, but the training loader cannot continue there ({why}):"
     " the rest of the epoch comes from the loader's start, so this run differs from an uninterrupted one"
 )
 
@@ -306,11 +306,11 @@ def _resume_plain_loaders(trainer: Any) -> None:
         if isinstance(loader, ReplayDataLoader):
             why = loader.resume_at(done)
             if why is None and done and trainer.current_epoch > 0 and loader.persistent_workers:
-                messages.tell(PERSISTENT_WORKERS.format(epoch=trainer.current_epoch + 1, batch=done))
+                messages.tell(PERSISTENT_WORKERS.format(point=messages.fit_point(trainer, done)))
         else:
             why = why_not_replayable(loader) if done else None
         if why is not None:
-            messages.tell(NOT_AT_THE_BATCH.format(epoch=trainer.current_epoch + 1, batch=done, why=why))
+            messages.tell(NOT_AT_THE_BATCH.format(point=messages.fit_point(trainer, done), why=why))
             return
 
 

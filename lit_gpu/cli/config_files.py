@@ -17,12 +17,13 @@ command-line value that is not plain YAML stays a string, as jsonargparse leaves
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from lit_gpu.files.text import YAML_LIMITS, BadFileError, parse_yaml, read_text
+from lit_gpu.files.text import BadFileError, Limits, parse_yaml, read_text
 from lit_gpu.upstream.tools import (
     jsonargparse_bounded_reads,
     jsonargparse_config_contexts,
@@ -33,6 +34,13 @@ from lit_gpu.upstream.tools import (
 MODE = "lit_gpu_yaml"
 #: what to do about a config file the reader refused
 FIX = "a config is plain YAML (mappings, lists, strings, numbers, true/false, null): fix that file"
+
+#: what one config may hold (a file, standard input, a sub-config, a value on the command line): far above
+#: any real config (the biggest shipped one is 2 KB with 95 values, a ``--print_config`` output 3.3 KB
+#: with about 300), far below what jsonargparse handles slowly (300 000 keys: minutes and 260 MB)
+CONFIG_LIMITS = Limits(max_bytes=1 << 20, max_nodes=20_000)
+#: how ``--config -`` is named in its errors
+STDIN = "standard input (--config -)"
 
 #: the --config file being read (jsonargparse hands its loader the text and the file's base name only)
 reading: ContextVar[str | None] = ContextVar("lit_gpu_config_path", default=None)
@@ -45,34 +53,62 @@ class NotPlainYaml(ValueError):
 @contextmanager
 def config_file(path: Any) -> Iterator[str | None]:
     """While jsonargparse reads the config file ``path``: its name for errors, and its text read once by
-    the bounded reader (at most :data:`YAML_LIMITS` bytes, a regular file only, UTF-8), or ``None`` when
-    ``path`` names no local file (jsonargparse says what is wrong with it, or reads a URL).
+    the bounded reader (at most :data:`CONFIG_LIMITS` bytes, a regular file only, UTF-8; ``-``: standard
+    input, as much), or ``None`` when ``path`` names no local file (jsonargparse says what is wrong with it,
+    or reads a URL).
 
     What is checked is what is parsed: a file that grows after a size check, a symlink to a ``/proc``
     file that lists itself as empty, a FIFO or a device is one line, never read whole or waited on.
     """
     text = str(path)
     content = None
-    if text != "-":  # standard input (jsonargparse's), never a file named "-" in the working folder
+    if text == "-":  # standard input, never a file named "-" in the working folder
+        content = read_stdin()
+    else:
         try:
             os.stat(text)
         except OSError:
             pass
         else:
-            content = read_text(text, YAML_LIMITS, fix=FIX)
-    token = reading.set(text)
+            content = read_text(text, CONFIG_LIMITS, fix=FIX)
+    token = reading.set(STDIN if text == "-" else text)
     try:
         yield content
     finally:
         reading.reset(token)
 
 
+def read_stdin() -> str:
+    """Standard input (``--config -``), at most :data:`CONFIG_LIMITS` characters: ``yes | lit-gpu fit
+    --config -`` is one line, never read to its end."""
+    limit = CONFIG_LIMITS.max_bytes
+    try:
+        text = sys.stdin.read(limit + 1)
+    except (OSError, UnicodeDecodeError) as err:
+        raise BadFileError(STDIN, f"cannot be read ({err})", FIX) from err
+    if len(text) > limit:
+        raise BadFileError(STDIN, f"is longer than {limit} characters, more than a config holds", FIX)
+    return text
+
+
+def read_sub_config(path: str) -> str:
+    """A file a config names (``data: sub.yaml``), read by the bounded reader and checked as a config is
+    (no tag, within :data:`CONFIG_LIMITS`): a refusal names that file and its line. A text that is not
+    YAML at all passes: jsonargparse reads files of lines too, and says itself what is wrong."""
+    text = read_text(path, CONFIG_LIMITS, fix=FIX)
+    try:
+        parse_yaml(text, path, CONFIG_LIMITS, fix=FIX, loader=jsonargparse_yaml_loader())
+    except BadFileError as err:
+        if not err.problem.startswith("YAML syntax error"):
+            raise
+    return text
+
+
 @contextmanager
 def bounded_reads() -> Iterator[None]:
     """While a parser parses: a file a config points at (``data: other.yaml``, ``init_args: x.yaml``) is
-    read by the bounded reader too (at most :data:`YAML_LIMITS` bytes, a regular file, UTF-8), never
-    whole whatever its size."""
-    with jsonargparse_bounded_reads(lambda path: read_text(path, YAML_LIMITS, fix=FIX)):
+    read by the bounded reader too (:func:`read_sub_config`), never whole whatever its size."""
+    with jsonargparse_bounded_reads(read_sub_config):
         yield
 
 
@@ -93,11 +129,11 @@ def load(text: str, path: str | os.PathLike = "") -> Any:
     """
     source = reading.get() if path else None
     if source is not None:
-        data = parse_yaml(text, source, YAML_LIMITS, fix=FIX, loader=jsonargparse_yaml_loader())
+        data = parse_yaml(text, source, CONFIG_LIMITS, fix=FIX, loader=jsonargparse_yaml_loader())
     else:
         try:
             data = parse_yaml(
-                text, "a command-line value", YAML_LIMITS, fix=FIX, loader=jsonargparse_yaml_loader()
+                text, "a command-line value", CONFIG_LIMITS, fix=FIX, loader=jsonargparse_yaml_loader()
             )
         except BadFileError as err:
             raise NotPlainYaml(err.problem) from err

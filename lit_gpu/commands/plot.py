@@ -21,7 +21,7 @@ import torch
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.state_paths import inside
-from lit_gpu.files.text import METRICS_FIX, csv_dicts
+from lit_gpu.files.text import METRICS_FIX, csv_dicts, open_regular
 from lit_gpu.io import atomic_file
 from lit_gpu.run import layout
 
@@ -81,6 +81,38 @@ def find_metrics(run_dir: str | os.PathLike) -> Path:
     )
 
 
+def open_metrics(run_dir: str | os.PathLike) -> tuple[Path, Any]:
+    """:func:`find_metrics`'s CSV, opened for binary reading; a run's own file checked on what was opened.
+
+    The checks of :func:`find_metrics` name a path; a link swapped in after them would be followed by a
+    second open. So the file opened is the one checked: a regular file (``fstat`` of the open file), whose
+    real path is inside its run folder and is that same file (device and inode), whatever the path leads to
+    by the time it is read. A CSV the user named itself is opened as it is.
+
+    Raises:
+        LitGpuError: No ``metrics.csv``, or the opened file is not inside its run folder.
+    """
+    named = Path(run_dir).is_file()  # the CSV named by the user: opened as it is
+    csv = find_metrics(run_dir)
+    f = open_regular(csv, METRICS_FIX)
+    if named:
+        return csv, f
+    try:
+        opened = os.fstat(f.fileno())
+        real = os.path.realpath(csv)
+        try:
+            now = os.stat(real)
+        except OSError:
+            now = None
+        same = now is not None and (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino)
+        if not (same and inside(real, csv.parent)):
+            raise LitGpuError(METRICS_LINKS_OUT.format(csv=messages.shown(csv)))
+    except BaseException:
+        f.close()
+        raise
+    return csv, f
+
+
 #: points kept of one curve: a longer curve is thinned to an even stride (see :func:`read_metrics`)
 MAX_POINTS = 4096
 #: points kept of all the curves of one file together (a file of many columns keeps fewer of each)
@@ -132,7 +164,12 @@ def read_metrics(run_dir: str | os.PathLike) -> Series:
     drawn from evenly spaced samples of it, up to its newest value. A figure 1200 pixels wide shows no
     more.
     """
-    header, rows = csv_dicts(find_metrics(run_dir), fix=METRICS_FIX)
+    return _series(*open_metrics(run_dir))
+
+
+def _series(csv: Path, f: Any) -> Series:
+    """The curves of the CSV ``csv``, read from ``f`` (its open file; see :func:`read_metrics`)."""
+    header, rows = csv_dicts(csv, fix=METRICS_FIX, file=f)
     columns = max(1, len([name for name in header if name not in ("step", "epoch")]))
     cap = max(_MIN_POINTS, min(MAX_POINTS, MAX_ALL_POINTS // columns))
     curves: dict[str, _Curve] = {}
@@ -240,8 +277,8 @@ def plot_run(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    csv_path = find_metrics(run_dir)
-    series = read_metrics(csv_path)
+    csv_path, f = open_metrics(run_dir)
+    series = _series(csv_path, f)
     loss = sorted(n for n in series if n.split("/")[-1].startswith("loss"))
     acc = sorted(n for n in series if n.split("/")[-1].startswith("acc"))
     panels = [(names, title) for names, title in ((loss, "loss"), (acc, "accuracy")) if names]

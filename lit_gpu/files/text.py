@@ -162,10 +162,13 @@ def read_text(path: str | os.PathLike, limits: Limits = TEXT_LIMITS, *, fix: str
     return _decode(read_bytes(path, limits, fix), path, limits, fix)
 
 
-def lines(path: str | os.PathLike, limits: Limits, *, fix: str | None = None) -> Iterator[tuple[int, str]]:
+def lines(
+    path: str | os.PathLike, limits: Limits, *, fix: str | None = None, file: Any = None
+) -> Iterator[tuple[int, str]]:
     """``(line number, text)`` of each line (its end kept), streamed; a line over ``max_line`` bytes is an
-    error. A last line without its newline is yielded too (callers that append decide)."""
-    with open_regular(path, fix) as f:
+    error. A last line without its newline is yielded too (callers that append decide). ``file``: ``path``
+    already opened for binary reading (checked by the caller; closed here)."""
+    with file if file is not None else open_regular(path, fix) as f:
         number = 0
         while True:
             try:
@@ -431,10 +434,11 @@ def read_yaml(path: str | os.PathLike, limits: Limits = YAML_LIMITS, *, fix: str
 
 # ---- CSV ----------------------------------------------------------------------------------------
 def csv_rows(
-    path: str | os.PathLike, limits: Limits = CSV_LIMITS, *, fix: str | None = None
+    path: str | os.PathLike, limits: Limits = CSV_LIMITS, *, fix: str | None = None, file: Any = None
 ) -> Iterator[list[str]]:
-    """Each row of a CSV file as a list of strings (the header first), streamed within ``limits``."""
-    source = lines(path, limits, fix=fix)
+    """Each row of a CSV file as a list of strings (the header first), streamed within ``limits``
+    (``file``: see :func:`lines`)."""
+    source = lines(path, limits, fix=fix, file=file)
     number = [0]
 
     def texts() -> Iterator[str]:
@@ -460,13 +464,13 @@ def csv_rows(
 
 
 def csv_dicts(
-    path: str | os.PathLike, limits: Limits = CSV_LIMITS, *, fix: str | None = None
+    path: str | os.PathLike, limits: Limits = CSV_LIMITS, *, fix: str | None = None, file: Any = None
 ) -> tuple[list[str], Iterator[dict[str, str]]]:
     """The header of a CSV file and an iterator of its rows as ``{column: cell}`` (streamed).
 
     Blank rows are skipped; cells past the header are dropped; missing cells are ``""``.
     """
-    rows = csv_rows(path, limits, fix=fix)
+    rows = csv_rows(path, limits, fix=fix, file=file)
     header = next(rows, [])
 
     def dicts() -> Iterator[dict[str, str]]:

@@ -18,6 +18,8 @@ def _fake_trainer(step: int) -> SimpleNamespace:
     return SimpleNamespace(
         global_step=step,
         current_epoch=1,
+        max_epochs=3,
+        num_training_batches=10,
         checkpoint_callbacks=[],
         fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_idx=3)),
         is_global_zero=True,
@@ -28,8 +30,10 @@ def _fake_trainer(step: int) -> SimpleNamespace:
 def test_nan_guard_names_the_step(value, kind):
     guard = NaNGuard()
     guard.on_before_backward(_fake_trainer(7), None, torch.tensor(0.5))  # finite: nothing happens
-    with pytest.raises(NonFiniteLossError, match=f"loss became {kind} at global step 7"):
+    with pytest.raises(NonFiniteLossError) as info:
         guard.on_before_backward(_fake_trainer(7), None, torch.tensor(value))
+    # the progress lines' numbering (issue 47): epochs from 1 of N, the batch in progress of B
+    assert str(info.value).startswith(f"loss became {kind} at global step 7 (epoch 2/3 step 4/10); ")
     NaNGuard(enabled=False).on_before_backward(_fake_trainer(7), None, torch.tensor(value))
 
 

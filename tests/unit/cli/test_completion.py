@@ -189,3 +189,42 @@ def test_tab_in_an_interactive_bash_inserts_quoted_names_and_running_the_line_ru
     ] + ["fit\0--config\0g $(touch pwned)/in.yaml"]
     assert lines == expected, screen.decode(errors="replace")
     assert not (work / "pwned").exists() and not (tmp_path / "pwned").exists()  # nothing ran
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_tab_mid_line_after_non_ascii_text_completes_the_word_at_the_cursor(tmp_path, capsys):
+    """Reported by the red team: COMP_POINT counting bytes while ``${COMP_LINE:0:COMP_POINT}`` cuts by
+    characters. In a real interactive bash (5.2, UTF-8 locale) both count characters: the cursor moved back
+    (Ctrl-B) to the end of ``trainer/cp`` after ``été``, TAB completes that word, the rest is kept."""
+    completion.main(["bash"])
+    script = tmp_path / "lit-gpu.bash"
+    script.write_text(capsys.readouterr().out)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "lit-gpu").write_text(f'#!/bin/sh\nexec {sys.executable} -m lit_gpu "$@"\n')
+    (bin_dir / "lit-gpu").chmod(0o755)
+    record = "lit-gpu() { printf '%s\\0' \"$@\" >> args; }\n"
+    keys = "lit-gpu fit --trainer.default_root_dir été --config lit_gpu:trainer/cp --x" + "\x02" * 4 + "\t\n"
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", PS1="$ ", TERM="dumb")
+    env.update(INPUTRC=os.devnull, HOME=str(tmp_path), LANG="C.UTF-8", LC_ALL="C.UTF-8")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    master, slave = pty.openpty()
+    shell = subprocess.Popen(
+        ["bash", "--norc", "--noprofile", "-i"],
+        stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path, env=env, start_new_session=True,
+    )  # fmt: skip
+    os.close(slave)
+    os.write(master, f"source {script}\n{record}{keys}exit\n".encode())
+    screen, deadline = b"", time.monotonic() + 120
+    while shell.poll() is None and time.monotonic() < deadline:
+        if select.select([master], [], [], 0.2)[0]:
+            try:
+                screen += os.read(master, 65536)
+            except OSError:
+                break
+    shell.wait(timeout=10)
+    os.close(master)
+    args = (tmp_path / "args").read_bytes().decode().split("\0")[:-1]
+    assert args == ["fit", "--trainer.default_root_dir", "été", "--config", "lit_gpu:trainer/cpu", "--x"], (
+        screen.decode(errors="replace")
+    )

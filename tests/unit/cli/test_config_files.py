@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import tracemalloc
 
@@ -10,6 +11,7 @@ import yaml
 from jsonargparse import get_loader
 
 from lit_gpu.cli import config_files, main
+from lit_gpu.cli.config_files import CONFIG_LIMITS
 from lit_gpu.files.text import READ_CHUNK, YAML_LIMITS
 from tests.helpers.paths import CONFIGS
 
@@ -101,7 +103,7 @@ def test_a_fifo_or_an_oversized_file_is_refused_before_it_is_read(tmp_path, caps
     assert "is not a regular file" in _refused(capsys, fifo)
     big = tmp_path / "big.yaml"
     with big.open("wb") as f:
-        f.truncate(YAML_LIMITS.max_bytes + 1)  # sparse: no disk used
+        f.truncate(CONFIG_LIMITS.max_bytes + 1)  # sparse: no disk used
     assert "is larger than" in _refused(capsys, big)
 
 
@@ -159,7 +161,7 @@ def test_a_file_named_inside_a_config_is_read_by_the_bounded_reader_too(tmp_path
 
     big = tmp_path / "big.yaml"
     with big.open("wb") as f:
-        f.truncate(4 * YAML_LIMITS.max_bytes)  # sparse: no disk used
+        f.truncate(4 * CONFIG_LIMITS.max_bytes)  # sparse: no disk used
     tracemalloc.start()
     try:
         with config_files.bounded_reads(), pytest.raises(config_files.BadFileError, match="is larger than"):
@@ -167,7 +169,7 @@ def test_a_file_named_inside_a_config_is_read_by_the_bounded_reader_too(tmp_path
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < YAML_LIMITS.max_bytes + READ_CHUNK
+    assert peak < CONFIG_LIMITS.max_bytes + READ_CHUNK
     sub = tmp_path / "sub.yaml"
     sub.write_text("class_path: lit_gpu.data.SyntheticRegressionDataModule\ninit_args: {num_samples: 77}\n")
     main_config = tmp_path / "main.yaml"
@@ -192,3 +194,62 @@ def test_config_dash_reads_standard_input_not_a_file_named_dash(tmp_path, capsys
     with pytest.raises(SystemExit):
         main(["fit", "--config", str(CONFIGS / "simple.yaml"), "--config", "-", "--print_config"])
     assert yaml.safe_load(capsys.readouterr().out)["trainer"]["max_epochs"] == 3
+
+
+class _Endless(io.TextIOBase):
+    """``yes``'s output: a standard input that never ends (read past the budget, a test would hang)."""
+
+    def __init__(self) -> None:
+        self.served = 0
+
+    def read(self, size: int | None = -1) -> str:
+        assert size is not None and size >= 0, "standard input read to its end"
+        self.served += size
+        return "y\n" * (size // 2) + "y" * (size % 2)
+
+
+def test_config_dash_reads_at_most_the_config_budget_of_standard_input(capsys, monkeypatch):
+    """Found by the red team: ``yes | lit-gpu fit --config -`` read standard input without end."""
+    stdin = _Endless()
+    monkeypatch.setattr("sys.stdin", stdin)
+    line = _refused(capsys, "-")
+    assert "standard input (--config -): is longer than" in line
+    assert stdin.served <= CONFIG_LIMITS.max_bytes + 1
+
+
+def test_a_tag_in_a_sub_config_is_one_line_naming_that_file_and_line(tmp_path, capsys):
+    """Found by the red team: refused, but as jsonargparse's "Expected a path ... not accessible"."""
+    sub = tmp_path / "sub.yaml"
+    sub.write_text("class_path: lit_gpu.data.SyntheticRegressionDataModule\ninit_args: !!set {a}\n")
+    main_config = tmp_path / "main.yaml"
+    main_config.write_text("data: sub.yaml\n")
+    line = _refused(capsys, main_config)
+    assert f"{sub}, line 2: the tag !!set is not allowed" in line
+
+
+def test_config_limits_are_far_above_every_shipped_config_and_print_config_output(capsys):
+    texts = [p.read_text() for p in SHIPPED]
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(CONFIGS / "mnist_gpu_graph.yaml"), "--print_config"])
+    texts.append(capsys.readouterr().out)
+    loader = yaml.SafeLoader
+    for text in texts:
+        assert len(text.encode()) * 100 < CONFIG_LIMITS.max_bytes
+        events = sum(isinstance(e, yaml.NodeEvent) for e in yaml.parse(text, Loader=loader))
+        assert events * 20 < CONFIG_LIMITS.max_nodes
+
+
+@pytest.mark.parametrize("where", ["file", "sub-config"])
+def test_a_config_past_the_config_limits_is_one_line_before_jsonargparse_sees_it(where, tmp_path, capsys):
+    """Found by the red team: 300 000 keys (3.5 MB, under the 8 MiB file limit) took jsonargparse minutes."""
+    many = tmp_path / "many.yaml"
+    many.write_text("".join(f"k{i}: {i}\n" for i in range(CONFIG_LIMITS.max_nodes)))
+    long = tmp_path / "long.yaml"
+    long.write_text(f"model: {'x' * CONFIG_LIMITS.max_bytes}\n")
+    for config, problem in ((many, "expands to more than"), (long, "is larger than")):
+        if where == "sub-config":
+            (tmp_path / "main.yaml").write_text(f"data: {config.name}\n")
+            line = _refused(capsys, tmp_path / "main.yaml")
+        else:
+            line = _refused(capsys, config)
+        assert f"{config}" in line and problem in line
