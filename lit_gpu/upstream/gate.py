@@ -157,6 +157,7 @@ FIT_PRIVATE_NAMES = (
     "_signal_connector",
     "_data_connector._datahook_selector",
     "_detect_anomaly",
+    "_val_check_time_interval",  # set by a function (trainer/setup.py), not in Trainer's source
 )
 
 
