@@ -70,6 +70,10 @@ def detect_anomaly(trainer: Any) -> bool:
 
     Pinned by test_trainer__detect_anomaly: the Trainer keeps the flag in a private attribute only.
     """
+    from lit_gpu.upstream.gate import stands_aside
+
+    if stands_aside("anomaly check"):  # aside: the NaN guard runs whatever the flag says
+        return False
     return bool(getattr(trainer, "_detect_anomaly", False))
 
 
@@ -81,6 +85,12 @@ def own_hook(obj: object, hook: str, base: type) -> Any:
     return None
 
 
+def _hook_name_aside() -> bool:
+    from lit_gpu.upstream.gate import stands_aside
+
+    return stands_aside("hook name")
+
+
 class PlainHookName:
     """LightningModule mixin: Lightning's ``_current_fx_name`` set without ``nn.Module``'s attribute checks.
 
@@ -88,11 +98,12 @@ class PlainHookName:
     reads) before and after every hook call, some 30 times a training step; ``nn.Module.__setattr__``
     checks each value against ``Parameter``, ``Buffer`` and ``Module`` (Python-level instance checks).
     The name is a ``str`` or ``None``, never one of them: it is stored as a plain attribute, where
-    ``nn.Module.__setattr__`` puts it too. Pinned by test_lightning_module__current_fx_name.
+    ``nn.Module.__setattr__`` puts it too. Pinned by test_lightning_module__current_fx_name; behind the
+    gate's "hook name" (aside: ``nn.Module.__setattr__`` stores it).
     """
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "_current_fx_name":
+        if name == "_current_fx_name" and not _hook_name_aside():
             object.__setattr__(self, name, value)
         else:
             super().__setattr__(name, value)
