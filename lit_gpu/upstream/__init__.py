@@ -13,8 +13,12 @@ classes; everything else in lit_gpu imports those (tests/unit/upstream/test_one_
 * the gate: ``gate`` (the mechanism), ``features`` (what each feature depends on: mirrored functions with a
   digest each in ``digests``, private names with their signatures, torch's range for the capture). On a
   mismatch that feature alone stands aside with one line, once per process, and stock Lightning runs; a
-  feature that keeps a promise (exact resume, the removal guard, ``dp``, the config deciding the model)
-  says it cannot stand aside, and its test is the judge.
+  feature that keeps a promise says it cannot stand aside, and its test is the judge.
+
+  Gated features (the keys of ``features.FEATURES``; * keeps a promise, it cannot stand aside): fast path;
+  capture; fresh last; removal guard*; exact resume*; logging state; validation steps; hook name; anomaly
+  check; allocator setting; interrupt*; loader replay*; cluster resume*; torch zip reader*; config
+  reading*; sweep trial ids*; step log check; dp*; one-subcommand parse; config decides*.
 
 Importing this package imports neither torch nor Lightning; each module imports what it uses.
 """

@@ -49,3 +49,36 @@ def test_every_private_upstream_name_the_room_reaches_is_declared_by_a_feature()
 def test_the_own_names_are_lit_gpu_s():
     defined = set().union(*defined_names(files_inside() + files_outside()).values())
     assert set(ROOM_OWN) <= defined
+
+
+def _listed(text: str) -> dict[str, bool]:
+    """The "Gated features (...): a; b*; ..." list in ``text``: each key, and whether it keeps a promise."""
+    flat = " ".join(text.split())
+    listed = flat.split("Gated features (", 1)[1].split("): ", 1)[1].split(".", 1)[0]
+    return {item.rstrip("*"): item.endswith("*") for item in listed.split("; ")}
+
+
+def test_the_docs_and_the_room_s_docstring_list_the_gate_s_features():
+    import lit_gpu.upstream
+
+    table = {name: feature.promise is not None for name, feature in FEATURES.items()}
+    assert _listed((REPO_ROOT / "docs" / "architecture.md").read_text()) == table
+    assert _listed(lit_gpu.upstream.__doc__ or "") == table
+
+
+def test_pyproject_s_lightning_range_leaves_a_newer_release_to_the_gate():
+    """One constant says how new a Lightning is verified (the gate's); pyproject.toml has the lower bound
+    only, so a newer release installs and every feature stands aside (or says it cannot)."""
+    import tomllib
+    from lightning import __version__
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    from lit_gpu.upstream.gate import VERIFIED_UP_TO
+
+    with open(REPO_ROOT / "pyproject.toml", "rb") as f:
+        deps = [Requirement(d) for d in tomllib.load(f)["project"]["dependencies"]]
+    (spec,) = [d.specifier for d in deps if d.name == "lightning"]
+    assert {s.operator for s in spec} == {">="}  # no upper bound: the gate's rule decides past it
+    (low,) = [Version(s.version) for s in spec]
+    assert low <= Version(VERIFIED_UP_TO) and Version(__version__) in spec
