@@ -13,8 +13,12 @@ classes; everything else in lit_gpu imports those (tests/unit/upstream/test_one_
 * the gate: ``gate`` (the mechanism), ``features`` (what each feature depends on: mirrored functions with a
   digest each in ``digests``, private names with their signatures, torch's range for the capture). On a
   mismatch that feature alone stands aside with one line, once per process, and stock Lightning runs; a
-  feature that keeps a promise (exact resume, the removal guard, ``dp``, the config deciding the model)
-  says it cannot stand aside, and its test is the judge.
+  feature that keeps a promise says it cannot stand aside, and its test is the judge.
+
+  Gated features (the keys of ``features.FEATURES``; * keeps a promise, it cannot stand aside): fast path;
+  capture; fresh last; removal guard*; exact resume*; logging state; validation steps; hook name; anomaly
+  check; allocator setting; interrupt*; loader replay*; cluster resume*; torch zip reader*; config
+  reading*; sweep trial ids*; step log check; dp*; one-subcommand parse; config decides*.
 
 Importing this package imports neither torch nor Lightning; each module imports what it uses.
 """
@@ -70,6 +74,10 @@ def detect_anomaly(trainer: Any) -> bool:
 
     Pinned by test_trainer__detect_anomaly: the Trainer keeps the flag in a private attribute only.
     """
+    from lit_gpu.upstream.gate import stands_aside
+
+    if stands_aside("anomaly check"):  # aside: the NaN guard runs whatever the flag says
+        return False
     return bool(getattr(trainer, "_detect_anomaly", False))
 
 
@@ -81,6 +89,12 @@ def own_hook(obj: object, hook: str, base: type) -> Any:
     return None
 
 
+def _hook_name_aside() -> bool:
+    from lit_gpu.upstream.gate import stands_aside
+
+    return stands_aside("hook name")
+
+
 class PlainHookName:
     """LightningModule mixin: Lightning's ``_current_fx_name`` set without ``nn.Module``'s attribute checks.
 
@@ -88,11 +102,12 @@ class PlainHookName:
     reads) before and after every hook call, some 30 times a training step; ``nn.Module.__setattr__``
     checks each value against ``Parameter``, ``Buffer`` and ``Module`` (Python-level instance checks).
     The name is a ``str`` or ``None``, never one of them: it is stored as a plain attribute, where
-    ``nn.Module.__setattr__`` puts it too. Pinned by test_lightning_module__current_fx_name.
+    ``nn.Module.__setattr__`` puts it too. Pinned by test_lightning_module__current_fx_name; behind the
+    gate's "hook name" (aside: ``nn.Module.__setattr__`` stores it).
     """
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "_current_fx_name":
+        if name == "_current_fx_name" and not _hook_name_aside():
             object.__setattr__(self, name, value)
         else:
             super().__setattr__(name, value)

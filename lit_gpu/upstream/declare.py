@@ -22,6 +22,9 @@ class Feature:
     #: "module:Class.name" -> the signature ``str(inspect.signature(...))`` of a function, or None for an
     #: attribute (present on the class, or set as ``self.name`` in its source)
     private: dict[str, str | None] = field(default_factory=dict)
+    #: private keys it reads in upstream's dicts (a checkpoint's, hyper-parameters'): not checkable here,
+    #: each pinned by a test in tests/unit/test_upstream_pins.py
+    keys: tuple[str, ...] = ()
     #: torch releases (first, last) it was verified on, inclusive; None: any
     torch: tuple[str, str] | None = None
     #: set where it cannot stand aside: the promise it keeps

@@ -12,6 +12,7 @@ DIGESTS: dict[str, str] = {
     "lightning.pytorch.core.module:LightningModule.optimizer_step": "f07278673bfab100",
     "lightning.pytorch.core.module:LightningModule.optimizer_zero_grad": "9edadf25870ba0ea",
     "lightning.pytorch.core.optimizer:LightningOptimizer.step": "a080b1c57c3ad579",
+    "lightning.pytorch.loops.fit_loop:_FitLoop.setup_data": "77855202334401d5",
     "lightning.pytorch.loops.fetchers:_DataFetcher.__next__": "0d13131ad3567bc9",
     "lightning.pytorch.loops.fetchers:_PrefetchDataFetcher.__next__": "8611192d7629f911",
     "lightning.pytorch.loops.loop:_Loop.on_iteration_done": "e30c5339d69d6279",

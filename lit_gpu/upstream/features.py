@@ -16,6 +16,8 @@ _RESULT = "lightning.pytorch.trainer.connectors.logger_connector.result"
 _METADATA = f"{_RESULT}._Metadata"  # (as a signature names the type)
 _PROGRESS = "lightning.pytorch.loops.progress"
 _CKPT = "lightning.pytorch.callbacks.model_checkpoint:ModelCheckpoint"
+_EVAL = "lightning.pytorch.loops.evaluation_loop:_EvaluationLoop"
+_CONNECTORS = "lightning.pytorch.trainer.connectors"
 _TRAINER = "pl.Trainer"  # (annotation text as Lightning writes it)
 
 #: the Lightning functions whose behaviour the lean batch (``batch_path``) reproduces
@@ -74,12 +76,44 @@ FEATURES: dict[str, Feature] = {
             "lightning.pytorch.loops.optimization.closure:AbstractClosure.consume_result": None,
             f"{_EPOCH}._batches_that_stepped": None,
             f"{_RESULT}:_ResultMetric.to": None,
+            # read or moved by the lean batch and step (batch_path, step_path, hooks, blockers)
+            "lightning.fabric.utilities.apply_func:_BLOCKING_DEVICE_TYPES": None,
+            f"{_PROGRESS}:_ProcessedTracker": None,
+            f"{_PROGRESS}:_StartedTracker": None,
+            f"{_LOGGER}._callback_metrics": None,
+            f"{_LOGGER}._logged_metrics": None,
+            f"{_LOGGER}._progress_bar_metrics": None,
+            f"{_RESULT}:_ResultCollection._get_cache": None,
+            f"{_RESULT}:_ResultCollection._forked_name": None,
+            "torchmetrics.metric:Metric._forward_cache": None,
+            "lightning.pytorch.loops.loop:_Loop._restarting": None,
+            "lightning.pytorch.loops.loop:_Loop._loaded_from_state_dict": None,
+            "lightning.pytorch.loops.loop:_Loop._resuming_from_checkpoint": None,
+            f"{_EPOCH}._restart_stage": None,
+            f"{_EVAL}._has_run": None,
+            f"{_EPOCH}._should_check_val_epoch": None,
+            f"{_EPOCH}._skip_next_val": None,
+            f"{_EPOCH}._warning_cache": None,
+            "lightning.pytorch.utilities.combined_loader:CombinedLoader._iterator": None,
+            "lightning.pytorch.utilities.combined_loader:CombinedLoader._spec": None,
+            "lightning.pytorch.utilities.combined_loader:_ModeIterator._idx": None,
+            "lightning.pytorch.utilities.combined_loader:_MaxSizeCycle._consumed": None,
+            "lightning.pytorch.utilities._pytree:tree_unflatten": None,
+            f"{_AUTO}._skip_backward": None,
+            "lightning.pytorch.strategies.strategy:Strategy._lightning_optimizers": None,
+            "lightning.pytorch.trainer.trainer:Trainer._data_connector": None,
+            "lightning.pytorch.trainer.connectors.data_connector:_DataConnector._datahook_selector": None,
+            "lightning.pytorch.trainer.trainer:Trainer._signal_connector": None,
+            "lightning.pytorch.core.module:LightningModule._current_fx_name": None,
+            "torch._C:_set_grad_enabled": None,
         },
     ),
     "capture": Feature(
         "whole-step capture (speed.cuda_graph)",
         "steps run as usual",
         mirrored=STEP_MIRRORED,
+        private={"torch.optim.optimizer:Optimizer._warned_capturable_if_run_uncaptured": None},
+        keys=("_last_lr",),  # an LR scheduler's state_dict(), moved to the captured step's tensor
         torch=("2.14.0", "2.14.1"),  # CUDA graphs and the optimizers' `capturable`, as verified
     ),
     "fresh last": Feature(
@@ -123,7 +157,93 @@ FEATURES: dict[str, Feature] = {
             f"{_RESULT}:_ResultMetric.__init__": f"(self, metadata: {_METADATA}, is_tensor: bool) -> None",
             f"{_LOGGER}._first_loop_iter": None,
             f"{_EPOCH}._results": None,
+            "torchmetrics.metric:Metric._defaults": None,
+            "torchmetrics.metric:Metric._update_count": None,
+            "torchmetrics.metric:Metric._computed": None,
+            "torchmetrics.metric:Metric._forward_cache": None,
         },
+    ),
+    "validation steps": Feature(
+        "the per-step validation rows' steps across a resume (LoggingStateCallback)",
+        "they start again at 0 after a resume, as in Lightning",
+        private={f"{_EVAL}._seen_batches_per_dataloader": None},
+    ),
+    "hook name": Feature(
+        "PlainHookName's plain _current_fx_name",
+        "nn.Module's __setattr__ stores it",
+        private={"lightning.pytorch.core.module:LightningModule._current_fx_name": None},
+    ),
+    "anomaly check": Feature(
+        "the NaN guard's deferral to Trainer(detect_anomaly=True)",
+        "the NaN guard runs whatever detect_anomaly says",
+        private={"lightning.pytorch.trainer.trainer:Trainer._detect_anomaly": None},
+    ),
+    "allocator setting": Feature(
+        "OOMRecovery's allocator setting (expandable segments)",
+        "the allocator keeps its setting and OOMRecovery retries as usual",
+        private={  # torch >= 2.9's setter, and the one before it (torch_hooks.set_allocator_settings)
+            "torch._C:_accelerator_setAllocatorSettings": None,
+            "torch.cuda.memory:_set_allocator_settings": None,
+        },
+    ),
+    "interrupt": Feature(
+        "the interrupt callback's signal handling (CheckpointOnInterrupt, data/workers.py)",
+        "",
+        private={
+            "lightning.pytorch.trainer.trainer:Trainer._signal_connector": None,
+            "lightning.pytorch.trainer.connectors.signal_connector:_SignalConnector._original_handlers": None,
+            "torch.utils.data._utils.signal_handling:_set_SIGCHLD_handler": "() -> None",
+            "torch.utils.data.dataloader:DataLoader._get_iterator": "(self) -> '_BaseDataLoaderIter'",
+        },
+        promise="a loadable checkpoint on a signal (the main process answers it, not a loader's worker)",
+    ),
+    "loader replay": Feature(
+        "a plain training DataLoader made replayable on a resume (upstream/train_loaders.py)",
+        "",
+        mirrored=("lightning.pytorch.loops.fit_loop:_FitLoop.setup_data",),
+        private={
+            "lightning.pytorch.loops.fit_loop:_FitLoop._combined_loader": None,
+            "lightning.pytorch.loops.fit_loop:_FitLoop._load_combined_loader_states": "(self) -> None",
+            "torch.utils.data.dataloader:_BaseDataLoaderIter._sampler_iter": None,
+            "torch.utils.data.dataloader:_BaseDataLoaderIter._num_yielded": None,
+        },
+        promise="an exact resume of a plain DataLoader (the checkpoint's sample next)",
+    ),
+    "cluster resume": Feature(
+        "the run store's choice of a cluster checkpoint (upstream/cluster.py)",
+        "",
+        private={
+            "lightning.pytorch.trainer.trainer:Trainer._checkpoint_connector": None,
+            f"{_CONNECTORS}.checkpoint_connector:_CheckpointConnector._hpc_resume_path": None,
+        },
+        promise="no resume from a cluster checkpoint the owner rules passed over",
+    ),
+    "torch zip reader": Feature(
+        "the checkpoint reader's view through torch's zip reader (upstream/torch_reader.py)",
+        "",
+        private={"torch._C:PyTorchFileReader": None},
+        promise="a checkpoint read once, within its memory bound, as torch.load reads it",
+    ),
+    "config reading": Feature(
+        "the bounded config reader's jsonargparse hooks (upstream/tools.py)",
+        "",
+        private={
+            "jsonargparse._loaders_dumpers:get_yaml_default_loader": "()",
+            "jsonargparse._optionals:_get_config_read_mode": "() -> str",
+            "jsonargparse._paths:change_to_path_dir": None,
+            "jsonargparse._util:load_config_path_context": None,
+            "jsonargparse:Path._std_io": None,
+            "jsonargparse._typehints:ActionTypeHint._typehint": None,
+            "argparse:ArgumentParser._actions": None,
+            "argparse:_SubParsersAction": None,
+        },
+        promise="a config file read once, within its size bound, as jsonargparse reads it",
+    ),
+    "sweep trial ids": Feature(
+        "the sweep's trial ids (optuna's Trial._trial_id)",
+        "",
+        private={"optuna.trial:Trial._trial_id": None},
+        promise="each trial's run matched to its optuna storage row",
     ),
     "step log check": Feature(
         "the per-step logger check (LitModule's train/loss_step)",
@@ -159,7 +279,13 @@ FEATURES: dict[str, Feature] = {
     "config decides": Feature(
         "the CLI's --ckpt_path resolution",
         "",
-        private={"lightning.pytorch.cli:LightningCLI._parse_ckpt_path": "(self) -> None"},
+        private={
+            "lightning.pytorch.cli:LightningCLI._parse_ckpt_path": "(self) -> None",
+            "lightning.pytorch.core.mixins.hparams_mixin:_given_hyperparameters": None,
+            "lightning.pytorch.utilities.model_helpers:_restricted_classmethod": None,
+            "lightning.pytorch.core.module:LightningModule._trainer": None,
+        },
+        keys=("_instantiator", "_class_path", "_batches_that_stepped"),  # hyper-parameters', a checkpoint's
         promise="the config, not a checkpoint's hyper-parameters, choosing the model",
     ),
 }  # fmt: skip

@@ -64,7 +64,8 @@ def _private_problem(where: str, signature: str | None) -> str | None:
     try:
         obj = resolve(where)
     except (ImportError, AttributeError):
-        if signature is None:  # an instance attribute: set in the class's source
+        # an instance attribute (not a module's name): set as ``self.name`` in its class's source
+        if signature is None and "." in where.split(":")[1]:
             owner_where, _, name = where.rpartition(".")
             try:
                 source = inspect.getsource(resolve(owner_where))
@@ -157,6 +158,7 @@ FIT_PRIVATE_NAMES = (
     "_signal_connector",
     "_data_connector._datahook_selector",
     "_detect_anomaly",
+    "_val_check_time_interval",  # set by a function (trainer/setup.py), not in Trainer's source
 )
 
 

@@ -252,6 +252,10 @@ def val_steps(trainer: Any) -> dict[int, int]:
     test_evaluation_loop__seen_batches_per_dataloader) and does not save them: after a resume its
     per-step validation rows would start again at step 0.
     """
+    from lit_gpu.upstream.gate import stands_aside
+
+    if stands_aside("validation steps"):  # aside: they start again at 0 after a resume, as in Lightning
+        return {}
     seen = getattr(trainer.fit_loop.epoch_loop.val_loop, "_seen_batches_per_dataloader", None)
     return {int(k): int(v) for k, v in seen.items()} if isinstance(seen, dict) else {}
 
@@ -269,6 +273,10 @@ def check_val_steps(value: Any) -> dict[int, int] | None:
 
 def set_val_steps(trainer: Any, counts: dict[int, int]) -> None:
     """Continue the per-step validation rows' steps at ``counts`` (the validation loop has its loaders)."""
+    from lit_gpu.upstream.gate import stands_aside
+
+    if stands_aside("validation steps"):
+        return
     seen = getattr(trainer.fit_loop.epoch_loop.val_loop, "_seen_batches_per_dataloader", None)
     if isinstance(seen, dict):
         seen.update(counts)

@@ -37,6 +37,10 @@ def set_allocator_settings(settings: str) -> None:
     else ``torch.cuda.memory._set_allocator_settings``."""
     import torch
 
+    from lit_gpu.upstream.gate import stands_aside
+
+    if stands_aside("allocator setting"):  # aside: the allocator keeps its setting
+        return
     setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
     if setter is None:
         setter = torch.cuda.memory._set_allocator_settings
