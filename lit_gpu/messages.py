@@ -133,15 +133,6 @@ TUNE_NEEDS_BATCH_SIZE = "--tune_batch_size needs a data module with a batch_size
 NO_CONFIG_BESIDE = (
     "no config.yaml for {ckpt} ({looked}) to rebuild its run from; pass the run's settings with --config FILE"
 )
-DP_NO_SUCH_NET = (
-    "strategy 'dp' parallelises the sub-module {attr!r}, which {model} does not have; its sub-modules: "
-    "{listed}; name one with --trainer.strategy lit_gpu.strategies.DataParallelStrategy "
-    "--trainer.strategy.net_attr {first} (or use --trainer.strategy ddp)"
-)
-DP_NO_SUB_MODULE = (
-    "strategy 'dp' splits the batch over one sub-module of the model, but {model} has no "
-    "sub-module with parameters; use --trainer.strategy ddp (one process per GPU) instead"
-)
 PICKLE_REFUSED = (
     "{path} holds pickled Python objects, which can run code when loaded, so weights-only loading refused "
     "it; use a checkpoint that holds weights only (any lit-gpu fit writes one), or, only if you trust the "
@@ -279,30 +270,6 @@ SWEEP_WAITING = (
 SWEEP_NOTHING_COMPLETE = "no trial of study {study} has completed yet; no best.yaml or plot written"
 SWEEP_WROTE_BEST = "wrote {path} (run it: lit-gpu fit --config {path})"
 SWEEP_WROTE_PLOT = "wrote {path}"
-
-# ---- shipped recipes (lit_gpu:NAME), lit-gpu configs, lit-gpu init --------------------------------
-NO_SUCH_RECIPE = "no shipped config named {name}{suggestion}; lit-gpu configs lists them"
-INIT_WOULD_OVERWRITE = (
-    "lit-gpu init {folder}: {files} already exist; nothing was written; pick an empty or new folder"
-)
-INIT_NOT_A_FOLDER = "lit-gpu init {folder}: {folder} is a file, not a folder; name a new or empty folder"
-INIT_WROTE = "wrote {files} into {folder}; next: {next}"
-INIT_DANGLING_LINK = (
-    "lit-gpu init {folder}: {folder} is a link to {target}, which does not exist; "
-    "create {target} first, or remove the link, or name another folder"
-)
-INIT_PARENT_IS_FILE = (
-    "lit-gpu init {folder}: cannot create the folder: {blocker} is a file, not a folder; "
-    "name a folder whose parents are folders (or move {blocker} away)"
-)
-INIT_NO_PERMISSION = (
-    "lit-gpu init {folder}: cannot write {path}: permission denied; "
-    "name a folder you can write to (e.g. under your home folder), or get write permission there"
-)
-INIT_CANNOT_WRITE = (
-    "lit-gpu init {folder}: cannot write {path}: {reason}; no file of the project was left there; "
-    "name another folder"
-)
 
 
 #: longest text from a file shown in one message; the rest is cut with an ellipsis
