@@ -241,11 +241,6 @@ OOM_ADAPTED_BATCHNORM = " (BatchNorm layers now compute batch statistics over {m
 MICRO_BATCH_FROM_CHECKPOINT = (
     "micro-batch {micro} x {count} from the checkpoint (found by out-of-memory recovery)"
 )
-PROGRESS_RUN = "run {folder}"
-PROGRESS_RESUME = "; resume: {command}"
-PROGRESS_END = "{stage} done in {wall}: {metrics}"
-PROGRESS_END_CHECKPOINT = "; checkpoint {path}"
-PROGRESS_END_BEST = " (best: {path})"
 WROTE_PREDICTIONS = "wrote {rows} predictions to {path}"
 EXPORTED = "exported {weights} (metadata: {sidecar})"
 WROTE_PLOT = "wrote {path} ({width}x{height} px)"
