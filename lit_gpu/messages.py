@@ -227,11 +227,6 @@ MONITOR_FALLBACK = (
 )
 CUDA_GRAPH_ASIDE = "whole-step capture (speed.cuda_graph) stands aside, steps run as usual: {reason}"
 BATCH_SIZE_FOUND = "batch-size finder chose data.batch_size={size}; set it in your config to skip tuning"
-STOPPED_BY_SIGNAL = (
-    "stopped by {signal} at global step {step} ({point}); saved {path}; "
-    "resume with: lit-gpu fit <same arguments> --ckpt_path last"
-)
-STOPPED_BEFORE_SAVE = "stopped by {signal} {where}; nothing to save"
 INTERRUPTED_OUTSIDE_RUN = "interrupted"
 REMOVED_STALE_TEMP = "removed {file}, left by a killed save"
 OOM_ADAPTED = "out of memory at step {step} with {was} -> micro-batch {micro} x {count}"

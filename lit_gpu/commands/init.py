@@ -183,9 +183,7 @@ def _cannot_write(folder: Path, path: Path, err: OSError) -> LitGpuError:
     if isinstance(err, PermissionError):
         return LitGpuError(INIT_NO_PERMISSION.format(folder=folder, path=err.filename or path))
     reason = err.strerror or messages.first_line(err)
-    return LitGpuError(
-        INIT_CANNOT_WRITE.format(folder=folder, path=err.filename or path, reason=reason)
-    )
+    return LitGpuError(INIT_CANNOT_WRITE.format(folder=folder, path=err.filename or path, reason=reason))
 
 
 def init(folder: str | Path) -> list[Path]:
