@@ -139,18 +139,6 @@ PICKLE_REFUSED = (
     "file and where it came from, {opt_out}"
 )
 BUILD_REFUSED = "{source}: refusing to build {key}: {what}; nothing was run; {fix}"
-FREE_UNDER_LAUNCHER = (
-    "devices 'free:{n}' cannot be chosen inside ranks started by {launcher}: each rank would pick on its own "
-    "and two could land on one GPU; pick once before launching, e.g. GPUS=$(lit-gpu env --pick-free {n}) "
-    "&& CUDA_VISIBLE_DEVICES=$GPUS torchrun ... --trainer.devices {n} "
-    "(under SLURM use the GPUs it allocates: --trainer.devices {n})"
-)
-FREE_RECORD_MISMATCH = (
-    "devices 'free:{n}': this rank inherited {var} for free:{recorded_n} with CUDA_VISIBLE_DEVICES="
-    "{recorded_visible!r}, but runs with free:{n} and CUDA_VISIBLE_DEVICES={visible!r}; unset {var} "
-    "or start every rank with the same settings"
-)
-FREE_RECORD_GARBLED = "{var} is set but is not a record lit-gpu wrote ({reason}); unset it"
 
 SWEEP_BAD_SPACE = (
     "search space {where}: {what}; write e.g. 'model.init_args.optimizer.init_args.lr: "
@@ -239,7 +227,6 @@ MICRO_BATCH_FROM_CHECKPOINT = (
 WROTE_PREDICTIONS = "wrote {rows} predictions to {path}"
 EXPORTED = "exported {weights} (metadata: {sidecar})"
 WROTE_PLOT = "wrote {path} ({width}x{height} px)"
-FREE_GPUS_CHOSEN = "free:{n} chose {ranks}; CUDA_VISIBLE_DEVICES={visible}, devices={devices}"
 FREE_GPU_OF_RANK = "local rank {rank} -> GPU {index} {name} ({uuid})"
 DEPENDENCY_OUT_OF_RANGE = "{name} {found}: lit-gpu supports {supported}; pip install '{requirement}'"
 

@@ -15,7 +15,6 @@ GENERATED = {"lit_gpu/cli/completion_flags.py"}
 #: module -> why it is over the limit for now
 TOLERATED = {
     "lit_gpu/files/bounds.py": "being split by issue 46 (the zip layout check and the pickle scan)",
-    "lit_gpu/devices.py": "not split yet (issue 48 left it: NVML facts and the free-GPU pick in one room)",
     "lit_gpu/files/text.py": "not split yet (issue 48 left it: YAML/JSON and CSV/plain readers in one room)",
 }
 
