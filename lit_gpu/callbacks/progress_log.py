@@ -185,7 +185,8 @@ class ProgressLog(ProgressBar):
         command = resume_command(self.command, last) if self.command is not None and last else None
         self._tell(*start_line("fit", folder, folder or trainer.default_root_dir, command))
 
-    def _start_eval_command(self, trainer: pl.Trainer, stage: str) -> None:
+    def start_eval_command(self, trainer: pl.Trainer, stage: str) -> None:
+        """The start line of a validate/test/predict command (not of fit's validation)."""
         folder = self._folder(trainer)
         self._tell(*start_line(stage, folder, folder or trainer.default_root_dir, None))
 
@@ -309,7 +310,7 @@ class ProgressLog(ProgressBar):
     # validate / test / predict commands (validation inside fit counts in fit's lines)
     def _eval_begins(self, trainer: pl.Trainer, stage: str) -> None:
         if trainer.state.fn == stage:
-            self._start_eval_command(trainer, stage)
+            self.start_eval_command(trainer, stage)
             self._loop_begins()
             loop = {"validate": trainer.validate_loop, "test": trainer.test_loop}.get(stage)
             if loop is not None:  # no results table in a log: the end line holds the metrics
