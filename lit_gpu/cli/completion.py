@@ -40,11 +40,10 @@ CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 BASH = r"""# bash completion for lit-gpu: eval "$(lit-gpu completion bash)" in ~/.bashrc
 # Each TAB asks `lit-gpu completion --complete-bash` (commands, recipes, files, flags; no torch import),
 # which answers each candidate already quoted for the shell (a file name runs nothing), NUL-separated.
-# The line is cut at the cursor there: COMP_POINT counts bytes, ${COMP_LINE:0:N} characters.
 _lit_gpu_complete() {
     local -a reply
     mapfile -t -d '' reply < <(
-        command lit-gpu completion --complete-bash "$COMP_WORDBREAKS" "$COMP_LINE" "$COMP_POINT" 2>/dev/null
+        command lit-gpu completion --complete-bash "$COMP_WORDBREAKS" "${COMP_LINE:0:COMP_POINT}" 2>/dev/null
     )
     COMPREPLY=("${reply[@]}")
     if [[ ${#COMPREPLY[@]} -eq 1 && "${COMPREPLY[0]}" == */ ]]; then compopt -o nospace 2>/dev/null; fi
@@ -218,9 +217,8 @@ def main(argv: Sequence[str]) -> int:
         words = argv[2:] if argv[1:2] == ["--"] else argv[1:]
         _answer(candidates(words))
         return 0
-    if argv[:1] == ["--complete-bash"] and len(argv) in (3, 4):  # bash: the line as typed; replies quoted
-        line = argv[2] if len(argv) == 3 else shell_words.before_point(argv[2], argv[3])
-        words, typed = shell_words.split_line(line)
+    if argv[:1] == ["--complete-bash"] and len(argv) == 3:  # bash: the line as typed; replies quoted
+        words, typed = shell_words.split_line(argv[2])
         replies = shell_words.bash_replies(typed, candidates(words[1:]), argv[1])
         _answer(replies)
         return 0

@@ -15,16 +15,6 @@ SPECIAL = frozenset(" \t\\'\"$`;&|<>()*?[]{}#~!")
 WORD_BREAKS = " \t\n\"'><=;|&(:"
 
 
-def before_point(line: str, point: str) -> str:
-    """``line`` up to bash's ``COMP_POINT``: readline's cursor, an offset in the line's bytes (not its
-    characters: ``${COMP_LINE:0:COMP_POINT}`` cuts too far after a non-ASCII character)."""
-    try:
-        cut = int(point)
-    except ValueError:
-        return line
-    return os.fsdecode(os.fsencode(line)[: max(cut, 0)])
-
-
 def split_line(line: str) -> tuple[list[str], str]:
     """The words of ``line`` (up to the cursor) with the shell's quoting removed, and the last one as typed.
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files import text
+from lit_gpu.files import text, yaml_json
 from lit_gpu.files.idx import check_idx_pair, idx_shape
 from lit_gpu.files.names import check_name
 from lit_gpu.files.sweep_storage import read_owner
@@ -258,10 +258,10 @@ def test_a_yaml_alias_inside_its_own_anchor_is_refused(tmp_path, source):
 def test_the_plain_data_check_refuses_a_cycle_without_recursing():
     cyclic: list = []
     cyclic.append(cyclic)
-    with pytest.raises(text._Bad, match="contains itself"):
-        text._check_plain({"x": cyclic}, text.YAML_LIMITS)
+    with pytest.raises(yaml_json._Bad, match="contains itself"):
+        yaml_json._check_plain({"x": cyclic}, text.YAML_LIMITS)
     shared = [1]
-    text._check_plain([shared, shared, {"k": shared}], text.YAML_LIMITS)  # shared, not cyclic
+    yaml_json._check_plain([shared, shared, {"k": shared}], text.YAML_LIMITS)  # shared, not cyclic
 
 
 def test_a_run_config_with_a_recursive_alias_has_no_signature(tmp_path):
