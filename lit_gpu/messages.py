@@ -133,33 +133,12 @@ TUNE_NEEDS_BATCH_SIZE = "--tune_batch_size needs a data module with a batch_size
 NO_CONFIG_BESIDE = (
     "no config.yaml for {ckpt} ({looked}) to rebuild its run from; pass the run's settings with --config FILE"
 )
-DP_NO_SUCH_NET = (
-    "strategy 'dp' parallelises the sub-module {attr!r}, which {model} does not have; its sub-modules: "
-    "{listed}; name one with --trainer.strategy lit_gpu.strategies.DataParallelStrategy "
-    "--trainer.strategy.net_attr {first} (or use --trainer.strategy ddp)"
-)
-DP_NO_SUB_MODULE = (
-    "strategy 'dp' splits the batch over one sub-module of the model, but {model} has no "
-    "sub-module with parameters; use --trainer.strategy ddp (one process per GPU) instead"
-)
 PICKLE_REFUSED = (
     "{path} holds pickled Python objects, which can run code when loaded, so weights-only loading refused "
     "it; use a checkpoint that holds weights only (any lit-gpu fit writes one), or, only if you trust the "
     "file and where it came from, {opt_out}"
 )
 BUILD_REFUSED = "{source}: refusing to build {key}: {what}; nothing was run; {fix}"
-FREE_UNDER_LAUNCHER = (
-    "devices 'free:{n}' cannot be chosen inside ranks started by {launcher}: each rank would pick on its own "
-    "and two could land on one GPU; pick once before launching, e.g. GPUS=$(lit-gpu env --pick-free {n}) "
-    "&& CUDA_VISIBLE_DEVICES=$GPUS torchrun ... --trainer.devices {n} "
-    "(under SLURM use the GPUs it allocates: --trainer.devices {n})"
-)
-FREE_RECORD_MISMATCH = (
-    "devices 'free:{n}': this rank inherited {var} for free:{recorded_n} with CUDA_VISIBLE_DEVICES="
-    "{recorded_visible!r}, but runs with free:{n} and CUDA_VISIBLE_DEVICES={visible!r}; unset {var} "
-    "or start every rank with the same settings"
-)
-FREE_RECORD_GARBLED = "{var} is set but is not a record lit-gpu wrote ({reason}); unset it"
 
 SWEEP_BAD_SPACE = (
     "search space {where}: {what}; write e.g. 'model.init_args.optimizer.init_args.lr: "
@@ -236,11 +215,6 @@ MONITOR_FALLBACK = (
 )
 CUDA_GRAPH_ASIDE = "whole-step capture (speed.cuda_graph) stands aside, steps run as usual: {reason}"
 BATCH_SIZE_FOUND = "batch-size finder chose data.batch_size={size}; set it in your config to skip tuning"
-STOPPED_BY_SIGNAL = (
-    "stopped by {signal} at global step {step} ({point}); saved {path}; "
-    "resume with: lit-gpu fit <same arguments> --ckpt_path last"
-)
-STOPPED_BEFORE_SAVE = "stopped by {signal} {where}; nothing to save"
 INTERRUPTED_OUTSIDE_RUN = "interrupted"
 REMOVED_STALE_TEMP = "removed {file}, left by a killed save"
 OOM_ADAPTED = "out of memory at global step {step} ({point}) with {was} -> micro-batch {micro} x {count}"
@@ -250,15 +224,9 @@ OOM_ADAPTED_BATCHNORM = " (BatchNorm layers now compute batch statistics over {m
 MICRO_BATCH_FROM_CHECKPOINT = (
     "micro-batch {micro} x {count} from the checkpoint (found by out-of-memory recovery)"
 )
-PROGRESS_RUN = "run {folder}"
-PROGRESS_RESUME = "; resume: {command}"
-PROGRESS_END = "{stage} done in {wall}: {metrics}"
-PROGRESS_END_CHECKPOINT = "; checkpoint {path}"
-PROGRESS_END_BEST = " (best: {path})"
 WROTE_PREDICTIONS = "wrote {rows} predictions to {path}"
 EXPORTED = "exported {weights} (metadata: {sidecar})"
 WROTE_PLOT = "wrote {path} ({width}x{height} px)"
-FREE_GPUS_CHOSEN = "free:{n} chose {ranks}; CUDA_VISIBLE_DEVICES={visible}, devices={devices}"
 FREE_GPU_OF_RANK = "local rank {rank} -> GPU {index} {name} ({uuid})"
 DEPENDENCY_OUT_OF_RANGE = "{name} {found}: lit-gpu supports {supported}; pip install '{requirement}'"
 
@@ -279,30 +247,6 @@ SWEEP_WAITING = (
 SWEEP_NOTHING_COMPLETE = "no trial of study {study} has completed yet; no best.yaml or plot written"
 SWEEP_WROTE_BEST = "wrote {path} (run it: lit-gpu fit --config {path})"
 SWEEP_WROTE_PLOT = "wrote {path}"
-
-# ---- shipped recipes (lit_gpu:NAME), lit-gpu configs, lit-gpu init --------------------------------
-NO_SUCH_RECIPE = "no shipped config named {name}{suggestion}; lit-gpu configs lists them"
-INIT_WOULD_OVERWRITE = (
-    "lit-gpu init {folder}: {files} already exist; nothing was written; pick an empty or new folder"
-)
-INIT_NOT_A_FOLDER = "lit-gpu init {folder}: {folder} is a file, not a folder; name a new or empty folder"
-INIT_WROTE = "wrote {files} into {folder}; next: {next}"
-INIT_DANGLING_LINK = (
-    "lit-gpu init {folder}: {folder} is a link to {target}, which does not exist; "
-    "create {target} first, or remove the link, or name another folder"
-)
-INIT_PARENT_IS_FILE = (
-    "lit-gpu init {folder}: cannot create the folder: {blocker} is a file, not a folder; "
-    "name a folder whose parents are folders (or move {blocker} away)"
-)
-INIT_NO_PERMISSION = (
-    "lit-gpu init {folder}: cannot write {path}: permission denied; "
-    "name a folder you can write to (e.g. under your home folder), or get write permission there"
-)
-INIT_CANNOT_WRITE = (
-    "lit-gpu init {folder}: cannot write {path}: {reason}; no file of the project was left there; "
-    "name another folder"
-)
 
 
 #: longest text from a file shown in one message; the rest is cut with an ellipsis

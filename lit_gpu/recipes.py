@@ -17,10 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 
 __all__ = ["PREFIX", "ROOT", "describe", "names", "path", "resolve", "resolve_args"]
+
+NO_SUCH_RECIPE = "no shipped config named {name}{suggestion}; lit-gpu configs lists them"
 
 PREFIX = "lit_gpu:"
 ROOT = Path(__file__).resolve().with_name("configs")
@@ -45,7 +46,7 @@ def path(name: str) -> Path:
         return ROOT / f"{bare}.yaml"
     close = difflib.get_close_matches(bare, known, n=1, cutoff=0.5)
     hint = f" (did you mean {PREFIX}{close[0]}?)" if close else ""
-    raise LitGpuError(messages.NO_SUCH_RECIPE.format(name=PREFIX + bare, suggestion=hint))
+    raise LitGpuError(NO_SUCH_RECIPE.format(name=PREFIX + bare, suggestion=hint))
 
 
 def describe(name: str) -> str:

@@ -22,6 +22,9 @@ A second Ctrl+C before the step ends raises KeyboardInterrupt at once (``last.ck
 saved); signals during the save itself are ignored. Lightning's Slurm
 auto-requeue (SIGUSR1 + ``scontrol requeue``) is untouched: SIGTERM handlers are composed with
 Lightning's, never replaced.
+
+This room is the stop (the handlers, the agreement on it, the DataLoader workers' deaths); what the stop
+leaves (``last.ckpt``, its line, the exit status) is :mod:`lit_gpu.callbacks.stopped_run`.
 """
 
 from __future__ import annotations
@@ -32,56 +35,34 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from lit_gpu import messages
+from lit_gpu.callbacks.stopped_run import (
+    JOB_SIGNALS,
+    checkpoint_folder,
+    save_stopped_run,
+    start_clean,
+)
 from lit_gpu.data.workers import protect_workers
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import clean_stale_temp_files
 from lit_gpu.launch_env import requeue_problem
-from lit_gpu.run.layout import CHECKPOINTS
 from lit_gpu.translate import dataloader_worker_died
 from lit_gpu.upstream.loops import replace_restored_handler, request_sigterm_stop
 from lit_gpu.upstream.torch_hooks import install_dataloader_sigchld_handler
 
-# Exit status of ``lit-gpu fit`` after a stop by signal: 128 + the signal number, the shell convention.
-INTERRUPT_EXIT_CODE = 128 + signal.SIGINT  # 130
-SIGTERM_EXIT_CODE = 128 + signal.SIGTERM  # 143
-
-_JOB_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # a DataLoader worker that died of unknown cause ("exited unexpectedly"): how long the fit waits for a
 # job signal to reach the main process too before it reports the death as a crash
 WORKER_DEATH_GRACE_S = 2.0
-_EXIT_CODE_ATTR = "lit_gpu_exit_code"  # on trainer.state: how a run stopped by a signal should exit
-_STOPPED_BY_WORKER_ATTR = "lit_gpu_stop_by_worker"  # on trainer.state: the stop came as a worker's death
-
-
-def stop_exit_code(trainer: pl.Trainer | None) -> int | None:
-    """Exit status for ``trainer``'s last run if a signal stopped it (130 SIGINT, 143 SIGTERM), else None."""
-    return None if trainer is None else getattr(trainer.state, _EXIT_CODE_ATTR, None)
-
-
-def signal_stop_code(trainer: pl.Trainer | None, err: BaseException) -> int | None:
-    """Exit status (130/143) when ``err`` ends a run that a signal stopped (``last.ckpt`` saved), else None.
-
-    ``err`` is Lightning's ``SystemExit`` then, or the error of a DataLoader worker the job's signal killed.
-    """
-    stopped_by_worker = trainer is not None and getattr(trainer.state, _STOPPED_BY_WORKER_ATTR, False)
-    return stop_exit_code(trainer) if isinstance(err, SystemExit) or stopped_by_worker else None
-
-
-def is_signal_stop(err: BaseException) -> bool:
-    """Whether ``err`` is the exit of a run stopped by SIGINT/SIGTERM (LitGpuCLI raises it with 130/143)."""
-    return isinstance(err, SystemExit) and err.code in (INTERRUPT_EXIT_CODE, SIGTERM_EXIT_CODE)
 
 
 class _DropSignalLogs(logging.Filter):
@@ -106,7 +87,7 @@ def _worker_killed_by(err: BaseException) -> int | None:
     for raised in (err, err.__cause__, err.__context__):
         text = str(raised) if isinstance(raised, RuntimeError) else ""
         if "DataLoader worker" in text:
-            for signum in _JOB_SIGNALS:
+            for signum in JOB_SIGNALS:
                 if f"killed by signal: {signal.strsignal(signum)}" in text:
                     return signum
     return None
@@ -147,30 +128,6 @@ def _unprotect_dataloader_workers(trainer: pl.Trainer | None) -> None:
     own = vars(strategy).get("process_dataloader") if strategy is not None else None
     if getattr(own, "_lit_gpu_protects_workers", False):
         del strategy.process_dataloader
-
-
-@contextlib.contextmanager
-def _job_signals_ignored() -> Iterator[None]:
-    """Ignore SIGINT/SIGTERM inside the block (main thread only), then restore the handlers."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in _JOB_SIGNALS}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            if handler is not None:
-                signal.signal(signum, handler)
-
-
-def checkpoint_folder(trainer: pl.Trainer) -> Path:
-    """The first ModelCheckpoint's folder, else ``<default_root_dir>/checkpoints``."""
-    for cb in trainer.checkpoint_callbacks:
-        dirpath = getattr(cb, "dirpath", None)  # a stand-in ModelCheckpoint (a spec'd Mock) may have none
-        if isinstance(cb, ModelCheckpoint) and dirpath:
-            return Path(dirpath)
-    return Path(trainer.default_root_dir) / CHECKPOINTS  # Lightning's folder without a logger
 
 
 class CheckpointOnInterrupt(Callback):
@@ -331,7 +288,7 @@ class CheckpointOnInterrupt(Callback):
     def _install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
-        for signum in _JOB_SIGNALS:
+        for signum in JOB_SIGNALS:
             self._previous[signum] = signal.getsignal(signum)
             signal.signal(signum, self._handle)
         self._active = True
@@ -364,8 +321,7 @@ class CheckpointOnInterrupt(Callback):
         if unsafe is not None:
             raise LitGpuError(unsafe)
         self._trainer, self._signal, self._stage = trainer, None, stage
-        setattr(trainer.state, _EXIT_CODE_ATTR, None)  # a new run of this trainer starts clean
-        setattr(trainer.state, _STOPPED_BY_WORKER_ATTR, False)
+        start_clean(trainer)  # a new run of this trainer starts clean
         # every stage: a worker crash report hides the signal
         _protect_dataloader_workers(trainer, on_workers=self._guard_sigchld)
         if stage == "fit" and trainer.is_global_zero:
@@ -417,49 +373,17 @@ class CheckpointOnInterrupt(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
         _unprotect_dataloader_workers(trainer)  # a fit that raised gets no teardown hooks
+        by_worker = False
         if isinstance(exception, KeyboardInterrupt | SIGTERMException):
             default = signal.SIGINT if isinstance(exception, KeyboardInterrupt) else signal.SIGTERM
             signum = self._signal or default
         elif (worker_signal := self._stop_signal_of_worker_death(exception)) is not None:
-            signum = worker_signal  # a worker killed by the job's signal: part of the stop, not a crash
-            setattr(trainer.state, _STOPPED_BY_WORKER_ATTR, True)  # LitGpuCLI exits with the code
+            signum, by_worker = (
+                worker_signal,
+                True,
+            )  # a worker killed by the job's signal: a stop, not a crash
         else:
             self._uninstall()
             return
         self._uninstall()
-        name = signal.Signals(signum).name
-        setattr(trainer.state, _EXIT_CODE_ATTR, 128 + int(signum))  # read with stop_exit_code(trainer)
-        where = None
-        if trainer.state.fn != TrainerFn.FITTING:
-            where = f"during {trainer.state.fn.value}"
-        elif trainer.fast_dev_run:
-            where = "during a fast_dev_run"
-        elif trainer.sanity_checking or trainer.global_step == 0:
-            where = "before the first training step"
-        if where is not None:
-            messages.tell(messages.STOPPED_BEFORE_SAVE.format(signal=name, where=where))
-            return
-        last = ModelCheckpoint.CHECKPOINT_NAME_LAST + ModelCheckpoint.FILE_EXTENSION
-        path = checkpoint_folder(trainer) / last
-        for cb in trainer.checkpoint_callbacks:  # before the save: the saved state names it too
-            if isinstance(cb, ModelCheckpoint):
-                cb.last_model_path = str(path)
-        with _job_signals_ignored():  # a second signal must not abort the save that keeps the run
-            trainer.save_checkpoint(path, weights_only=False)  # full: weights, optimizer, loops
-        epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else None
-        progress = trainer.fit_loop.epoch_loop.batch_progress
-        batches = trainer.num_training_batches
-        messages.tell(  # named as the progress lines name it: epochs from 1, the batches done in the epoch
-            messages.STOPPED_BY_SIGNAL.format(
-                signal=name,
-                step=trainer.global_step,
-                point=messages.epoch_point(
-                    trainer.current_epoch,
-                    epochs,
-                    progress.current.processed,
-                    batches if batches != float("inf") else None,
-                )
-                + messages.optimizer_steps_note(trainer.global_step, progress.total.processed),
-                path=path,
-            )
-        )
+        save_stopped_run(trainer, signum, by_worker=by_worker)

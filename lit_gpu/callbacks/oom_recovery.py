@@ -30,11 +30,9 @@ kept aside during the step and never touched.
 Evaluation (the sanity check, validation, test and predict) is split the same way, with its own
 micro-batch (``eval_micro_batch_size``): see :mod:`lit_gpu.callbacks.micro_batches`.
 
-On a GPU the recovery turns on PyTorch's *expandable segments* for the run
-(:func:`set_expandable_segments`), unless ``PYTORCH_CUDA_ALLOC_CONF`` names them: without them a small
-allocation that lives on (made by the autograd thread in the retried step's first backward, likely
-cuBLAS' workspace) can land in a freed multi-GiB block and pin it, and the retry needs one more halving
-than the memory requires (seen on an H200: batch 64 -> micro-batch 16 where 32 fits; 32 with them).
+On a GPU the recovery turns on PyTorch's *expandable segments* for the run, unless
+``PYTORCH_CUDA_ALLOC_CONF`` names them (:mod:`lit_gpu.callbacks.cuda_allocator` says why): with them a
+retry needs no more halvings than the memory requires (seen on an H200: batch 64 -> micro-batch 32, not 16).
 
 Without recovery, :class:`~lit_gpu.callbacks.oom_loop.OOMLoopName` names the loop in the OOM message.
 """
@@ -43,7 +41,6 @@ from __future__ import annotations
 
 import gc
 import math
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -58,10 +55,10 @@ from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.strategies.dp import DataParallelStrategy
 from lit_gpu.translate import is_out_of_memory
-from lit_gpu.upstream.torch_hooks import set_allocator_settings
 
 __all__ = ["LOOP_ATTRIBUTE", "OOMLoopName", "OOMRecovery", "has_batchnorm", "loop_words"]
 
+from lit_gpu.callbacks.cuda_allocator import set_expandable_segments
 from lit_gpu.callbacks.micro_batches import (
     _combine,
     _cut,
@@ -74,25 +71,6 @@ from lit_gpu.callbacks.micro_batches import (
     has_batchnorm,
 )
 from lit_gpu.callbacks.oom_loop import EVAL_STEPS, LOOP_ATTRIBUTE, OOMLoopName, loop_words
-
-ALLOC_CONF_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
-
-
-def _set_allocator_settings(settings: str) -> None:
-    """PyTorch's runtime allocator setting (private, pinned): torch >= 2.9's name, else the older one."""
-    set_allocator_settings(settings)
-
-
-def set_expandable_segments(on: bool) -> bool:
-    """Turn the CUDA allocator's expandable segments on or off, unless the user's environment sets them.
-
-    Blocks allocated afterwards come from segments that grow and shrink by pages, so a freed block
-    cannot be pinned by a small allocation placed in it. Returns whether the setting was changed.
-    """
-    if any("expandable_segments" in os.environ.get(name, "") for name in ALLOC_CONF_ENV):
-        return False  # the user's own choice
-    _set_allocator_settings(f"expandable_segments:{on}")
-    return True
 
 
 class OOMRecovery(OOMLoopName):

@@ -25,14 +25,15 @@ validation left out). Metrics keep the names they were
 logged under (``train/loss_step``: the last step's value; ``train/loss``: the epoch's mean). In JSON,
 values that are not finite numbers are written as the strings ``"NaN"``, ``"Infinity"`` and
 ``"-Infinity"``: every line is strict JSON.
+
+This room decides when a line is due and counts what it reports; the words of a line and how it is
+written (text or JSON) are in :mod:`lit_gpu.callbacks.progress_lines`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import shlex
 import sys
 import time
 from typing import Any, Literal, TextIO
@@ -43,7 +44,15 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from typing_extensions import override
 
 from lit_gpu import messages
-from lit_gpu.messages import shown
+from lit_gpu.callbacks.progress_lines import (
+    Point,
+    end_line,
+    point_line,
+    resume_command,
+    scalars,
+    start_line,
+    write_line,
+)
 
 __all__ = ["DEFAULT_INTERVAL", "TRIAL_ENV", "ProgressLog", "live_bar_fits", "resume_command"]
 
@@ -63,60 +72,11 @@ def live_bar_fits(stream: TextIO | None = None) -> bool:
         return False
 
 
-def resume_command(argv: list[str], checkpoint: str) -> str:
-    """``lit-gpu <argv>`` with ``--ckpt_path checkpoint`` in place of any ``--ckpt_path`` it had."""
-    kept: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg == "--ckpt_path":
-            skip = True
-            continue
-        if arg.startswith("--ckpt_path="):
-            continue
-        kept.append(arg)
-    return shlex.join(["lit-gpu", *kept, "--ckpt_path", checkpoint])
-
-
-def _clock(seconds: float) -> str:
-    if not math.isfinite(seconds) or seconds < 0:
-        return "?"
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-def _number(value: float) -> str:
-    return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.3e}"
-
-
-def _strict(value: Any) -> Any:
-    """``value`` with every non-finite float as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, dict):
-        return {key: _strict(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_strict(item) for item in value]
-    return value
-
-
 def _batch_size(batch: Any) -> int:
     try:
         return extract_batch_size(batch)
     except Exception:  # noqa: BLE001 - a batch without tensors: no samples/s
         return 0
-
-
-def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for key, value in metrics.items():
-        try:
-            out[key] = float(value)  # progress_bar_metrics are floats already; one .item() otherwise
-        except (TypeError, ValueError, RuntimeError):
-            continue
-    return out
 
 
 class ProgressLog(ProgressBar):
@@ -193,23 +153,11 @@ class ProgressLog(ProgressBar):
 
     # ---- writing -------------------------------------------------------------------------------------
     def _write(self, event: dict[str, Any], text: str) -> None:
-        if not self._enabled:
-            return
-        if self.trial is not None:
-            event = {"trial": self.trial, **event}
-            prefix = messages.PREFIX if text.startswith(messages.PREFIX) else ""
-            text = f"{prefix}trial {self.trial} {text.removeprefix(prefix)}"
-        stream = self.stream or sys.stdout
-        print(  # JSON escapes every control and non-ASCII character (ensure_ascii); text: one_line
-            json.dumps(_strict(event), separators=(",", ":"), allow_nan=False, ensure_ascii=True)
-            if self.format == "json"
-            else messages.one_line(text),
-            file=stream,
-            flush=True,
-        )
+        if self._enabled:
+            write_line(event, text, format=self.format, trial=self.trial, stream=self.stream or sys.stdout)
 
     def _metrics(self, trainer: pl.Trainer) -> dict[str, float]:
-        return _scalars(trainer.progress_bar_metrics)  # the bar's metrics; read (synced) only here
+        return scalars(trainer.progress_bar_metrics)  # the bar's metrics; read (synced) only here
 
     def _tell(self, event: dict[str, Any], text: str) -> None:
         """A start or end line: ``lit-gpu: ...`` in text, an event in JSON."""
@@ -235,15 +183,12 @@ class ProgressLog(ProgressBar):
             os.path.join(dirpath, "last.ckpt") if dirpath and getattr(checkpoint, "save_last", None) else None
         )
         command = resume_command(self.command, last) if self.command is not None and last else None
-        text = messages.PROGRESS_RUN.format(folder=shown(folder or trainer.default_root_dir))
-        if command:
-            text += messages.PROGRESS_RESUME.format(command=shown(command, limit=messages.LINE_MAX_CHARS))
-        self._tell({"event": "start", "stage": "fit", "folder": folder, "resume": command}, text)
+        self._tell(*start_line("fit", folder, folder or trainer.default_root_dir, command))
 
     def start_eval_command(self, trainer: pl.Trainer, stage: str) -> None:
+        """The start line of a validate/test/predict command (not of fit's validation)."""
         folder = self._folder(trainer)
-        text = messages.PROGRESS_RUN.format(folder=shown(folder or trainer.default_root_dir))
-        self._tell({"event": "start", "stage": stage, "folder": folder}, text)
+        self._tell(*start_line(stage, folder, folder or trainer.default_root_dir, None))
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -253,25 +198,13 @@ class ProgressLog(ProgressBar):
         wall = time.monotonic() - self._start
         metrics = {
             k: v
-            for k, v in _scalars(trainer.callback_metrics).items()
+            for k, v in scalars(trainer.callback_metrics).items()
             if not k.endswith(("_step", "_epoch")) and k != "train/lr"
         }
-        listed = " ".join(f"{shown(k)}={_number(v)}" for k, v in metrics.items())
         checkpoint = trainer.checkpoint_callback if stage == "fit" else None
         path = getattr(checkpoint, "last_model_path", "") or getattr(checkpoint, "best_model_path", "")
         best = getattr(checkpoint, "best_model_path", "") if checkpoint is not None else ""
-        text = messages.PROGRESS_END.format(
-            stage=stage, wall=_clock(wall), metrics=listed or "no metrics logged"
-        )
-        if path:
-            text += messages.PROGRESS_END_CHECKPOINT.format(path=shown(path))
-            if best and best != path:
-                text += messages.PROGRESS_END_BEST.format(path=shown(best))
-        event = {"event": "end", "stage": stage, "wall_s": round(wall, 3), "metrics": metrics}
-        event["checkpoint"] = path or None
-        if best:
-            event["best"] = best
-        self._tell(event, text)
+        self._tell(*end_line(stage, wall, metrics, path, best))
 
     # ---- progress lines -------------------------------------------------------------------------------
     def _loop_begins(self) -> None:
@@ -310,37 +243,18 @@ class ProgressLog(ProgressBar):
         now = time.monotonic()
         rate = self._samples_per_s(trainer, stage, now)
         elapsed = now - self._loop_start
-        event: dict[str, Any] = {"event": "epoch_end" if epoch_end else "progress", "stage": stage}
-        parts = [stage]
-        done, total = self._batches, steps
+        epoch: tuple[int, int | None] | None = None
+        done, total, step = self._batches, steps, self._batches
         if stage == "fit":
             epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
-            step = self._step
-            event.update(epoch=trainer.current_epoch + 1, epochs=epochs)
-            parts.append(f"epoch {trainer.current_epoch + 1}/{epochs or '?'}" + (" end" if epoch_end else ""))
+            epoch, step = (trainer.current_epoch + 1, epochs), self._step
             done, total = self._run_progress(trainer, steps)
-        else:
-            step = done
-        finite = math.isfinite(steps)
-        event.update(step=step, steps=int(steps) if finite else None, global_step=trainer.global_step)
-        parts.append(f"step {step}/{int(steps) if finite else '?'}")
         percent = 100.0 * done / total if math.isfinite(total) and total > 0 else None
-        if percent is not None:
-            parts.append(f"({percent:.0f}%)")
-        metrics = self._metrics(trainer)
-        parts += [f"{shown(k)}={_number(v)}" for k, v in metrics.items()]
         # the rate of this process's own batches; the work left counts the whole run
         eta = elapsed * (total - done) / self._batches if percent is not None and self._batches else math.nan
-        parts += ["|", f"{rate:.0f} samples/s", "|", _clock(elapsed), "ETA", _clock(eta)]
-        event.update(
-            percent=None if percent is None else round(percent, 2),
-            metrics=metrics,
-            samples_per_s=round(rate, 2),
-            elapsed_s=round(elapsed, 3),
-            eta_s=None if math.isnan(eta) else round(eta, 3),
-        )
         self._due = now + self.interval if self.interval > 0 else math.inf
-        self._write(event, " ".join(parts))
+        point = Point(stage, epoch, epoch_end, step, steps, trainer.global_step, percent)
+        self._write(*point_line(point, self._metrics(trainer), rate, elapsed, eta))
 
     def _run_progress(self, trainer: pl.Trainer, per_epoch: int | float) -> tuple[float, float]:
         """Training batches done and in the whole run (epochs x batches, or max_steps), counted from the

@@ -20,7 +20,7 @@ from typing_extensions import override
 from lit_gpu import messages, recipes
 from lit_gpu import strategies as _strategies  # noqa: F401  (registers strategy: dp)
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
-from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt, signal_stop_code
+from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
 from lit_gpu.callbacks.logging_state import LoggingStateCallback
 from lit_gpu.callbacks.nan_guard import NaNGuard
 from lit_gpu.callbacks.oom_recovery import OOMLoopName, OOMRecovery
@@ -29,6 +29,7 @@ from lit_gpu.callbacks.progress import use_progress_log
 from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
+from lit_gpu.callbacks.stopped_run import signal_stop_code
 from lit_gpu.cli import config_files, quiet, run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, hand_over, resolve_ckpt_path
 from lit_gpu.cli.module_steps import check_has_step

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from lit_gpu import messages
-from lit_gpu.devices import FreeChoice, auto_precision, claim_free_gpus, parse_free_request
+from lit_gpu.devices import auto_precision
 from lit_gpu.files.text import BadFileError, read_yaml
+from lit_gpu.free_gpus import FreeChoice, claim_free_gpus, parse_free_request
 from lit_gpu.upstream.tools import widen_type
 
 
@@ -34,7 +35,7 @@ def resolve_trainer_config(trainer: Any) -> FreeChoice | None:
     """Rewrite ``devices: "free:N"`` and ``precision: auto`` in a parsed ``trainer`` config, in place.
 
     ``free:N`` is decided once per job and handed down to the ranks
-    (:func:`~lit_gpu.devices.claim_free_gpus`); the deciding process says which GPUs it chose.
+    (:func:`~lit_gpu.free_gpus.claim_free_gpus`); the deciding process says which GPUs it chose.
     Returns that choice, or ``None`` without ``free:N``.
     """
     devices = trainer.get("devices", "auto")

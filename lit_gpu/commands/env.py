@@ -19,7 +19,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from lit_gpu import devices, messages
+from lit_gpu import devices, free_gpus, messages
 
 DIST = "lit-gpu"
 
@@ -299,7 +299,7 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     if args.pick_free is not None:
-        chosen = [gpu for _, gpu in devices.most_free_gpus(args.pick_free, f"--pick-free {args.pick_free}")]
+        chosen = [gpu for _, gpu in free_gpus.most_free_gpus(args.pick_free, f"--pick-free {args.pick_free}")]
         for rank, gpu in enumerate(chosen):  # stderr: stays out of $(...)
             line = messages.FREE_GPU_OF_RANK.format(rank=rank, index=gpu.index, name=gpu.name, uuid=gpu.uuid)
             print(messages.one_line(f"lit-gpu env: {line}, {_gib(gpu.free_bytes)} free"), file=sys.stderr)

@@ -24,6 +24,28 @@ from pathlib import Path
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 
+INIT_WOULD_OVERWRITE = (
+    "lit-gpu init {folder}: {files} already exist; nothing was written; pick an empty or new folder"
+)
+INIT_NOT_A_FOLDER = "lit-gpu init {folder}: {folder} is a file, not a folder; name a new or empty folder"
+INIT_WROTE = "wrote {files} into {folder}; next: {next}"
+INIT_DANGLING_LINK = (
+    "lit-gpu init {folder}: {folder} is a link to {target}, which does not exist; "
+    "create {target} first, or remove the link, or name another folder"
+)
+INIT_PARENT_IS_FILE = (
+    "lit-gpu init {folder}: cannot create the folder: {blocker} is a file, not a folder; "
+    "name a folder whose parents are folders (or move {blocker} away)"
+)
+INIT_NO_PERMISSION = (
+    "lit-gpu init {folder}: cannot write {path}: permission denied; "
+    "name a folder you can write to (e.g. under your home folder), or get write permission there"
+)
+INIT_CANNOT_WRITE = (
+    "lit-gpu init {folder}: cannot write {path}: {reason}; no file of the project was left there; "
+    "name another folder"
+)
+
 MODULE = "my_research"
 RECIPES = ("lit_gpu:simple", "lit_gpu:trainer/cpu")
 FIT_ARGS = [arg for name in (*RECIPES, "config.yaml") for arg in ("--config", name)]
@@ -157,13 +179,11 @@ def _blocking_file(folder: Path) -> Path | None:
 def _cannot_write(folder: Path, path: Path, err: OSError) -> LitGpuError:
     blocker = _blocking_file(path)
     if blocker is not None:
-        return LitGpuError(messages.INIT_PARENT_IS_FILE.format(folder=folder, blocker=blocker))
+        return LitGpuError(INIT_PARENT_IS_FILE.format(folder=folder, blocker=blocker))
     if isinstance(err, PermissionError):
-        return LitGpuError(messages.INIT_NO_PERMISSION.format(folder=folder, path=err.filename or path))
+        return LitGpuError(INIT_NO_PERMISSION.format(folder=folder, path=err.filename or path))
     reason = err.strerror or messages.first_line(err)
-    return LitGpuError(
-        messages.INIT_CANNOT_WRITE.format(folder=folder, path=err.filename or path, reason=reason)
-    )
+    return LitGpuError(INIT_CANNOT_WRITE.format(folder=folder, path=err.filename or path, reason=reason))
 
 
 def init(folder: str | Path) -> list[Path]:
@@ -175,13 +195,13 @@ def init(folder: str | Path) -> list[Path]:
     """
     folder = Path(folder)
     if folder.is_symlink() and not folder.exists():
-        raise LitGpuError(messages.INIT_DANGLING_LINK.format(folder=folder, target=os.readlink(folder)))
+        raise LitGpuError(INIT_DANGLING_LINK.format(folder=folder, target=os.readlink(folder)))
     files = project_files(folder.resolve().name or MODULE)
     taken = [name for name in files if (folder / name).exists()]
     if folder.exists() and not folder.is_dir():
-        raise LitGpuError(messages.INIT_NOT_A_FOLDER.format(folder=folder))
+        raise LitGpuError(INIT_NOT_A_FOLDER.format(folder=folder))
     if taken:
-        raise LitGpuError(messages.INIT_WOULD_OVERWRITE.format(folder=folder, files=", ".join(taken)))
+        raise LitGpuError(INIT_WOULD_OVERWRITE.format(folder=folder, files=", ".join(taken)))
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -211,5 +231,5 @@ def main(argv: Sequence[str]) -> int:
     written = init(args.dir)
     step = FIT if args.dir == "." else f"cd {shlex.quote(args.dir)} && {FIT}"
     names = ", ".join(p.name for p in written)
-    messages.tell(messages.INIT_WROTE.format(files=names, folder=args.dir, next=step), stream=sys.stdout)
+    messages.tell(INIT_WROTE.format(files=names, folder=args.dir, next=step), stream=sys.stdout)
     return 0

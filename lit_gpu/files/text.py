@@ -1,4 +1,4 @@
-"""Budgeted readers of the text files lit_gpu reads: YAML, JSON, JSON lines, CSV and plain text.
+"""The one door for the text files lit_gpu reads: YAML, JSON, JSON lines, CSV and plain text.
 
 Each reader takes a path (or, for text already in memory such as an environment variable, the text
 and the name of where it came from) and :class:`Limits`, and returns plain data or raises
@@ -14,422 +14,37 @@ depth and aliases); the budgets are checked around them:
 * nesting is at most ``max_depth`` deep, YAML aliases expand to at most ``max_nodes`` nodes, and every
   integer lies in ``[-2**63, 2**63)``.
 
-The budgets of each kind are the constants below (``docs/checkpoints.md`` lists them).
+The budgets of each kind are constants of :mod:`lit_gpu.files.budget` (``docs/checkpoints.md`` lists them),
+which also opens and decodes; the YAML and JSON readers are :mod:`lit_gpu.files.yaml_json`; this room reads
+CSV and is where every reader is imported from.
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import os
-import re
-import stat
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
 from typing import Any
+from collections.abc import Iterator
 
 from lit_gpu import messages
-from lit_gpu.errors import LitGpuError
+from lit_gpu.files.budget import (
+    CSV_LIMITS,
+    FIX,
+    JSON_LIMITS,
+    JSON_LINES_LIMITS,
+    READ_CHUNK,
+    TEXT_LIMITS,
+    YAML_LIMITS,
+    BadFileError,
+    Limits,
+    lines,
+    open_regular,
+    read_bytes,
+    read_text,
+)
+from lit_gpu.files.yaml_json import json_lines, parse_json, parse_yaml, read_json, read_yaml
 
-KiB, MiB = 1 << 10, 1 << 20
-INT_MIN, INT_MAX = -(2**63), 2**63 - 1
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one read may cost.
-
-    Attributes:
-        max_bytes: Size of a file read whole (YAML, JSON, text); streamed kinds ignore it.
-        max_line: Bytes in one line of a streamed file (CSV, JSON lines).
-        max_field: Characters in one CSV field (``csv.field_size_limit``).
-        max_columns: Fields in one CSV row.
-        max_depth: Nesting of lists and mappings (JSON, YAML).
-        max_nodes: Values a YAML document expands to, aliases counted each time they are used.
-        encoding: The text encoding (strict: a byte that does not decode is an error).
-    """
-
-    max_bytes: int = 1 * MiB
-    max_line: int = 1 * MiB
-    max_field: int = 128 * KiB
-    max_columns: int = 10_000
-    max_depth: int = 64
-    max_nodes: int = 1_000_000
-    encoding: str = "utf-8"
-
-
-#: config.yaml, hparams.yaml, a search space, the user's --config files
-YAML_LIMITS = Limits(max_bytes=8 * MiB)
-#: owner records, trial results, GPU leases, environment variables set by a parent lit-gpu
-JSON_LIMITS = Limits(max_bytes=1 * MiB)
-#: a sweep journal: streamed, one JSON value per line
-JSON_LINES_LIMITS = Limits(max_line=4 * MiB, max_depth=32)
-#: metrics.csv: streamed, any number of rows
-CSV_LIMITS = Limits(max_line=1 * MiB, max_field=128 * KiB, max_columns=10_000)
-#: small plain-text files (/proc entries, recipe lists)
-TEXT_LIMITS = Limits(max_bytes=1 * MiB)
-
-FIX = "fix or remove that file"
-#: bytes read at a time by a whole-file read
-READ_CHUNK = 64 * KiB
 METRICS_FIX = "move it aside or remove it (only the curves logged so far are in it)"
-BAD_FILE = "{source}{where}: {problem}; {fix}"
-
-
-class BadFileError(LitGpuError):
-    """A file (or an environment variable) that is not what lit_gpu expects, in one line.
-
-    Attributes:
-        source: The path or the variable's name.
-        problem: What is wrong, without the source.
-    """
-
-    def __init__(self, source: object, problem: str, fix: str | None = None, line: int | None = None) -> None:
-        self.source = str(source)
-        self.problem = problem
-        where = "" if line is None else f", line {line}"
-        super().__init__(
-            BAD_FILE.format(source=messages.shown(self.source), where=where, problem=problem, fix=fix or FIX)
-        )
-
-    @classmethod
-    def stated(cls, source: object, message: str) -> BadFileError:
-        """The error with ``message`` as its whole line (a message that names the file and the fix)."""
-        err = cls.__new__(cls)
-        LitGpuError.__init__(err, message)
-        err.source, err.problem = str(source), message
-        return err
-
-
-# ---- opening ------------------------------------------------------------------------------------
-def open_regular(path: str | os.PathLike, fix: str | None = None) -> Any:
-    """``path`` opened for binary reading when it is a regular file (never blocks on a FIFO).
-
-    Raises:
-        FileNotFoundError: No such file (callers decide whether that is an error).
-        BadFileError: Unreadable, or not a regular file.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise
-    except OSError as err:
-        raise BadFileError(path, f"cannot be read ({err.strerror or messages.first_line(err)})", fix) from err
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise BadFileError(path, "is not a regular file", fix)
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def read_bytes(path: str | os.PathLike, limits: Limits, fix: str | None = None) -> bytes:
-    """The whole of ``path``, at most ``limits.max_bytes``."""
-    chunks: list[bytes] = []
-    size = 0
-    with open_regular(path, fix) as f:
-        try:  # in chunks: a small file costs its size, not the budget (read(n) allocates n bytes first)
-            while size <= limits.max_bytes:
-                chunk = f.read(min(READ_CHUNK, limits.max_bytes + 1 - size))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-        except OSError as err:
-            raise BadFileError(path, f"cannot be read ({messages.first_line(err)})", fix) from err
-    if size > limits.max_bytes:  # before joining: a file too big costs the budget once, not twice
-        raise BadFileError(path, f"is larger than {limits.max_bytes} bytes, more than such a file holds", fix)
-    return b"".join(chunks)
-
-
-def _decode(data: bytes, source: object, limits: Limits, fix: str | None, line: int | None = None) -> str:
-    try:
-        return data.decode(limits.encoding)
-    except UnicodeDecodeError as err:
-        at = line if line is not None else data.count(b"\n", 0, err.start) + 1
-        raise BadFileError(
-            source, f"byte {data[err.start]:#04x} is not {limits.encoding} text", fix, at
-        ) from None
-    except LookupError as err:
-        raise BadFileError(source, f"unknown encoding {limits.encoding!r}", fix) from err
-
-
-def read_text(path: str | os.PathLike, limits: Limits = TEXT_LIMITS, *, fix: str | None = None) -> str:
-    """A whole text file, at most ``limits.max_bytes``, decoded strictly."""
-    return _decode(read_bytes(path, limits, fix), path, limits, fix)
-
-
-def lines(
-    path: str | os.PathLike, limits: Limits, *, fix: str | None = None, file: Any = None
-) -> Iterator[tuple[int, str]]:
-    """``(line number, text)`` of each line (its end kept), streamed; a line over ``max_line`` bytes is an
-    error. A last line without its newline is yielded too (callers that append decide). ``file``: ``path``
-    already opened for binary reading (checked by the caller; closed here)."""
-    with file if file is not None else open_regular(path, fix) as f:
-        number = 0
-        while True:
-            try:
-                raw = f.readline(limits.max_line + 1)
-            except OSError as err:
-                raise BadFileError(path, f"cannot be read ({messages.first_line(err)})", fix) from err
-            if not raw:
-                return
-            number += 1
-            if len(raw) > limits.max_line:
-                raise BadFileError(path, f"a line is longer than {limits.max_line} bytes", fix, number)
-            yield number, _decode(raw, path, limits, fix, number)
-
-
-# ---- plain data checks --------------------------------------------------------------------------
-class _Bad(Exception):
-    """Raised inside a parser hook; turned into a :class:`BadFileError` by the reader."""
-
-
-def _checked_int(text: str) -> int:
-    digits = text.lstrip("+-")
-    if len(digits) > 19:
-        raise _Bad(f"the integer {text[:24]}... is out of range (at most 2**63 - 1 in size)")
-    value = int(text)
-    if not INT_MIN <= value <= INT_MAX:
-        raise _Bad(f"the integer {text} is out of range (at most 2**63 - 1 in size)")
-    return value
-
-
-def _check_plain(value: Any, limits: Limits) -> None:
-    """Every integer in range, nesting within ``max_depth``, no cycle (iterative; a shared value once)."""
-    done: set[int] = set()  # containers fully checked (a value shared by two parents is checked once)
-    open_: set[int] = set()  # containers on the current path: meeting one again is a cycle
-    stack: list[tuple[Any, int, bool]] = [(value, 0, False)]
-    while stack:
-        item, depth, leaving = stack.pop()
-        if leaving:
-            open_.discard(id(item))
-            done.add(id(item))
-            continue
-        if isinstance(item, bool):
-            continue
-        if isinstance(item, int):
-            if not INT_MIN <= item <= INT_MAX:
-                raise _Bad(f"the integer {str(item)[:24]} is out of range (at most 2**63 - 1 in size)")
-        elif isinstance(item, dict | list | tuple | set | frozenset):
-            if id(item) in open_:
-                raise _Bad("a value contains itself (a recursive alias)")
-            if id(item) in done:
-                continue
-            if depth >= limits.max_depth:
-                raise _Bad(f"nested more than {limits.max_depth} levels deep")
-            open_.add(id(item))
-            stack.append((item, depth, True))
-            children = [*item.keys(), *item.values()] if isinstance(item, dict) else list(item)
-            stack.extend((child, depth + 1, False) for child in children)
-
-
-# ---- JSON ---------------------------------------------------------------------------------------
-_JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
-
-
-def _json_depth_ok(text: str, max_depth: int) -> None:
-    depth = 0
-    for match in _JSON_TOKENS.finditer(text):
-        char = match.group()
-        if char in "[{":
-            depth += 1
-            if depth > max_depth:
-                raise _Bad(f"nested more than {max_depth} levels deep")
-        elif char in "]}":
-            depth -= 1
-
-
-def _no_constant(name: str) -> Any:
-    raise _Bad(f"{name} is not a JSON value")
-
-
-#: characters in one JSON number literal (a double needs at most ~25; longer ones only cost time)
-MAX_FLOAT_LITERAL = 64
-
-
-def _checked_float(text: str) -> float:
-    """A JSON number with a fraction or exponent: short and finite (``1e400`` would be infinity)."""
-    if len(text) > MAX_FLOAT_LITERAL:
-        raise _Bad(f"the number {text[:24]}... is longer than {MAX_FLOAT_LITERAL} characters")
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise _Bad(f"the number {text} is out of range (it would be infinity)")
-    return value
-
-
-def _any_float(text: str) -> float:
-    """As :func:`_checked_float` but infinity allowed (readers that take NaN and Infinity)."""
-    if len(text) > MAX_FLOAT_LITERAL:
-        raise _Bad(f"the number {text[:24]}... is longer than {MAX_FLOAT_LITERAL} characters")
-    return float(text)
-
-
-def parse_json(
-    text: str,
-    source: object,
-    limits: Limits = JSON_LIMITS,
-    *,
-    fix: str | None = None,
-    line: int | None = None,
-    allow_nan: bool = False,
-) -> Any:
-    """``text`` (from ``source``: a path or ``$VARIABLE``) as plain JSON data within ``limits``."""
-    if len(text) > limits.max_bytes:
-        raise BadFileError(source, f"is longer than {limits.max_bytes} characters", fix, line)
-    try:
-        _json_depth_ok(text, limits.max_depth)
-        return json.loads(
-            text,
-            parse_int=_checked_int,
-            parse_float=_any_float if allow_nan else _checked_float,
-            parse_constant=float if allow_nan else _no_constant,
-        )
-    except _Bad as err:
-        raise BadFileError(source, str(err), fix, line) from None
-    except json.JSONDecodeError as err:
-        at = err.lineno if line is None else line
-        raise BadFileError(source, f"not JSON ({err.msg}, column {err.colno})", fix, at) from None
-    except (ValueError, RecursionError) as err:
-        raise BadFileError(source, f"not JSON ({messages.first_line(err)})", fix, line) from None
-
-
-def read_json(path: str | os.PathLike, limits: Limits = JSON_LIMITS, *, fix: str | None = None) -> Any:
-    """A whole JSON file as plain data within ``limits``."""
-    return parse_json(read_text(path, limits, fix=fix), path, limits, fix=fix)
-
-
-def json_lines(
-    path: str | os.PathLike,
-    limits: Limits = JSON_LINES_LIMITS,
-    *,
-    fix: str | None = None,
-    allow_nan: bool = True,
-    complete_only: bool = True,
-) -> Iterator[tuple[int, Any]]:
-    """``(line number, value)`` of each line of a JSON-lines file, streamed.
-
-    ``complete_only``: a last line without its newline (another process may be appending it) is
-    skipped rather than parsed.
-    """
-    line_limits = replace(limits, max_bytes=limits.max_line)
-    for number, text in lines(path, limits, fix=fix):
-        if complete_only and not text.endswith("\n"):
-            return
-        if text.strip():
-            yield number, parse_json(text, path, line_limits, fix=fix, line=number, allow_nan=allow_nan)
-
-
-# ---- YAML ---------------------------------------------------------------------------------------
-def _yaml_budget(text: str, source: object, limits: Limits, fix: str | None, loader: Any) -> None:
-    """Depth and expanded size from PyYAML's event stream (iterative: no recursion, no objects)."""
-    import yaml
-
-    sizes: dict[str, int] = {}
-    stack: list[list[Any]] = [[None, 0]]  # [anchor, expanded nodes so far]
-    for event in yaml.parse(text, Loader=loader):
-        if _tagged(event):
-            raise BadFileError(
-                source,
-                f"the tag {_tag_name(event.tag)} is not allowed (tags build other types than plain data)",
-                fix,
-                _line(event),
-            )
-        if isinstance(event, yaml.CollectionStartEvent):
-            stack.append([event.anchor, 1])
-            if len(stack) - 1 > limits.max_depth:
-                raise BadFileError(
-                    source, f"nested more than {limits.max_depth} levels deep", fix, _line(event)
-                )
-            continue
-        if isinstance(event, yaml.CollectionEndEvent):
-            anchor, size = stack.pop()
-        elif isinstance(event, yaml.AliasEvent):
-            if any(entry[0] == event.anchor for entry in stack):
-                raise BadFileError(
-                    source,
-                    f"the alias *{messages.shown(event.anchor, limit=40)} is inside its own anchor"
-                    " (a value that contains itself)",
-                    fix,
-                    _line(event),
-                )
-            anchor, size = None, sizes.get(event.anchor, 1)
-        elif isinstance(event, yaml.ScalarEvent):
-            anchor, size = event.anchor, 1
-        else:
-            continue
-        if anchor is not None:
-            sizes[anchor] = size
-        stack[-1][1] += size
-        if stack[-1][1] > limits.max_nodes:
-            raise BadFileError(
-                source, f"expands to more than {limits.max_nodes} values (aliases counted)", fix, _line(event)
-            )
-
-
-def _tagged(event: Any) -> bool:
-    """Whether ``event`` carries an explicit tag (``!!set``, ``!!python/...``, ``!custom``, ``!<...>``)."""
-    tag = getattr(event, "tag", None)
-    if tag is None or tag == "!":  # no tag; "!" alone marks a quoted scalar as a plain string
-        return False
-    implicit = getattr(event, "implicit", True)
-    return not (any(implicit) if isinstance(implicit, tuple) else implicit)
-
-
-def _tag_name(tag: str) -> str:
-    core = "tag:yaml.org,2002:"
-    return messages.shown("!!" + tag.removeprefix(core) if tag.startswith(core) else tag, limit=60)
-
-
-def _line(event: Any) -> int | None:
-    mark = getattr(event, "start_mark", None)
-    return None if mark is None else mark.line + 1
-
-
-def parse_yaml(
-    text: str, source: object, limits: Limits = YAML_LIMITS, *, fix: str | None = None, loader: Any = None
-) -> Any:
-    """``text`` (from ``source``) as plain data within ``limits``: no tag, no object, within the budget.
-
-    ``loader``: a subclass of PyYAML's safe loader that resolves plain values its own way (the CLI's
-    configs resolve as jsonargparse does); PyYAML's safe loader by default.
-    """
-    import yaml
-
-    loader = loader or getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    if len(text) > limits.max_bytes:
-        raise BadFileError(source, f"is longer than {limits.max_bytes} characters", fix)
-    try:
-        _yaml_budget(text, source, limits, fix, loader)
-        data = yaml.load(text, Loader=loader)  # noqa: S506 -- the safe loader
-        _check_plain(data, limits)
-        return data
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        problem = messages.shown(err.problem or err.context or "not YAML", limit=120)
-        raise BadFileError(
-            source,
-            f"YAML syntax error: {problem}",
-            fix or "fix the YAML there",
-            None if mark is None else mark.line + 1,
-        ) from None
-    except _Bad as err:
-        raise BadFileError(source, str(err), fix) from None
-    except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as err:
-        if "integer string conversion" in str(err):
-            raise BadFileError(
-                source, "an integer is out of range (at most 2**63 - 1 in size)", fix
-            ) from None
-        problem = messages.shown(messages.first_line(err), limit=120)
-        raise BadFileError(source, f"not plain YAML ({problem})", fix) from None
-
-
-def read_yaml(path: str | os.PathLike, limits: Limits = YAML_LIMITS, *, fix: str | None = None) -> Any:
-    """A whole YAML file as plain data within ``limits``."""
-    return parse_yaml(read_text(path, limits, fix=fix), path, limits, fix=fix)
 
 
 # ---- CSV ----------------------------------------------------------------------------------------
@@ -437,7 +52,7 @@ def csv_rows(
     path: str | os.PathLike, limits: Limits = CSV_LIMITS, *, fix: str | None = None, file: Any = None
 ) -> Iterator[list[str]]:
     """Each row of a CSV file as a list of strings (the header first), streamed within ``limits``
-    (``file``: see :func:`lines`)."""
+    (``file``: see :func:`lit_gpu.files.budget.lines`)."""
     source = lines(path, limits, fix=fix, file=file)
     number = [0]
 
@@ -499,6 +114,9 @@ def csv_header(path: str | os.PathLike, limits: Limits = CSV_LIMITS, *, fix: str
 
 
 __all__ = [
+    "FIX",
+    "READ_CHUNK",
+    "METRICS_FIX",
     "CSV_LIMITS",
     "JSON_LIMITS",
     "JSON_LINES_LIMITS",

@@ -24,11 +24,20 @@ from lightning.pytorch.strategies.strategy import TBroadcast
 from torch import Tensor, nn
 from typing_extensions import override
 
-from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.upstream.strategy import OneProcessStrategy, register_strategy
 
 __all__ = ["DataParallelStrategy", "missing_net_message", "register", "unwrap_net", "wrap_net"]
+
+DP_NO_SUCH_NET = (
+    "strategy 'dp' parallelises the sub-module {attr!r}, which {model} does not have; its sub-modules: "
+    "{listed}; name one with --trainer.strategy lit_gpu.strategies.DataParallelStrategy "
+    "--trainer.strategy.net_attr {first} (or use --trainer.strategy ddp)"
+)
+DP_NO_SUB_MODULE = (
+    "strategy 'dp' splits the batch over one sub-module of the model, but {model} has no "
+    "sub-module with parameters; use --trainer.strategy ddp (one process per GPU) instead"
+)
 
 
 class AutocastReplica(nn.Module):
@@ -114,9 +123,9 @@ def missing_net_message(module: nn.Module, attr: str) -> str:
     name = type(module).__name__
     children = [(n, type(m).__name__) for n, m in module.named_children() if list(m.parameters())]
     if not children:
-        return messages.DP_NO_SUB_MODULE.format(model=name)
+        return DP_NO_SUB_MODULE.format(model=name)
     listed = ", ".join(f"{n} ({t})" for n, t in children[:6]) + (", ..." if len(children) > 6 else "")
-    return messages.DP_NO_SUCH_NET.format(attr=attr, model=name, listed=listed, first=children[0][0])
+    return DP_NO_SUCH_NET.format(attr=attr, model=name, listed=listed, first=children[0][0])
 
 
 def unwrap_net(module: nn.Module, attr: str = "net") -> None:

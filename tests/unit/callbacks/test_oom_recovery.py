@@ -420,14 +420,14 @@ def test_expandable_segments_for_the_run_on_a_gpu_unless_the_user_chose(monkeypa
     refused for memory a long-lived small allocation fragments); the user's environment always wins."""
     from lightning.pytorch.strategies import SingleDeviceStrategy
 
-    from lit_gpu.callbacks import oom_recovery
+    from lit_gpu.callbacks import cuda_allocator
 
-    for name in oom_recovery.ALLOC_CONF_ENV:
+    for name in cuda_allocator.ALLOC_CONF_ENV:
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     settings: list[str] = []
-    monkeypatch.setattr(oom_recovery, "_set_allocator_settings", settings.append)
+    monkeypatch.setattr(cuda_allocator, "_set_allocator_settings", settings.append)
     trainer = SimpleNamespace(strategy=SingleDeviceStrategy(device=torch.device(device)))
     module = RegressionModule(SimpleModel(10, 10))
     recovery = OOMRecovery()

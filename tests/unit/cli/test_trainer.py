@@ -7,7 +7,7 @@ import os
 from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-from lit_gpu import devices, messages
+from lit_gpu import devices, free_gpus, messages
 from lit_gpu.cli.trainer import explain_device_error, resolve_trainer_config, setting_source
 from tests.helpers.fake_nvml import FakeGpu, install
 from tests.helpers.paths import CONFIGS
@@ -16,7 +16,7 @@ from tests.helpers.paths import CONFIGS
 def test_resolve_trainer_config_rewrites_free_and_auto(monkeypatch):
     install(monkeypatch, [FakeGpu(free_gib=3, capability=(7, 5)), FakeGpu(free_gib=9, capability=(8, 0))])
     monkeypatch.setattr(devices, "_cuda_available", lambda: True)
-    monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)  # a fresh process
+    monkeypatch.setattr(free_gpus, "_cuda_initialized", lambda: False)  # a fresh process
     trainer = Namespace(accelerator="gpu", devices="free:1", precision="auto")
     choice = resolve_trainer_config(trainer)
     assert trainer.devices == [0] and [g.index for g in choice.gpus] == [1]  # handed down as cuda:0
@@ -28,7 +28,7 @@ def test_resolve_trainer_config_rewrites_free_and_auto(monkeypatch):
 
 def test_free_n_is_handed_down_and_other_devices_values_are_left_alone(monkeypatch):
     fake = install(monkeypatch, [FakeGpu(free_gib=1), FakeGpu(free_gib=9)])
-    monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)  # a fresh process
+    monkeypatch.setattr(free_gpus, "_cuda_initialized", lambda: False)  # a fresh process
     trainer = Namespace(accelerator="gpu", devices="free:1")
     assert resolve_trainer_config(trainer) is not None
     assert trainer.devices == [0]  # cuda:0 of the handed-down visibility
@@ -81,7 +81,7 @@ def test_free_n_choice_is_logged_by_the_deciding_process_of_every_node(monkeypat
     from lightning.fabric.utilities.rank_zero import rank_zero_only
 
     fake = install(monkeypatch, [FakeGpu(free_gib=3), FakeGpu(free_gib=9)])
-    monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)  # a fresh process
+    monkeypatch.setattr(free_gpus, "_cuda_initialized", lambda: False)  # a fresh process
     monkeypatch.setattr(rank_zero_only, "rank", 1)  # e.g. node 1 of a one-process-per-node job
     resolve_trainer_config(Namespace(accelerator="gpu", devices="free:1"))
     (line,) = capsys.readouterr().err.splitlines()

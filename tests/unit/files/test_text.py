@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files import text
+from lit_gpu.files import text, yaml_json
 from lit_gpu.files.idx import check_idx_pair, idx_shape
 from lit_gpu.files.names import check_name
 from lit_gpu.files.sweep_storage import read_owner
@@ -142,7 +142,7 @@ def test_control_characters_of_a_file_name_are_escaped(tmp_path):
 
 def test_environment_records(monkeypatch):
     from lit_gpu.commands.sweep.trial import trial_spec
-    from lit_gpu.devices import FREE_CHOICE_ENV, claim_free_gpus
+    from lit_gpu.free_gpus import FREE_CHOICE_ENV, claim_free_gpus
 
     with pytest.raises(LitGpuError) as err:
         trial_spec("[" * 100_000)
@@ -258,10 +258,10 @@ def test_a_yaml_alias_inside_its_own_anchor_is_refused(tmp_path, source):
 def test_the_plain_data_check_refuses_a_cycle_without_recursing():
     cyclic: list = []
     cyclic.append(cyclic)
-    with pytest.raises(text._Bad, match="contains itself"):
-        text._check_plain({"x": cyclic}, text.YAML_LIMITS)
+    with pytest.raises(yaml_json._Bad, match="contains itself"):
+        yaml_json._check_plain({"x": cyclic}, text.YAML_LIMITS)
     shared = [1]
-    text._check_plain([shared, shared, {"k": shared}], text.YAML_LIMITS)  # shared, not cyclic
+    yaml_json._check_plain([shared, shared, {"k": shared}], text.YAML_LIMITS)  # shared, not cyclic
 
 
 def test_a_run_config_with_a_recursive_alias_has_no_signature(tmp_path):
