@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import csv
 import os
-from typing import Any
 from collections.abc import Iterator
+from typing import Any
 
 from lit_gpu import messages
 from lit_gpu.files.budget import (
