@@ -104,6 +104,19 @@ class Signature:
             tuple(_class_paths(config.get("model"))), data_class if isinstance(data_class, str) else None
         )
 
+    @classmethod
+    def of_parsed(cls, config: Any) -> Signature:
+        """From a sub-command's parsed config (Namespaces or dicts): its ``model`` and ``data``."""
+
+        def plain(key: str) -> Any:
+            try:
+                node = config[key]
+            except (KeyError, TypeError, AttributeError):
+                return None
+            return node.as_dict() if hasattr(node, "as_dict") else node
+
+        return cls.of({"model": plain("model"), "data": plain("data")})
+
     def matches(self, other: Signature) -> bool:
         """Same model classes, and same data class when both name one."""
         if not self.model or self.model != other.model:

@@ -35,6 +35,7 @@ from lit_gpu.run import layout
 from lit_gpu.run.config import Signature, run_signature
 from lit_gpu.run.links import escaping_links, refuse_links_out_of
 from lit_gpu.run.store import Resolution, of_file
+from lit_gpu.run.where import root_dir, value
 
 __all__ = [
     "Continuation",
@@ -43,6 +44,7 @@ __all__ = [
     "continuation",
     "continue_run",
     "evaluation",
+    "of_command",
     "remove_if_unused",
 ]
 
@@ -318,6 +320,27 @@ class RunFolder:
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+
+
+def of_command(
+    command: str | None, config: Any, resolution: Resolution | None, parsed: Any = None
+) -> RunFolder:
+    """The folder the loggers of ``command`` share, from its config and its resolved ``--ckpt_path``.
+
+    ``validate``/``test``/``predict``: a new ``evaluations/<command>_<k>`` of the evaluated checkpoint's run
+    (:func:`evaluation`); ``fit`` resumed from a checkpoint of one of your runs continues that run
+    (:func:`continuation`) unless ``--new_run true``; otherwise a new run, which may take over the folder
+    of a start of the same model (``parsed``: the parsed config naming it; ``config`` if not given) that
+    died before its first checkpoint. One call hands the resolution on (docs/architecture.md, the route).
+    """
+    root = root_dir(config)
+    if command in ("validate", "test", "predict"):
+        return RunFolder(root, layout.NAME, evaluates=evaluation(command, resolution))
+    continues = None
+    if command == "fit" and not value(config, "new_run", False):
+        continues = continuation(resolution)
+    same_model = Signature.of_parsed(config if parsed is None else parsed)
+    return RunFolder(root, layout.NAME, continues=continues, same_model=same_model)
 
 
 TAKING_OVER = "taking over {folder}: its start stopped before its first checkpoint"
