@@ -32,6 +32,7 @@ import yaml
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.text import BadFileError, read_yaml
+from lit_gpu.run.class_paths import current
 from lit_gpu.run.layout import CONFIG_N_RE, CONFIG_NAME, run_of_checkpoint
 
 __all__ = [
@@ -140,7 +141,7 @@ def _read(path: Path) -> dict[str, Any] | None:
         data = read_yaml(path)  # lit_gpu.files.text: budgeted plain YAML
     except (OSError, yaml.YAMLError, UnicodeDecodeError, RecursionError, BadFileError):
         return None
-    return data if isinstance(data, dict) else None
+    return current(data) if isinstance(data, dict) else None  # classes that moved: their public names
 
 
 def read_plain(path: str | os.PathLike) -> dict[str, Any] | None:
