@@ -204,6 +204,11 @@ def _rank() -> int:
 class RunFolder:
     """The folder lit_gpu's loggers share; claimed on first use, on global rank 0 only.
 
+    Not a second run type: a run on disk is a :class:`~lit_gpu.run.layout.Run`. This is the loggers'
+    handle on the folder a starting run *will* write, before it exists: Lightning's ``(root, name,
+    version)`` triple, claimed lazily on rank 0 and adopted by the other ranks, and which may be an
+    evaluation's folder (``evaluations/<command>_<k>``, not a run).
+
     The claim happens when a logger first needs its folder (Lightning creates the loggers'
     experiments on rank 0 when a run starts), so building a Trainer claims nothing, and other ranks
     never create folders: :class:`RunFolderSync` hands them rank 0's folder at setup.

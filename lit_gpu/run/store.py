@@ -164,15 +164,15 @@ def _read_files(
     return choice.choose_file(facts, which, where.mode, where.monitor), headers
 
 
-def _run_facts(run: layout.Run, wanted: Signature, which: str) -> choice.RunFacts:
+def _candidate(run: layout.Run, wanted: Signature, which: str) -> choice.Candidate:
     owner = layout.owner_name(run.owner)
     if not run.mine:  # another user's run: nothing of it is read
-        return choice.RunFacts(run.name, run.version, False, owner, None, ())
+        return choice.Candidate(run, owner, None, ())
     signature = run_signature(run.path)
     files = tuple(p.name for p in run.checkpoints(which))
     matches = None if signature is None else wanted.matches(signature)
     model = signature.describe() if signature is not None else ""
-    return choice.RunFacts(run.name, run.version, True, owner, matches, files, model)
+    return choice.Candidate(run, owner, matches, files, model)
 
 
 def _describe(run: layout.Run) -> str:
@@ -238,11 +238,9 @@ def resolve(config: Any, where: Where | None = None) -> Resolution | None:
         return Resolution(key, str(chosen.path), found, line, layout.run_of_checkpoint(chosen.path))
     wanted = Signature.of_parsed(sub)
     runs = [run for parent in where.parents for run in layout.list_runs(parent)]
-    facts = [_run_facts(run, wanted, which) for run in runs]
-    run_of = {id(f): run for run, f in zip(runs, facts, strict=True)}
-    usable, skipped = choice.order_runs(facts, which)
+    usable, skipped = choice.order_runs([_candidate(run, wanted, which) for run in runs], which)
     for run in usable:
-        chosen, headers = _read_files(run_of[id(run)].checkpoints(which), which, where)
+        chosen, headers = _read_files(run.run.checkpoints(which), which, where)
         if chosen is None:
             skipped.append(choice.Skipped(run.name, run.version, f"no complete {which}*.ckpt"))
             continue
@@ -252,7 +250,7 @@ def resolve(config: Any, where: Where | None = None) -> Resolution | None:
         if newer:
             why += f"; passed over newer {newer}"
         line = text.format(path=shown(chosen.path), why=why)
-        return Resolution(key, str(chosen.path), found, line, run_of[id(run)])
+        return Resolution(key, str(chosen.path), found, line, run.run)
     message = NO_MATCHING_RUN.format(
         which=which,
         model=wanted.describe(),
