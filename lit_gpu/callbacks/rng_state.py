@@ -237,6 +237,7 @@ class RNGStateCallback(Callback):
 
     def restore_contract(self, pl_module: Any = None) -> list[Any]:
         """The saved generator states (:func:`_checked`), and the train loader's position it resumes."""
+        from lit_gpu.data.replay import replay_contract
         from lit_gpu.data.stateful import position_contract
         from lit_gpu.files import contracts as c
 
@@ -248,7 +249,7 @@ class RNGStateCallback(Callback):
             return _checked(state)[1]
 
         spec = c.checked("the torch, numpy and Python generator states as RNGStateCallback saves them", fits)
-        return [c.Contract(("callbacks", self.state_key), spec), *position_contract()]
+        return [c.Contract(("callbacks", self.state_key), spec), *position_contract(), *replay_contract()]
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -104,6 +104,27 @@ def check_replay_state(state: Any, sizes: list[int]) -> str | None:
     return None
 
 
+def replay_contract() -> list[Any]:
+    """The static part of :data:`REPLAY_STATE_CONTRACT` for each saved loader state that is a replay state.
+
+    The generators' sizes against the loader's own: checked again by ``ReplayDataLoader.load_state_dict``.
+    """
+    from lit_gpu.data.stateful import LOADER_STATES
+    from lit_gpu.files import contracts as c
+
+    def fits(state: Any) -> str | None:
+        if not isinstance(state, dict) or "replay_state" not in state:
+            return None  # not a replay state: the other loaders' contract
+        generators = state.get("generators")
+        generators = generators if isinstance(generators, list) else []
+        if any(not isinstance(g, bytes) or len(g) > 2**16 for g in generators):
+            return "a generator state that is not bytes of at most 64 KiB"
+        return check_replay_state(state, [len(g) for g in generators])
+
+    spec = c.checked("a replay state (replay_state, generators: <= 3 byte strings, batches)", fits)
+    return [c.Contract(LOADER_STATES, spec, owner="the train loader")]
+
+
 class ReplayDataLoader(DataLoader):
     """A plain ``DataLoader`` that resumes mid-epoch at its exact batch (made by :func:`make_replayable`).
 
@@ -178,6 +199,10 @@ class ReplayDataLoader(DataLoader):
             "generators": list(self._pass_states or []),
             "batches": len(self),
         }
+
+    def restore_contract(self, pl_module: Any = None) -> list[Any]:
+        """What :meth:`load_state_dict` expects, checked before any restore (:func:`replay_contract`)."""
+        return replay_contract()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Keep the saved epoch's generator states; :meth:`resume_at` says how far the epoch had gone."""

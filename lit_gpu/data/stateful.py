@@ -53,6 +53,10 @@ STATE_VERSION = 1
 _POSITION_KEYS = ("epoch", "position", "seed", "shuffle")
 
 
+#: where a fit's checkpoint keeps its train loaders' states (Lightning's fit loop; one entry per loader)
+LOADER_STATES = ("loops", "fit_loop", "state_dict", "combined_loader", "*")  # "*": contracts.EACH
+
+
 def position_contract() -> list[Any]:
     """What a saved loader state must be: a dict, and where it is one of ours (it has ``num_items``), a
     :meth:`GlobalPosition.state_dict` with its position inside the epoch."""
@@ -73,14 +77,8 @@ def position_contract() -> list[Any]:
     def fits(state: Any) -> str | None:
         if not isinstance(state, dict):
             return ""
-        if "replay_state" in state:  # a plain DataLoader made replayable (lit_gpu.data.replay)
-            from lit_gpu.data.replay import check_replay_state
-
-            generators = state.get("generators")
-            generators = generators if isinstance(generators, list) else []
-            if any(not isinstance(g, bytes) or len(g) > 2**16 for g in generators):
-                return "a generator state that is not bytes of at most 64 KiB"
-            return check_replay_state(state, [len(g) for g in generators])
+        if "replay_state" in state:
+            return None  # a plain DataLoader made replayable: lit_gpu.data.replay.replay_contract checks it
         if "num_items" not in state:
             return None  # another loader's state: not restored by lit_gpu
         if (problem := ours.problem(state)) is not None:
@@ -89,10 +87,8 @@ def position_contract() -> list[Any]:
             return f"position {state['position']} past the epoch's {state['num_items']} samples"
         return None
 
-    where = ("loops", "fit_loop", "state_dict", "combined_loader", c.EACH)
-    spec = c.checked(
-        "a loader state (a dict; lit_gpu's: epoch, position <= num_items, int seed; or a replay state)", fits
-    )
+    where = LOADER_STATES
+    spec = c.checked("a loader state (a dict; lit_gpu's: epoch, position <= num_items, int seed)", fits)
     return [c.Contract(where, spec, owner="the train loader")]
 
 
