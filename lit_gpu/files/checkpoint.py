@@ -2,9 +2,7 @@
 
 * :func:`read_checkpoint`: a ``torch.save`` file or ``.safetensors`` into plain Python data; a pickle
   payload is one line (:class:`CheckpointError`) unless the *user* passed ``trust`` (a flag, never a file).
-* :func:`inspect`: the one look ``--ckpt_path`` resolution takes at a checkpoint file
-  (:class:`CheckpointFacts`: whether its real path leaves the folder it must stay in, whether it is whole,
-  its header and its kind).
+* :func:`lit_gpu.files.checkpoint_facts.inspect`: the one look ``--ckpt_path`` resolution takes at a file.
 * :func:`read_header`: the small part of a checkpoint (step, epoch, hyper-parameters, callback state),
   weights and optimizer state dropped: what ``--ckpt_path`` resolution needs, read once.
 * :func:`read_for_resume`: what Lightning restores (``AtomicCheckpointIO.load_checkpoint``), with every
@@ -24,8 +22,7 @@ import io
 import os
 import pickle
 import zipfile
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +36,11 @@ from lit_gpu.messages import first_line
 
 __all__ = [
     "CheckpointError",
-    "CheckpointFacts",
     "CheckpointLimits",
     "STATE_PATH_KEYS",
     "check_checkpoint_file",
     "drop_outside_paths",
     "inside",
-    "inspect",
     "read_checkpoint",
     "read_for_check",
     "read_for_resume",
@@ -336,58 +331,6 @@ def _what_it_is(path: str | os.PathLike, checkpoint: Any) -> str:
         keys = ", ".join(repr(k)[:30] for k in list(checkpoint)[:3])
         return f"a torch.save file of a dict ({keys}{', ...' if len(checkpoint) > 3 else ''})"
     return f"a torch.save file of {type(checkpoint).__name__}"
-
-
-@dataclass(frozen=True)
-class CheckpointFacts:
-    """What one look at a checkpoint file says (:func:`inspect`).
-
-    Attributes:
-        path: The file looked at.
-        leaves: The folder among ``within`` whose inside the file's real path leaves (nothing of the file
-            was read); ``target``: that real path.
-        unfinished: Why the file is not a whole checkpoint (missing, empty, a truncated zip: a save that
-            did not finish; nothing was loaded).
-        header: Otherwise its top-level object, read once, weights and optimizer state dropped
-            (:func:`read_header`; ``None`` for a safetensors file).
-        problem: Why it cannot start or resume a run (:func:`not_lightning`); ``None``: a Lightning
-            checkpoint.
-    """
-
-    path: Path
-    leaves: Path | None = None
-    target: str | None = None
-    unfinished: CheckpointError | None = None
-    header: Any = None
-    problem: str | None = None
-
-
-def inspect(
-    path: str | os.PathLike,
-    within: Sequence[str | os.PathLike] = (),
-    trust: bool = False,
-    opt_out: str = "pass trust=True",
-    limits: CheckpointLimits | None = None,
-) -> CheckpointFacts:
-    """Everything ``--ckpt_path`` resolution asks of the file at ``path``, in one call: the reader's one door.
-
-    In order, stopping at the first answer: does its real path (links resolved) leave a folder of
-    ``within`` (the run folders it lies in: nothing of it is read then); is it a whole checkpoint; then its
-    header (one weights-only read unless the user's ``trust``) and whether it is a Lightning checkpoint.
-
-    Raises:
-        CheckpointError: A whole file that cannot be read: corrupt, a pickle payload without ``trust``, or
-            past ``limits`` (one line).
-    """
-    for folder in within:
-        if not inside(path, folder):
-            return CheckpointFacts(Path(path), leaves=Path(folder), target=os.path.realpath(path))
-    try:
-        check_checkpoint_file(path)
-    except CheckpointError as err:
-        return CheckpointFacts(Path(path), unfinished=err)
-    header = read_header(path, trust=trust, opt_out=opt_out, limits=limits)
-    return CheckpointFacts(Path(path), header=header, problem=not_lightning(path, header))
 
 
 def read_for_resume(

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.checkpoint import CheckpointFacts
+from lit_gpu.files.checkpoint_facts import CheckpointFacts
 from lit_gpu.files.state_paths import inside
 from lit_gpu.run.layout import CHECKPOINTS, version_number
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.checkpoint import CheckpointFacts, inspect
+from lit_gpu.files.checkpoint_facts import CheckpointFacts, inspect
 from lit_gpu.messages import shown
 from lit_gpu.run import choice, layout
 from lit_gpu.run.config import Signature, run_signature

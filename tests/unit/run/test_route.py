@@ -14,7 +14,7 @@ import torch
 from jsonargparse import Namespace
 
 from lit_gpu.cli.ckpt_path import resolve_ckpt_path
-from lit_gpu.files import checkpoint
+from lit_gpu.files import checkpoint_facts
 from lit_gpu.run import folder, store
 from tests.helpers.route import recorded
 
@@ -59,7 +59,7 @@ def _config(root: Path, which: str, command: str = "fit") -> Namespace:
 def _counted(monkeypatch) -> list[Path]:
     """Calls of the checkpoint reader's one door, by file."""
     looked: list[Path] = []
-    real = checkpoint.inspect
+    real = checkpoint_facts.inspect
 
     def inspect(path, *args, **kwargs):
         looked.append(Path(path))
@@ -112,7 +112,7 @@ def test_a_link_out_of_its_run_is_refused_by_the_one_look_before_it_is_read(tmp_
     link.parent.mkdir(parents=True)
     link.symlink_to(elsewhere)
     read: list[str] = []
-    monkeypatch.setattr(checkpoint, "read_header", lambda *a, **k: read.append("read"))
+    monkeypatch.setattr(checkpoint_facts, "read_header", lambda *a, **k: read.append("read"))
     with recorded() as route, pytest.raises(Exception, match="outside its run folder"):
         resolve_ckpt_path(_config(tmp_path / "runs", str(link)))
     assert read == [] and route.climbs == []
