@@ -1,7 +1,8 @@
 """Callbacks the ``lit-gpu`` CLI turns on by default; usable with any Lightning Trainer.
 
 These are the public names a run's ``config.yaml`` records (``lit_gpu.callbacks.LeanOptimizerStep``), so
-the files that define them can move; ``config.yaml`` files written before name the modules they lived in.
+the files that define them can move; ``config.yaml`` files written before name the modules they lived in,
+which :mod:`lit_gpu.run.class_paths` (one table) maps to these names when a config is parsed.
 """
 
 from lit_gpu import strategies as _strategies  # noqa: F401  (registers Trainer(strategy="dp"))

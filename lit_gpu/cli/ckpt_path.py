@@ -1,15 +1,14 @@
 """CLI wiring of ``--ckpt_path last|best|FILE``: the config's flags mapped to one call of the run store.
 
 Lightning alone looks for ``last`` only in the trainer's own checkpoint folder, and knows ``best`` only
-right after ``fit`` in the same process. The run store (:func:`lit_gpu.run.store.resolve`) answers; this
-module says where the config being run keeps its runs, applies the answer to the config and prints its
-line.
+right after ``fit`` in the same process. The run store (:func:`lit_gpu.run.store.resolve`) answers, in one
+call (where the config keeps its runs is the run package's: :mod:`lit_gpu.run.where`); this module applies
+the answer to the config and prints its line. The route, room by room, is in docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -17,7 +16,17 @@ from jsonargparse import Namespace
 
 from lit_gpu import messages
 from lit_gpu.io import AtomicCheckpointIO, clean_stale_temp_files
-from lit_gpu.run import layout, store
+from lit_gpu.run import store
+from lit_gpu.run.where import checkpoint_folders, checkpoint_patterns, root_dir, run_parents
+
+__all__ = [
+    "checkpoint_dirs",
+    "clean_run_folders",
+    "config_value",
+    "resolve_ckpt_path",
+    "root_dir",
+    "run_parents",
+]
 
 
 def config_value(config: Any, key: str, default: Any = None) -> Any:
@@ -29,26 +38,9 @@ def config_value(config: Any, key: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def root_dir(config: Any) -> str:
-    """``trainer.default_root_dir`` of a (sub-command) config: where its runs live."""
-    return str(config_value(config, "trainer.default_root_dir", layout.DEFAULT_ROOT))
-
-
-def run_parents(config: Namespace) -> list[Path]:
-    """``ROOT/NAME`` folders holding this config's ``version_N`` runs (a custom logger adds its own)."""
-    parents = [Path(root_dir(config)) / layout.NAME]
-    logger = config_value(config, "trainer.logger")
-    for entry in logger if isinstance(logger, list) else [logger]:
-        init = config_value(entry, "init_args") if isinstance(entry, Namespace | dict) else None
-        save_dir = config_value(init, "save_dir") if init is not None else None
-        if save_dir is not None:
-            parents.append(Path(save_dir) / str(config_value(init, "name", "lightning_logs")))
-    return list(dict.fromkeys(parents))
-
-
 def checkpoint_dirs(config: Namespace) -> list[str]:
     """Glob patterns of folders where this config's runs keep checkpoints."""
-    return store.checkpoint_patterns(
+    return checkpoint_patterns(
         root_dir(config), run_parents(config), config_value(config, "checkpoint.dirpath")
     )
 
@@ -66,15 +58,7 @@ def resolve_ckpt_path(config: Namespace) -> store.Resolution | None:
     sub = config[subcommand]
     if "weights_only" in sub and config_value(sub, "weights_only") is None:
         sub["weights_only"] = True
-    where = store.Where(
-        dirpath=config_value(sub, "checkpoint.dirpath"),
-        parents=run_parents(sub),
-        mode=str(config_value(sub, "checkpoint.mode", "min")),
-        monitor=config_value(sub, "checkpoint.monitor"),
-        root=Path(root_dir(sub)),
-        trust=config_value(sub, "weights_only") is False,  # the user's flag, never a file's
-    )
-    resolution = store.resolve(config, where)
+    resolution = store.resolve(config)  # where the runs live: from the config (lit_gpu.run.where)
     if resolution is None:
         return None
     config[resolution.key] = resolution.path
@@ -102,10 +86,10 @@ def clean_run_folders(config: Namespace) -> None:
 
     A fit starts a new ``version_N``; the litter is in the earlier runs' folders. Only files whose
     writer is gone are removed (:func:`lit_gpu.io.clean_stale_temp_files`), only in this user's runs
-    (:func:`lit_gpu.run.store.checkpoint_folders`: lit_gpu deletes nothing outside a run; the user's own
+    (:func:`lit_gpu.run.where.checkpoint_folders`: lit_gpu deletes nothing outside a run; the user's own
     ``--checkpoint.dirpath`` is theirs to place anywhere).
     """
     dirpath = config_value(config, "checkpoint.dirpath")
-    for folder in store.checkpoint_folders(root_dir(config), run_parents(config), dirpath):
+    for folder in checkpoint_folders(root_dir(config), run_parents(config), dirpath):
         for removed in clean_stale_temp_files(folder):
             messages.tell(messages.REMOVED_STALE_TEMP.format(file=removed))

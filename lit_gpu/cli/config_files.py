@@ -7,8 +7,9 @@ parsers run in the mode :data:`MODE`, whose loader (:func:`load`) is
 checked on PyYAML's event stream before anything is built, and a tag (``!!set``, ``!!python/...``,
 ``!custom``) is refused, so an alias bomb of a few hundred bytes is one line at once and no tag can turn
 a section into something else. What the reader returns (plain dicts, lists, strings, numbers) is what
-jsonargparse then applies; values resolve as jsonargparse's own YAML loader resolves them (``1e-3`` is a
-float, a date stays a string), so every legitimate config parses as before.
+jsonargparse then applies, with the class paths that moved put to their public names
+(:mod:`lit_gpu.run.class_paths`, one table); values resolve as jsonargparse's own YAML loader resolves
+them (``1e-3`` is a float, a date stays a string), so every legitimate config parses as before.
 
 A file's problem is one line naming it and the line (``lit-gpu: error: FILE, line N: ...``, exit 2); a
 command-line value that is not plain YAML stays a string, as jsonargparse leaves any value it cannot load.
@@ -24,6 +25,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from lit_gpu.files.text import BadFileError, Limits, parse_yaml, read_text
+from lit_gpu.run import class_paths
 from lit_gpu.upstream.tools import (
     jsonargparse_bounded_reads,
     jsonargparse_config_contexts,
@@ -142,7 +144,7 @@ def load(text: str, path: str | os.PathLike = "") -> Any:
         keys = set(text.strip(" {}").replace(" ", "").split(","))
         if (len(data) == 1 and text.strip() == next(iter(data)) + ":") or keys == set(data):
             return text
-    return data
+    return class_paths.current(data)  # an old run's config.yaml names classes that moved
 
 
 def install() -> None:

@@ -28,11 +28,10 @@ from typing_extensions import override
 from lit_gpu import messages, runs
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.progress import default_progress_bar
-from lit_gpu.cli.ckpt_path import config_value, root_dir
+from lit_gpu.cli.ckpt_path import config_value
 from lit_gpu.net_spec import MODEL_SPEC_KEY, NET_SPEC_KEY, plain_spec
 from lit_gpu.run import layout, rebuild
-from lit_gpu.run.config import Signature
-from lit_gpu.run.folder import RunFolder, continuation, evaluation
+from lit_gpu.run.folder import RunFolder, of_command
 from lit_gpu.run.store import Resolution
 
 DEFAULT_MONITOR = "val/loss"
@@ -84,20 +83,8 @@ def trainer_loggers(
     ckpt_path = config_value(config, "ckpt_path")
     if resolution is None or resolution.path != ckpt_path:  # not resolved here (a special value, a URL)
         resolution = None
-    if subcommand in ("validate", "test", "predict"):
-        folder = RunFolder(root_dir(config), layout.NAME, evaluates=evaluation(subcommand, resolution))
-        return runs.make_loggers(kinds, folder), folder
-    continues = None
-    if subcommand == "fit" and not config_value(config, "new_run", False):
-        continues = continuation(resolution)
-    parsed = config if parsed is None else parsed
-    model = {"model": _plain(config_value(parsed, "model")), "data": _plain(config_value(parsed, "data"))}
-    folder = RunFolder(root_dir(config), layout.NAME, continues=continues, same_model=Signature.of(model))
+    folder = of_command(subcommand, config, resolution, parsed)  # the resolution handed on: one call
     return runs.make_loggers(kinds, folder), folder
-
-
-def _plain(node: Any) -> Any:
-    return node.as_dict() if hasattr(node, "as_dict") else node
 
 
 def progress_bar_callbacks(config: Any) -> list[Any] | None:

@@ -2,6 +2,7 @@
 
 * :func:`read_checkpoint`: a ``torch.save`` file or ``.safetensors`` into plain Python data; a pickle
   payload is one line (:class:`CheckpointError`) unless the *user* passed ``trust`` (a flag, never a file).
+* :func:`lit_gpu.files.checkpoint_facts.inspect`: the one look ``--ckpt_path`` resolution takes at a file.
 * :func:`read_header`: the small part of a checkpoint (step, epoch, hyper-parameters, callback state),
   weights and optimizer state dropped: what ``--ckpt_path`` resolution needs, read once.
 * :func:`read_for_resume`: what Lightning restores (``AtomicCheckpointIO.load_checkpoint``), with every

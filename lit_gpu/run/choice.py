@@ -20,21 +20,42 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lit_gpu.messages import ckpt_point, shown
+from lit_gpu.run.layout import Run
 
-__all__ = ["CkptFacts", "FileChoice", "RunFacts", "Skipped", "choose_file", "order_runs", "skipped_newer"]
+__all__ = ["Candidate", "CkptFacts", "FileChoice", "Skipped", "choose_file", "order_runs", "skipped_newer"]
 
 
 @dataclass(frozen=True)
-class RunFacts:
-    """What a run folder says, without reading its checkpoints."""
+class Candidate:
+    """A run as the choice weighs it: the :class:`~lit_gpu.run.layout.Run` (the one run type) and what the
+    store read of it.
 
-    name: str  # version_N
-    version: int
-    mine: bool
-    owner: str  # who owns it, for the reason
+    Not a second run type: the folder, its number and its owner are :attr:`run`'s. The rest are facts
+    gathered by the store (its ``config.yaml``, the names of its checkpoints, its owner's name from the
+    user database), so that :func:`order_runs` stays a pure function of values (facts in, choice out),
+    tested without files.
+    """
+
+    run: Run
+    owner: str  # who owns it (``bob (uid 1002)``), for the reason
     matches: bool | None  # its config.yaml names the same model and data; None: no readable config.yaml
     files: tuple[str, ...]  # non-empty {which}*.ckpt names
     model: str = ""  # what its config.yaml names, for the reason
+
+    @property
+    def name(self) -> str:
+        """``version_N``."""
+        return self.run.name
+
+    @property
+    def version(self) -> int:
+        """``N``."""
+        return self.run.version
+
+    @property
+    def mine(self) -> bool:
+        """Owned by the user this process runs as."""
+        return self.run.mine
 
 
 @dataclass(frozen=True)
@@ -46,9 +67,9 @@ class Skipped:
     reason: str
 
 
-def order_runs(runs: Sequence[RunFacts], which: str) -> tuple[list[RunFacts], list[Skipped]]:
+def order_runs(runs: Sequence[Candidate], which: str) -> tuple[list[Candidate], list[Skipped]]:
     """The runs that may hold the checkpoint, newest first, and those passed over with their reason."""
-    usable: list[RunFacts] = []
+    usable: list[Candidate] = []
     skipped: list[Skipped] = []
     for run in sorted(runs, key=lambda r: r.version, reverse=True):
         if not run.mine:

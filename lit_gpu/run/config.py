@@ -32,6 +32,7 @@ import yaml
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.text import BadFileError, read_yaml
+from lit_gpu.run.class_paths import current
 from lit_gpu.run.layout import CONFIG_N_RE, CONFIG_NAME, run_of_checkpoint
 
 __all__ = [
@@ -104,6 +105,19 @@ class Signature:
             tuple(_class_paths(config.get("model"))), data_class if isinstance(data_class, str) else None
         )
 
+    @classmethod
+    def of_parsed(cls, config: Any) -> Signature:
+        """From a sub-command's parsed config (Namespaces or dicts): its ``model`` and ``data``."""
+
+        def plain(key: str) -> Any:
+            try:
+                node = config[key]
+            except (KeyError, TypeError, AttributeError):
+                return None
+            return node.as_dict() if hasattr(node, "as_dict") else node
+
+        return cls.of({"model": plain("model"), "data": plain("data")})
+
     def matches(self, other: Signature) -> bool:
         """Same model classes, and same data class when both name one."""
         if not self.model or self.model != other.model:
@@ -127,7 +141,7 @@ def _read(path: Path) -> dict[str, Any] | None:
         data = read_yaml(path)  # lit_gpu.files.text: budgeted plain YAML
     except (OSError, yaml.YAMLError, UnicodeDecodeError, RecursionError, BadFileError):
         return None
-    return data if isinstance(data, dict) else None
+    return current(data) if isinstance(data, dict) else None  # classes that moved: their public names
 
 
 def read_plain(path: str | os.PathLike) -> dict[str, Any] | None:

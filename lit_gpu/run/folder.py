@@ -35,6 +35,7 @@ from lit_gpu.run import layout
 from lit_gpu.run.config import Signature, run_signature
 from lit_gpu.run.links import escaping_links, refuse_links_out_of
 from lit_gpu.run.store import Resolution, of_file
+from lit_gpu.run.where import root_dir, value
 
 __all__ = [
     "Continuation",
@@ -43,6 +44,7 @@ __all__ = [
     "continuation",
     "continue_run",
     "evaluation",
+    "of_command",
     "remove_if_unused",
 ]
 
@@ -202,6 +204,11 @@ def _rank() -> int:
 class RunFolder:
     """The folder lit_gpu's loggers share; claimed on first use, on global rank 0 only.
 
+    Not a second run type: a run on disk is a :class:`~lit_gpu.run.layout.Run`. This is the loggers'
+    handle on the folder a starting run *will* write, before it exists: Lightning's ``(root, name,
+    version)`` triple, claimed lazily on rank 0 and adopted by the other ranks, and which may be an
+    evaluation's folder (``evaluations/<command>_<k>``, not a run).
+
     The claim happens when a logger first needs its folder (Lightning creates the loggers'
     experiments on rank 0 when a run starts), so building a Trainer claims nothing, and other ranks
     never create folders: :class:`RunFolderSync` hands them rank 0's folder at setup.
@@ -318,6 +325,27 @@ class RunFolder:
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+
+
+def of_command(
+    command: str | None, config: Any, resolution: Resolution | None, parsed: Any = None
+) -> RunFolder:
+    """The folder the loggers of ``command`` share, from its config and its resolved ``--ckpt_path``.
+
+    ``validate``/``test``/``predict``: a new ``evaluations/<command>_<k>`` of the evaluated checkpoint's run
+    (:func:`evaluation`); ``fit`` resumed from a checkpoint of one of your runs continues that run
+    (:func:`continuation`) unless ``--new_run true``; otherwise a new run, which may take over the folder
+    of a start of the same model (``parsed``: the parsed config naming it; ``config`` if not given) that
+    died before its first checkpoint. One call hands the resolution on (docs/architecture.md, the route).
+    """
+    root = root_dir(config)
+    if command in ("validate", "test", "predict"):
+        return RunFolder(root, layout.NAME, evaluates=evaluation(command, resolution))
+    continues = None
+    if command == "fit" and not value(config, "new_run", False):
+        continues = continuation(resolution)
+    same_model = Signature.of_parsed(config if parsed is None else parsed)
+    return RunFolder(root, layout.NAME, continues=continues, same_model=same_model)
 
 
 TAKING_OVER = "taking over {folder}: its start stopped before its first checkpoint"

@@ -1,6 +1,6 @@
 """What a run asks of a checkpoint, as one typed value built from the one read of it.
 
-:func:`read` reads the file once (:func:`lit_gpu.files.checkpoint.read_header`: weights-only unless the
+:func:`read` reads the file once (:func:`lit_gpu.files.checkpoint.inspect`: weights-only unless the
 user's flag says otherwise, tensors memory-mapped) and keeps only what the run needs: the step and epoch
 (which ``last`` is newest), the monitored scores (which ``best`` is best), the model class recorded in its
 hyper-parameters (the config's class must match), the step a continued run logs from, and whether it is a
@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from lit_gpu.files.checkpoint import not_lightning, read_header_held
+from lit_gpu.files.checkpoint import not_lightning
+from lit_gpu.files.checkpoint_facts import CheckpointFacts, inspect
 from lit_gpu.upstream.loops import batches_that_stepped, recorded_class_path
 
 __all__ = ["CheckpointHeader", "read", "read_held", "resume_log_step"]
@@ -51,7 +52,16 @@ class CheckpointHeader:
     @classmethod
     def of(cls, path: str | os.PathLike, raw: Any) -> CheckpointHeader:
         """From what the checkpoint reader returned for ``path`` (its top-level object)."""
-        problem = not_lightning(path, raw)
+        return cls.built(raw, not_lightning(path, raw))
+
+    @classmethod
+    def from_facts(cls, facts: CheckpointFacts) -> CheckpointHeader:
+        """From the reader's one look at a whole file (:func:`lit_gpu.files.checkpoint.inspect`)."""
+        return cls.built(facts.header, facts.problem)
+
+    @classmethod
+    def built(cls, raw: Any, problem: str | None) -> CheckpointHeader:
+        """From a checkpoint's top-level object and why it cannot start a run (``None``: it can)."""
         if not isinstance(raw, Mapping):
             return cls("other", problem=problem)
         hparams = raw.get("hyper_parameters")
@@ -79,15 +89,20 @@ def read(path: str | os.PathLike, trust: bool = False, opt_out: str = "pass trus
     Raises:
         lit_gpu.files.checkpoint.CheckpointError: Missing, empty, corrupt, a pickle payload (one line).
     """
-    return read_held(path, trust, opt_out)[0]
+    facts = inspect(path, trust=trust, opt_out=opt_out)
+    if facts.unfinished is not None:
+        raise facts.unfinished
+    return CheckpointHeader.from_facts(facts)
 
 
 def read_held(
     path: str | os.PathLike, trust: bool = False, opt_out: str = "pass trust=True"
 ) -> tuple[CheckpointHeader, io.BytesIO | None]:
     """:func:`read`, and the file's bytes it was read from: what the run's load then reads (one read)."""
-    raw, data = read_header_held(path, trust=trust, opt_out=opt_out)
-    return CheckpointHeader.of(path, raw), data
+    facts = inspect(path, trust=trust, opt_out=opt_out, hold=True)
+    if facts.unfinished is not None:
+        raise facts.unfinished
+    return CheckpointHeader.from_facts(facts), facts.data
 
 
 def resume_log_step(checkpoint: Any) -> int | None:

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files.checkpoint_facts import CheckpointFacts
 from lit_gpu.files.state_paths import inside
 from lit_gpu.run.layout import CHECKPOINTS, version_number
 
-__all__ = ["escaping_links", "refuse_escaping_link", "refuse_links_out_of"]
+__all__ = ["escaping_links", "refuse_escaping_link", "refuse_leaving", "refuse_links_out_of", "runs_around"]
 
 
 RUN_FOLDER_LINKS_OUT = (
@@ -28,6 +29,28 @@ CKPT_SYMLINK_LEAVES_RUN = (
 )
 
 
+def runs_around(path: str | os.PathLike) -> list[Path]:
+    """The run folders a checkpoint at ``path`` lies in (``version_N/checkpoints/X.ckpt``, ``version_N/X``).
+
+    Its real path must stay inside them (the reader checks it: ``inspect(path, within=...)``).
+    """
+    ckpt = Path(path).absolute()
+    return [run for run in (ckpt.parent.parent, ckpt.parent) if version_number(run) is not None]
+
+
+def refuse_leaving(facts: CheckpointFacts, which: str) -> None:
+    """Refuse a checkpoint the reader found leading out of its run folder (:func:`runs_around`).
+
+    Raises:
+        LitGpuError: Naming the link and its target.
+    """
+    if facts.leaves is not None:
+        text = CKPT_SYMLINK_LEAVES_RUN.format(
+            which=which, path=facts.path, target=facts.target, run=facts.leaves
+        )
+        raise LitGpuError(text)
+
+
 def refuse_escaping_link(path: str | os.PathLike, which: str) -> None:
     """Refuse a checkpoint in ``.../version_N/checkpoints/`` whose real path leaves ``version_N``.
 
@@ -35,8 +58,8 @@ def refuse_escaping_link(path: str | os.PathLike, which: str) -> None:
         LitGpuError: Naming the link and its target.
     """
     ckpt = Path(path).absolute()
-    for run in (ckpt.parent.parent, ckpt.parent):
-        if version_number(run) is not None and not inside(ckpt, run):
+    for run in runs_around(ckpt):
+        if not inside(ckpt, run):
             raise LitGpuError(
                 CKPT_SYMLINK_LEAVES_RUN.format(which=which, path=path, target=os.path.realpath(ckpt), run=run)
             )

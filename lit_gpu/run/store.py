@@ -18,7 +18,6 @@ line to print); it changes nothing and prints nothing: the CLI applies it.
 
 from __future__ import annotations
 
-import glob
 import io
 import os
 import sys
@@ -30,20 +29,18 @@ from typing import Any
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.checkpoint import check_checkpoint_file
-from lit_gpu.files.state_paths import inside
+from lit_gpu.files.checkpoint_facts import CheckpointFacts, inspect
 from lit_gpu.messages import shown
-from lit_gpu.run import choice, header, layout
+from lit_gpu.run import choice, layout
 from lit_gpu.run.config import Signature, run_signature
 from lit_gpu.run.header import CheckpointHeader
-from lit_gpu.run.links import refuse_escaping_link
+from lit_gpu.run.links import refuse_leaving, runs_around
+from lit_gpu.run.where import Where, of_config
 
 __all__ = [
     "Resolution",
     "Where",
     "check_checkpoint",
-    "checkpoint_folders",
-    "checkpoint_patterns",
     "cluster_resolution",
     "of_file",
     "resolve",
@@ -51,18 +48,6 @@ __all__ = [
 
 _SPECIAL_CKPT = ("best", "last", "hpc", "registry")
 _OPT_OUT = "pass --weights_only false"
-
-
-@dataclass
-class Where:
-    """Where a sub-command's runs live (from the config being run, not from any file)."""
-
-    dirpath: str | None  # an explicit checkpoint.dirpath
-    parents: list[Path]  # ROOT/NAME folders holding version_N runs
-    mode: str = "min"  # checkpoint.mode: which monitored value is best
-    monitor: str | None = None  # checkpoint.monitor
-    root: Path | None = None  # trainer.default_root_dir: Lightning's cluster checkpoints lie there
-    trust: bool = False  # the user's --weights_only false (never a file's)
 
 
 @dataclass(frozen=True)
@@ -111,8 +96,20 @@ def check_checkpoint(path: str | os.PathLike, sub: Any, trust: bool = False) -> 
     return _check(path, sub, _read(path, trust))
 
 
-def _read(path: str | os.PathLike, trust: bool) -> CheckpointHeader:
-    return header.read(path, trust=trust, opt_out=_OPT_OUT)
+def _look(path: str | os.PathLike, which: str, trust: bool, hold: bool = False) -> CheckpointFacts:
+    """The reader's one look at ``path`` (:func:`~lit_gpu.files.checkpoint.inspect`); a link leading out of
+    its run folder is refused by name, before anything of it is read."""
+    facts = inspect(path, within=runs_around(path), trust=trust, opt_out=_OPT_OUT, hold=hold)
+    refuse_leaving(facts, which)
+    return facts
+
+
+def _read(path: str | os.PathLike, trust: bool, which: str | None = None) -> CheckpointHeader:
+    """The header of the whole checkpoint at ``path``, from one look (an unfinished file is its error)."""
+    facts = _look(path, str(path) if which is None else which, trust)
+    if facts.unfinished is not None:
+        raise facts.unfinished
+    return CheckpointHeader.from_facts(facts)
 
 
 CHANGED_WHILE_CHOSEN = (
@@ -123,15 +120,18 @@ CHANGED_WHILE_CHOSEN = (
 def _held(
     path: str | os.PathLike, sub: Any, trust: bool, chosen_by: CheckpointHeader | None = None
 ) -> tuple[CheckpointHeader, io.BytesIO | None]:
-    """The checkpoint to use read once more, keeping its bytes, and checked (:func:`_check`) on them.
+    """The checkpoint to use, from one look that keeps its bytes, checked (:func:`_check`) on them.
 
     ``chosen_by``: the header it was chosen by (``last``/``best``); if the bytes now say otherwise, the
     file was replaced in between: one line.
     """
-    found, data = header.read_held(path, trust=trust, opt_out=_OPT_OUT)
+    facts = _look(path, str(path), trust, hold=True)
+    if facts.unfinished is not None:
+        raise facts.unfinished
+    found = CheckpointHeader.from_facts(facts)
     if chosen_by is not None and found != chosen_by:
         raise LitGpuError(CHANGED_WHILE_CHOSEN.format(path=shown(path)))
-    return _check(path, sub, found), data
+    return _check(path, sub, found), facts.data
 
 
 # ---- the checkpoint against the config ---------------------------------------------------------------
@@ -181,26 +181,24 @@ def _read_files(
     facts = []
     headers: dict[Path, CheckpointHeader] = {}
     for path in files:
-        refuse_escaping_link(path, which)  # before anything of it is read
-        try:
-            check_checkpoint_file(path)
-        except LitGpuError:  # truncated, empty: a save that did not finish
+        look = _look(path, which, where.trust)  # a link out of its run: refused before anything is read
+        if look.unfinished is not None:  # truncated, empty: a save that did not finish
             facts.append(choice.CkptFacts(path, False))
             continue
-        found = headers[path] = _read(path, where.trust)
+        found = headers[path] = CheckpointHeader.from_facts(look)
         facts.append(choice.CkptFacts(path, True, found.step, found.epoch, found.score(where.monitor)))
     return choice.choose_file(facts, which, where.mode, where.monitor), headers
 
 
-def _run_facts(run: layout.Run, wanted: Signature, which: str) -> choice.RunFacts:
+def _candidate(run: layout.Run, wanted: Signature, which: str) -> choice.Candidate:
     owner = layout.owner_name(run.owner)
     if not run.mine:  # another user's run: nothing of it is read
-        return choice.RunFacts(run.name, run.version, False, owner, None, ())
+        return choice.Candidate(run, owner, None, ())
     signature = run_signature(run.path)
     files = tuple(p.name for p in run.checkpoints(which))
     matches = None if signature is None else wanted.matches(signature)
     model = signature.describe() if signature is not None else ""
-    return choice.RunFacts(run.name, run.version, True, owner, matches, files, model)
+    return choice.Candidate(run, owner, matches, files, model)
 
 
 def _describe(run: layout.Run) -> str:
@@ -223,19 +221,16 @@ def _listing(runs: Sequence[layout.Run], limit: int = 4) -> str:
     return text + (f" and {len(newest) - limit} more" if len(newest) > limit else "")
 
 
-def _plain(node: Any) -> Any:
-    return node.as_dict() if hasattr(node, "as_dict") else node
-
-
 # ---- the one call ----------------------------------------------------------------------------------------
-def resolve(config: Any, where: Where) -> Resolution | None:
+def resolve(config: Any, where: Where | None = None) -> Resolution | None:
     """What ``ckpt_path: last|best|FILE`` of the sub-command means, checked; nothing is changed or printed.
 
     ``last`` / ``best``: the run and the file chosen by :mod:`lit_gpu.run.choice` from what the runs and
     checkpoints say. With no such run, ``fit --ckpt_path last`` starts from scratch (as Lightning does;
     the line lists what is there); ``test``/``validate``/``predict`` need a checkpoint, so it is an
     error. ``fit --ckpt_path best`` is Lightning's. ``FILE``: checked, its header read once. No
-    ``--ckpt_path`` under SLURM: :func:`cluster_resolution`.
+    ``--ckpt_path`` under SLURM: :func:`cluster_resolution`. ``where``: where the runs live, by default
+    from the sub-command's config (:func:`lit_gpu.run.where.of_config`).
 
     Raises:
         LitGpuError: No matching checkpoint for ``test``/``validate``/``predict``, a symlink leaving its
@@ -245,6 +240,7 @@ def resolve(config: Any, where: Where) -> Resolution | None:
     if not subcommand:
         return None
     sub = config[subcommand]
+    where = of_config(sub) if where is None else where
     key = f"{subcommand}.ckpt_path"
     which = _get(config, key)
     if not which:
@@ -252,8 +248,7 @@ def resolve(config: Any, where: Where) -> Resolution | None:
     if which not in ("last", "best"):
         if which in _SPECIAL_CKPT or "://" in str(which):
             return None
-        refuse_escaping_link(which, str(which))
-        found, data = _held(which, sub, where.trust)  # the reader checks the file first
+        found, data = _held(which, sub, where.trust)  # one look: the link, the file, its header; bytes kept
         return Resolution(key, str(which), found, run=layout.run_of_checkpoint(which), data=data)
     if which == "best" and subcommand == "fit":
         return None
@@ -266,15 +261,14 @@ def resolve(config: Any, where: Where) -> Resolution | None:
         line = text.format(
             path=shown(chosen.path), why=f"{chosen.reason} in checkpoint.dirpath {shown(where.dirpath)}"
         )
-        run = layout.run_of_checkpoint(chosen.path)
-        return Resolution(key, str(chosen.path), found, line, run, data=data)
-    wanted = Signature.of({"model": _plain(_get(sub, "model")), "data": _plain(_get(sub, "data"))})
+        return Resolution(
+            key, str(chosen.path), found, line, layout.run_of_checkpoint(chosen.path), data=data
+        )
+    wanted = Signature.of_parsed(sub)
     runs = [run for parent in where.parents for run in layout.list_runs(parent)]
-    facts = [_run_facts(run, wanted, which) for run in runs]
-    run_of = {id(f): run for run, f in zip(runs, facts, strict=True)}
-    usable, skipped = choice.order_runs(facts, which)
+    usable, skipped = choice.order_runs([_candidate(run, wanted, which) for run in runs], which)
     for run in usable:
-        chosen, headers = _read_files(run_of[id(run)].checkpoints(which), which, where)
+        chosen, headers = _read_files(run.run.checkpoints(which), which, where)
         if chosen is None:
             skipped.append(choice.Skipped(run.name, run.version, f"no complete {which}*.ckpt"))
             continue
@@ -284,7 +278,7 @@ def resolve(config: Any, where: Where) -> Resolution | None:
         if newer:
             why += f"; passed over newer {newer}"
         line = text.format(path=shown(chosen.path), why=why)
-        return Resolution(key, str(chosen.path), found, line, run_of[id(run)], data=data)
+        return Resolution(key, str(chosen.path), found, line, run.run, data=data)
     message = NO_MATCHING_RUN.format(
         which=which,
         model=wanted.describe(),
@@ -345,44 +339,7 @@ def cluster_resolution(key: str, where: Where, sub: Any) -> Resolution | None:
         return Resolution(
             key, None, line=CLUSTER_FRESH.format(root=root, passed=note), no_cluster_resume=True
         )
-    refuse_escaping_link(mine[-1], str(mine[-1]))
     found_header, data = _held(mine[-1], sub, where.trust)
     why = f"step {shown(found_header.step)}; {CLUSTER_RESUMING.format(root=root)}{note}"
     line = messages.RESUMING_FROM.format(path=shown(mine[-1]), why=why)
     return Resolution(key, str(mine[-1]), found_header, line, None, data=data)
-
-
-# ---- where a config's checkpoints lie (for the clean-up of killed saves) -----------------------------------
-def checkpoint_patterns(root: str | os.PathLike, parents: Sequence[Path], dirpath: Any) -> list[str]:
-    """Glob patterns of the folders where a config's runs keep checkpoints (its ``dirpath``, if given)."""
-    if dirpath:
-        return [str(dirpath)]
-    runs = [str(parent / f"{layout.VERSION_PREFIX}*" / layout.CHECKPOINTS) for parent in parents]
-    return [*runs, str(Path(root) / layout.CHECKPOINTS)]  # runs without a logger
-
-
-def _inside_its_run(folder: Path) -> bool:
-    """``version_N/checkpoints`` (or ``ROOT/checkpoints``) really in its run, and the run in ``ROOT/NAME``.
-
-    Links planted in a shared ``runs/`` (a ``checkpoints`` or ``version_N`` leading elsewhere) fail it;
-    a ``runs/`` that is itself a link (a scratch disk) passes.
-    """
-    run = folder.parent
-    if not inside(folder, run):
-        return False
-    return not run.name.startswith(layout.VERSION_PREFIX) or inside(run, run.parent)
-
-
-def checkpoint_folders(root: str | os.PathLike, parents: Sequence[Path], dirpath: Any) -> list[Path]:
-    """The checkpoint folders of this user's runs, or the config's own ``dirpath`` (wherever it is).
-
-    A run's ``checkpoints`` that is a link leading out of it, a ``version_N`` that is a link out of its
-    ``ROOT/NAME``, and another user's run are left out: lit_gpu deletes nothing outside a run.
-    """
-    found = []
-    for pattern in checkpoint_patterns(root, parents, dirpath):
-        for folder in sorted(glob.glob(pattern)):
-            folder = Path(folder)
-            if dirpath or (_inside_its_run(folder) and layout.owner_of(folder.parent) == layout.my_uid()):
-                found.append(folder)
-    return found

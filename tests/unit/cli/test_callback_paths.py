@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 
 import yaml
 
 import lit_gpu.callbacks
 from lit_gpu.cli import LitGpuCLI
 from lit_gpu.cli.lightning_cli import DEFAULT_CALLBACKS
+from lit_gpu.run import class_paths
+from lit_gpu.run import config as run_config
 from tests.helpers.paths import CONFIGS
 
 SIMPLE_DEBUG = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
@@ -47,3 +50,20 @@ def test_a_config_naming_the_old_paths_still_loads(tmp_path, monkeypatch):
     names = [type(cb).__name__ for cb in cli.trainer.callbacks]
     for path in OLD_PATHS:
         assert path.rsplit(".", 1)[1] in names
+
+
+def test_old_paths_are_one_table_and_no_module_lives_on_at_them(tmp_path):
+    """No shim modules: the old paths are mapped (lit_gpu.run.class_paths.MOVED) to the public names."""
+    for module in ("step_path", "batch_path", "step_graph"):
+        assert importlib.util.find_spec(f"lit_gpu.callbacks.{module}") is None
+    for path in OLD_PATHS:
+        public = class_paths.MOVED[path]
+        module, name = public.rsplit(".", 1)
+        assert module == "lit_gpu.callbacks" and name in lit_gpu.callbacks.__all__
+    # a run's saved config read by lit_gpu (a continued run compares it with the new one) says the same
+    saved = tmp_path / "config.yaml"
+    saved.write_text(yaml.safe_dump({"trainer": {"callbacks": [{"class_path": path} for path in OLD_PATHS]}}))
+    read = run_config.read_plain(saved)
+    assert [entry["class_path"] for entry in read["trainer"]["callbacks"]] == [
+        class_paths.MOVED[path] for path in OLD_PATHS
+    ]

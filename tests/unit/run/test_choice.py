@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from lit_gpu.run.choice import CkptFacts, RunFacts, choose_file, order_runs, skipped_newer
+from lit_gpu.run.choice import Candidate, CkptFacts, choose_file, order_runs, skipped_newer
+from lit_gpu.run.layout import Run
 
 
 def _run(
     version: int, mine: bool = True, matches: bool | None = True, files: tuple[str, ...] = ("last.ckpt",)
 ):
-    return RunFacts(f"version_{version}", version, mine, "bob (uid 1002)", matches, files, "FooNet")
+    run = Run(Path(f"runs/lit_gpu/version_{version}"), version, os.geteuid() if mine else os.geteuid() + 1)
+    return Candidate(run, "bob (uid 1002)", matches, files, "FooNet")
 
 
 def test_runs_are_taken_newest_first_and_the_others_say_why():

@@ -1,6 +1,0 @@
-"""Moved to :mod:`lit_gpu.upstream.batch_path` (the one room that reaches into Lightning).
-
-Importable here too: configs written before the move (``lit_gpu.callbacks.batch_path...``) still load."""
-
-from lit_gpu.upstream.batch_path import *  # noqa: F403
-from lit_gpu.upstream.batch_path import __all__  # noqa: F401
