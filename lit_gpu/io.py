@@ -301,9 +301,21 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def __init__(self, trainer: pl.Trainer | None = None) -> None:
         super().__init__()
         self._trainer = None if trainer is None else weakref.ref(trainer)
+        self._held: tuple[str, io.BytesIO] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_trainer": None}  # a copy (ddp_spawn) belongs to no trainer
+        return {**self.__dict__, "_trainer": None, "_held": None}  # a copy (ddp_spawn) belongs to no trainer
+
+    def hold(self, path: str | os.PathLike, data: io.BytesIO) -> None:
+        """The bytes of ``path`` already read and checked (``--ckpt_path`` resolution): the next load of
+        ``path`` reads them instead of the file (one read), and the next load drops them (one copy held)."""
+        self._held = (os.path.abspath(os.fspath(path)), data)
+
+    def _take_held(self, path: Any) -> io.BytesIO | None:
+        held, self._held = self._held, None
+        if held is None or get_protocol(str(path)) != "file":
+            return None
+        return held[1] if os.path.abspath(str(path)) == held[0] else None
 
     @override
     def load_checkpoint(
@@ -311,11 +323,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     ) -> Any:
         from lit_gpu.files.checkpoint import read_for_resume, read_remote
 
+        held = self._take_held(path)
         if get_protocol(str(path)) != "file":
             checkpoint = read_remote(path, map_location, weights_only)  # bounded by its size, as a local file
         else:
             location = map_location if map_location is not None else (lambda storage, loc: storage)
-            checkpoint = read_for_resume(path, location, weights_only)
+            checkpoint = read_for_resume(path, location, weights_only, data=held)
+            del held  # the bytes go back now
         trainer = None if self._trainer is None else self._trainer()
         if trainer is not None:
             _check_for(trainer, checkpoint, f"checkpoint {path}")

@@ -167,7 +167,7 @@ class RunLines(pl.Callback):
 
     def _eval_start(self, trainer: pl.Trainer, stage: str) -> None:
         if trainer.state.fn == stage:  # a validate/test/predict command, not fit's validation
-            self._lines._start_eval_command(trainer, stage)
+            self._lines.start_eval_command(trainer, stage)
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

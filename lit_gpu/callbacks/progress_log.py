@@ -240,7 +240,7 @@ class ProgressLog(ProgressBar):
             text += messages.PROGRESS_RESUME.format(command=shown(command, limit=messages.LINE_MAX_CHARS))
         self._tell({"event": "start", "stage": "fit", "folder": folder, "resume": command}, text)
 
-    def _start_eval_command(self, trainer: pl.Trainer, stage: str) -> None:
+    def start_eval_command(self, trainer: pl.Trainer, stage: str) -> None:
         folder = self._folder(trainer)
         text = messages.PROGRESS_RUN.format(folder=shown(folder or trainer.default_root_dir))
         self._tell({"event": "start", "stage": stage, "folder": folder}, text)
@@ -396,7 +396,7 @@ class ProgressLog(ProgressBar):
     # validate / test / predict commands (validation inside fit counts in fit's lines)
     def _eval_begins(self, trainer: pl.Trainer, stage: str) -> None:
         if trainer.state.fn == stage:
-            self._start_eval_command(trainer, stage)
+            self.start_eval_command(trainer, stage)
             self._loop_begins()
             loop = {"validate": trainer.validate_loop, "test": trainer.test_loop}.get(stage)
             if loop is not None:  # no results table in a log: the end line holds the metrics

@@ -8,13 +8,15 @@ line.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
+import lightning.pytorch as pl
 from jsonargparse import Namespace
 
 from lit_gpu import messages
-from lit_gpu.io import clean_stale_temp_files
+from lit_gpu.io import AtomicCheckpointIO, clean_stale_temp_files
 from lit_gpu.run import layout, store
 
 
@@ -79,6 +81,20 @@ def resolve_ckpt_path(config: Namespace) -> store.Resolution | None:
     if resolution.line:
         messages.tell(resolution.line)
     return resolution
+
+
+def hand_over(trainer: pl.Trainer, resolution: store.Resolution | None) -> store.Resolution | None:
+    """The resolved checkpoint's bytes (read and checked once) given to ``trainer``'s checkpoint IO.
+
+    Lightning's load of ``ckpt_path`` then reads those bytes, not the file again; the resolution keeps
+    no copy (one held copy, dropped by the load). A custom checkpoint IO reads the file itself.
+    """
+    if resolution is None or resolution.data is None:
+        return resolution
+    checkpoint_io = trainer.strategy.checkpoint_io
+    if isinstance(checkpoint_io, AtomicCheckpointIO) and resolution.path is not None:
+        checkpoint_io.hold(resolution.path, resolution.data)
+    return dataclasses.replace(resolution, data=None)
 
 
 def clean_run_folders(config: Namespace) -> None:

@@ -31,7 +31,7 @@ from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.cli import config_files, quiet, run_folders
-from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, resolve_ckpt_path
+from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, hand_over, resolve_ckpt_path
 from lit_gpu.cli.module_steps import check_has_step
 from lit_gpu.cli.needs_data import check_has_data
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
@@ -43,11 +43,12 @@ from lit_gpu.io import install_atomic_checkpoint_io
 from lit_gpu.profilers import skip_idle_profiler
 from lit_gpu.run.config_saver import RunConfigSaver
 from lit_gpu.run.folder import RunFolder
+from lit_gpu.run.layout import next_cluster_checkpoint
 from lit_gpu.run.store import Resolution
 from lit_gpu.runs import RunFolderSync
 from lit_gpu.upstream.batch_path import LeanTrainingBatch
 from lit_gpu.upstream.cli import CLIHooks
-from lit_gpu.upstream.cluster import no_cluster_resume
+from lit_gpu.upstream.cluster import no_cluster_resume, own_cluster_saves
 from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks
 
 # ---- parser ---------------------------------------------------------------------------------------
@@ -84,6 +85,12 @@ class ConciseErrorParser(LightningArgumentParser):
         config_files.install()  # every YAML it loads goes through lit_gpu's bounded reader first
         kwargs.setdefault("parser_mode", config_files.MODE)
         super().__init__(*args, **kwargs)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled in another process (``ddp_spawn`` hands the config saver's parser to its ranks):
+        the parser's YAML mode is registered there too before it loads or dumps anything."""
+        config_files.install()
+        self.__dict__.update(state)
 
     @override
     def parse_args(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
@@ -357,8 +364,10 @@ class LitGpuCLI(CLIHooks):
         configure_trainer(
             trainer, self.config, self.subcommand, self.run_folder
         )  # atomic IO, OOM, predictions
+        self.resolution = hand_over(trainer, self.resolution)  # its load reads the bytes resolved, once
         if self.resolution is not None and self.resolution.no_cluster_resume:
             no_cluster_resume(trainer)  # the store passed every hpc_ckpt over: Lightning must not take one
+        own_cluster_saves(trainer, next_cluster_checkpoint)  # a requeue save numbered by the store's rules
         use_progress_log(  # plain lines (or JSON) in place of the live bar when stdout is not a terminal
             trainer,
             interval=config_value(config, "progress_interval", DEFAULT_INTERVAL),

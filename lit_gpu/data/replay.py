@@ -34,10 +34,12 @@ from torch.utils.data import (
 from lit_gpu.upstream.train_loaders import skip_batches
 
 __all__ = [
+    "LOADER_STATES",
     "REPLAY_STATE_CONTRACT",
     "ReplayDataLoader",
     "check_replay_state",
     "make_replayable",
+    "saved_replay_problem",
     "why_not_replayable",
 ]
 
@@ -53,6 +55,8 @@ REPLAY_STATE_CONTRACT: dict[str, Any] = {
     "generators": (list, {"max_len": 3, "item": bytes}),
     "batches": (int, (0, 2**62)),
 }
+#: where a checkpoint holds the train loaders' saved states (Lightning's fit loop)
+LOADER_STATES = ("loops", "fit_loop", "state_dict", "combined_loader")
 REPLAYABLE_SAMPLERS = (SequentialSampler, RandomSampler, DistributedSampler)
 
 
@@ -101,7 +105,29 @@ def check_replay_state(state: Any, sizes: list[int]) -> str | None:
     for value, size in zip(generators, sizes, strict=False):
         if not (isinstance(value, bytes) and len(value) == size):
             return f"a generator state is not {size} bytes"
+        if not _valid_generator_state(value):
+            return "a generator state that torch refuses (not a state a generator saved)"
     return None
+
+
+def saved_replay_problem(state: dict[str, Any]) -> str | None:
+    """:func:`check_replay_state` of a state read from a file, before any loader exists (the generators'
+    lengths taken from the state itself, each bytes of at most 64 KiB)."""
+    generators = state.get("generators")
+    generators = generators if isinstance(generators, list) else []
+    if any(not isinstance(g, bytes) or len(g) > 2**16 for g in generators):
+        return "a generator state that is not bytes of at most 64 KiB"
+    return check_replay_state(state, [len(g) for g in generators])
+
+
+def _valid_generator_state(value: bytes) -> bool:
+    """Whether torch's CPU generator takes ``value`` (the loader's generators are all CPU ones): bytes of
+    the right length can hold an invalid Mersenne Twister state, refused only when a resume sets it."""
+    try:
+        torch.Generator().set_state(torch.frombuffer(bytearray(value), dtype=torch.uint8))
+    except (RuntimeError, ValueError):
+        return False
+    return True
 
 
 class ReplayDataLoader(DataLoader):
@@ -178,6 +204,18 @@ class ReplayDataLoader(DataLoader):
             "generators": list(self._pass_states or []),
             "batches": len(self),
         }
+
+    def restore_contract(self, pl_module: Any = None) -> list[Any]:
+        """What :meth:`load_state_dict` expects, checked before any restore (:func:`saved_replay_problem`)."""
+        from lit_gpu.files import contracts as c
+
+        def fits(state: Any) -> str | None:
+            if not isinstance(state, dict) or "replay_state" not in state:
+                return None  # another loader's state (lit_gpu.data.stateful.position_contract checks it)
+            return saved_replay_problem(state)
+
+        spec = c.checked("a replay state (keys replay_state, generators, batches)", fits)
+        return [c.Contract((*LOADER_STATES, c.EACH), spec, owner="the train loader")]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Keep the saved epoch's generator states; :meth:`resume_at` says how far the epoch had gone."""

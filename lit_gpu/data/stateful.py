@@ -56,6 +56,7 @@ _POSITION_KEYS = ("epoch", "position", "seed", "shuffle")
 def position_contract() -> list[Any]:
     """What a saved loader state must be: a dict, and where it is one of ours (it has ``num_items``), a
     :meth:`GlobalPosition.state_dict` with its position inside the epoch."""
+    from lit_gpu.data.replay import LOADER_STATES, saved_replay_problem
     from lit_gpu.files import contracts as c
 
     ours = c.fields(
@@ -74,13 +75,7 @@ def position_contract() -> list[Any]:
         if not isinstance(state, dict):
             return ""
         if "replay_state" in state:  # a plain DataLoader made replayable (lit_gpu.data.replay)
-            from lit_gpu.data.replay import check_replay_state
-
-            generators = state.get("generators")
-            generators = generators if isinstance(generators, list) else []
-            if any(not isinstance(g, bytes) or len(g) > 2**16 for g in generators):
-                return "a generator state that is not bytes of at most 64 KiB"
-            return check_replay_state(state, [len(g) for g in generators])
+            return saved_replay_problem(state)
         if "num_items" not in state:
             return None  # another loader's state: not restored by lit_gpu
         if (problem := ours.problem(state)) is not None:
@@ -89,7 +84,7 @@ def position_contract() -> list[Any]:
             return f"position {state['position']} past the epoch's {state['num_items']} samples"
         return None
 
-    where = ("loops", "fit_loop", "state_dict", "combined_loader", c.EACH)
+    where = (*LOADER_STATES, c.EACH)
     spec = c.checked(
         "a loader state (a dict; lit_gpu's: epoch, position <= num_items, int seed; or a replay state)", fits
     )

@@ -44,6 +44,7 @@ __all__ = [
     "read_for_check",
     "read_for_resume",
     "read_header",
+    "read_header_held",
     "read_into_memory",
     "read_remote",
 ]
@@ -59,12 +60,8 @@ def _corrupt(path: Any, err: BaseException) -> CheckpointError:
     )
 
 
-def check_checkpoint_file(path: str | os.PathLike) -> Path:
-    """Cheap sanity check of a checkpoint file without loading it (exists, non-empty, complete zip).
-
-    Raises:
-        CheckpointError: With a one-line reason.
-    """
+def _check_entry(path: str | os.PathLike) -> Path:
+    """The directory entry of a checkpoint (a non-empty file), checked without opening it."""
     path = Path(path)
     if path.is_dir():
         inside_ = sorted(path.rglob("*.ckpt"))
@@ -76,11 +73,26 @@ def check_checkpoint_file(path: str | os.PathLike) -> Path:
         raise CheckpointError(
             f"checkpoint {path} is empty (0 bytes); a save was interrupted: use another one"
         )
+    return path
+
+
+def check_checkpoint_file(path: str | os.PathLike) -> Path:
+    """Cheap sanity check of a checkpoint file without loading it (exists, non-empty, complete zip).
+
+    Raises:
+        CheckpointError: With a one-line reason.
+    """
+    path = _check_entry(path)
     if path.suffix == ".safetensors":
         return path
-    if zipfile.is_zipfile(path):
+    return _check_content(path, path)
+
+
+def _check_content(path: Path, source: Any) -> Path:
+    """``source`` (``path`` itself or its bytes in memory) is a complete zip or a legacy pickle."""
+    if zipfile.is_zipfile(source):
         try:
-            with zipfile.ZipFile(path) as archive:
+            with zipfile.ZipFile(source) as archive:
                 archive.infolist()
         except (
             zipfile.BadZipFile,
@@ -91,8 +103,11 @@ def check_checkpoint_file(path: str | os.PathLike) -> Path:
         ) as err:  # names not UTF-8
             raise _corrupt(path, err) from None
         return path
-    with open(path, "rb") as f:
-        head = f.read(2)
+    if isinstance(source, io.BytesIO):
+        head = source.getvalue()[:2]
+    else:
+        with open(path, "rb") as f:
+            head = f.read(2)
     if head[:1] != b"\x80":  # neither a zip (torch >= 1.6) nor a legacy pickle
         raise _corrupt(path, ValueError("not a torch checkpoint: no zip archive or pickle header"))
     return path
@@ -229,15 +244,31 @@ def read_header(
     One weights-only read (the file read once into memory, checked, loaded from those bytes) serves every
     question ``--ckpt_path`` resolution asks (which step, which model class, a pickle payload).
     """
-    path = check_checkpoint_file(path)
-    if path.suffix == ".safetensors":
-        return None
-    header = _torch_load(path, path, "cpu", not trust, opt_out, limits)
+    return read_header_held(path, trust, opt_out, limits)[0]
+
+
+def read_header_held(
+    path: str | os.PathLike,
+    trust: bool = False,
+    opt_out: str = "pass trust=True",
+    limits: CheckpointLimits | None = None,
+) -> tuple[Any, io.BytesIO | None]:
+    """:func:`read_header`, and the bytes it was read from (the file opened once; ``None``: safetensors).
+
+    The bytes are what was checked: the load that follows (:func:`read_for_resume` with ``data=``) reads
+    them, not the file again, so a file replaced in between changes nothing.
+    """
+    if Path(path).suffix == ".safetensors":
+        check_checkpoint_file(path)
+        return None, None
+    held = read_into_memory(path)
+    header = _torch_load(held, Path(path), "cpu", not trust, opt_out, limits)
+    held.seek(0)
     if isinstance(header, dict) and LIGHTNING_KEYS & set(header):
         for key in _HEAVY_KEYS:  # what no question about the file needs: the memory goes back now
             if key in header:
                 header[key] = {} if key == "state_dict" else []
-    return header
+    return header, held
 
 
 # the parts of a Lightning checkpoint a header does not keep
@@ -246,8 +277,15 @@ _HEAVY_KEYS = ("state_dict", "optimizer_states")
 
 def read_into_memory(path: str | os.PathLike) -> io.BytesIO:
     """The whole file as a named in-memory copy: checked and then loaded, it cannot change in between."""
-    path = check_checkpoint_file(path)
-    data = io.BytesIO(path.read_bytes())
+    path = _check_entry(path)
+    try:
+        with open(path, "rb") as f:  # the one open: every check below reads these bytes
+            data = io.BytesIO(f.read())
+    except OSError as err:
+        raise _corrupt(path, err) from err
+    if path.suffix != ".safetensors":
+        _check_content(path, data)
+        data.seek(0)
     data.name = os.fspath(path)  # how messages name it
     return data
 
@@ -333,15 +371,20 @@ def _what_it_is(path: str | os.PathLike, checkpoint: Any) -> str:
 
 
 def read_for_resume(
-    path: str | os.PathLike, map_location: Any = "cpu", weights_only: bool | None = None
+    path: str | os.PathLike,
+    map_location: Any = "cpu",
+    weights_only: bool | None = None,
+    data: io.BytesIO | None = None,
 ) -> Any:
     """The checkpoint Lightning restores from ``path``, with callback paths outside its folder dropped.
 
     ``weights_only`` is the user's setting (``--weights_only``, ``fit(weights_only=...)``); ``None``
-    means ``True``. One line lists what was dropped.
+    means ``True``. ``data``: the file's bytes, already read (:func:`read_header_held`): read from
+    them, not from ``path`` again. One line lists what was dropped.
     """
     trust = weights_only is False
-    checkpoint = read_checkpoint(path, map_location, trust=trust, opt_out="pass --weights_only false")
+    source = path if data is None else data
+    checkpoint = read_checkpoint(source, map_location, trust=trust, opt_out="pass --weights_only false")
     if not (isinstance(checkpoint, Mapping) and "pytorch-lightning_version" in checkpoint):
         if _plain_state_dict(checkpoint):  # Lightning's own hand-back of weights (ddp_spawn's .temp.ckpt);
             return checkpoint  # a --ckpt_path is refused before this, when its header is read

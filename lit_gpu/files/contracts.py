@@ -130,6 +130,8 @@ def tensor(
     def test(v: Any) -> str | None:
         if type(v) not in (torch.Tensor, torch.nn.Parameter) or v.layout != torch.strided:
             return ""
+        if v.is_meta:
+            return "a meta tensor (no data)"
         if not v.is_contiguous():
             return "not contiguous (a view of other memory)"
         if shape is not None and (

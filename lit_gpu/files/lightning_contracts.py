@@ -7,6 +7,7 @@ them with the owners' own contracts (:mod:`lit_gpu.files.contracts`).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -14,9 +15,9 @@ from typing import Any
 import torch
 
 from lit_gpu import messages
-from lit_gpu.files.contracts import _MAX_INT, EACH, Contract, checked, holds, integer
+from lit_gpu.files.contracts import _MAX_INT, EACH, Contract, Spec, checked, holds, integer
 
-__all__ = ["lightning_contract", "optimizer_contract"]
+__all__ = ["lightning_contract", "optimizer_contract", "scheduler_contract"]
 
 
 # ---- the optimizer's state against the model's parameters (restored by Lightning, checked by lit_gpu) -----
@@ -114,7 +115,7 @@ def lightning_contract() -> list[Contract]:
         Contract(("loops", "fit_loop", "state_dict", "combined_loader"), plain_list, owner=owner),
         Contract(("callbacks",), plain_dict, owner=owner),
         Contract(("lr_schedulers",), plain_list, owner=owner),
-        Contract(("lr_schedulers", EACH), plain_dict, owner=owner),
+        Contract(("lr_schedulers", EACH), scheduler_contract(), owner="the learning-rate scheduler"),
         Contract(("hyper_parameters",), plain_dict, owner=owner),
     ]
 
@@ -148,6 +149,8 @@ def optimizer_contract(parameters: Sequence[torch.Tensor]) -> list[Contract]:
                 return f"state[{pid}] without {sorted(missing)[0]!r}, which its optimizer reads"
             if values and not _second_moment(group_of[pid], values):
                 return f"state[{pid}] without its second moment (exp_avg_sq), which its optimizer reads"
+            if any(isinstance(v, torch.Tensor) and v.is_meta for v in values.values()):
+                return f"state[{pid}] holds a meta tensor (no data), which its optimizer cannot read"
             step = values.get("step")
             if isinstance(step, torch.Tensor) and (
                 step.numel() != 1 or step.is_complex() or not 0 <= float(step) < 2**62
@@ -183,3 +186,93 @@ def optimizer_contract(parameters: Sequence[torch.Tensor]) -> list[Contract]:
         Contract(("optimizer_states",), states, owner="the optimizer"),
         Contract(("optimizer_states", EACH), spec, owner="the optimizer"),
     ]
+
+
+# ---- the learning-rate schedulers' states (restored by Lightning: ``scheduler.__dict__.update(state)``) ---
+# counts and settings torch's schedulers keep as numbers (a str or a NaN there fails at the next step)
+_SCHEDULER_NUMBERS = frozenset(
+    {
+        "step_size", "gamma", "T_max", "eta_min", "T_0", "T_i", "T_mult", "T_cur", "total_iters", "factor",
+        "start_factor", "end_factor", "power", "total_steps", "cooldown", "cooldown_counter", "patience",
+        "num_bad_epochs", "threshold", "eps", "best", "step_size_up", "step_size_down", "total_size",
+        "step_ratio", "base_momentum", "max_momentum", "div_factor", "final_div_factor", "pct_start",
+    }
+)  # fmt: skip
+_SCHEDULER_RATES = frozenset({"base_lrs", "_last_lr", "min_lrs", "max_lrs", "base_momentums"})
+_SCHEDULER_FLAGS = frozenset({"verbose", "_get_lr_called_within_step", "_is_initial", "cycle_momentum"})
+_STEP_DIVISORS = frozenset({"step_size", "T_0", "T_max", "total_iters", "total_steps"})  # x % 0 or x / 0
+
+
+@functools.cache
+def _scheduler_methods() -> frozenset[str]:
+    """Names of the methods and attributes of torch's schedulers that a saved state must not shadow."""
+    from torch.optim import lr_scheduler
+
+    names = {"optimizer"}  # the scheduler's optimizer is never saved; a saved one would replace it
+    for cls in vars(lr_scheduler).values():
+        if isinstance(cls, type) and issubclass(
+            cls, lr_scheduler.LRScheduler | lr_scheduler.ReduceLROnPlateau
+        ):
+            names |= {
+                n
+                for n in dir(cls)
+                if callable(getattr(cls, n, None)) or isinstance(getattr(cls, n), property)
+            }
+    return frozenset(names)
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Plain data (None, bools, ints, non-NaN floats, short strs, lists/tuples/dicts of them, 8 deep)."""
+    if value is None or type(value) in (bool, int) or type(value) is str and len(value) <= 4096:
+        return True
+    if type(value) is float:
+        return not math.isnan(value)
+    if depth < 8 and isinstance(value, list | tuple) and len(value) <= 2**16:
+        return all(_plain(v, depth + 1) for v in value)
+    if depth < 8 and isinstance(value, Mapping) and len(value) <= 2**16:
+        return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _rate(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):  # torch keeps a tensor learning rate as a tensor
+        return not value.is_meta and value.numel() == 1 and value.is_floating_point() and float(value) >= 0
+    return type(value) in (int, float) and math.isfinite(value) and 0 <= value <= _MAX_HYPER
+
+
+def _scheduler_problem(state: Any) -> str | None:
+    """What is wrong with one saved scheduler state (``None``: nothing); restored as the scheduler's
+    attributes, so its keys must not shadow a method (or the optimizer) and its values must be plain data."""
+    if not isinstance(state, Mapping):
+        return ""
+    methods = _scheduler_methods()
+    for key, value in state.items():
+        if not isinstance(key, str) or not key.isidentifier() or key.startswith("__") or key in methods:
+            shown = messages.shown(repr(key), limit=40)
+            return f"key {shown}, which would replace the scheduler's own attribute"
+        name = messages.shown(key, limit=30)
+        if key == "last_epoch":
+            if type(value) is not int or not -1 <= value <= _MAX_INT:
+                return f"last_epoch={holds(value)}, not an int in [-1, 2**62]"
+        elif key == "_step_count":
+            if type(value) is not int or not 0 <= value <= _MAX_INT:
+                return f"_step_count={holds(value)}, not a count >= 0"
+        elif key in _SCHEDULER_RATES:
+            if not isinstance(value, list | tuple) or len(value) > 2**16 or not all(map(_rate, value)):
+                return f"{name}={holds(value)}, not a list of learning rates in [0, {_MAX_HYPER:g}]"
+        elif key in _SCHEDULER_FLAGS:
+            if type(value) is not bool:
+                return f"{name}={holds(value)}, not a bool"
+        elif key in _SCHEDULER_NUMBERS:
+            if type(value) not in (int, float) or math.isnan(value):
+                return f"{name}={holds(value)}, not a number"
+            if key in _STEP_DIVISORS and value <= 0:
+                return f"{name}={holds(value)}, not a positive number"
+        elif not _plain(value):
+            return f"{name}={holds(value)}, not plain data"
+    return None
+
+
+def scheduler_contract() -> Spec:
+    """What each of the checkpoint's ``lr_schedulers`` states must be (:func:`_scheduler_problem`)."""
+    return checked("a scheduler state (plain values under the scheduler's own names)", _scheduler_problem)

@@ -164,12 +164,14 @@ class Scan(TorchRebuilds):
                     stack.append(self.tuple_of(items))
                 elif name == "TUPLE":
                     items, stack = stack, marks.pop()
+                    self.used -= _CONTAINER  # the mark's list is freed here: marks cost while open
                     stack.append(self.tuple_of(items))
                 elif name == "APPEND":
                     item = stack.pop()
                     self.append(stack[-1], [item])
                 elif name == "APPENDS":
                     items, stack = stack, marks.pop()
+                    self.used -= _CONTAINER  # the mark's list is freed here: marks cost while open
                     self.append(stack[-1], items)
                 elif name == "SETITEM":
                     value = stack.pop()
@@ -177,6 +179,7 @@ class Scan(TorchRebuilds):
                     self.setitems(stack[-1], [key, value])
                 elif name == "SETITEMS":
                     items, stack = stack, marks.pop()
+                    self.used -= _CONTAINER  # the mark's list is freed here: marks cost while open
                     self.setitems(stack[-1], items)
                 elif name == "GLOBAL":
                     module, _, attr = arg.partition(" ")

@@ -10,16 +10,17 @@ Lightning checkpoint at all. Nothing else of the file is kept, so the header is 
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from lit_gpu.files.checkpoint import not_lightning, read_header
+from lit_gpu.files.checkpoint import not_lightning, read_header_held
 from lit_gpu.upstream.loops import batches_that_stepped, recorded_class_path
 
-__all__ = ["CheckpointHeader", "read", "resume_log_step"]
+__all__ = ["CheckpointHeader", "read", "read_held", "resume_log_step"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,15 @@ def read(path: str | os.PathLike, trust: bool = False, opt_out: str = "pass trus
     Raises:
         lit_gpu.files.checkpoint.CheckpointError: Missing, empty, corrupt, a pickle payload (one line).
     """
-    return CheckpointHeader.of(path, read_header(path, trust=trust, opt_out=opt_out))
+    return read_held(path, trust, opt_out)[0]
+
+
+def read_held(
+    path: str | os.PathLike, trust: bool = False, opt_out: str = "pass trust=True"
+) -> tuple[CheckpointHeader, io.BytesIO | None]:
+    """:func:`read`, and the file's bytes it was read from: what the run's load then reads (one read)."""
+    raw, data = read_header_held(path, trust=trust, opt_out=opt_out)
+    return CheckpointHeader.of(path, raw), data
 
 
 def resume_log_step(checkpoint: Any) -> int | None:

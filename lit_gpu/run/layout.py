@@ -224,6 +224,20 @@ def cluster_checkpoints(root: str | os.PathLike) -> tuple[list[tuple[int, Path, 
     return sorted(found, key=lambda f: f[0]), sorted(odd)
 
 
+def next_cluster_checkpoint(root: str | os.PathLike) -> str:
+    """Where a requeue save under SLURM writes (Lightning's ``hpc_save_path``): ``hpc_ckpt_N.ckpt`` after
+    this user's newest one, at a name nobody holds. Lightning numbers it after every name in ``root`` that
+    contains ``ckpt_``: a planted ``hpc_ckpt_.ckpt`` stops the save with a ``ValueError``, and another
+    user's ``hpc_ckpt_999999999.ckpt`` pushes it to a number :func:`cluster_checkpoint_number` passes over.
+    """
+    found, _odd = cluster_checkpoints(root)
+    me = my_uid()
+    number = max((n for n, _path, owner in found if owner == me), default=0) + 1
+    while os.path.lexists(Path(root) / f"{CLUSTER_PREFIX}{number}.ckpt"):
+        number += 1
+    return str(Path(root) / f"{CLUSTER_PREFIX}{number}.ckpt")
+
+
 NOT_YOUR_FOLDER = (
     "{folder} is {what}, not a folder of yours, so no run is written there; use a folder of your own"
     " via --trainer.default_root_dir"

@@ -19,11 +19,12 @@ line to print); it changes nothing and prints nothing: the CLI applies it.
 from __future__ import annotations
 
 import glob
+import io
 import os
 import sys
 import types
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,9 @@ class Resolution:
     resolution line (values from files already passed through :func:`lit_gpu.messages.shown`), ``run``
     the run folder the checkpoint belongs to (found once, here; ``None``: not inside a run folder), which
     a continued fit or an evaluation writes into when it is yours. ``no_cluster_resume``: Lightning must
-    not pick a cluster checkpoint by itself (the store passed them over).
+    not pick a cluster checkpoint by itself (the store passed them over). ``data``: the file's bytes the
+    header was read from and checked: the CLI hands them to the trainer's checkpoint IO, whose load reads
+    them (one read: a file replaced after the resolution is not what is loaded).
     """
 
     key: str
@@ -82,6 +85,7 @@ class Resolution:
     line: str | None = None
     run: layout.Run | None = None
     no_cluster_resume: bool = False
+    data: io.BytesIO | None = field(default=None, repr=False, compare=False)
 
 
 NO_MATCHING_RUN = (
@@ -109,6 +113,25 @@ def check_checkpoint(path: str | os.PathLike, sub: Any, trust: bool = False) -> 
 
 def _read(path: str | os.PathLike, trust: bool) -> CheckpointHeader:
     return header.read(path, trust=trust, opt_out=_OPT_OUT)
+
+
+CHANGED_WHILE_CHOSEN = (
+    "{path} changed while it was being chosen (another process wrote it); run the command again"
+)
+
+
+def _held(
+    path: str | os.PathLike, sub: Any, trust: bool, chosen_by: CheckpointHeader | None = None
+) -> tuple[CheckpointHeader, io.BytesIO | None]:
+    """The checkpoint to use read once more, keeping its bytes, and checked (:func:`_check`) on them.
+
+    ``chosen_by``: the header it was chosen by (``last``/``best``); if the bytes now say otherwise, the
+    file was replaced in between: one line.
+    """
+    found, data = header.read_held(path, trust=trust, opt_out=_OPT_OUT)
+    if chosen_by is not None and found != chosen_by:
+        raise LitGpuError(CHANGED_WHILE_CHOSEN.format(path=shown(path)))
+    return _check(path, sub, found), data
 
 
 # ---- the checkpoint against the config ---------------------------------------------------------------
@@ -230,8 +253,8 @@ def resolve(config: Any, where: Where) -> Resolution | None:
         if which in _SPECIAL_CKPT or "://" in str(which):
             return None
         refuse_escaping_link(which, str(which))
-        found = _check(which, sub, _read(which, where.trust))  # the reader checks the file first
-        return Resolution(key, str(which), found, run=layout.run_of_checkpoint(which))
+        found, data = _held(which, sub, where.trust)  # the reader checks the file first
+        return Resolution(key, str(which), found, run=layout.run_of_checkpoint(which), data=data)
     if which == "best" and subcommand == "fit":
         return None
     text = messages.RESUMING_FROM if subcommand == "fit" else messages.USING_CHECKPOINT
@@ -239,11 +262,12 @@ def resolve(config: Any, where: Where) -> Resolution | None:
         chosen, headers = _read_files(layout.checkpoints_in(where.dirpath, which), which, where)
         if chosen is None:
             raise LitGpuError(NO_CKPT_IN_DIRPATH.format(which=which, dirpath=where.dirpath))
-        found = _check(chosen.path, sub, headers[chosen.path])
+        found, data = _held(chosen.path, sub, where.trust, headers[chosen.path])
         line = text.format(
             path=shown(chosen.path), why=f"{chosen.reason} in checkpoint.dirpath {shown(where.dirpath)}"
         )
-        return Resolution(key, str(chosen.path), found, line, layout.run_of_checkpoint(chosen.path))
+        run = layout.run_of_checkpoint(chosen.path)
+        return Resolution(key, str(chosen.path), found, line, run, data=data)
     wanted = Signature.of({"model": _plain(_get(sub, "model")), "data": _plain(_get(sub, "data"))})
     runs = [run for parent in where.parents for run in layout.list_runs(parent)]
     facts = [_run_facts(run, wanted, which) for run in runs]
@@ -254,13 +278,13 @@ def resolve(config: Any, where: Where) -> Resolution | None:
         if chosen is None:
             skipped.append(choice.Skipped(run.name, run.version, f"no complete {which}*.ckpt"))
             continue
-        found = _check(chosen.path, sub, headers[chosen.path])
+        found, data = _held(chosen.path, sub, where.trust, headers[chosen.path])
         why = f"{chosen.reason}; run {run.name}, the newest of yours with {wanted.describe()}"
         newer = choice.skipped_newer(sorted(skipped, key=lambda s: -s.version), run.version)
         if newer:
             why += f"; passed over newer {newer}"
         line = text.format(path=shown(chosen.path), why=why)
-        return Resolution(key, str(chosen.path), found, line, run_of[id(run)])
+        return Resolution(key, str(chosen.path), found, line, run_of[id(run)], data=data)
     message = NO_MATCHING_RUN.format(
         which=which,
         model=wanted.describe(),
@@ -322,10 +346,10 @@ def cluster_resolution(key: str, where: Where, sub: Any) -> Resolution | None:
             key, None, line=CLUSTER_FRESH.format(root=root, passed=note), no_cluster_resume=True
         )
     refuse_escaping_link(mine[-1], str(mine[-1]))
-    found_header = _check(mine[-1], sub, _read(mine[-1], where.trust))
+    found_header, data = _held(mine[-1], sub, where.trust)
     why = f"step {shown(found_header.step)}; {CLUSTER_RESUMING.format(root=root)}{note}"
     line = messages.RESUMING_FROM.format(path=shown(mine[-1]), why=why)
-    return Resolution(key, str(mine[-1]), found_header, line, None)
+    return Resolution(key, str(mine[-1]), found_header, line, None, data=data)
 
 
 # ---- where a config's checkpoints lie (for the clean-up of killed saves) -----------------------------------

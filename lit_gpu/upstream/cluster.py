@@ -9,6 +9,7 @@ look again. No public API does: pinned by ``test_checkpoint_connector__hpc_resum
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 _NO_CLUSTER_RESUME: dict[type, type] = {}
@@ -25,3 +26,10 @@ def no_cluster_resume(trainer: Any) -> None:
             f"NoClusterResume{base.__name__}", (base,), {"_hpc_resume_path": property(lambda self: None)}
         )
     connector.__class__ = _NO_CLUSTER_RESUME[base]
+
+
+def own_cluster_saves(trainer: Any, save_path: Callable[[str], str]) -> None:
+    """Lightning's requeue save (SIGUSR1 under SLURM: ``hpc_save_path``) writes where ``save_path(root)``
+    says, not after the highest number of any name holding ``ckpt_`` in the root (a planted name without
+    digits stops that save with a ``ValueError``, and the checkpoint is lost)."""
+    trainer._checkpoint_connector.hpc_save_path = lambda folderpath: save_path(str(folderpath))

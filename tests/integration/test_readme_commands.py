@@ -252,9 +252,8 @@ def test_quickstart_in_order_then_plot_draws_the_training_run_and_evaluations_st
     capsys.readouterr()
     for _ in range(2):
         assert _call(main, ["test", *simple, "--ckpt_path", "last"])[0] == 0
-        assert (
-            f"using {Path('runs/lit_gpu/version_0/checkpoints/last.ckpt')} (step 8" in capsys.readouterr().err
-        )
+        chosen = Path("runs/lit_gpu/version_0/checkpoints/last.ckpt")
+        assert f"using {chosen} (global step 8" in capsys.readouterr().err
     drawn: dict[str, list[str]] = {}
     real_panel = plot_cmd._panel
 

@@ -97,6 +97,9 @@ def test_another_epoch_length_is_named_and_not_replayed():
             "not 5056 bytes",
         ),
         ({"replay_state": 1, "generators": [1, 2], "batches": 1}, "1 generator states expected"),
+        # the right length, content torch's generator refuses ("Invalid mt19937 state" at the resume's batch)
+        ({"replay_state": 1, "generators": [b"\xff" * 5056], "batches": 1}, "torch refuses"),
+        ({"replay_state": 1, "generators": [bytes(5056)], "batches": 1}, "torch refuses"),
     ],
 )
 def test_a_malformed_state_is_one_line_and_changes_nothing(state, problem):
@@ -105,3 +108,17 @@ def test_a_malformed_state_is_one_line_and_changes_nothing(state, problem):
         loader.load_state_dict(state)
     assert problem in str(info.value)
     assert loader.resume_at(2) == "the checkpoint holds no state of it"
+
+
+def test_an_invalid_generator_state_is_refused_by_the_static_contract_before_any_restore():
+    """The checkpoint-level contract (run before Lightning restores anything) refuses what set_state would."""
+    from lit_gpu.files.contracts import ContractError, check_contracts
+
+    loader = make_replayable([DataLoader(DATA, batch_size=4, shuffle=True)])[0]
+    next(iter(loader))
+    state = loader.state_dict()
+    checkpoint = {"loops": {"fit_loop": {"state_dict": {"combined_loader": [state]}}}}
+    check_contracts(checkpoint, loader.restore_contract(), "x")
+    state["generators"] = [b"\xff" * len(state["generators"][0])]
+    with pytest.raises(ContractError, match="torch refuses"):
+        check_contracts(checkpoint, loader.restore_contract(), "x")

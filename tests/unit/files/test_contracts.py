@@ -62,6 +62,7 @@ def test_a_mismatch_is_one_line_naming_the_key_what_it_holds_and_what_was_expect
         (torch.zeros(1).expand(4)[0], True),  # a 0-d view of one element is contiguous
         (torch.zeros(4, 4).t(), False),
         ("1.0", False),
+        (torch.empty((), device="meta"), False),  # passes the scan, holds no data
     ],
 )
 def test_tensor_specs_check_shape_dtype_and_contiguity(value, fits):
@@ -83,6 +84,19 @@ def test_the_optimizer_contract_holds_state_against_the_parameters():
     saved["param_groups"][0]["lr"] = "0.1"
     with pytest.raises(ContractError, match="lr=str"):
         check_contracts({"optimizer_states": [saved]}, contracts, "x")
+
+
+def test_a_meta_tensor_in_the_optimizer_state_is_refused_before_the_restore():
+    """A checkpoint may rebuild a meta tensor (the scan allows torch's rebuild of one, it costs nothing);
+    the optimizer's restore then fails copying out of it ("Cannot copy out of meta tensor")."""
+    net = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(net.parameters())
+    net(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    saved = optimizer.state_dict()
+    saved["state"][0]["exp_avg"] = torch.empty(2, 3, device="meta")
+    with pytest.raises(ContractError, match=r"meta tensor"):
+        check_contracts({"optimizer_states": [saved]}, optimizer_contract(list(net.parameters())), "x")
 
 
 def test_the_logging_state_contract_knows_reductions_and_metric_names():
@@ -112,3 +126,62 @@ def test_the_logging_state_contract_knows_reductions_and_metric_names():
     metrics = {"acc": {"states": {"mean_value": torch.zeros(3)}, "update_count": 0}}
     with pytest.raises(ContractError, match="mean_value"):
         check_contracts({"lit_gpu_logging_state": {"results": [], "metrics": metrics}}, contracts, "x")
+
+
+def _step_lr_state() -> dict:
+    net = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 3)
+    optimizer.step()
+    scheduler.step()
+    return scheduler.state_dict()
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"step": 1}, "'step'"),  # shadows the method: "'int' object is not callable" at the next step
+        ({"optimizer": 5}, "'optimizer'"),  # replaces the scheduler's optimizer
+        ({"__class__": 5}, "'__class__'"),
+        ({"step_size": "3"}, "step_size=str"),  # "unsupported operand type(s) for %"
+        ({"step_size": 0}, "not a positive number"),  # "integer modulo by zero"
+        ({"gamma": float("nan")}, "gamma=nan"),
+        ({"last_epoch": "x"}, "last_epoch=str"),
+        ({"last_epoch": 2**70}, "last_epoch="),
+        ({"base_lrs": ["a"]}, "base_lrs="),
+        ({"_last_lr": "ab"}, "_last_lr="),
+        ({"_last_lr": [torch.empty((), device="meta")]}, "_last_lr="),
+        ({"verbose": "yes"}, "verbose="),
+        ({"custom": object()}, "not plain data"),
+    ],
+)
+def test_a_forged_scheduler_state_is_refused_before_lightning_restores_it(change, named):
+    """Lightning restores a scheduler by ``__dict__.update(state)``: each forged state here fails at the
+    next ``scheduler.step()`` with a traceback when it reaches the scheduler."""
+    from lit_gpu.files.lightning_contracts import lightning_contract
+
+    check_contracts({"lr_schedulers": [_step_lr_state()]}, lightning_contract(), "x")
+    with pytest.raises(ContractError, match="lr_schedulers") as info:
+        check_contracts({"lr_schedulers": [{**_step_lr_state(), **change}]}, lightning_contract(), "x")
+    assert named in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_states_of_torchs_schedulers_fit_the_scheduler_contract():
+    from torch.optim import lr_scheduler as schedulers
+
+    from lit_gpu.files.lightning_contracts import scheduler_contract
+
+    optimizer = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1, momentum=0.9)
+    made = [
+        schedulers.MultiStepLR(optimizer, [2, 4]),
+        schedulers.CosineAnnealingWarmRestarts(optimizer, 5),
+        schedulers.LambdaLR(optimizer, lambda epoch: 1.0),
+        schedulers.OneCycleLR(optimizer, 1.0, total_steps=100),
+        schedulers.CyclicLR(optimizer, 0.01, 0.1),
+        schedulers.ReduceLROnPlateau(optimizer),  # best = inf
+        schedulers.SequentialLR(
+            optimizer, [schedulers.StepLR(optimizer, 2), schedulers.ExponentialLR(optimizer, 0.9)], [3]
+        ),
+    ]
+    for scheduler in made:
+        assert scheduler_contract().problem(scheduler.state_dict()) is None, type(scheduler).__name__

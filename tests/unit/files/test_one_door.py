@@ -50,6 +50,10 @@ ALLOWED = {
     ("lit_gpu/io.py", "open"): "/proc/stat and /proc/PID/stat, written by the kernel",
     ("lit_gpu/commands/sweep/owners.py", "read_text"): "/proc/PID/stat, written by the kernel",
     ("lit_gpu/devices.py", "read_text"): "/proc/cpuinfo, written by the kernel",
+    (
+        "lit_gpu/cli/config_files.py",
+        "read_text",
+    ): "files.text.read_text: the door's bounded reader",
     ("lit_gpu/recipes.py", "read_text"): "a recipe file shipped inside the lit_gpu package",
     (
         "lit_gpu/commands/configs.py",

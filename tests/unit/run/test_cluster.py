@@ -120,3 +120,23 @@ def test_a_slurm_fit_in_a_shared_root_with_planted_cluster_checkpoints_trains_fr
     assert cli.trainer.global_step == 2  # from scratch, not from step 700
     said = capsys.readouterr()
     assert "starting a new run, not resuming a cluster checkpoint" in said.out + said.err
+    # the requeue save (SIGUSR1) is numbered by the store: Lightning's own numbering raised ValueError here
+    save_path = cli.trainer._checkpoint_connector.hpc_save_path(cli.trainer.default_root_dir)
+    assert save_path == str(tmp_path / "hpc_ckpt_1.ckpt")
+
+
+def test_a_requeue_save_is_numbered_after_your_own_cluster_checkpoints_at_a_free_name(tmp_path):
+    """Lightning numbers its requeue save after every name holding ``ckpt_``: a planted ``hpc_ckpt_.ckpt``
+    stops it with a ValueError (the save is lost), and another user's ``hpc_ckpt_999999999.ckpt`` pushes it
+    to a number the store's next resume passes over. The store numbers it after your own, at a free name."""
+    from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
+
+    _hpc(tmp_path, "hpc_ckpt_2.ckpt")
+    _hpc(tmp_path, "hpc_ckpt_3.ckpt", owner=OTHER_UID)  # taken: not overwritten
+    _hpc(tmp_path, "hpc_ckpt_999999999.ckpt", owner=OTHER_UID)
+    _hpc(tmp_path, "hpc_ckpt_.ckpt", step=None)
+    (tmp_path / "hpc_ckpt_4.ckpt").symlink_to(tmp_path / "elsewhere")  # a dangling link: taken too
+    with pytest.raises(ValueError):
+        _CheckpointConnector.hpc_save_path(tmp_path)
+    assert layout.next_cluster_checkpoint(tmp_path) == str(tmp_path / "hpc_ckpt_5.ckpt")
+    assert layout.cluster_checkpoint_number("hpc_ckpt_5.ckpt") == 5  # the next resume finds it
