@@ -1,9 +1,14 @@
 """Fixtures shared by all tests (helpers live in tests/helpers/).
 
-Tiers (tests/README.md): ``pytest`` runs all but ``@pytest.mark.slow``; ``pytest --fast`` also leaves out
-``integration`` (all of tests/integration/, marked here); ``pytest -m slow`` (run by ``.ci/run``) the long
-variants: a test that repeats a real process start many times keeps a small sample unmarked and its full
-length beside it under ``@pytest.mark.slow``.
+Tiers (tests/README.md):
+
+* ``pytest`` (the README's): all but ``full`` and ``slow``; ``pytest --fast`` also leaves out ``integration``
+  (all of tests/integration/, marked here, and unit tests marked so).
+* ``pytest -m full`` (``.ci/run`` runs it after ``pytest``): the full lengths. A test that repeats a real
+  process start many times (a signal chain, a requeue loop, every variant of a module) keeps a small sample
+  unmarked and its full length beside it under ``@pytest.mark.full``: CI runs both.
+* ``pytest -m slow``: opt-in long modes no tier runs (a 20 000-case fuzz, every config field, real MNIST,
+  benchmark stages on CPU); run them by hand when touching what they cover.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from lit_gpu import strategies as _strategies  # noqa: F401  (registers strategy
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
 from lit_gpu.callbacks.logging_state import LoggingStateCallback
+from lit_gpu.callbacks.model_summary import lean_model_summary
 from lit_gpu.callbacks.nan_guard import NaNGuard
 from lit_gpu.callbacks.oom_recovery import OOMLoopName, OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
@@ -374,6 +375,7 @@ class LitGpuCLI(CLIHooks):
             format=config_value(config, "progress_format", "text"),
             command=self.command_line,
         )
+        lean_model_summary(trainer)  # no all-zero FLOPs column (after the bar chose the summary's kind)
         run_folders.adapt_checkpoint_monitor(trainer)  # default val/loss: last.ckpt only if never logged
         parsed = self.config[self.subcommand] if self.subcommand else self.config
         trainer.callbacks.append(run_folders.RecordModelSpec(parsed.get("model")))  # for lit-gpu export

@@ -9,7 +9,7 @@ the order matters, so rough figures do.
 """
 
 SECONDS: dict[str, int] = {
-    "tests/integration/test_preemption.py": 110,  # the signal chains sampled (issue 51); full length: -m slow
+    "tests/integration/test_preemption.py": 110,  # the signal chains sampled (issue 51); full length: -m full
     "tests/integration/test_notebooks.py": 60,
     "tests/integration/test_wheel.py": 45,
     "tests/integration/test_sweep.py": 45,

@@ -110,13 +110,13 @@ def test_a_gan_that_logs_images_fits_tests_and_exports_under_the_defaults(tmp_pa
     ("module", "workers", "stop"),
     [
         ("gan", 0, 16),  # two global steps a batch: epoch 2, after its batch 2
-        pytest.param("gan", 2, 14, marks=pytest.mark.slow),
-        pytest.param("classifier", 0, 3, marks=pytest.mark.slow),
-        pytest.param("classifier", 0, 8, marks=pytest.mark.slow),
-        pytest.param("classifier", 2, 10, marks=pytest.mark.slow),
-        pytest.param("autoencoder", 0, 9, marks=pytest.mark.slow),
-        pytest.param("autoencoder", 2, 4, marks=pytest.mark.slow),
-        pytest.param("transformer", 0, 7, marks=pytest.mark.slow),
+        pytest.param("gan", 2, 14, marks=pytest.mark.full),
+        pytest.param("classifier", 0, 3, marks=pytest.mark.full),
+        pytest.param("classifier", 0, 8, marks=pytest.mark.full),
+        pytest.param("classifier", 2, 10, marks=pytest.mark.full),
+        pytest.param("autoencoder", 0, 9, marks=pytest.mark.full),
+        pytest.param("autoencoder", 2, 4, marks=pytest.mark.full),
+        pytest.param("transformer", 0, 7, marks=pytest.mark.full),
     ],
 )
 def test_sigterm_mid_epoch_then_resume_is_bit_exact(
@@ -146,7 +146,7 @@ def _plain_lightning(cwd: Path, env: dict, args: list[str]) -> Path:
 
 
 @pytest.mark.parametrize(
-    "module", ["gan", *[pytest.param(m, marks=pytest.mark.slow) for m in MODULES if m != "gan"]]
+    "module", ["gan", *[pytest.param(m, marks=pytest.mark.full) for m in MODULES if m != "gan"]]
 )
 def test_weights_equal_plain_lightnings(module, tmp_path, tmp_path_factory, cli_env):
     reference = _reference(module, 0, tmp_path_factory, cli_env)

@@ -1,4 +1,8 @@
-"""Issues 42 and 52's GPU benchmarks run end to end on a CPU at tiny sizes: they cannot rot unseen."""
+"""Issues 42 and 52's GPU benchmarks run end to end on a CPU at tiny sizes: they cannot rot unseen.
+
+Each starts a fresh interpreter that builds ResNets or trains (~25 s of CPU apiece): ``full`` (CI runs them,
+``pytest`` leaves them out); the stages of issue 52 (~6 min) are an opt-in ``slow`` long mode.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ def _run(*args: str, cwd=REPO_ROOT) -> str:
     return done.stdout
 
 
+@pytest.mark.full
 def test_the_resnet_benchmark_times_its_contestants_on_cpu():
     """The eager contestants run; the capture and compile ones are skipped on a CPU, each with its reason."""
     out = _run(
@@ -49,6 +54,7 @@ def test_issue_52s_stages_run_in_one_process_on_cpu(tmp_path):
     assert "| compile | skipped: " in r18 and "| hand_graph | skipped: " in r18
 
 
+@pytest.mark.full
 def test_the_warmup_benchmark_reports_each_process(tmp_path):
     make_fake_mnist(tmp_path)
     out = _run(

@@ -311,7 +311,7 @@ def _mnist_chain_argv(data_dir: Path) -> list[str]:
 
 #: the default tier's sample of the chains: each kind of stop once (plain: SIGTERM after a step, SIGTERM
 #: while the workers start, SIGTERM, SIGINT; torchrun: one stop, node 0's process group signalled and node
-#: 1's agent alone); the full chains (12 and 10 starts, ~5 min on 2 idle cores) are marked ``slow``, run by
+#: 1's agent alone); the full chains (12 and 10 starts, ~5 min on 2 idle cores) are marked ``full``, run by
 #: ``.ci/run``
 PLAIN_SAMPLE = OFFSETS[:4]
 TORCHRUN_SAMPLE = OFFSETS[:1]
@@ -325,7 +325,7 @@ def test_signals_at_a_sample_of_points_of_a_step_stop_a_plain_run_and_resume_exa
     _plain_chain(tmp_path, cli_env, fake_mnist_dir, PLAIN_SAMPLE)
 
 
-@pytest.mark.slow
+@pytest.mark.full
 def test_signals_at_many_points_of_a_step_stop_a_plain_run_and_resume_exactly(
     tmp_path, cli_env, fake_mnist_dir
 ):
@@ -387,7 +387,7 @@ def test_sigterm_to_two_torchrun_agents_once_both_ways_stops_and_resumes_exactly
     )
 
 
-@pytest.mark.slow
+@pytest.mark.full
 @pytest.mark.timeout(1800)  # 12 torchrun starts: ~3 min on an idle 2-core machine, far more under load
 def test_sigterm_to_two_torchrun_agents_at_many_points_stops_and_resumes_exactly(
     tmp_path, cli_env, fake_mnist_dir

@@ -242,7 +242,7 @@ def _started_since(parent: Path, since: float) -> bool:
 
 
 #: the default tier's sample of the loop below: the two kills as the folder appears, two a random 0-0.5 s
-#: after it, two a random 0-8 s after the start; the full loop (15 attempts) is marked ``slow``
+#: after it, two a random 0-8 s after the start; the full loop (15 attempts) is marked ``full`` (CI)
 REQUEUE_SAMPLE = (0, 1, 2, 3, 8, 9)
 
 
@@ -251,7 +251,7 @@ def test_a_requeue_loop_of_a_sample_of_sigkills_leaves_one_run_folder(tmp_path, 
     _requeue_loop(tmp_path, cli_env, REQUEUE_SAMPLE)
 
 
-@pytest.mark.slow
+@pytest.mark.full
 def test_a_requeue_loop_of_sigkills_at_random_times_leaves_one_run_folder(tmp_path, cli_env):
     """15 SIGKILLs at random times, then the same command to the end: one run folder, no claim litter,
     no lock left, the run complete. While no checkpoint exists, the first eight attempts are killed a

@@ -215,7 +215,7 @@ def test_sigterm_mid_epoch_then_resume_logs_the_uninterrupted_curves(
     assert lines[-1].group(3, 4, 6) == (" end", "8", "100")
 
 
-@pytest.mark.parametrize("stop", ["epoch_end", pytest.param("mid_epoch", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("stop", ["epoch_end", pytest.param("mid_epoch", marks=pytest.mark.full)])
 def test_per_step_validation_rows_continue_their_steps_across_a_resume(
     stop, tmp_path, fake_mnist_dir, cli_env
 ):

@@ -212,7 +212,7 @@ def _plain_kwargs(kind: str) -> dict:
 @pytest.mark.parametrize(
     "kind",
     ["random", "random_generators",
-     *(pytest.param(k, marks=pytest.mark.slow) for k in ("sequential", "random_workers", "distributed"))],
+     *(pytest.param(k, marks=pytest.mark.full) for k in ("sequential", "random_workers", "distributed"))],
 )  # fmt: skip
 def test_a_modules_plain_dataloader_resumes_mid_epoch_exactly(kind, tmp_path, capsys):
     """A plain DataLoader of the module's own, stopped mid-epoch and resumed: the samples, their random
