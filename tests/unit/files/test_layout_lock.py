@@ -18,9 +18,9 @@ lock = RunLock.create(Path(sys.argv[1]))
 child = os.fork()
 if child == 0:  # a DataLoader worker or a forked rank: lives on after its parent is killed
     lock.release()  # never ends the parent's run
+    print(os.getpid(), flush=True)  # only once it has run: a child not yet scheduled still holds the fd
     time.sleep(30)
     os._exit(0)
-print(child, flush=True)
 time.sleep(30)
 """
 
