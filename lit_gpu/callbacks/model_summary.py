@@ -20,6 +20,8 @@ from lightning.pytorch.utilities.model_summary.model_summary import (
 )
 from typing_extensions import override
 
+from lit_gpu.messages import shown
+
 #: Lightning's logger of the plain table, and the column and total line it writes for FLOPs
 _TABLE_LOGGER = "lightning.pytorch.callbacks.model_summary"
 FLOPS_COLUMN = "FLOPs"
@@ -107,7 +109,7 @@ class LeanRichModelSummary(RichModelSummary):
             else:
                 table.add_column(name, justify="right" if name.startswith("Params") else "left")
         for row in zip(*(values for _, values in summary_data), strict=True):
-            table.add_row(*row)
+            table.add_row(*(shown(str(value)) for value in row))  # layer names are the user's
         console = get_console()
         console.print(table)
         grid = Table.grid(expand=True)
@@ -116,12 +118,11 @@ class LeanRichModelSummary(RichModelSummary):
         counts = (trainable_parameters, total_parameters - trainable_parameters, total_parameters)
         labels = ("Trainable params", "Non-trainable params", "Total params")
         for label, count in zip(labels, counts, strict=True):
-            grid.add_row(f"[bold]{label}[/]: {get_human_readable_count(int(count)):<10}")
-        grid.add_row(
-            f"[bold]Total estimated model params size (MB)[/]: {get_formatted_model_size(model_size):<10}"
-        )
-        grid.add_row(f"[bold]Modules in train mode[/]: {total_training_modes['train']}")
-        grid.add_row(f"[bold]Modules in eval mode[/]: {total_training_modes['eval']}")
+            grid.add_row(shown(f"[bold]{label}[/]: {get_human_readable_count(int(count)):<10}"))
+        size = get_formatted_model_size(model_size)
+        grid.add_row(shown(f"[bold]Total estimated model params size (MB)[/]: {size:<10}"))
+        grid.add_row(shown(f"[bold]Modules in train mode[/]: {total_training_modes['train']}"))
+        grid.add_row(shown(f"[bold]Modules in eval mode[/]: {total_training_modes['eval']}"))
         console.print(grid)
 
 

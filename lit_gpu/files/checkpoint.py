@@ -95,13 +95,7 @@ def _check_content(path: Path, source: Any) -> Path:
         try:
             with zipfile.ZipFile(source) as archive:
                 archive.infolist()
-        except (
-            zipfile.BadZipFile,
-            OSError,
-            ValueError,
-            EOFError,
-            NotImplementedError,
-        ) as err:  # names not UTF-8
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as err:  # not UTF-8
             raise _corrupt(path, err) from None
         return path
     if isinstance(source, io.BytesIO):
@@ -253,8 +247,10 @@ def read_header_held(
     trust: bool = False,
     opt_out: str = "pass trust=True",
     limits: CheckpointLimits | None = None,
+    held: io.BytesIO | None = None,
 ) -> tuple[Any, io.BytesIO | None]:
-    """:func:`read_header`, and the bytes it was read from (the file opened once; ``None``: safetensors).
+    """:func:`read_header`, and the bytes it was read from (the file opened once; ``None``: safetensors;
+    ``held``: what :func:`read_into_memory` already read of it).
 
     The bytes are what was checked: the load that follows (:func:`read_for_resume` with ``data=``) reads
     them, not the file again, so a file replaced in between changes nothing.
@@ -262,7 +258,7 @@ def read_header_held(
     if Path(path).suffix == ".safetensors":
         check_checkpoint_file(path)
         return None, None
-    held = read_into_memory(path)
+    held = read_into_memory(path) if held is None else held
     header = _torch_load(held, Path(path), "cpu", not trust, opt_out, limits)
     held.seek(0)
     if isinstance(header, dict) and LIGHTNING_KEYS & set(header):

@@ -21,6 +21,7 @@ from lit_gpu.files.checkpoint import (
     not_lightning,
     read_header,
     read_header_held,
+    read_into_memory,
 )
 from lit_gpu.files.state_paths import inside
 
@@ -74,12 +75,18 @@ def inspect(
     for folder in within:
         if not inside(path, folder):
             return CheckpointFacts(Path(path), leaves=Path(folder), target=os.path.realpath(path))
+    if (
+        hold and Path(path).suffix != ".safetensors"
+    ):  # the file opened once: its checked bytes kept for the load
+        try:
+            held = read_into_memory(path)  # the same checks as check_checkpoint_file, on the bytes read
+        except CheckpointError as err:
+            return CheckpointFacts(Path(path), unfinished=err)
+        header, data = read_header_held(path, trust=trust, opt_out=opt_out, limits=limits, held=held)
+        return CheckpointFacts(Path(path), header=header, problem=not_lightning(path, header), data=data)
     try:
         check_checkpoint_file(path)
     except CheckpointError as err:
         return CheckpointFacts(Path(path), unfinished=err)
-    if hold:  # the file opened once: its checked bytes kept for the load (read_for_resume(data=...))
-        header, data = read_header_held(path, trust=trust, opt_out=opt_out, limits=limits)
-        return CheckpointFacts(Path(path), header=header, problem=not_lightning(path, header), data=data)
     header = read_header(path, trust=trust, opt_out=opt_out, limits=limits)
     return CheckpointFacts(Path(path), header=header, problem=not_lightning(path, header))

@@ -9,6 +9,7 @@ look again. No public API does: pinned by ``test_checkpoint_connector__hpc_resum
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -28,8 +29,13 @@ def no_cluster_resume(trainer: Any) -> None:
     connector.__class__ = _NO_CLUSTER_RESUME[base]
 
 
+def _save_path_of(save_path: Callable[[str], str], folderpath: Any) -> str:
+    """``save_path`` for Lightning's folder argument (module level: the trainer pickles for ddp_spawn)."""
+    return save_path(str(folderpath))
+
+
 def own_cluster_saves(trainer: Any, save_path: Callable[[str], str]) -> None:
     """Lightning's requeue save (SIGUSR1 under SLURM: ``hpc_save_path``) writes where ``save_path(root)``
     says, not after the highest number of any name holding ``ckpt_`` in the root (a planted name without
     digits stops that save with a ``ValueError``, and the checkpoint is lost)."""
-    trainer._checkpoint_connector.hpc_save_path = lambda folderpath: save_path(str(folderpath))
+    trainer._checkpoint_connector.hpc_save_path = functools.partial(_save_path_of, save_path)

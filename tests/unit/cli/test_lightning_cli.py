@@ -139,8 +139,9 @@ def test_print_config_lists_every_callback_lit_gpu_adds(tmp_path, monkeypatch, c
     assert set(groups.values()) <= set(printed)
     cli = LitGpuCLI(args=["--config", str(CONFIGS / "simple.yaml")], run=False)
     # not behaviour to switch: the bar or its log-file lines (trainer.enable_progress_bar,
-    # --progress_interval), LightningCLI's config saver, and the model spec recorded in checkpoints
-    plumbing = {"LitProgressBar", "ProgressLog", "RunConfigSaver", "RecordModelSpec"}
+    # --progress_interval), LightningCLI's config saver, the model spec recorded in checkpoints, and
+    # Lightning's own model summary (its class switched to drop an all-zero FLOPs column)
+    plumbing = {"LitProgressBar", "ProgressLog", "RunConfigSaver", "RecordModelSpec", "LeanModelSummary"}
     on_trainer = [n for n in _lit_gpu_callbacks(cli) if n not in plumbing]
     assert sorted(on_trainer) == sorted(listed + list(groups))
 
