@@ -11,7 +11,6 @@ links planted in a run folder that a resumed fit continues are in test_requeue.p
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -24,19 +23,10 @@ import yaml
 from lit_gpu.cli import main
 from lit_gpu.files import build as safe_build
 from tests.helpers.paths import CONFIGS
+from tests.helpers.payload import Payload as _Payload
 
 SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
 RUN = Path("runs") / "lit_gpu" / "version_0"
-
-
-class _Payload:
-    """A pickle whose loading runs ``touch marker`` (what torch's weights-only load must refuse)."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ Each vector tries to create ``marker`` in ``tmp_path``; the legitimate runs besi
 from __future__ import annotations
 
 import csv
-import os
 import subprocess
 import sys
 import textwrap
@@ -24,19 +23,10 @@ from lit_gpu.files import build as safe_build
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
 from tests.helpers.paths import CONFIGS
+from tests.helpers.payload import Payload as _Payload
 
 SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
 RUN = Path("runs") / "lit_gpu"
-
-
-class _Payload:
-    """A pickle whose loading runs ``touch marker``."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
 
 
 @pytest.fixture(autouse=True)

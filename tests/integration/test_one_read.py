@@ -18,18 +18,9 @@ import torch
 from lit_gpu.cli import lightning_cli, main
 from lit_gpu.files import checkpoint as checkpoint_files
 from tests.helpers.paths import CONFIGS
+from tests.helpers.payload import Payload as _Payload
 
 SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
-
-
-class _Payload:
-    """A pickle whose loading runs ``touch marker``."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
 
 
 @pytest.fixture(scope="module")
