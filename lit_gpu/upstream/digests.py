@@ -2,7 +2,9 @@
 """SHA-256 (16 hex digits) of the source of each Lightning function lit_gpu mirrors, by "module:Qual.name".
 
 Taken on Lightning 2.6.6 with :func:`lit_gpu.upstream.features.take_digests` (whoever re-checks the copies
-against a new release re-takes them); :mod:`lit_gpu.upstream.gate` compares them one by one.
+against a new release re-takes them); :mod:`lit_gpu.upstream.gate` compares them one by one. A release
+inside pyproject.toml's range whose copy of a function differs from 2.6.6's in code lit_gpu does not mirror
+has its digest in :data:`EARLIER`, with the release and the difference (re-checked by hand, one by one).
 """
 
 DIGESTS: dict[str, str] = {
@@ -63,4 +65,12 @@ DIGESTS: dict[str, str] = {
     "lightning.pytorch.trainer.trainer:Trainer.received_sigterm": "9cb95dccef01d275",
     "lightning.pytorch.utilities.combined_loader:CombinedLoader.__next__": "6208793dc22dddf6",
     "lightning.pytorch.utilities.combined_loader:_MaxSizeCycle.__next__": "b71ceef48cfb5058",
+}
+
+#: "module:Qual.name" -> {releases: digest} for earlier releases in pyproject.toml's range whose source
+#: differs from 2.6.6's outside what lit_gpu relies on (the digest taken the same way, from that release).
+EARLIER: dict[str, dict[str, str]] = {
+    # 2.6.0-2.6.1: the check that val_check_batch fits the epoch did not yet skip limit_val_batches=0; the
+    # order loader replay relies on (the loaders built, their states loaded, then the iterator) is 2.6.6's
+    "lightning.pytorch.loops.fit_loop:_FitLoop.setup_data": {"2.6.0-2.6.1": "8037b7b64279ab4d"},
 }

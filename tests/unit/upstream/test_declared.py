@@ -82,3 +82,21 @@ def test_pyproject_s_lightning_range_leaves_a_newer_release_to_the_gate():
     assert {s.operator for s in spec} == {">="}  # no upper bound: the gate's rule decides past it
     (low,) = [Version(s.version) for s in spec]
     assert low <= Version(VERIFIED_UP_TO) and Version(__version__) in spec
+
+
+def test_an_earlier_release_s_digest_is_accepted_for_its_function_alone(monkeypatch):
+    """A digest in EARLIER (a release in pyproject.toml's range that differs outside what lit_gpu mirrors) is
+    accepted for its function; any other source still is not."""
+    from lit_gpu.upstream import gate
+    from lit_gpu.upstream.digests import DIGESTS, EARLIER
+
+    assert set(EARLIER) <= set(DIGESTS)  # only functions lit_gpu mirrors
+    for where, releases in EARLIER.items():
+        for digest in releases.values():
+            monkeypatch.setattr(gate, "digest", lambda fn, d=digest: d)
+            assert gate._mirrored_problem(where) is None
+        monkeypatch.setattr(gate, "digest", lambda fn: "0" * 16)
+        assert "differs from the code lit_gpu mirrors" in gate._mirrored_problem(where)
+        other = next(w for w in DIGESTS if w not in EARLIER)
+        monkeypatch.setattr(gate, "digest", lambda fn, d=next(iter(releases.values())): d)
+        assert gate._mirrored_problem(other) is not None  # not another function's
