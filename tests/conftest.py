@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
         os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)
+    # pytest caches each test module with its asserts rewritten only where bytecode may be written: under
+    # PYTHONDONTWRITEBYTECODE (CI) every worker rewrote all 150 modules again, ~4 s each run
+    sys.dont_write_bytecode = False
     if not hasattr(config, "workerinput"):  # once, in the controlling process
         _compile_bytecode()
 

@@ -60,6 +60,14 @@ def _mirrored_problem(where: str) -> str | None:
     return None
 
 
+@functools.cache
+def _class_source(owner: type) -> str:
+    """A class's source, read once per process (its file does not change under a run; a class replaced is
+    another key). Tokenizing a large class (Trainer's) for each of its attributes took most of the gate's
+    time."""
+    return inspect.getsource(owner)
+
+
 def _private_problem(where: str, signature: str | None) -> str | None:
     short = where.split(":")[1]
     try:
@@ -69,7 +77,7 @@ def _private_problem(where: str, signature: str | None) -> str | None:
         if signature is None and "." in where.split(":")[1]:
             owner_where, _, name = where.rpartition(".")
             try:
-                source = inspect.getsource(resolve(owner_where))
+                source = _class_source(resolve(owner_where))
             except (ImportError, AttributeError, OSError, TypeError):
                 return f"it has no {owner_where.split(':')[1]}"
             if f"self.{name} =" in source or f"self.{name}:" in source:

@@ -78,7 +78,7 @@ def test_mnist_tiny_fit_checkpoint_test(tmp_path, monkeypatch, fake_mnist_dir):
     assert metrics["test/acc"] > 0.5  # fake digits are easy; chance is 0.1
 
 
-@pytest.mark.parametrize("launcher", ["console-script", "python-m"])
+@pytest.mark.parametrize("launcher", ["console-script", pytest.param("python-m", marks=pytest.mark.full)])
 def test_installed_entry_points(launcher, tmp_path, cli_env):
     exe = (
         [str(Path(sys.executable).parent / "lit-gpu")]

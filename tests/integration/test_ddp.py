@@ -152,6 +152,7 @@ def test_torchrun_two_processes(tmp_path, cli_env, reference):
     _check_equivalent_and_sharded(tmp_path, reference)
 
 
+@pytest.mark.full  # torchrun sampled by test_torchrun_two_processes; two agents: the full tier
 def test_torchrun_two_nodes_on_localhost(tmp_path, cli_env, reference):
     port = free_port()
     procs = []
@@ -192,6 +193,7 @@ def test_torchrun_two_nodes_on_localhost(tmp_path, cli_env, reference):
     _check_equivalent_and_sharded(tmp_path, reference)
 
 
+@pytest.mark.full  # a third launcher (the default tier samples Lightning's and torchrun): the full tier
 def test_ddp_spawn_two_processes(tmp_path, cli_env, reference):
     """``--trainer.strategy ddp_spawn`` pickles the Trainer with lit_gpu's callbacks into each process
     (issue 39: the RNG callback's memoryview made it fail before training): the same weights."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,7 +17,6 @@ from tests.helpers.forked_cli import run_cli
 from tests.helpers.paths import CONFIGS, REPO_ROOT
 from tests.helpers.run_if import RunIf
 
-LIT_GPU = str(Path(sys.executable).with_name("lit-gpu"))
 SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
 no_cuda = RunIf(max_cuda_gpus=0)  # checks the no-GPU behaviour
 
@@ -48,8 +46,8 @@ def test_foonet_dp_fit_runs_as_single_device_on_cpu(tmp_path, cli_env):
 
 @no_cuda
 def test_gpu_yaml_without_gpu_is_one_line_subprocess(tmp_path, cli_env):
-    args = [LIT_GPU, "fit", *SIMPLE, "--config", str(CONFIGS / "trainer/gpu.yaml")]
-    proc = subprocess.run(args, cwd=REPO_ROOT, env=cli_env, capture_output=True, text=True, timeout=300)
+    # a process of its own (exit status, stderr), forked: the console script's start is test_cli_end_to_end's
+    proc = run_cli(["fit", *SIMPLE, "--config", str(CONFIGS / "trainer/gpu.yaml")], REPO_ROOT, cli_env, 300)
     assert proc.returncode == 2
     line = _one_error_line(proc.stderr)
     assert "configs/trainer/gpu.yaml (trainer.accelerator: gpu)" in line
@@ -152,8 +150,6 @@ def test_cli_precision_auto_on_cpu_fits(monkeypatch, tmp_path):
 def test_env_json_into_a_closed_pipe_has_no_traceback(tmp_path, cli_env):
     """`lit-gpu env --json | head -c1`: the reader is gone before lit-gpu writes; no traceback."""
     import os
-    import subprocess
-    import sys
 
     read_end, write_end = os.pipe()
     os.close(read_end)  # every write now fails with EPIPE

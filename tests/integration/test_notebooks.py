@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tests.helpers.paths import REPO_ROOT
@@ -13,10 +11,17 @@ nbclient = pytest.importorskip("nbclient")
 
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
 CELL_TIMEOUT_S = 300
-NOTEBOOK_BUDGET_S = 240  # each takes ~10-40 s on a 2-core CPU
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+#: the default tier runs the first notebook (a kernel start, a fit, the plots); the others are the full tier's
+SAMPLE = ("01_quickstart",)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=() if p.stem in SAMPLE else pytest.mark.full) for p in NOTEBOOKS],
+    ids=[p.stem for p in NOTEBOOKS],
+)
 def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
     monkeypatch.setenv("LIT_GPU_FAKE_MNIST", "1")  # CI has no MNIST: lit_gpu.demo writes its stand-in
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -28,9 +33,7 @@ def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
     )
-    start = time.monotonic()
     client.execute()  # raises CellExecutionError with the failing cell and its traceback
-    elapsed = time.monotonic() - start
 
     errors = [o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
@@ -39,7 +42,6 @@ def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
     images = [o for c in notebook.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert images or path.stem == "02_gpu_modes", "the curves / confusion matrix were not displayed"
     assert list(tmp_path.glob("lit_gpu_nb_*")), "the notebook did not use a temp work dir"
-    assert elapsed < NOTEBOOK_BUDGET_S, f"{path.name} took {elapsed:.0f} s"
 
 
 def test_all_notebooks_are_collected():

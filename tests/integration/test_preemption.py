@@ -87,7 +87,10 @@ def _children(pid: int) -> list[int]:
 
 
 @pytest.mark.parametrize(
-    "sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"]
+    "sig, code",
+    # SIGTERM to the group is also the plain chain's sample below: the full tier runs it here too
+    [pytest.param(signal.SIGTERM, 143, marks=pytest.mark.full), (signal.SIGINT, 130)],
+    ids=["SIGTERM", "SIGINT"],
 )
 def test_signal_to_process_group_saves_last_ckpt_and_resumes(
     sig, code, tmp_path, cli_env, fake_mnist_dir, reference
@@ -310,9 +313,9 @@ def _mnist_chain_argv(data_dir: Path) -> list[str]:
 
 
 #: the default tier's sample of the chains: each kind of stop once (plain: SIGTERM after a step, SIGTERM
-#: while the workers start, SIGTERM, SIGINT; torchrun: one stop, node 0's process group signalled and node
-#: 1's agent alone); the full chains (12 and 10 starts, ~5 min on 2 idle cores) are marked ``full``, run by
-#: ``.ci/run``
+#: while the workers start, SIGTERM, SIGINT); torchrun's (one stop, node 0's process group signalled and
+#: node 1's agent alone) and the full chains (12 and 10 starts, ~5 min on 2 idle cores) are marked
+#: ``full``, run by ``.ci/run``
 PLAIN_SAMPLE = OFFSETS[:4]
 TORCHRUN_SAMPLE = OFFSETS[:1]
 
@@ -376,7 +379,7 @@ def _plain_chain(tmp_path: Path, cli_env: dict[str, str], fake_mnist_dir: Path, 
     _assert_bit_identical(torch.load(ckpt_dir / "last.ckpt", weights_only=True), want)
 
 
-@pytest.mark.integration
+@pytest.mark.full  # torchrun's own start is sampled by tests/integration/test_ddp.py
 def test_sigterm_to_two_torchrun_agents_once_both_ways_stops_and_resumes_exactly(
     tmp_path, cli_env, fake_mnist_dir
 ):

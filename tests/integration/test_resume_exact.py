@@ -90,7 +90,11 @@ def _reference(storage: str, tmp_path_factory, fake_mnist_dir: Path, env: dict) 
     return _references[storage]
 
 
-@pytest.mark.parametrize("storage", ["dataset", "tensor"])
+#: tensor storage: the full tier (dataset storage: the default tier's sample)
+TENSOR = pytest.param("tensor", marks=pytest.mark.full)
+
+
+@pytest.mark.parametrize("storage", ["dataset", TENSOR])
 def test_max_steps_mid_epoch_then_resume_is_bit_identical(
     storage, tmp_path, tmp_path_factory, fake_mnist_dir, cli_env
 ):
@@ -105,7 +109,7 @@ def test_max_steps_mid_epoch_then_resume_is_bit_identical(
     _assert_identical(_resumed(tmp_path), reference)
 
 
-@pytest.mark.parametrize("storage", ["dataset", "tensor"])
+@pytest.mark.parametrize("storage", ["dataset", TENSOR])
 def test_sigkill_after_a_step_checkpoint_then_resume_is_bit_identical(
     storage, tmp_path, tmp_path_factory, fake_mnist_dir, cli_env
 ):
@@ -146,7 +150,7 @@ def simple_reference(tmp_path_factory) -> dict:
     return _last(root, 0)
 
 
-@pytest.mark.parametrize(("before", "after"), [(1, 2), (2, 1)])
+@pytest.mark.parametrize(("before", "after"), [(1, 2), pytest.param(2, 1, marks=pytest.mark.full)])
 def test_elastic_resume_on_another_number_of_processes(before, after, tmp_path, cli_env, simple_reference):
     _run(tmp_path, cli_env, [*_simple(before), "--trainer.max_steps", "17"])  # 12 steps/epoch
     stopped = _last(tmp_path, 0)
@@ -192,7 +196,9 @@ def _assert_same_curves(got_root: Path, want_root: Path) -> None:
 PERCENT = re.compile(r"^fit epoch (\d+)/(\d+)( end)? step (\d+)/(\d+) \((\d+)%\)")
 
 
-@pytest.mark.parametrize("module", ["lit_gpu", "foreign"])
+@pytest.mark.parametrize(  # a foreign module's resume is sampled by test_foreign_modules.py
+    "module", ["lit_gpu", pytest.param("foreign", marks=pytest.mark.full)]
+)
 def test_sigterm_mid_epoch_then_resume_logs_the_uninterrupted_curves(
     module, tmp_path, fake_mnist_dir, cli_env
 ):

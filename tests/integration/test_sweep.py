@@ -122,6 +122,7 @@ def test_two_workers_share_one_journal_storage(tmp_path, monkeypatch, cli_env):
     assert len(theirs) == 2  # the other process ran two of the four trials
 
 
+@pytest.mark.full  # many in-process trials; the default tier samples the sweep with the tests around it
 def test_sqlite_storage(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     url = f"sqlite:///{tmp_path / 'sweep.db'}"
@@ -134,6 +135,7 @@ def test_sqlite_storage(tmp_path, monkeypatch):
     assert (tmp_path / "runs/sweeps/db/best.yaml").is_file()
 
 
+@pytest.mark.full  # many in-process trials; the default tier samples the sweep with the tests around it
 def test_the_same_command_with_a_fixed_seed_samples_new_points_and_until_complete_is_a_target(
     tmp_path, monkeypatch, capsys
 ):
@@ -186,6 +188,7 @@ def test_a_crashing_trial_is_recorded_failed_and_the_sweep_goes_on(tmp_path, mon
     assert err.count("failed: RuntimeError") == sum(s == TrialState.FAIL for _, s in states.values())
 
 
+@pytest.mark.full  # many in-process trials; the default tier samples the sweep with the tests around it
 def test_bad_trials_are_pruned(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     # learning rates over 5 decades: the slow ones are far behind the median after one validation

@@ -45,6 +45,8 @@ def _worker(argv: list[str], cwd: Path, env: dict[str, str]) -> ForkedRun:
     return popen(["sweep", *argv], cwd, env, stdout=subprocess.DEVNULL)  # forked, own process group
 
 
+# a PostgreSQL server's start: the full tier (the journal storage's two workers: the default tier's sample)
+@pytest.mark.full
 def test_two_workers_one_killed_mid_trial_the_other_continues_it(postgres_url, tmp_path, cli_env):
     import optuna
     from optuna.trial import TrialState

@@ -117,6 +117,7 @@ def _last_step(run: Path) -> int:
     return torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["global_step"]
 
 
+@pytest.mark.full  # the wheel's console script is sampled by the init test below
 def test_named_recipes_train_from_an_empty_folder(installed):
     empty = installed["root"] / "empty"
     empty.mkdir()

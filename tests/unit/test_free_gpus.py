@@ -122,6 +122,7 @@ def test_choice_maps_through_an_existing_cuda_visible_devices(monkeypatch):
 
 
 @pytest.mark.integration
+@pytest.mark.full  # three fresh interpreters; the hand-down through the environment: sampled in-process
 def test_lightning_launcher_subprocesses_use_the_parents_choice(tmp_path, cli_env):
     """Real processes: Lightning's _SubprocessScriptLauncher starts the ranks; NVML is a fake module."""
     state = tmp_path / "nvml.json"

@@ -60,6 +60,7 @@ def test_private_upstream_apis_only_in_the_rooms():
     assert inside, "the scan finds nothing at all: it is broken"
 
 
+@pytest.mark.integration  # a fresh interpreter importing Lightning: not the inner loop
 def test_modules_and_data_import_the_lightning_room_not_callbacks():
     """Importing a LitModule loads no callback or loader beyond what ``import lit_gpu`` loads (the dp
     strategy it registers, yes)."""

@@ -36,6 +36,7 @@ def test_other_c_libraries_are_left_alone(monkeypatch):
 
 
 @pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
+@pytest.mark.integration  # a fresh interpreter importing torch: not the inner loop
 def test_with_glibc_kept_memory_makes_training_steps_fault_in_no_new_pages():
     """In a fresh process: CPU training steps of FastMnistNet (a few MB of activations freed and allocated
     again every step) touch no fresh pages once memory is kept. (With glibc's defaults they touch up to

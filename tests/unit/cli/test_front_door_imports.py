@@ -62,6 +62,7 @@ def test_front_door_commands_import_neither_torch_nor_lightning(tmp_path):
     assert (tmp_path / "project" / "config.yaml").is_file()  # init did run
 
 
+@pytest.mark.integration  # a fresh interpreter importing torch: not the inner loop
 def test_env_imports_torch_but_not_lightning(tmp_path):
     seen = _heavy_after([["env", "--json"]], tmp_path)
     assert "torch" in seen["env --json"]
