@@ -130,6 +130,7 @@ def test_a_forked_run_forks_its_ddp_ranks_too(tmp_path, cli_env):
     assert "GLOBAL_RANK: 0, MEMBER: 1/2" in out and "GLOBAL_RANK: 1, MEMBER: 2/2" in out, out[-3000:]
 
 
+@pytest.mark.full  # torchrun: the full tier (Lightning's launcher: the default tier's sample)
 def test_torchrun_two_processes(tmp_path, cli_env, reference):
     cmd = [
         sys.executable,

@@ -1,9 +1,12 @@
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers.paths import REPO_ROOT
 
 
+@pytest.mark.full  # an example script's own training run: the full tier
 def test_custom_loss_example_trains(tmp_path, cli_env):
     proc = subprocess.run(
         [sys.executable, str(REPO_ROOT / "examples" / "custom_loss.py"), "--epochs", "2"],

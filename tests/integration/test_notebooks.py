@@ -13,8 +13,9 @@ NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
 CELL_TIMEOUT_S = 300
 
 
-#: the default tier runs the first notebook (a kernel start, a fit, the plots); the others are the full tier's
-SAMPLE = ("01_quickstart",)
+#: the default tier runs the shortest notebook (a kernel start, lit_gpu's GPU modes on CPU); the others,
+#: the quickstart's fit and plots among them, are the full tier's
+SAMPLE = ("02_gpu_modes",)
 
 
 @pytest.mark.parametrize(

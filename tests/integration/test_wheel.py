@@ -135,6 +135,7 @@ def test_named_recipes_train_from_an_empty_folder(installed):
     assert sorted(p.name for p in empty.iterdir()) == ["runs"]  # nothing else written here
 
 
+@pytest.mark.full  # a wheel built and installed in a fresh venv: the full tier
 def test_init_project_trains_from_its_readme_and_notebook(installed):
     _run([installed["lit_gpu"], "init", "proj"], installed["root"], installed["env"])
     proj = installed["root"] / "proj"
