@@ -267,29 +267,23 @@ def rebuild_fields(config: str | os.PathLike, trust_modules: Iterable[str] = ())
             messages.RUN_CONFIG_REFUSED.format(config=path, what="no model with a class_path in it")
         )
     left_out: list[str] = []
-    model_spec = _plain_spec(model, "model", left_out)
-    build.check(
-        model_spec,
-        build.lightning_base("model"),
-        source=str(path),
-        key="model",
-        trust_modules=trust_modules,
-        loader=True,
-    )
-    data = saved.get("data")
-    data_spec = None
-    if isinstance(data, Mapping) and isinstance(data.get("class_path"), str):
-        data_spec = _plain_spec(data, "data", left_out)
+    specs: dict[str, dict[str, Any] | None] = {}
+    for key, entry in (("model", model), ("data", saved.get("data"))):
+        if not (isinstance(entry, Mapping) and isinstance(entry.get("class_path"), str)):
+            specs[key] = None
+            if entry is not None:
+                left_out.append(key)
+            continue
+        specs[key] = _plain_spec(entry, key, left_out)
         build.check(
-            data_spec,
-            build.lightning_base("data"),
+            specs[key],
+            build.lightning_base(key),
             source=str(path),
-            key="data",
+            key=key,
             trust_modules=trust_modules,
             loader=True,
         )
-    elif data is not None:
-        left_out.append("data")
+    model_spec, data_spec = specs["model"], specs["data"]
     return RebuildFields(path, model_spec, data_spec, left_out)
 
 
