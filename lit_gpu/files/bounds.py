@@ -26,6 +26,9 @@ from lit_gpu.files.pickle_scan import Scan
 from lit_gpu.files.scan_model import DEFAULT_LIMITS, BoundsError, CheckpointLimits, PickledObjects
 from lit_gpu.files.zip_layout import check_layout
 
+#: what each record costs while ``torch.load`` reads the file (its name and size here, torch's directory)
+RECORD_KEPT = 256
+
 __all__ = ["BoundsError", "CheckpointLimits", "PickledObjects", "check_bounds", "check_buffer"]
 
 
@@ -48,13 +51,15 @@ def check_buffer(
         BoundsError: One line: what in the file exceeds which budget, or is not as torch.save writes it.
     """
     limits = limits or DEFAULT_LIMITS
-    archive = check_layout(data, where)
+    budget = limits.budget(len(data))
+    archive = check_layout(data, where, room=budget - held)  # its listing, with the copy held, fits
     try:
         pickled = archive.read("data.pkl")  # stored, so at most the file's size; torch's bytes
     except (RuntimeError, ValueError, OSError) as err:
         raise BoundsError(f"{where}: data.pkl is damaged ({err}); the file is corrupt") from None
-    scan = Scan(archive.records, limits.budget(len(data)), limits, where, limits.max_nodes + len(pickled))
+    scan = Scan(archive.records, budget, limits, where, limits.max_nodes + len(pickled))
     scan.charge(held, "the file read into memory")
+    scan.charge(len(archive.records) * RECORD_KEPT, "the zip's records")  # kept while torch.load reads
     scan.run(io.BytesIO(pickled))
     return scan.used
 

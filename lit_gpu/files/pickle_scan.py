@@ -120,7 +120,9 @@ class Scan(TorchRebuilds):
                 if ops > max_ops:
                     raise self.refuse(f"data.pkl has more than {max_ops} opcodes")
                 name = opcode.name
-                self.used += _SLOT  # a stack slot (or less): checked at the next charge and at STOP
+                self.used += _SLOT  # a stack slot (or less)
+                if self.used > self.budget:  # checked at every opcode: a stream of cheap pushes too
+                    self.charge(0, "the unpickler's stack")
                 # most frequent first
                 if name == "BINPUT" or name == "LONG_BINPUT":
                     memo[arg] = stack[-1]
