@@ -306,7 +306,9 @@ def _plain(value: Any, depth: int = 0) -> bool:
 
 def _rate(value: Any) -> bool:
     if isinstance(value, torch.Tensor):  # torch keeps a tensor learning rate as a tensor
-        return not value.is_meta and value.numel() == 1 and value.is_floating_point() and float(value) >= 0
+        if value.is_meta or value.numel() != 1 or not value.is_floating_point():
+            return False
+        return math.isfinite(rate := float(value)) and 0 <= rate <= _MAX_HYPER
     return type(value) in (int, float) and math.isfinite(value) and 0 <= value <= _MAX_HYPER
 
 
@@ -334,8 +336,11 @@ def _scheduler_problem(state: Any) -> str | None:
             if type(value) is not bool:
                 return f"{name}={holds(value)}, not a bool"
         elif key in _SCHEDULER_NUMBERS:
-            if type(value) not in (int, float) or math.isnan(value):
-                return f"{name}={holds(value)}, not a number"
+            if not (  # best starts at +-inf
+                type(value) is int and abs(value) <= _MAX_INT
+                or type(value) is float and (math.isfinite(value) or key == "best" and math.isinf(value))
+            ):
+                return f"{name}={holds(value)}, not a finite number"
             if key in _STEP_DIVISORS and value <= 0:
                 return f"{name}={holds(value)}, not a positive number"
         elif not _plain(value):
