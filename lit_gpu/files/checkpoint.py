@@ -30,6 +30,7 @@ import torch
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files.budget import BadFileError, open_regular
 from lit_gpu.files.bounds import BoundsError, CheckpointLimits, PickledObjects, check_buffer
 from lit_gpu.files.state_paths import STATE_PATH_KEYS, drop_outside_paths, inside
 from lit_gpu.messages import first_line
@@ -69,12 +70,25 @@ def _check_entry(path: str | os.PathLike) -> Path:
         example = f" (e.g. {inside_[-1]})" if inside_ else ""
         raise CheckpointError(messages.CKPT_IS_DIRECTORY.format(path=path, example=example))
     if not path.is_file():
+        if path.exists():  # a FIFO or a device (/dev/zero) named like a checkpoint: never opened
+            raise CheckpointError(
+                f"checkpoint {path} is not a regular file (a FIFO, a device or a socket); pass a checkpoint file"
+            )
         raise CheckpointError(f"checkpoint not found: {path}")
     if path.stat().st_size == 0:
         raise CheckpointError(
             f"checkpoint {path} is empty (0 bytes); a save was interrupted: use another one"
         )
     return path
+
+
+def _open(path: str | os.PathLike) -> Any:
+    """``path`` opened for binary reading if it is still a regular file (a FIFO put in its place after
+    :func:`_check_entry` looked is not waited on, a device not read forever)."""
+    try:
+        return open_regular(path)
+    except (BadFileError, OSError) as err:
+        raise _corrupt(path, err) from err
 
 
 def check_checkpoint_file(path: str | os.PathLike) -> Path:
@@ -91,18 +105,19 @@ def check_checkpoint_file(path: str | os.PathLike) -> Path:
 
 def _check_content(path: Path, source: Any) -> Path:
     """``source`` (``path`` itself or its bytes in memory) is a complete zip or a legacy pickle."""
+    if isinstance(source, Path):
+        with _open(source) as f:
+            return _check_content(path, f)
     if zipfile.is_zipfile(source):
+        source.seek(0)
         try:
             with zipfile.ZipFile(source) as archive:
                 archive.infolist()
         except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as err:  # not UTF-8
             raise _corrupt(path, err) from None
         return path
-    if isinstance(source, io.BytesIO):
-        head = source.getvalue()[:2]
-    else:
-        with open(path, "rb") as f:
-            head = f.read(2)
+    source.seek(0)
+    head = source.read(2)
     if head[:1] != b"\x80":  # neither a zip (torch >= 1.6) nor a legacy pickle
         raise _corrupt(path, ValueError("not a torch checkpoint: no zip archive or pickle header"))
     return path
@@ -118,7 +133,7 @@ LEGACY_REFUSED = (
 def _read_once(source: Any) -> bytes:
     """The whole of ``source`` (a path or a binary file object), read once: what is checked and loaded."""
     if isinstance(source, str | os.PathLike):
-        with open(source, "rb") as f:
+        with _open(source) as f:
             return f.read()
     if isinstance(source, io.BytesIO):
         return source.getvalue()  # its own bytes, not a copy
@@ -135,10 +150,8 @@ def _read_once(source: Any) -> bytes:
 def _bounded(source: Any, path: Any, opt_out: str, limits: CheckpointLimits | None) -> io.BytesIO:
     """``source`` read once into memory, after :func:`check_buffer` passed those bytes: ``torch.load`` reads
     exactly what was checked (a file replaced or changed after the read changes nothing)."""
-    if isinstance(source, str | os.PathLike) and not zipfile.is_zipfile(source):
-        raise CheckpointError(LEGACY_REFUSED.format(path=f"checkpoint {path}", opt_out=opt_out))
     try:
-        data = _read_once(source)
+        data = _read_once(source)  # a legacy file is refused below, on these bytes
     except OSError as err:
         raise _corrupt(path, err) from err
     try:
@@ -276,7 +289,7 @@ def read_into_memory(path: str | os.PathLike) -> io.BytesIO:
     """The whole file as a named in-memory copy: checked and then loaded, it cannot change in between."""
     path = _check_entry(path)
     try:
-        with open(path, "rb") as f:  # the one open: every check below reads these bytes
+        with _open(path) as f:  # the one open: every check below reads these bytes
             data = io.BytesIO(f.read())
     except OSError as err:
         raise _corrupt(path, err) from err
