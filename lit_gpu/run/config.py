@@ -150,8 +150,12 @@ def read_plain(path: str | os.PathLike) -> dict[str, Any] | None:
 
 
 def run_signature(folder: str | os.PathLike) -> Signature | None:
-    """The model/data classes named by the ``config.yaml`` of a ``version_N`` folder, or ``None``."""
-    saved = _read(Path(folder) / CONFIG_NAME)
+    """The model/data classes named by the ``config.yaml`` of a ``version_N`` folder, or ``None`` (also for a
+    ``config.yaml`` that is a link leading out of the folder: a run is chosen by its own files only)."""
+    from lit_gpu.files.state_paths import inside
+
+    path = Path(folder) / CONFIG_NAME
+    saved = _read(path) if inside(path, folder) else None
     return Signature.of(saved) if saved is not None else None
 
 
