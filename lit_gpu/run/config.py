@@ -151,11 +151,10 @@ def read_plain(path: str | os.PathLike) -> dict[str, Any] | None:
 
 def run_signature(folder: str | os.PathLike) -> Signature | None:
     """The model/data classes named by the ``config.yaml`` of a ``version_N`` folder, or ``None`` (also for a
-    ``config.yaml`` that is a link leading out of the folder: a run is chosen by its own files only)."""
-    from lit_gpu.files.state_paths import inside
-
+    ``config.yaml`` that is a link, as :func:`config_of_checkpoint` passes links over: lit_gpu writes none,
+    and a run is chosen by its own files only)."""
     path = Path(folder) / CONFIG_NAME
-    saved = _read(path) if inside(path, folder) else None
+    saved = None if path.is_symlink() else _read(path)
     return Signature.of(saved) if saved is not None else None
 
 
