@@ -30,8 +30,8 @@ import torch
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.budget import BadFileError, open_regular
 from lit_gpu.files.bounds import BoundsError, CheckpointLimits, PickledObjects, check_buffer
+from lit_gpu.files.budget import BadFileError, open_regular
 from lit_gpu.files.state_paths import STATE_PATH_KEYS, drop_outside_paths, inside
 from lit_gpu.messages import first_line
 
@@ -72,7 +72,8 @@ def _check_entry(path: str | os.PathLike) -> Path:
     if not path.is_file():
         if path.exists():  # a FIFO or a device (/dev/zero) named like a checkpoint: never opened
             raise CheckpointError(
-                f"checkpoint {path} is not a regular file (a FIFO, a device or a socket); pass a checkpoint file"
+                f"checkpoint {path} is not a regular file (a FIFO, a device or a socket); pass a checkpoint "
+                "file"
             )
         raise CheckpointError(f"checkpoint not found: {path}")
     if path.stat().st_size == 0:

@@ -337,8 +337,10 @@ def _scheduler_problem(state: Any) -> str | None:
                 return f"{name}={holds(value)}, not a bool"
         elif key in _SCHEDULER_NUMBERS:
             if not (  # best starts at +-inf
-                type(value) is int and abs(value) <= _MAX_INT
-                or type(value) is float and (math.isfinite(value) or key == "best" and math.isinf(value))
+                type(value) is int
+                and abs(value) <= _MAX_INT
+                or type(value) is float
+                and (math.isfinite(value) or key == "best" and math.isinf(value))
             ):
                 return f"{name}={holds(value)}, not a finite number"
             if key in _STEP_DIVISORS and value <= 0:
