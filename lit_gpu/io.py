@@ -364,14 +364,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 def check_restored_state(checkpoint: Any, module: Any, owners: Iterable[Any], what: str) -> None:
     """Run every contract on ``checkpoint`` that ``module`` and ``owners`` declare, before any restore.
 
-    Each owner's ``restore_contract(module)``, and the optimizer's state against ``module``'s parameters.
+    Each owner's ``restore_contract(module)`` (Lightning's callbacks: ``files.callback_contracts``), and
+    the optimizer's state against ``module``'s parameters.
     A mismatch is one line (:class:`lit_gpu.files.contracts.ContractError`).
     """
+    from lit_gpu.files.callback_contracts import callback_contracts
     from lit_gpu.files.contracts import check_contracts, contracts_of
     from lit_gpu.files.lightning_contracts import lightning_contract, optimizer_contract
 
-    contracts = lightning_contract()
-    contracts += contracts_of([owner for owner in (module, *owners) if owner is not None], module)
+    owners = [owner for owner in (module, *owners) if owner is not None]
+    contracts = [*lightning_contract(), *contracts_of(owners, module), *callback_contracts(owners)]
     if module is not None:
         contracts += optimizer_contract(list(module.parameters()))
     check_contracts(checkpoint, contracts, what)

@@ -82,32 +82,9 @@ class FreshLastCheckpoint(CheckpointHooks):
     def restore_contract(self, pl_module: Any = None) -> list[Any]:
         """ModelCheckpoint's state: paths are strings, scores finite-or-inf scalar tensors, best_k a dict."""
         from lit_gpu.files import contracts as c
+        from lit_gpu.files.callback_contracts import model_checkpoint_state
 
-        score = c.optional(c.tensor((), dtypes="float"))
-        path = c.optional(c.text())
-        best_k = c.checked(
-            "a dict of str paths to scalar float tensors",
-            lambda v: (
-                None
-                if isinstance(v, dict)
-                and all(isinstance(k, str) and score.problem(s) is None for k, s in v.items())
-                else ""
-            ),
-        )
-        spec = c.fields(
-            {
-                "monitor": c.optional(c.text()),
-                "best_model_score": score,
-                "best_model_path": path,
-                "current_score": score,
-                "dirpath": path,
-                "best_k_models": best_k,
-                "kth_best_model_path": path,
-                "kth_value": score,
-                "last_model_path": path,
-            }
-        )
-        return [c.Contract(("callbacks", self.state_key), spec)]
+        return [c.Contract(("callbacks", self.state_key), model_checkpoint_state())]
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -103,3 +103,28 @@ def test_a_sample_through_fit_test_export_and_the_python_loaders(made, tmp_path,
 def test_a_larger_sample_through_fit_test_export_and_the_python_loaders(made, tmp_path, cli_env):
     for label, path in _sample(made, tmp_path, 12, seed=4):
         _through_each_path(label, path, tmp_path, cli_env)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize(
+    ("part", "key", "value"),
+    [
+        ("epoch_progress", "current", {"ready": 1, "started": 1, "processed": 1, "completed": "x"}),
+        ("epoch_progress", "total", {"ready": 1, "completed": 0, "reset": 3}),  # shadows the method
+        ("epoch_loop.automatic_optimization.optim_progress", "optimizer", None),
+    ],
+)
+def test_forged_loop_progress_through_fit_is_one_line_and_trains_nothing(
+    made, tmp_path, cli_env, part, key, value
+):
+    """A str count was a TypeError traceback in the fit; a ``reset`` key was restored over the tracker's
+    method (the fit went on, exit 0); a missing part was a KeyError traceback."""
+    from lit_gpu.files.checkpoint import read_checkpoint
+
+    forged = read_checkpoint(made["lit_gpu"])
+    forged["loops"]["fit_loop"][part][key] = value
+    path = tmp_path / "forged.ckpt"
+    torch.save(forged, path)
+    fit = run_cli(["fit", *SIMPLE, "--ckpt_path", str(path), "--trainer.max_epochs", "2"], tmp_path, cli_env)
+    _one_line(fit, key)
+    assert fit.returncode == 2 and "loops.fit_loop" in fit.stderr, fit.stderr[-2000:]

@@ -68,7 +68,9 @@ def test_zip64_extras_and_counts_that_disagree_are_one_line(saved, tmp_path, cha
 
 @pytest.mark.parametrize("form", ["./data.pkl", "data.pkl/", "x/../data.pkl", "/data.pkl", ".\\data.pkl"])
 @pytest.mark.parametrize("bomb_first", [False, True])
-def test_a_bomb_under_another_spelling_of_data_pkl_is_never_what_torch_reads(saved, tmp_path, form, bomb_first):
+def test_a_bomb_under_another_spelling_of_data_pkl_is_never_what_torch_reads(
+    saved, tmp_path, form, bomb_first
+):
     """torch's reader finds ``archive/data.pkl`` by that exact name (ignoring case only): a record named
     ``archive/./data.pkl`` (or with a slash, a backslash, ``..``) is another record, never unpickled."""
     bomb = bombs._pickle(bombs._global("builtins", "bytearray") + bombs._int(2**31 - 1) + b"\x85R")
@@ -117,3 +119,26 @@ def test_a_stream_of_cheap_pushes_is_refused_within_the_budget(tmp_path):
     finally:
         tracemalloc.stop()
     assert peak < budget * 1.25, (peak, budget)
+
+
+@pytest.mark.parametrize(
+    ("body", "refused"),
+    [
+        (
+            b"(" * 100_000 + b"N",
+            "marks|stack",
+        ),  # open MARKs: a list each in the unpickler, charged while open
+        (b"}" + b"r\x00\x00\x00\x00" * 100_000, "memo|stack"),  # LONG_BINPUT pressure: charged at each put
+        (b"}q\x00" + b"h\x00" * 400_000, "stack"),  # BINGET pressure: a stack slot each
+        (b"j\xff\xff\xff\x7f", "never stored"),  # LONG_BINGET of an index never put
+        (b"}r\xff\xff\xff\xff", None),  # a huge memo index: one dict entry (torch's memo is a dict)
+    ],
+)
+def test_mark_and_memo_pressure_is_charged_within_a_small_budget(tmp_path, body, refused):
+    data = bombs.torch_zip(tmp_path / "memo.ckpt", bombs._pickle(body)).read_bytes()
+    limits = CheckpointLimits(constant=1 * MiB)
+    if refused is None:
+        assert check_buffer(data, limits, where="memo", held=len(data)) < limits.budget(len(data))
+        return
+    with pytest.raises(BoundsError, match=refused):
+        check_buffer(data, limits, where="memo", held=len(data))
