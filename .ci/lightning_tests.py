@@ -47,7 +47,8 @@ _REPLAY_STATE = (
     "the test compares the two checkpoints' loop states"
 )
 _EXACT_RESUME = (
-    "Lightning warns that a mid-epoch resume of a plain (stateless) train loader is inexact; with lit_gpu the "
+    "Lightning warns that a mid-epoch resume of a plain (stateless) train loader is inexact; with lit_gpu "
+    "the "
     "module's plain loader is made replayable (lit_gpu.data.replay: its position is in the checkpoint), the "
     "resume continues at the exact batch and Lightning rightly does not warn; the test expects the warning"
 )
