@@ -45,16 +45,33 @@ class LoggingStateCallback(Callback):
         super().__init__()
         self._pending: dict[str, Any] | None = None
         self._val_steps: dict[int, int] | None = None
+        self._trainer: pl.Trainer | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pending": None, "_val_steps": None}  # a copy belongs to no fit
+    def __getstate__(self) -> dict[str, Any]:  # a copy belongs to no fit
+        return {**self.__dict__, "_pending": None, "_val_steps": None, "_trainer": None}
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._trainer = trainer  # state_dict() reads its validation loop's counters
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        """The validation loop's batch counters of this fit (``val_steps``): per-step validation rows continue
+        at their step after a resume. Kept in the callback's own state, so the checkpoint's top level stays
+        Lightning's."""
+        trainer = self._trainer
+        if trainer is not None and trainer.state.fn == "fit" and (steps := val_steps(trainer)):
+            return {VAL_STEPS_KEY: steps}
+        return {}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._val_steps = check_val_steps(state_dict.get(VAL_STEPS_KEY, {}))  # checked by the contract
 
     @override
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        if trainer.state.fn == "fit" and (steps := val_steps(trainer)):
-            checkpoint[VAL_STEPS_KEY] = steps  # per-step validation rows continue at their step
         if batches_in_flight(trainer):
             return
         state = capture(trainer, pl_module)
@@ -67,14 +84,21 @@ class LoggingStateCallback(Callback):
             "validation steps by loader index (at most 1000 ints >= 0)",
             lambda value: None if check_val_steps(value) is not None else "",
         )
-        return [*logging_state_contract(pl_module), c.Contract((VAL_STEPS_KEY,), steps)]
+        own = ("callbacks", self.state_key)
+        state = c.checked(
+            "LoggingStateCallback's state (a dict)", lambda value: None if isinstance(value, dict) else ""
+        )
+        return [
+            *logging_state_contract(pl_module),
+            c.Contract(own, state),
+            c.Contract((*own, VAL_STEPS_KEY), steps),
+        ]
 
     @override
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
         self._pending = checkpoint.get(LOGGING_STATE_KEY)
-        self._val_steps = check_val_steps(checkpoint.get(VAL_STEPS_KEY, {}))  # malformed: start at 0
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -94,6 +118,7 @@ class LoggingStateCallback(Callback):
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._pending = self._val_steps = None
+        self._trainer = None
 
 
 def _metric_modules(pl_module: Any) -> dict[str, Any]:

@@ -65,25 +65,32 @@ def _class_paths(node: Any, skip_key: str = "") -> list[str]:
     """Every ``class_path`` in a config tree, depth first, leaving out optimizer/scheduler subtrees.
 
     Iterative (a walk over data never recurses on its shape) and bounded: a tree from
-    :func:`~lit_gpu.files.text.read_yaml` is acyclic and expands to at most ``max_nodes`` values; past
-    :data:`_MAX_WALK` containers (only a cyclic structure gets there) the walk stops.
+    :func:`~lit_gpu.files.text.read_yaml` is acyclic and expands to at most ``max_nodes`` values (a node
+    shared by aliases is walked each time, as it expands); a container met again inside itself (a cycle,
+    which no reader makes) is not walked again; past :data:`_MAX_WALK` containers the walk stops.
     """
     found: list[str] = []
-    stack: list[tuple[Any, str]] = [(node, skip_key)]
+    stack: list[tuple[Any, str, bool]] = [(node, skip_key, False)]
+    inside: set[int] = set()  # the containers being walked: the current one and its ancestors
     walked = 0
     while stack and walked < _MAX_WALK:
-        item, key = stack.pop()
+        item, key, leaving = stack.pop()
+        if leaving:
+            inside.discard(id(item))
+            continue
         if key and _SKIPPED_KEYS.search(key):
             continue
-        if not isinstance(item, Mapping | list | tuple):
+        if not isinstance(item, Mapping | list | tuple) or id(item) in inside:
             continue
         walked += 1
+        inside.add(id(item))
+        stack.append((item, key, True))
         if isinstance(item, Mapping):
             if isinstance(item.get("class_path"), str):
                 found.append(item["class_path"])
-            children = [(value, str(k)) for k, value in item.items() if k != "class_path"]
+            children = [(value, str(k), False) for k, value in item.items() if k != "class_path"]
         else:
-            children = [(value, key) for value in item]
+            children = [(value, key, False) for value in item]
         stack.extend(reversed(children))
     return found
 

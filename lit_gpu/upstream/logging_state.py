@@ -239,10 +239,10 @@ def restore(trainer: Any, pl_module: Any, state: dict[str, Any]) -> None:
 
 
 # ---- the step of per-step validation rows ---------------------------------------------------------
-#: the checkpoint key (top level) of the validation loop's batch counters: a dict {dataloader index
-#: (int, 0 <= i < 1000): batches validated in this fit so far (int, 0 <= n < 2**62)}; checked by
-#: check_val_steps before it is restored
-VAL_STEPS_KEY = "lit_gpu_val_steps"
+#: the key, in LoggingStateCallback's own state (``checkpoint["callbacks"][its state_key]``), of the
+#: validation loop's batch counters: a dict {dataloader index (int, 0 <= i < 1000): batches validated in
+#: this fit so far (int, 0 <= n < 2**62)}; checked by check_val_steps before it is restored
+VAL_STEPS_KEY = "val_steps"
 
 
 def val_steps(trainer: Any) -> dict[int, int]:

@@ -329,6 +329,7 @@ def test_predict_out_of_memory_is_recovered_with_the_same_predictions():
     torch.testing.assert_close(recovered, reference)
 
 
+@pytest.mark.integration  # trains for seconds: not the inner loop (--fast)
 def test_training_and_validation_out_of_memory_in_one_fit():
     model_ref, trainer_ref, reference = _run("fit")
     oom, recovery = OOMAbove(batch_size=32, loops="all"), OOMRecovery()
@@ -380,6 +381,7 @@ def test_without_recovery_the_error_names_its_loop(loop):
 
 
 @pytest.mark.parametrize("phase", ["forward", "backward"])
+@pytest.mark.integration  # trains for seconds: not the inner loop (--fast)
 def test_a_recovered_step_is_the_same_through_the_lean_optimizer_step(phase):
     """lit-gpu's default LeanOptimizerStep runs the step OOMRecovery wraps: bit-identical to Lightning's."""
     from lit_gpu.upstream.step_path import LeanOptimizerStep

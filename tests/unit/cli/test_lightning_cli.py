@@ -16,6 +16,16 @@ SEARCH_SPACES = set((CONFIGS / "sweeps").rglob("*.yaml"))
 PARTIAL_CONFIGS = sorted(set(CONFIGS.rglob("*.yaml")) - set(FULL_CONFIGS) - SEARCH_SPACES)
 
 
+def _every(paths: list[Path]) -> list:
+    """Each config a parameter; the first of each folder is the inner loop's sample (``--fast``), the others
+    are marked ``integration``: ``pytest`` goes through every shipped config."""
+    firsts = {}
+    for path in paths:
+        firsts.setdefault(path.parent, path)
+    sample = set(firsts.values())
+    return [pytest.param(p, marks=() if p in sample else pytest.mark.integration) for p in paths]
+
+
 def print_config(args: list[str], capsys) -> str:
     with pytest.raises(SystemExit) as info:
         main(["fit", *args, "--print_config"])
@@ -23,6 +33,7 @@ def print_config(args: list[str], capsys) -> str:
     return capsys.readouterr().out
 
 
+@pytest.mark.integration  # trains for seconds: not the inner loop (--fast)
 def test_configs_compose_in_order(capsys):
     out = yaml.safe_load(
         print_config(
@@ -55,7 +66,7 @@ def test_defaults_seed_logger_checkpoint(capsys):
     assert out["checkpoint"]["save_last"] is True
 
 
-@pytest.mark.parametrize("config", FULL_CONFIGS, ids=lambda p: p.name)
+@pytest.mark.parametrize("config", _every(FULL_CONFIGS), ids=lambda p: p.name)
 def test_print_config_round_trips(config: Path, tmp_path, capsys):
     first = print_config(["--config", str(config)], capsys)
     saved = tmp_path / "printed.yaml"
@@ -63,7 +74,7 @@ def test_print_config_round_trips(config: Path, tmp_path, capsys):
     assert print_config(["--config", str(saved)], capsys) == first
 
 
-@pytest.mark.parametrize("config", FULL_CONFIGS, ids=lambda p: p.name)
+@pytest.mark.parametrize("config", _every(FULL_CONFIGS), ids=lambda p: p.name)
 def test_full_configs_instantiate(config: Path, tmp_path, monkeypatch, fake_mnist_dir):
     monkeypatch.chdir(tmp_path)
     args = ["--config", str(config), "--config", str(CONFIGS / "debug.yaml")]
@@ -75,7 +86,7 @@ def test_full_configs_instantiate(config: Path, tmp_path, monkeypatch, fake_mnis
     assert cli.trainer.max_epochs == 2
 
 
-@pytest.mark.parametrize("config", PARTIAL_CONFIGS, ids=lambda p: str(p.relative_to(CONFIGS)))
+@pytest.mark.parametrize("config", _every(PARTIAL_CONFIGS), ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_partial_configs_instantiate_on_cpu(config: Path, tmp_path, monkeypatch, capsys):
     """Every trainer/model/data fragment composes with simple.yaml; GPU-only ones parse."""
     monkeypatch.chdir(tmp_path)
@@ -177,6 +188,7 @@ def test_appending_keeps_the_defaults(tmp_path, monkeypatch):
     assert _lit_gpu_callbacks(old)[: len(defaults)] == defaults
 
 
+@pytest.mark.integration  # trains for seconds: not the inner loop (--fast)
 def test_oom_recovery_flag_adds_its_callback_once(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     both = ["--oom_recovery", "true", "--trainer.callbacks+=lit_gpu.callbacks.OOMRecovery"]
@@ -185,6 +197,7 @@ def test_oom_recovery_flag_adds_its_callback_once(tmp_path, monkeypatch):
         assert _lit_gpu_callbacks(cli).count("OOMRecovery") == 1
 
 
+@pytest.mark.integration  # trains for seconds: not the inner loop (--fast)
 def test_print_config_then_fit_from_it_behaves_the_same(tmp_path, monkeypatch, capsys):
     """The round trip LightningCLI promises: a fit from the printed config equals the fit from flags."""
     monkeypatch.chdir(tmp_path)

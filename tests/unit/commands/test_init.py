@@ -49,6 +49,7 @@ def test_refuses_to_overwrite_and_writes_nothing(tmp_path, capsys):
     assert capsys.readouterr().err.endswith("is a file, not a folder; name a new or empty folder\n")
 
 
+@pytest.mark.integration  # trains for seconds: not the inner loop (--fast)
 def test_the_projects_first_fit_uses_its_classes_on_the_recipe(tmp_path, monkeypatch, capsys):
     init.init(tmp_path)
     monkeypatch.chdir(tmp_path)

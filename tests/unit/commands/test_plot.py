@@ -160,6 +160,7 @@ def _run_under_address_limit(margin: int, call) -> int:
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
+@pytest.mark.integration  # writes and reads half a million rows: not the inner loop (--fast)
 def test_a_500_000_row_metrics_file_is_read_in_constant_memory(tmp_path):
     run = tmp_path / "lit_gpu" / "version_0"
     run.mkdir(parents=True)

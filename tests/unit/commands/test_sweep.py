@@ -40,6 +40,7 @@ def test_bad_counts_are_refused(argv):
         sweep.parse_argv(argv)
 
 
+@pytest.mark.integration  # runs trials: not the inner loop (--fast)
 def test_storage_kinds(tmp_path):
     journal = sweep.make_storage(None, tmp_path / "study")
     assert isinstance(journal, optuna.storages.JournalStorage)
@@ -140,6 +141,7 @@ def test_until_complete_and_n_trials_are_one_budget():
         sweep.parse_argv(["--search", "s.yaml", "--until_complete", "12", "--n_trials", "3"])
 
 
+@pytest.mark.integration  # runs trials: not the inner loop (--fast)
 def test_a_fixed_seed_draws_new_points_in_a_rerun_and_the_same_ones_from_scratch(tmp_path):
     """Each trial draws with seed + its number: a re-run (a new sampler, as in a new process) or a
     second worker with the same --seed continues the sequence instead of repeating it."""

@@ -272,7 +272,9 @@ def test_a_run_config_with_a_recursive_alias_has_no_signature(tmp_path):
     assert _read(path) is None  # unreadable: not this run's config, never a RecursionError
     cyclic: list = [{"class_path": "x.Y"}]
     cyclic.append(cyclic)
-    assert set(_class_paths({"k": cyclic})) == {"x.Y"}  # bounded even on data no reader makes
+    assert _class_paths({"k": cyclic}) == ["x.Y"]  # bounded even on data no reader makes: walked once
+    shared = {"class_path": "x.Z"}  # a node two aliases share (acyclic): walked each time, as it expands
+    assert _class_paths({"a": [shared, {"b": shared}]}) == ["x.Z", "x.Z"]
 
 
 @pytest.mark.parametrize("number", ["1e400", "-1e999", "1" * 4000 + ".5", "0." + "1" * 100])
