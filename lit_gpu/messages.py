@@ -84,6 +84,9 @@ CKPT_IS_DIRECTORY = (
     "--ckpt_path {path} is a directory, not a checkpoint file; pass a .ckpt file in it{example}, "
     "or --ckpt_path last / best"
 )
+CKPT_NOT_REGULAR = (
+    "checkpoint {path} is not a regular file (a FIFO, a device or a socket); pass a checkpoint file"
+)
 NUM_CLASSES_MISMATCH = (
     "the net {net} outputs {outputs} classes but model.num_classes is {num_classes}; "
     "set --model.num_classes {outputs} or change the net's output size to {num_classes}"

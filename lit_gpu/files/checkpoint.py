@@ -7,6 +7,7 @@
   weights and optimizer state dropped: what ``--ckpt_path`` resolution needs, read once.
 * :func:`read_for_resume`: what Lightning restores (``AtomicCheckpointIO.load_checkpoint``), with every
   path in callback state that leads outside the checkpoint's own folder dropped (:func:`drop_outside_paths`).
+* :func:`~lit_gpu.files.checkpoint_kind.not_lightning`: whether a file can start a run (its own room).
 * :func:`inside`: whether a path, after resolving ``..``, absolute forms and symlinks, is in a folder.
 
 Without ``trust``, a file is read once into memory and ``torch.load`` reads those bytes, after they were
@@ -32,6 +33,12 @@ from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.bounds import BoundsError, CheckpointLimits, PickledObjects, check_buffer
 from lit_gpu.files.budget import BadFileError, open_regular
+from lit_gpu.files.checkpoint_kind import (
+    LIGHTNING_KEYS,
+    NOT_LIGHTNING,
+    plain_state_dict,
+    what_it_is,
+)
 from lit_gpu.files.state_paths import STATE_PATH_KEYS, drop_outside_paths, inside
 from lit_gpu.messages import first_line
 
@@ -71,10 +78,7 @@ def _check_entry(path: str | os.PathLike) -> Path:
         raise CheckpointError(messages.CKPT_IS_DIRECTORY.format(path=path, example=example))
     if not path.is_file():
         if path.exists():  # a FIFO or a device (/dev/zero) named like a checkpoint: never opened
-            raise CheckpointError(
-                f"checkpoint {path} is not a regular file (a FIFO, a device or a socket); pass a checkpoint "
-                "file"
-            )
+            raise CheckpointError(messages.CKPT_NOT_REGULAR.format(path=path))
         raise CheckpointError(f"checkpoint not found: {path}")
     if path.stat().st_size == 0:
         raise CheckpointError(
@@ -84,8 +88,7 @@ def _check_entry(path: str | os.PathLike) -> Path:
 
 
 def _open(path: str | os.PathLike) -> Any:
-    """``path`` opened for binary reading if it is still a regular file (a FIFO put in its place after
-    :func:`_check_entry` looked is not waited on, a device not read forever)."""
+    """``path`` opened if still a regular file (a FIFO put there after the entry check is not waited on)."""
     try:
         return open_regular(path)
     except (BadFileError, OSError) as err:
@@ -338,49 +341,6 @@ def read_remote(
     return _torch_load(data, path, map_location, weights_only is not False, opt_out)
 
 
-NOT_LIGHTNING = (
-    "{path} is {what}, not a Lightning checkpoint, so a run cannot start from it; give --ckpt_path "
-    "(ckpt_path=) a .ckpt written by lit-gpu fit, or load the weights into a module with "
-    "lit_gpu.checkpoints.load_into(module, path)"
-)
-
-
-#: top-level keys of a checkpoint Lightning's ``Trainer.save_checkpoint`` writes
-LIGHTNING_KEYS = frozenset({"pytorch-lightning_version", "state_dict", "global_step", "epoch", "loops"})
-
-
-def not_lightning(path: str | os.PathLike, header: Any) -> str | None:
-    """Why the file at ``path`` (its ``header``) cannot start or resume a run, or ``None`` when it can.
-
-    A file is taken for a Lightning checkpoint when its top-level dict has one of the keys Lightning writes
-    (a damaged one is then Lightning's to report); a plain state_dict, a safetensors file or any other
-    object is named.
-    """
-    if isinstance(header, Mapping) and not _plain_state_dict(header) and LIGHTNING_KEYS & set(header):
-        return None
-    return NOT_LIGHTNING.format(path=messages.shown(path), what=_what_it_is(path, header))
-
-
-def _plain_state_dict(checkpoint: Any) -> bool:
-    return (
-        isinstance(checkpoint, Mapping)
-        and bool(checkpoint)
-        and all(isinstance(v, torch.Tensor) for v in checkpoint.values())
-    )
-
-
-def _what_it_is(path: str | os.PathLike, checkpoint: Any) -> str:
-    """A few words on a file that is not a Lightning checkpoint."""
-    if str(path).endswith(".safetensors"):
-        return "a safetensors file of weights"
-    if isinstance(checkpoint, Mapping) and checkpoint:
-        if _plain_state_dict(checkpoint):
-            return f"a plain state_dict of {len(checkpoint)} tensors (as lit-gpu export writes)"
-        keys = ", ".join(repr(k)[:30] for k in list(checkpoint)[:3])
-        return f"a torch.save file of a dict ({keys}{', ...' if len(checkpoint) > 3 else ''})"
-    return f"a torch.save file of {type(checkpoint).__name__}"
-
-
 def read_for_resume(
     path: str | os.PathLike,
     map_location: Any = "cpu",
@@ -397,9 +357,9 @@ def read_for_resume(
     source = path if data is None else data
     checkpoint = read_checkpoint(source, map_location, trust=trust, opt_out="pass --weights_only false")
     if not (isinstance(checkpoint, Mapping) and "pytorch-lightning_version" in checkpoint):
-        if _plain_state_dict(checkpoint):  # Lightning's own hand-back of weights (ddp_spawn's .temp.ckpt);
+        if plain_state_dict(checkpoint):  # Lightning's own hand-back of weights (ddp_spawn's .temp.ckpt);
             return checkpoint  # a --ckpt_path is refused before this, when its header is read
-        raise CheckpointError(NOT_LIGHTNING.format(path=path, what=_what_it_is(path, checkpoint)))
+        raise CheckpointError(NOT_LIGHTNING.format(path=path, what=what_it_is(path, checkpoint)))
     folder = Path(path).resolve().parent
     dropped = drop_outside_paths(checkpoint, folder)
     if dropped:

@@ -18,11 +18,11 @@ from lit_gpu.files.checkpoint import (
     CheckpointError,
     CheckpointLimits,
     check_checkpoint_file,
-    not_lightning,
     read_header,
     read_header_held,
     read_into_memory,
 )
+from lit_gpu.files.checkpoint_kind import not_lightning
 from lit_gpu.files.state_paths import inside
 
 __all__ = ["CheckpointFacts", "inspect"]

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from lit_gpu.files.checkpoint import not_lightning
 from lit_gpu.files.checkpoint_facts import CheckpointFacts, inspect
+from lit_gpu.files.checkpoint_kind import not_lightning
 from lit_gpu.upstream.loops import batches_that_stepped, recorded_class_path
 
 __all__ = ["CheckpointHeader", "read", "read_held", "resume_log_step"]
