@@ -185,3 +185,26 @@ def test_the_states_of_torchs_schedulers_fit_the_scheduler_contract():
     ]
     for scheduler in made:
         assert scheduler_contract().problem(scheduler.state_dict()) is None, type(scheduler).__name__
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [{0: -1}, {"0": 2}, {0: 2.0}, {0: True}, {1000: 1}, {0: 2**62}, [2], "2", {i: 1 for i in range(1001)}],
+    ids=["negative", "str key", "float", "bool", "index 1000", "2**62", "list", "str", "1001 loaders"],
+)
+def test_the_validation_counters_in_the_logging_callbacks_own_state_are_checked(steps):
+    """The per-step validation rows' counters live in LoggingStateCallback's own state (the checkpoint's top
+    level stays Lightning's); forged ones are one line before any restore."""
+    from lit_gpu.callbacks.logging_state import LoggingStateCallback
+    from lit_gpu.upstream.logging_state import VAL_STEPS_KEY
+
+    callback = LoggingStateCallback()
+    contracts = callback.restore_contract(torch.nn.Module())
+    own = {"callbacks": {callback.state_key: {VAL_STEPS_KEY: {0: 2, 1: 0}}}}
+    check_contracts(own, contracts, "x.ckpt")
+    with pytest.raises(ContractError, match=f"callbacks.{callback.state_key}.{VAL_STEPS_KEY}"):
+        check_contracts({"callbacks": {callback.state_key: {VAL_STEPS_KEY: steps}}}, contracts, "x.ckpt")
+    with pytest.raises(ContractError, match="LoggingStateCallback's state"):
+        check_contracts({"callbacks": {callback.state_key: [1]}}, contracts, "x.ckpt")
+    callback.load_state_dict({VAL_STEPS_KEY: {0: 2}})
+    assert callback._val_steps == {0: 2}
