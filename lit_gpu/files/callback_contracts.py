@@ -48,7 +48,7 @@ def _early_stopping_state() -> c.Spec:
     """EarlyStopping's state: counts, a scalar best score (inf at first), a known stopping reason."""
     from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
 
-    count = c.integer(0, c._MAX_INT)
+    count = c.integer(0)  # up to 2**62
     reasons = {reason.value for reason in EarlyStoppingReason}
     return c.fields(
         {

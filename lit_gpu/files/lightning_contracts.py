@@ -16,6 +16,7 @@ import torch
 
 from lit_gpu import messages
 from lit_gpu.files.contracts import _MAX_INT, EACH, Contract, Spec, checked, holds, integer
+from lit_gpu.upstream.loops import saved_batches_that_stepped
 
 __all__ = ["lightning_contract", "optimizer_contract", "scheduler_contract"]
 
@@ -143,7 +144,7 @@ def _loop_problem(loop: Any, plain_batches: bool = False) -> str | None:
         if name == "state_dict":
             if not isinstance(value, Mapping):
                 return f"{where} = {holds(value)}, not a dict"
-            steps = value.get("_batches_that_stepped", 0)
+            steps = saved_batches_that_stepped(value)
             if type(steps) is not int or not 0 <= steps <= _MAX_INT:
                 return f"{where}._batches_that_stepped = {holds(steps)}, not a count in [0, 2**62]"
         elif name.endswith("progress"):

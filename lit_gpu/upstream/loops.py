@@ -56,6 +56,12 @@ def batches_that_stepped(fit_loop_state: Mapping[str, Any]) -> int:
     return int(fit_loop_state["epoch_loop.state_dict"]["_batches_that_stepped"])
 
 
+def saved_batches_that_stepped(loop_state: Mapping[str, Any], default: Any = 0) -> Any:
+    """What a loop's saved ``state_dict`` holds as the epoch loop's ``_batches_that_stepped``, unchecked (a
+    restore contract checks it: :mod:`lit_gpu.files.lightning_contracts`)."""
+    return loop_state.get("_batches_that_stepped", default)
+
+
 def pop_cli_instantiation(hparams: dict[str, Any]) -> tuple[Any, Any]:
     """Remove and return LightningCLI's ``(_instantiator, _class_path)`` keys of saved hyper-parameters."""
     return hparams.pop("_instantiator", None), hparams.pop("_class_path", None)
