@@ -94,6 +94,7 @@ def _reference(storage: str, tmp_path_factory, fake_mnist_dir: Path, env: dict) 
 TENSOR = pytest.param("tensor", marks=pytest.mark.full)
 
 
+@pytest.mark.full  # a third stop (max_steps); the SIGKILL and SIGTERM stops below: the default tier's
 @pytest.mark.parametrize("storage", ["dataset", TENSOR])
 def test_max_steps_mid_epoch_then_resume_is_bit_identical(
     storage, tmp_path, tmp_path_factory, fake_mnist_dir, cli_env
@@ -150,7 +151,8 @@ def simple_reference(tmp_path_factory) -> dict:
     return _last(root, 0)
 
 
-@pytest.mark.parametrize(("before", "after"), [(1, 2), pytest.param(2, 1, marks=pytest.mark.full)])
+@pytest.mark.full  # two processes after one (and back): the full tier
+@pytest.mark.parametrize(("before", "after"), [(1, 2), (2, 1)])
 def test_elastic_resume_on_another_number_of_processes(before, after, tmp_path, cli_env, simple_reference):
     _run(tmp_path, cli_env, [*_simple(before), "--trainer.max_steps", "17"])  # 12 steps/epoch
     stopped = _last(tmp_path, 0)

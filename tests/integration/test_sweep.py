@@ -97,6 +97,7 @@ def test_four_trials_table_best_yaml_plot_then_a_second_invocation_adds(tmp_path
     assert (sweep_dir / "version_5" / "config.yaml").is_file()
 
 
+@pytest.mark.full  # a second sweep process at once: the full tier (the in-process sweeps: the sample)
 def test_two_workers_share_one_journal_storage(tmp_path, monkeypatch, cli_env):
     """Two workers at once on one journal file: a `python -m lit_gpu sweep` process and this one."""
     monkeypatch.chdir(tmp_path)

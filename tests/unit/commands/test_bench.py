@@ -84,6 +84,7 @@ def test_child_python_keeps_the_working_folder_off_sys_path(version, tmp_path, m
 
 
 @pytest.mark.integration
+@pytest.mark.full  # a timed CPU mode in a child process: the full tier
 def test_bench_cpu_run_and_gpu_skip(fake_mnist_dir: Path, tmp_path: Path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
