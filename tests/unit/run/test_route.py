@@ -11,15 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from jsonargparse import Namespace
 
 from lit_gpu.cli.ckpt_path import resolve_ckpt_path
 from lit_gpu.files import checkpoint_facts
 from lit_gpu.run import folder, store
 from tests.helpers.route import recorded
-
-MODEL = "lit_gpu.modules.RegressionModule"
-DATA = "lit_gpu.data.SyntheticDataModule"
+from tests.helpers.run_store import DATA, MODEL, subcommand
 
 
 def _runs(root: Path, versions: int = 2, files: tuple[str, ...] = ("last.ckpt", "last-v1.ckpt")) -> list:
@@ -44,18 +41,6 @@ def _runs(root: Path, versions: int = 2, files: tuple[str, ...] = ("last.ckpt", 
     return made
 
 
-def _config(root: Path, which: str, command: str = "fit") -> Namespace:
-    sub = Namespace(
-        ckpt_path=which,
-        new_run=False,
-        model=Namespace(class_path=MODEL),
-        data=Namespace(class_path=DATA),
-        trainer=Namespace(default_root_dir=str(root), logger=None),
-        checkpoint=Namespace(dirpath=None),
-    )
-    return Namespace(subcommand=command, **{command: sub})
-
-
 def _counted(monkeypatch) -> list[Path]:
     """Calls of the checkpoint reader's one door, by file."""
     looked: list[Path] = []
@@ -73,7 +58,7 @@ def _counted(monkeypatch) -> list[Path]:
 def test_a_file_enters_the_run_package_once_and_the_reader_once(tmp_path, monkeypatch, command):
     ckpt = _runs(tmp_path)[-1]
     looked = _counted(monkeypatch)
-    config = _config(tmp_path, str(ckpt), command)
+    config = subcommand(tmp_path, str(ckpt), command)
     with recorded() as route:
         resolution = resolve_ckpt_path(config)
     assert resolution is not None and resolution.path == str(ckpt) and resolution.header.step == 4
@@ -95,7 +80,7 @@ def test_last_reads_each_file_once_and_never_climbs_back(tmp_path, monkeypatch, 
     made = _runs(tmp_path)
     looked = _counted(monkeypatch)
     with recorded() as route:
-        resolution = resolve_ckpt_path(_config(tmp_path, "last"))
+        resolution = resolve_ckpt_path(subcommand(tmp_path, "last"))
     assert resolution is not None and resolution.path == str(made[-1])
     newest = [path for path in made if path.parent.parent.name == "version_1"]
     # only the chosen run's files, each looked at once; the chosen one once more, keeping the bytes the load
@@ -116,5 +101,5 @@ def test_a_link_out_of_its_run_is_refused_by_the_one_look_before_it_is_read(tmp_
     read: list[str] = []
     monkeypatch.setattr(checkpoint_facts, "read_header", lambda *a, **k: read.append("read"))
     with recorded() as route, pytest.raises(Exception, match="outside its run folder"):
-        resolve_ckpt_path(_config(tmp_path / "runs", str(link)))
+        resolve_ckpt_path(subcommand(tmp_path / "runs", str(link)))
     assert read == [] and route.climbs == []
