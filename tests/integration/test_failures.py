@@ -17,8 +17,8 @@ from lit_gpu.cli import main
 from lit_gpu.nets import SimpleModel
 from tests.helpers.forked_cli import popen
 from tests.helpers.paths import CONFIGS
+from tests.helpers.simple_run import SIMPLE, fit_simple
 
-SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
 RUN = Path("runs") / "lit_gpu"
 
 
@@ -38,12 +38,7 @@ def _plain_argv(monkeypatch):
 @pytest.fixture(scope="module")
 def simple_ckpt(tmp_path_factory) -> Path:
     """A real last.ckpt of the simple model (one short fit, in-process)."""
-    cwd = tmp_path_factory.mktemp("simple_run")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(cwd)
-        mp.setattr(sys, "argv", ["lit-gpu"])
-        main(["fit", *SIMPLE, "--trainer.max_epochs", "1"])
-    return cwd / RUN / "version_0" / "checkpoints" / "last.ckpt"
+    return fit_simple(tmp_path_factory.mktemp("simple_run"))
 
 
 @pytest.mark.parametrize(

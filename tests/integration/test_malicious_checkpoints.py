@@ -22,10 +22,9 @@ from lit_gpu.cli import main
 from lit_gpu.files import build as safe_build
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
-from tests.helpers.paths import CONFIGS
 from tests.helpers.payload import Payload as _Payload
+from tests.helpers.simple_run import SIMPLE, fit_simple
 
-SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
 RUN = Path("runs") / "lit_gpu"
 
 
@@ -38,12 +37,7 @@ def _plain_argv(monkeypatch):
 @pytest.fixture(scope="module")
 def good_ckpt(tmp_path_factory) -> Path:
     """A real last.ckpt of configs/simple.yaml (one short in-process fit)."""
-    cwd = tmp_path_factory.mktemp("good_run")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(cwd)
-        mp.setattr(sys, "argv", ["lit-gpu"])
-        main(["fit", *SIMPLE, "--trainer.max_epochs", "1"])
-    return cwd / RUN / "version_0" / "checkpoints" / "last.ckpt"
+    return fit_simple(tmp_path_factory.mktemp("good_run"))
 
 
 def _tampered(good_ckpt: Path, out: Path, **changes: Any) -> Path:

@@ -17,21 +17,14 @@ import torch
 
 from lit_gpu.cli import lightning_cli, main
 from lit_gpu.files import checkpoint as checkpoint_files
-from tests.helpers.paths import CONFIGS
 from tests.helpers.payload import Payload as _Payload
-
-SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
+from tests.helpers.simple_run import SIMPLE, fit_simple
 
 
 @pytest.fixture(scope="module")
 def good_ckpt(tmp_path_factory) -> Path:
     """A real last.ckpt of configs/simple.yaml (one short in-process fit)."""
-    cwd = tmp_path_factory.mktemp("good_run")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(cwd)
-        mp.setattr(sys, "argv", ["lit-gpu"])
-        main(["fit", *SIMPLE, "--trainer.max_epochs", "1"])
-    return cwd / "runs" / "lit_gpu" / "version_0" / "checkpoints" / "last.ckpt"
+    return fit_simple(tmp_path_factory.mktemp("good_run"))
 
 
 def _other_file(good_ckpt: Path, out: Path, marker: Path) -> Path:
