@@ -25,8 +25,8 @@ class Feature:
     #: private keys it reads in upstream's dicts (a checkpoint's, hyper-parameters'): not checkable here,
     #: each pinned by a test in tests/unit/test_upstream_pins.py
     keys: tuple[str, ...] = ()
-    #: torch releases (first, last) it was verified on, inclusive; None: any
-    torch: tuple[str, str] | None = None
+    #: torch release ranges ((first, last), ...) it was verified on, each inclusive; None: any
+    torch: tuple[tuple[str, str], ...] | None = None
     #: set where it cannot stand aside: the promise it keeps
     promise: str | None = None
 

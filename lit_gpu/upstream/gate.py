@@ -108,9 +108,10 @@ def problem(name: str) -> str | None:
     if feature.torch is not None:
         import torch
 
-        first, last = feature.torch
-        if not _version_tuple(first) <= _version_tuple(torch.__version__) <= _version_tuple(last):
-            return f"torch {torch.__version__} is outside {first} to {last}, the releases it was verified on"
+        installed = _version_tuple(torch.__version__)
+        if not any(_version_tuple(a) <= installed <= _version_tuple(b) for a, b in feature.torch):
+            ranges = ", ".join(a if a == b else f"{a} to {b}" for a, b in feature.torch)
+            return f"torch {torch.__version__} is outside {ranges}, the releases it was verified on"
     for where in feature.mirrored:
         found = _mirrored_problem(where)
         if found is not None:

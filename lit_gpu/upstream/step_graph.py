@@ -183,6 +183,23 @@ class StepGraph:
                 state["step"] = state["step"].to(old.device, old.dtype)
         self._saved, self._moved_steps = [], []
 
+    def release(self) -> None:
+        """Put the optimizer and schedulers back; drop every CUDA tensor, stream and graph the capture holds.
+
+        Called when the fit ends. Lightning's teardown moves the module and optimizer to the CPU, but the
+        capture's static batch, outputs, loss and graph would stay on the GPU inside the trainer's reference
+        cycles until a garbage collection: one that runs in a forked ``DataLoader`` worker of a later fit
+        (a notebook, a benchmark) frees a CUDA tensor there and kills the worker ("CUDA error:
+        initialization error"; seen on an H200, issue 59). Dropped here, they go in this process, now.
+        """
+        self.restore_optimizer()
+        for config in self.trainer.lr_scheduler_configs:  # a scheduler's last LRs: the groups' tensors
+            last = getattr(config.scheduler, "_last_lr", None)  # torch's name (pinned: features' keys)
+            if isinstance(last, list):
+                config.scheduler._last_lr = [float(v) if isinstance(v, torch.Tensor) else v for v in last]
+        self.graph = self.static = self.outputs = self.loss = self.stream = None
+        self.snapshot, self.replay_hooks = [], []
+
     def _hyperparameters(self) -> list[list[tuple[str, Any]]]:
         """Each group's settings but its params (and its learning rate where that is a tensor)."""
         return [

@@ -92,7 +92,7 @@ class LeanOptimizerStep(FitPatch):
     def _restore(self) -> None:
         super()._restore()
         if self.graph is not None:
-            self.graph.restore_optimizer()
+            self.graph.release()
             self.graph = None
 
 

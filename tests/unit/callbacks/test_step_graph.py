@@ -54,6 +54,8 @@ def _fit(tmp_path, module, capture: bool, *, callbacks=(), num_samples=256, **tr
     class Spy(Callback):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             seen.setdefault("graph", lean.graph)
+            if lean.graph is not None:  # what the capture holds during the fit (released at its end)
+                seen["graph_type"], seen["loss_buffer"] = type(lean.graph.graph), lean.graph.loss
             lr = trainer.optimizers[0].param_groups[0]["lr"]
             seen.setdefault("lr", []).append((type(lr), float(lr)))
 
@@ -92,11 +94,22 @@ def test_the_loss_each_step_returns_is_its_own_not_the_graphs_buffer(tmp_path, o
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             losses.append(outputs["loss"])
 
-    _, graph, _ = _fit(tmp_path, _module(), capture=True, callbacks=[Keep()])
+    _, graph, seen = _fit(tmp_path, _module(), capture=True, callbacks=[Keep()])
     assert graph.replays > 2
     values = [float(v) for v in losses]
     assert len(set(values)) == len(values)  # kept tensors did not all become the last step's
-    assert all(v is not graph.loss for v in losses)
+    assert seen["loss_buffer"] is not None and all(v is not seen["loss_buffer"] for v in losses)
+
+
+def test_the_fit_end_releases_what_the_capture_held(tmp_path, on_cpu):
+    trainer, graph, seen = _fit(tmp_path, _module(_steplr, _adam), capture=True)
+    assert seen["graph_type"] is step_graph._Rerun and graph.replays > 2
+    assert [t for t, _ in seen["lr"]][-1] is torch.Tensor  # during the fit: the graph's LR tensor
+    assert graph.graph is graph.static is graph.outputs is graph.loss is graph.stream is None
+    group = trainer.optimizers[0].param_groups[0]
+    assert type(group["lr"]) is float  # the optimizer put back as it was
+    scheduler = trainer.lr_scheduler_configs[0].scheduler
+    assert [type(v) for v in scheduler.get_last_lr()] == [float]  # no tensor of the capture left behind
 
 
 def test_a_scheduler_reaches_the_graph_and_checkpoints_keep_plain_floats(tmp_path, on_cpu):
@@ -286,7 +299,7 @@ def test_on_a_gpu_replayed_steps_train_as_ordinary_steps(tmp_path, precision, ca
     t1, _, _ = _fit(tmp_path, plain, capture=False, **gpu)
     t2, graph, seen = _fit(tmp_path, captured, capture=True, **gpu)
     assert ASIDE not in capsys.readouterr().err
-    assert graph.aside is None and graph.replays == 16 - 2 and type(graph.graph) is torch.cuda.CUDAGraph
+    assert graph.aside is None and graph.replays == 16 - 2 and seen["graph_type"] is torch.cuda.CUDAGraph
     assert [lr for _, lr in seen["lr"]] == pytest.approx([0.01 * 0.8**i for i in range(1, 17)], rel=1e-5)
     tol = dict(rtol=1e-4, atol=1e-5) if precision == "32-true" else dict(rtol=2e-2, atol=2e-3)
     for a, b in zip(_weights(plain), _weights(captured), strict=True):
