@@ -37,7 +37,6 @@ def _lit_gpu(args: list[str], tmp_path, **env: str) -> subprocess.CompletedProce
         ("SLURM_NTASKS", "abc"),
         ("WORLD_SIZE", "two"),
         ("MASTER_PORT", "port"),
-        ("CUDA_VISIBLE_DEVICES", "0;1"),
         ("SLURM_JOB_ID", "1; touch pwned"),
     ],
 )

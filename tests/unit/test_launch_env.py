@@ -41,7 +41,6 @@ def test_a_real_cluster_environment_passes():
         ("SLURM_NTASKS", "abc", "a whole number >= 1"),
         ("SLURM_JOB_ID", "1;touch x", "a job number"),
         ("SLURM_NODELIST", "$(id)", "host names or a SLURM range"),
-        ("CUDA_VISIBLE_DEVICES", "0;1", "GPU indices or UUIDs separated by commas"),
     ],
 )
 def test_a_malformed_variable_is_one_line_naming_it_and_a_valid_value(name, value, valid):
