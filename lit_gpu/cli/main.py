@@ -159,7 +159,7 @@ def _is_diagnostic(args: list[str]) -> bool:
     return args[0] in DIAGNOSTICS or any(arg in ("-h", "--help") for arg in args[1:])
 
 
-def _check_launch_env(args: list[str]) -> None:
+def check_launch_env(args: list[str]) -> None:
     """A malformed launcher variable: one line and exit 2, before Lightning reads it; for a diagnostic,
     one line each and the run goes on (``env`` shows them in its advice; a ``--help`` runs without them,
     as Lightning would fail reading them on import)."""
@@ -188,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if answered is not None:
         sys.exit(answered)
     if args[0] not in NO_UPSTREAM_IMPORT:  # before Lightning and torchmetrics read them (some on import)
-        _check_launch_env(args)
+        check_launch_env(args)
     try:  # a run stopped by SIGINT/SIGTERM exits 130 / 143 (LitGpuCLI reads it from the trainer's state)
         code = _run(args, from_python=argv is not None)
         if code is not None:
