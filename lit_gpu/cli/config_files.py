@@ -98,7 +98,8 @@ def read_stdin() -> str:
 def read_sub_config(path: str) -> str:
     """A file a config names (``data: sub.yaml``), read by the bounded reader and checked as a config is
     (no tag but the core schema's, within :data:`CONFIG_LIMITS`): a refusal names that file and its line.
-    A text that is not YAML at all passes: jsonargparse reads files of lines too, and says itself what is wrong."""
+    A text that is not YAML at all passes: jsonargparse reads files of lines too, and says itself what is
+    wrong."""
     text = read_text(path, CONFIG_LIMITS, fix=FIX)
     try:
         parse_yaml(text, path, CONFIG_LIMITS, fix=FIX, loader=jsonargparse_yaml_loader())

@@ -3,7 +3,8 @@
 The parsing is the standard library's ``json`` (with a nesting check before it runs, integers within
 ``[-2**63, 2**63)``, finite numbers unless NaN is allowed) and PyYAML's safe loader (after an event pass
 that counts depth and aliases and refuses every explicit tag but the YAML core schema's). What comes back
-is plain data: dicts, lists, strings, numbers, booleans and ``None``, never an object. Read through :mod:`lit_gpu.files.text`.
+is plain data: dicts, lists, strings, numbers, booleans and ``None``, never an object. Read through
+:mod:`lit_gpu.files.text`.
 """
 
 from __future__ import annotations
@@ -220,8 +221,9 @@ def _yaml_budget(text: str, source: object, limits: Limits, fix: str | None, loa
 
 
 #: The explicit tags a config may carry: the YAML core schema's (yaml.org/spec/1.2.2, 10.3; YAML 1.1's
-#: types of the same names), which jsonargparse's loader (``jsonargparse._loaders_dumpers.get_yaml_default_loader``, a
-#: PyYAML SafeLoader) builds as plain data: ``lr: !!float 1e-3`` is 0.001, ``max_epochs: !!int "7"`` is 7.
+#: types of the same names), which jsonargparse's loader
+#: (``jsonargparse._loaders_dumpers.get_yaml_default_loader``, a PyYAML SafeLoader) builds as plain data:
+#: ``lr: !!float 1e-3`` is 0.001, ``max_epochs: !!int "7"`` is 7.
 #: The other tags its SafeLoader knows build other types (``!!set``, ``!!binary`` bytes, ``!!timestamp``,
 #: ``!!omap``/``!!pairs`` tuples) and any other tag (``!!python/...``, ``!Ref``) has no constructor there:
 #: each stays one line, refused before anything is built.
