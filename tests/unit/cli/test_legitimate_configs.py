@@ -120,7 +120,7 @@ def test_a_config_reads_as_jsonargparse_reads_it(source, form, tmp_path):
             if form != "plain" and (path.name, form) != ("core_tags.yaml", "bom+crlf")
         ],
     ],
-    ids=str,
+    ids=lambda value: value.stem if isinstance(value, Path) else value,
 )
 def test_fit_applies_the_values_a_config_names(source, form, tmp_path, capsys):
     path, _ = _written(tmp_path, source, form)
