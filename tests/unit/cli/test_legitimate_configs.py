@@ -178,3 +178,18 @@ def test_a_core_tag_on_a_value_it_cannot_read_is_one_line(text, says, tmp_path, 
     lines = captured.err.strip().splitlines()
     assert info.value.code == 2 and len(lines) == 1 and says in lines[0], captured.err
     assert lines[0].startswith(f"lit-gpu: error: {tagged}")
+
+
+def test_lit_gpus_bounds_stay_on_top_of_the_core_tags(tmp_path, capsys):
+    """An alias bomb written with ``!!seq``/``!!str`` tags is the same bomb: one line, nothing built."""
+    bomb = "a: &a !!seq [!!str x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{name}: &{name} !!seq [{','.join([f'*{prev}'] * 9)}]\n"
+        for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    tagged = tmp_path / "bomb.yaml"
+    tagged.write_text(bomb + "trainer: {max_epochs: *i}\n")
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--config", str(CONFIGS / "simple.yaml"), "--config", str(tagged), "--print_config"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(lines) == 1
+    assert "expands to more than 20000 values (aliases counted)" in lines[0]
