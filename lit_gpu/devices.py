@@ -14,7 +14,6 @@ Choosing GPUs by free memory (``devices: "free:N"``) is :mod:`lit_gpu.free_gpus`
 from __future__ import annotations
 
 import os
-import re
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -23,6 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from lit_gpu import visible_devices
 from lit_gpu.errors import LitGpuError
 
 # Measured in docs/benchmarks.md ("precision: auto on CPU"): see auto_precision().
@@ -119,38 +119,30 @@ def query_gpus() -> list[GpuInfo]:
 def parse_visible_devices(value: str | None, gpus: Sequence[GpuInfo]) -> list[int]:
     """NVML indices of the GPUs CUDA sees, in CUDA's order, for a ``CUDA_VISIBLE_DEVICES`` value.
 
-    Follows CUDA: ``None`` (unset) shows every GPU; entries are indices or ``GPU-`` UUIDs (a unique
-    prefix is enough); the list stops at the first invalid, unknown or repeated entry, so ``""`` and
-    ``"-1"`` hide all GPUs.
+    Read as CUDA and torch read it (:mod:`lit_gpu.visible_devices`, torch's ``_parse_visible_devices``):
+    ``None`` (unset) shows every GPU; the list ends at the first entry that is not a device (``"0,1,"``
+    is GPUs 0 and 1; ``""``, ``"-1"``, ``"NoDevFiles"`` none); ``GPU-`` UUIDs (a unique prefix is enough)
+    are mapped as torch's ``_transform_uuid_to_ordinals`` maps them; an index past the GPUs present ends
+    the list too (torch's ``_device_count_nvml``).
 
     Raises:
         LitGpuError: for ``MIG-`` entries (NVML reports the parent GPU's memory, not the slice's).
     """
-    if value is None:
+    listed = visible_devices.entries(value)
+    if listed is None:
         return [g.index for g in gpus]
-    by_index = {g.index: g for g in gpus}
-    picked: list[int] = []
-    for raw in value.split(","):
-        entry = raw.strip()
-        if entry.upper().startswith("MIG-"):
+    if listed and isinstance(listed[0], str):
+        if listed[0].startswith("MIG-"):
             raise LitGpuError(
-                f"CUDA_VISIBLE_DEVICES lists a MIG instance ({entry}); 'free:N' cannot rank MIG slices: "
+                f"CUDA_VISIBLE_DEVICES lists a MIG instance ({listed[0]}); 'free:N' cannot rank MIG slices: "
                 "give trainer.devices explicitly"
             )
-        if re.fullmatch(r"\d+", entry):
-            idx = int(entry)
-            if idx not in by_index:
-                break
-        elif entry.upper().startswith("GPU-"):
-            matches = [g.index for g in gpus if g.uuid.upper().startswith(entry.upper())]
-            if len(matches) != 1:
-                break
-            idx = matches[0]
-        else:
+        return [gpus[i].index for i in visible_devices.uuid_ordinals(listed, [g.uuid for g in gpus])]
+    picked: list[int] = []
+    for ordinal in listed:
+        if not isinstance(ordinal, int) or ordinal >= len(gpus):
             break
-        if idx in picked:
-            break
-        picked.append(idx)
+        picked.append(gpus[ordinal].index)
     return picked
 
 

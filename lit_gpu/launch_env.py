@@ -1,7 +1,7 @@
 """The launcher's and the cluster's environment variables, read as data (standard library only).
 
 torchrun, SLURM, MPI and the user set the variables lit_gpu and Lightning read to place a process
-(``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_PORT``, ``SLURM_*``, ``CUDA_VISIBLE_DEVICES``...).
+(``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_PORT``, ``SLURM_*``...).
 Lightning and torchmetrics read some of them with ``int()`` at import time, so :func:`problem` is called
 by the ``lit-gpu`` front door before anything imports them: a malformed value is one line naming the
 variable and what a valid value looks like (exit 2) instead of a traceback.
@@ -17,15 +17,22 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-_WHOLE = re.compile(r"[0-9]+")
-_HOST = re.compile(r"[A-Za-z0-9._:%\[\]-]+")  # a host name, an IPv4 or (bracketed) IPv6 address
-_NODELIST = re.compile(r"[A-Za-z0-9._,\[\] -]+")  # host names and SLURM ranges: node[1-4,7]
-_DEVICE = re.compile(r"-?[0-9]+|(GPU|MIG)-[A-Za-z0-9/-]+")  # an index, or a GPU/MIG UUID
+_JOB = re.compile(r"[0-9]+")  # a SLURM job or task number: the word scontrol gets, digits only
+# MASTER_ADDR: what torch.distributed's TCPStore resolves (a host name, an IPv4 or a bracketed or bare IPv6
+# address with its %zone), never shell words
+_HOST = re.compile(r"[A-Za-z0-9._:%\[\]-]+")
+# SLURM_NODELIST: hostlist syntax as Lightning's SLURMEnvironment.resolve_root_node_address reads it
+# (node[01-04,07],gpu-a; hetero jobs' lists joined by commas)
+_NODELIST = re.compile(r"[A-Za-z0-9._,\[\] -]+")
 
 #: variable -> (check, what a valid value looks like)
 _WHOLE_NUMBER = "a whole number >= 0, e.g. {name}=0"
 _COUNT = "a whole number >= 1, e.g. {name}=2"
 
+# Each accepted set is the upstream reader's: Lightning's cluster environments (lightning.fabric.plugins.
+# environments: torchelastic, kubeflow, slurm, lightning) and rank_zero._get_rank read these numbers with
+# int(), torchrun and Kubeflow's PyTorchJob write them; lit_gpu's bound on top: not negative (a count >= 1).
+# CUDA_VISIBLE_DEVICES is not here: CUDA reads any value (lit_gpu.visible_devices), lit-gpu env reports it.
 RULES: dict[str, tuple[str, str]] = {
     "RANK": ("whole", _WHOLE_NUMBER),
     "LOCAL_RANK": ("whole", _WHOLE_NUMBER),
@@ -41,48 +48,58 @@ RULES: dict[str, tuple[str, str]] = {
     "SLURM_PROCID": ("whole", _WHOLE_NUMBER),
     "SLURM_LOCALID": ("whole", _WHOLE_NUMBER),
     "SLURM_NODEID": ("whole", _WHOLE_NUMBER),
-    "SLURM_JOB_ID": ("whole", "a job number, e.g. SLURM_JOB_ID=123456"),
-    "SLURM_ARRAY_JOB_ID": ("whole", "a job number, e.g. SLURM_ARRAY_JOB_ID=123456"),
-    "SLURM_ARRAY_TASK_ID": ("whole", "a task number, e.g. SLURM_ARRAY_TASK_ID=3"),
+    "SLURM_JOB_ID": ("job", "a job number, e.g. SLURM_JOB_ID=123456"),
+    "SLURM_ARRAY_JOB_ID": ("job", "a job number, e.g. SLURM_ARRAY_JOB_ID=123456"),
+    "SLURM_ARRAY_TASK_ID": ("job", "a task number, e.g. SLURM_ARRAY_TASK_ID=3"),
     "SLURM_NODELIST": ("nodes", "host names or a SLURM range, e.g. SLURM_NODELIST=node[1-4]"),
-    "CUDA_VISIBLE_DEVICES": (
-        "devices",
-        "GPU indices or UUIDs separated by commas, e.g. CUDA_VISIBLE_DEVICES=0,1 (empty: no GPU)",
-    ),
 }
 
 BAD_VARIABLE = "environment variable {name}={value}: {valid}; fix or unset it (set by you or the launcher)"
 
 
+def _number(value: str) -> int | None:
+    """``value`` as Lightning reads it (``int()``), or None when that raises."""
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
 def _valid(kind: str, value: str) -> bool:
-    if kind == "whole":
-        return _WHOLE.fullmatch(value) is not None
-    if kind == "count":
-        return _WHOLE.fullmatch(value) is not None and int(value) >= 1
-    if kind == "port":
-        return _WHOLE.fullmatch(value) is not None and 1 <= int(value) <= 65535
+    if kind in ("whole", "count", "port"):
+        number = _number(value)
+        low, high = {"whole": (0, None), "count": (1, None), "port": (1, 65535)}[kind]
+        return number is not None and number >= low and (high is None or number <= high)
+    if kind == "job":
+        return _JOB.fullmatch(value) is not None
     if kind == "host":
         return _HOST.fullmatch(value) is not None
     if kind == "nodes":
         return _NODELIST.fullmatch(value) is not None and value.strip() != ""
-    if kind == "devices":  # empty hides every GPU
-        return value.strip() == "" or all(_DEVICE.fullmatch(item.strip()) for item in value.split(","))
     raise ValueError(kind)
+
+
+def problems(environ: Mapping[str, str]) -> dict[str, str]:
+    """Every malformed launcher or cluster variable: its name -> one line (what it is, a valid example)."""
+    found = {}
+    for name, (kind, valid) in RULES.items():
+        value = environ.get(name)
+        if value is not None and not _valid(kind, value):
+            found[name] = BAD_VARIABLE.format(
+                name=name, value=repr(value)[:80], valid=valid.format(name=name)
+            )
+    return found
 
 
 def problem(environ: Mapping[str, str]) -> str | None:
     """The first malformed launcher or cluster variable, as one line (what it is, a valid example); None."""
-    for name, (kind, valid) in RULES.items():
-        value = environ.get(name)
-        if value is not None and not _valid(kind, value):
-            return BAD_VARIABLE.format(name=name, value=repr(value)[:80], valid=valid.format(name=name))
-    return None
+    return next(iter(problems(environ).values()), None)
 
 
 def requeue_problem(environ: Mapping[str, str]) -> str | None:
     """Why the SLURM job id Lightning's requeue handler would pass to ``scontrol`` is unsafe, or None."""
     for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
         value = environ.get(name)
-        if value is not None and _WHOLE.fullmatch(value) is None:
+        if value is not None and _JOB.fullmatch(value) is None:
             return BAD_VARIABLE.format(name=name, value=repr(value)[:80], valid=RULES[name][1])
     return None

@@ -232,6 +232,11 @@ EXPORTED = "exported {weights} (metadata: {sidecar})"
 WROTE_PLOT = "wrote {path} ({width}x{height} px)"
 FREE_GPU_OF_RANK = "local rank {rank} -> GPU {index} {name} ({uuid})"
 DEPENDENCY_OUT_OF_RANGE = "{name} {found}: lit-gpu supports {supported}; pip install '{requirement}'"
+BAD_VARIABLE_IGNORED = "warning: {problem}; left out for this --help"
+CUDA_READS_PART = (
+    "CUDA_VISIBLE_DEVICES={value}: CUDA reads it as {listed} (the list ends at the first entry that is not a "
+    "GPU index or UUID); give GPU indices or UUIDs separated by commas"
+)
 
 # ---- lit-gpu sweep (progress lines) -------------------------------------------------------------
 SWEEP_START = "study {study} ({done} trials so far), {more} more; runs in {folder}{how}"

@@ -4,9 +4,11 @@
 value on the command line: jsonargparse reads each through the loader of its parser's mode. LitGpuCLI's
 parsers run in the mode :data:`MODE`, whose loader (:func:`load`) is
 :func:`lit_gpu.files.text.parse_yaml`: the text's size, nesting and expanded size (aliases counted) are
-checked on PyYAML's event stream before anything is built, and a tag (``!!set``, ``!!python/...``,
-``!custom``) is refused, so an alias bomb of a few hundred bytes is one line at once and no tag can turn
-a section into something else. What the reader returns (plain dicts, lists, strings, numbers) is what
+checked on PyYAML's event stream before anything is built, and a tag that builds anything but plain data
+(``!!set``, ``!!python/...``, ``!custom``) is refused, so an alias bomb of a few hundred bytes is one line at
+once and no tag can turn a section into something else; the YAML core schema's tags (``lr: !!float 1e-3``)
+keep the meaning jsonargparse's own loader gives them (:data:`lit_gpu.files.yaml_json.CORE_SCHEMA_TAGS`).
+What the reader returns (plain dicts, lists, strings, numbers) is what
 jsonargparse then applies, with the class paths that moved put to their public names
 (:mod:`lit_gpu.run.class_paths`, one table); values resolve as jsonargparse's own YAML loader resolves
 them (``1e-3`` is a float, a date stays a string), so every legitimate config parses as before.
@@ -95,8 +97,9 @@ def read_stdin() -> str:
 
 def read_sub_config(path: str) -> str:
     """A file a config names (``data: sub.yaml``), read by the bounded reader and checked as a config is
-    (no tag, within :data:`CONFIG_LIMITS`): a refusal names that file and its line. A text that is not
-    YAML at all passes: jsonargparse reads files of lines too, and says itself what is wrong."""
+    (no tag but the core schema's, within :data:`CONFIG_LIMITS`): a refusal names that file and its line.
+    A text that is not YAML at all passes: jsonargparse reads files of lines too, and says itself what is
+    wrong."""
     text = read_text(path, CONFIG_LIMITS, fix=FIX)
     try:
         parse_yaml(text, path, CONFIG_LIMITS, fix=FIX, loader=jsonargparse_yaml_loader())
@@ -126,7 +129,8 @@ def load(text: str, path: str | os.PathLike = "") -> Any:
     """The loader of :data:`MODE`: ``text`` (a config file's, or a value's) as plain data.
 
     Raises:
-        BadFileError: a config file past the limits or with a tag (one line: file, line, fix).
+        BadFileError: a config file past the limits or with a tag outside the core schema (one line: file,
+            line, fix).
         NotPlainYaml: a value from the command line that is not plain YAML (jsonargparse keeps the string).
     """
     source = reading.get() if path else None

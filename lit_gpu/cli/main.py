@@ -42,6 +42,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 #: the commands that import neither torch nor Lightning (the launcher's variables are not theirs to check)
 NO_UPSTREAM_IMPORT = ("configs", "init", "completion")
+#: the commands that only report: a malformed launcher variable is one line of their report, never a refusal
+DIAGNOSTICS = ("env",)
 
 #: the exit status after Ctrl+C: lit_gpu.callbacks.interrupt's (not imported here: that imports Lightning)
 INTERRUPT_EXIT_CODE = 128 + signal.SIGINT  # 130
@@ -152,6 +154,30 @@ def _explain(err: BaseException) -> str | None:
     return explain(err)
 
 
+def _is_diagnostic(args: list[str]) -> bool:
+    """``lit-gpu env`` or a command's ``--help``: runs nothing, so a bad variable never blocks it."""
+    return args[0] in DIAGNOSTICS or any(arg in ("-h", "--help") for arg in args[1:])
+
+
+def check_launch_env(args: list[str]) -> None:
+    """A malformed launcher variable: one line and exit 2, before Lightning reads it; for a diagnostic,
+    one line each and the run goes on (``env`` shows them in its advice; a ``--help`` runs without them,
+    as Lightning would fail reading them on import)."""
+    from lit_gpu import launch_env
+
+    bad = launch_env.problems(os.environ)
+    if not bad:
+        return
+    if not _is_diagnostic(args):
+        messages.tell_error(next(iter(bad.values())))
+        sys.exit(2)
+    if args[0] in DIAGNOSTICS:
+        return  # lit-gpu env reports them itself (launch_env.problems), Lightning is not imported
+    for name, line in bad.items():
+        messages.tell(messages.BAD_VARIABLE_IGNORED.format(problem=line))
+        del os.environ[name]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``lit-gpu`` and ``python -m lit_gpu``; exits with the command's status."""
     from lit_gpu.cli import quiet
@@ -162,12 +188,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if answered is not None:
         sys.exit(answered)
     if args[0] not in NO_UPSTREAM_IMPORT:  # before Lightning and torchmetrics read them (some on import)
-        from lit_gpu import launch_env
-
-        bad = launch_env.problem(os.environ)
-        if bad is not None:
-            messages.tell_error(bad)
-            sys.exit(2)
+        check_launch_env(args)
     try:  # a run stopped by SIGINT/SIGTERM exits 130 / 143 (LitGpuCLI reads it from the trainer's state)
         code = _run(args, from_python=argv is not None)
         if code is not None:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from lit_gpu import messages
+from lit_gpu import messages, visible_devices
 from lit_gpu.devices import auto_precision
 from lit_gpu.files.text import BadFileError, read_yaml
 from lit_gpu.free_gpus import FreeChoice, claim_free_gpus, parse_free_request
@@ -105,7 +105,7 @@ def _why_no_gpu() -> str:
     if torch.version.cuda is None:
         return " (this torch is a CPU-only build)"
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip() in ("", "-1"):
+    if visible_devices.hides_all(visible):  # read as CUDA reads it: "", "-1", "NoDevFiles", "0,0"
         return f" (CUDA_VISIBLE_DEVICES={visible!r} hides all GPUs)"
     return ""
 

@@ -19,7 +19,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from lit_gpu import devices, free_gpus, messages
+from lit_gpu import devices, free_gpus, launch_env, messages, visible_devices
 
 DIST = "lit-gpu"
 
@@ -175,7 +175,14 @@ def advice(report: dict[str, Any]) -> list[str]:
             f"no GPU: training runs on CPU (lit_gpu:trainer/cpu; precision auto = {devices.cpu_precision()})"
         )
     elif not visible:
-        lines.append(f"CUDA_VISIBLE_DEVICES={cvd!r} hides all GPUs: unset it or list GPU indices")
+        slurm = " (slurmd's value for a job without GPUs: ask for them, e.g. sbatch --gpus=1)"
+        lines.append(
+            f"CUDA_VISIBLE_DEVICES={cvd!r} hides all GPUs{slurm if cvd == 'NoDevFiles' else ''}: "
+            "unset it or list GPU indices"
+        )
+    if cvd is not None and not visible_devices.read_whole(cvd):
+        lines.append(messages.CUDA_READS_PART.format(value=repr(cvd), listed=visible_devices.entries(cvd)))
+    lines += report.get("launch_env_problems", [])
     build, driver = _major_minor(torch_info["cuda_build"]), _major_minor(report["driver"]["driver_cuda"])
     if gpus and build and driver and build[0] > driver[0]:
         lines.append(
@@ -209,6 +216,7 @@ def collect(env: dict[str, str] | None = None) -> dict[str, Any]:
         "gpus": gpus,
         "nvml_error": nvml_error,
         "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+        "launch_env_problems": list(launch_env.problems(env).values()),
         "cpu": _cpu_info(),
         "packages": {name: _version(name) for name in ("lightning", "torchvision", "torchmetrics")},
         "versions": dependency_versions(),

@@ -33,7 +33,7 @@ _MAX_PID = 1 << 31  # a pid is a positive C int (os.kill overflows past it)
 
 
 def read_space_file(path: str | os.PathLike) -> Any:
-    """A search-space YAML file as plain data (``yaml.safe_load``: no tags, no objects).
+    """A search-space YAML file as plain data (the bounded reader: core-schema tags only, no objects).
 
     Raises:
         FileNotFoundError: No such file.

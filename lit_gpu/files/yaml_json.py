@@ -2,8 +2,9 @@
 
 The parsing is the standard library's ``json`` (with a nesting check before it runs, integers within
 ``[-2**63, 2**63)``, finite numbers unless NaN is allowed) and PyYAML's safe loader (after an event pass
-that counts depth and aliases and refuses every explicit tag). What comes back is plain data: dicts,
-lists, strings, numbers, booleans and ``None``, never an object. Read through :mod:`lit_gpu.files.text`.
+that counts depth and aliases and refuses every explicit tag but the YAML core schema's). What comes back
+is plain data: dicts, lists, strings, numbers, booleans and ``None``, never an object. Read through
+:mod:`lit_gpu.files.text`.
 """
 
 from __future__ import annotations
@@ -182,7 +183,8 @@ def _yaml_budget(text: str, source: object, limits: Limits, fix: str | None, loa
         if _tagged(event):
             raise BadFileError(
                 source,
-                f"the tag {_tag_name(event.tag)} is not allowed (tags build other types than plain data)",
+                f"the tag {_tag_name(event.tag)} is not allowed (it builds a type other than plain data; "
+                "the core-schema tags !!str !!int !!float !!bool !!null !!seq !!map are)",
                 fix,
                 _line(event),
             )
@@ -218,10 +220,23 @@ def _yaml_budget(text: str, source: object, limits: Limits, fix: str | None, loa
             )
 
 
+#: The explicit tags a config may carry: the YAML core schema's (yaml.org/spec/1.2.2, 10.3; YAML 1.1's
+#: types of the same names), which jsonargparse's loader
+#: (``jsonargparse._loaders_dumpers.get_yaml_default_loader``, a PyYAML SafeLoader) builds as plain data:
+#: ``lr: !!float 1e-3`` is 0.001, ``max_epochs: !!int "7"`` is 7.
+#: The other tags its SafeLoader knows build other types (``!!set``, ``!!binary`` bytes, ``!!timestamp``,
+#: ``!!omap``/``!!pairs`` tuples) and any other tag (``!!python/...``, ``!Ref``) has no constructor there:
+#: each stays one line, refused before anything is built.
+CORE_SCHEMA_TAGS = frozenset(
+    f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null", "seq", "map")
+)
+
+
 def _tagged(event: Any) -> bool:
-    """Whether ``event`` carries an explicit tag (``!!set``, ``!!python/...``, ``!custom``, ``!<...>``)."""
+    """Whether ``event`` carries an explicit tag outside :data:`CORE_SCHEMA_TAGS` (``!!set``,
+    ``!!python/...``, ``!custom``, ``!<...>``)."""
     tag = getattr(event, "tag", None)
-    if tag is None or tag == "!":  # no tag; "!" alone marks a quoted scalar as a plain string
+    if tag is None or tag == "!" or tag in CORE_SCHEMA_TAGS:  # "!" alone: a quoted scalar is a string
         return False
     implicit = getattr(event, "implicit", True)
     return not (any(implicit) if isinstance(implicit, tuple) else implicit)
@@ -240,7 +255,7 @@ def _line(event: Any) -> int | None:
 def parse_yaml(
     text: str, source: object, limits: Limits = YAML_LIMITS, *, fix: str | None = None, loader: Any = None
 ) -> Any:
-    """``text`` (from ``source``) as plain data within ``limits``: no tag, no object, within the budget.
+    """``text`` (from ``source``) as plain data within ``limits``: no tag but the core schema's, no object.
 
     ``loader``: a subclass of PyYAML's safe loader that resolves plain values its own way (the CLI's
     configs resolve as jsonargparse does); PyYAML's safe loader by default.
@@ -266,6 +281,9 @@ def parse_yaml(
         ) from None
     except _Bad as err:
         raise BadFileError(source, str(err), fix) from None
+    except KeyError as err:  # SafeConstructor.construct_yaml_bool: a !!bool value it has no meaning for
+        value = messages.shown(err.args[0] if err.args else "", limit=40)
+        raise BadFileError(source, f"!!bool {value!r} is not a YAML boolean (true or false)", fix) from None
     except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as err:
         if "integer string conversion" in str(err):
             raise BadFileError(

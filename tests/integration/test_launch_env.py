@@ -4,6 +4,7 @@ reaches Lightning's requeue handler (which can run ``scontrol requeue <id>`` thr
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -37,7 +38,6 @@ def _lit_gpu(args: list[str], tmp_path, **env: str) -> subprocess.CompletedProce
         ("SLURM_NTASKS", "abc"),
         ("WORLD_SIZE", "two"),
         ("MASTER_PORT", "port"),
-        ("CUDA_VISIBLE_DEVICES", "0;1"),
         ("SLURM_JOB_ID", "1; touch pwned"),
     ],
 )
@@ -77,3 +77,33 @@ def test_a_fit_from_python_with_an_unsafe_job_id_stops_before_the_requeue_handle
         trainer.fit(BoringModel())
     assert signal.getsignal(signal.SIGUSR1) == before
     assert isinstance(trainer, pl.Trainer) and not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("visible", ["NoDevFiles", "0,1,"])
+def test_a_fit_runs_with_the_devices_cuda_reads(tmp_path, cli_env, visible):
+    """slurmd's ``NoDevFiles`` (a CPU job) and the ``tr '\\n' ','`` idiom's trailing comma: accepted, with the
+    meaning CUDA gives them (here, on a machine without a GPU, the run goes on the CPU as asked)."""
+    from tests.helpers.forked_cli import run_cli
+
+    done = run_cli(FIT, tmp_path, {**cli_env, "CUDA_VISIBLE_DEVICES": visible}, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and list((tmp_path / "runs").rglob("last.ckpt"))
+
+
+def test_diagnostics_report_a_bad_variable_instead_of_refusing(tmp_path):
+    """``lit-gpu env`` shows every bad launcher variable in its advice, ``fit --help`` warns and prints its
+    help, ``--version`` answers: none of them runs anything the variable would break."""
+    bad = {"RANK": "abc", "CUDA_VISIBLE_DEVICES": "NoDevFiles"}
+    env = _lit_gpu(["env", "--json"], tmp_path, **bad)
+    assert env.returncode == 0, env.stderr[-2000:]
+    advice = "\n".join(json.loads(env.stdout)["advice"])
+    assert "environment variable RANK='abc': a whole number >= 0" in advice
+    helped = _lit_gpu(["fit", "--help"], tmp_path, **bad)
+    assert helped.returncode == 0, helped.stderr[-2000:]
+    assert "--trainer" in helped.stdout and "Traceback" not in helped.stderr
+    assert helped.stderr.strip().splitlines() == [
+        "lit-gpu: warning: environment variable RANK='abc': a whole number >= 0, e.g. RANK=0; "
+        "fix or unset it (set by you or the launcher); left out for this --help"
+    ]
+    version = _lit_gpu(["--version"], tmp_path, **bad)
+    assert version.returncode == 0 and version.stdout.startswith("lit-gpu ")

@@ -47,7 +47,7 @@ def test_cuda_visible_devices_accepts_uuid_entries_and_prefixes(monkeypatch):
     gpus = _gpus(10, 70, 30)
     gpus[0].uuid, gpus[1].uuid, gpus[2].uuid = "GPU-aaaa-1", "GPU-bbbb-2", "GPU-cccc-3"
     install(monkeypatch, gpus)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-cccc-3, GPU-aaaa")  # full UUID, unique prefix
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-cccc-3,GPU-aaaa")  # full UUID, unique prefix
     assert [g.index for g in devices.visible_gpus()] == [2, 0]
     assert free_gpus.pick_free_gpus(2) == [0, 1]  # cuda:0 = physical 2 (30 GiB) > cuda:1 (10 GiB)
 
@@ -60,7 +60,11 @@ def test_cuda_visible_devices_accepts_uuid_entries_and_prefixes(monkeypatch):
         ("-1", []),
         ("1,-1,2", [1]),  # CUDA stops at the first invalid entry
         ("2,9,0", [2]),  # index beyond the machine
-        ("1,1,2", [1]),  # repeated entry
+        ("1,1,2", []),  # a repeated entry: no device at all (torch's _parse_visible_devices)
+        ("0,1,", [0, 1]),  # the empty entry ends the list
+        ("NoDevFiles", []),  # slurmd, CPU-only job
+        ("1gpu2,2ampere", [1, 2]),  # strtoul
+        ("1,GPU-000", [1]),  # an index list ends at a UUID
         ("GPU-ffff,0", []),  # unknown UUID
         (" 2 , 3 ", [2, 3]),
     ],

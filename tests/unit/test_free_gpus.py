@@ -109,7 +109,8 @@ def test_every_rank_gets_its_own_intended_gpu(monkeypatch, free, n):
 
 def test_choice_maps_through_an_existing_cuda_visible_devices(monkeypatch):
     fake = install(monkeypatch, _gpus(10, 70, 30, 50))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"3,{fake.gpus[0].uuid[:12]},2")  # index, UUID prefix, index
+    uuids = [gpu.uuid for gpu in fake.gpus]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{uuids[3]},{uuids[0][:12]},{uuids[2]}")  # UUIDs, a prefix
     choice = free_gpus.claim_free_gpus(2)
     assert [(g.local_rank, g.index) for g in choice.gpus] == [(0, 3), (1, 2)]  # GPU 1 is hidden
     assert os.environ["CUDA_VISIBLE_DEVICES"] == f"{fake.gpus[3].uuid},{fake.gpus[2].uuid}"

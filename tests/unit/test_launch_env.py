@@ -41,7 +41,6 @@ def test_a_real_cluster_environment_passes():
         ("SLURM_NTASKS", "abc", "a whole number >= 1"),
         ("SLURM_JOB_ID", "1;touch x", "a job number"),
         ("SLURM_NODELIST", "$(id)", "host names or a SLURM range"),
-        ("CUDA_VISIBLE_DEVICES", "0;1", "GPU indices or UUIDs separated by commas"),
     ],
 )
 def test_a_malformed_variable_is_one_line_naming_it_and_a_valid_value(name, value, valid):
@@ -54,3 +53,21 @@ def test_a_malformed_variable_is_one_line_naming_it_and_a_valid_value(name, valu
 def test_a_job_id_that_is_not_a_number_is_a_requeue_problem(name):
     assert launch_env.requeue_problem({name: "12 && touch pwned"}) is not None
     assert launch_env.requeue_problem({name: "12"}) is None
+
+
+@pytest.mark.parametrize(("name", "value"), [("RANK", "+3"), ("LOCAL_RANK", " 1"), ("WORLD_SIZE", "8\n")])
+def test_a_number_lightning_reads_with_int_passes(name, value):
+    """Lightning's cluster environments read these numbers with ``int()``: what it reads, lit_gpu accepts."""
+    assert int(value) >= 0 and launch_env.problem({name: value}) is None
+
+
+def test_every_bad_variable_is_named_once():
+    found = launch_env.problems({"RANK": "x", "MASTER_PORT": "0", "SLURM_NTASKS": "1"})
+    assert list(found) == ["RANK", "MASTER_PORT"]
+    assert all(line.startswith(f"environment variable {name}=") for name, line in found.items())
+
+
+@pytest.mark.parametrize("value", ["NoDevFiles", "0,1,", "0;1", "", "-1", "MIG-4b1f/1/0"])
+def test_cuda_visible_devices_is_never_refused(value):
+    """CUDA reads any value (lit_gpu.visible_devices mirrors torch's parser): lit-gpu env reports it."""
+    assert launch_env.problem({**GOOD, "CUDA_VISIBLE_DEVICES": value}) is None

@@ -83,7 +83,7 @@ def test_an_alias_bomb_is_one_line_and_costs_no_more_than_the_text_budget(tmp_pa
         "trainer:\n  max_epochs: !!python/object/apply:os.system [touch pwned]\n",
         "trainer:\n  max_epochs: !custom 3\n",
         "model: !!binary aGVsbG8=\n",
-        "trainer: !<tag:yaml.org,2002:map> {max_epochs: 1}\n",
+        "trainer: !<tag:yaml.org,2002:set> {max_epochs}\n",
     ],
 )
 def test_a_tag_in_a_later_config_is_one_line_naming_the_file_and_line(text, tmp_path, capsys):

@@ -62,6 +62,22 @@ def test_no_gpu_answer_names_the_setting_and_the_cpu_fix():
     assert messages.CPU_FIX in line and "\n" not in line
 
 
+def test_no_gpu_answer_says_when_cuda_visible_devices_hides_them(monkeypatch):
+    """A SLURM CPU job asked for a GPU: the line names slurmd's NoDevFiles as CUDA reads it (no GPU)."""
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    err = MisconfigurationException(
+        "`CUDAAccelerator` can not run on your system since the accelerator is not available."
+    )
+    for value in ("NoDevFiles", "", "-1", "0,0"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+        line = explain_device_error(err, ["--trainer.accelerator", "gpu"])
+        assert line is not None and f"(CUDA_VISIBLE_DEVICES={value!r} hides all GPUs)" in line
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,")
+    assert "hides" not in (explain_device_error(err, ["--trainer.accelerator", "gpu"]) or "")
+
+
 def test_too_few_gpus_answer_counts_the_visible_ones():
     err = MisconfigurationException("You requested gpu: [0, 1, 2, 3]\n But your machine only has: [0]")
     line = explain_device_error(err, ["--trainer.devices", "4"])

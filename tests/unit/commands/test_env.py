@@ -98,9 +98,28 @@ def test_cuda_visible_devices_hiding_everything(monkeypatch, cuda_torch):
 def test_cuda_visible_devices_subset_maps_ordinals(monkeypatch, cuda_torch):
     gpus = [FakeGpu(), FakeGpu(), FakeGpu()]
     install(monkeypatch, gpus)
-    report = env.collect(env={"CUDA_VISIBLE_DEVICES": f"2,{gpus[0].uuid}"})
+    report = env.collect(env={"CUDA_VISIBLE_DEVICES": "2,0,"})  # the empty entry ends the list
     assert [g["cuda_ordinal"] for g in report["gpus"]] == [1, None, 0]
-    assert report["cuda_visible_devices"] == f"2,{gpus[0].uuid}"
+    assert report["cuda_visible_devices"] == "2,0,"
+    assert not any("CUDA_VISIBLE_DEVICES" in line for line in report["advice"])
+
+
+def test_a_value_cuda_reads_in_part_is_reported_as_cuda_reads_it(monkeypatch, cuda_torch):
+    gpus = [FakeGpu(), FakeGpu(), FakeGpu()]
+    install(monkeypatch, gpus)
+    value = f"2,{gpus[0].uuid}"  # an index list ends at the UUID (torch's _parse_visible_devices)
+    report = env.collect(env={"CUDA_VISIBLE_DEVICES": value})
+    assert [g["cuda_ordinal"] for g in report["gpus"]] == [None, None, 0]
+    assert f"CUDA_VISIBLE_DEVICES={value!r}: CUDA reads it as [2]" in "\n".join(report["advice"])
+
+
+def test_a_slurm_cpu_job_is_reported_not_refused(monkeypatch, cuda_torch):
+    install(monkeypatch, [FakeGpu(), FakeGpu()])
+    report = env.collect(env={"CUDA_VISIBLE_DEVICES": "NoDevFiles", "RANK": "abc"})
+    assert [g["cuda_ordinal"] for g in report["gpus"]] == [None, None]
+    advice = "\n".join(report["advice"])
+    assert "CUDA_VISIBLE_DEVICES='NoDevFiles' hides all GPUs (slurmd's value for a job without GPUs" in advice
+    assert "environment variable RANK='abc': a whole number >= 0" in advice
 
 
 def test_torch_newer_than_driver_is_flagged(monkeypatch):

@@ -1,0 +1,86 @@
+"""``CUDA_VISIBLE_DEVICES`` read as torch reads it: lit_gpu.visible_devices against the installed torch's own
+parser (``torch.cuda._parse_visible_devices``, ``_transform_uuid_to_ordinals``) on every combination of the
+entries real clusters and users write."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from unittest import mock
+
+import pytest
+import torch.cuda
+
+from lit_gpu import visible_devices
+
+#: entries seen in real values (slurmd, nvidia-smi idioms, UUIDs, MIG) and the odd ones CUDA still reads
+ENTRIES = ["0", "1", "3", "10", "-1", "", " 2", "+1", "1gpu2", "x", "NoDevFiles"] + [
+    "GPU-8f1d",
+    "GPU-8f",
+    "MIG-2a",
+]
+VALUES = [",".join(combo) for n in (1, 2, 3) for combo in itertools.product(ENTRIES, repeat=n)]
+
+
+def _torch_reads(value: str) -> list:
+    with mock.patch.dict(os.environ, {"CUDA_VISIBLE_DEVICES": value}):
+        return torch.cuda._parse_visible_devices()
+
+
+def test_every_value_is_read_as_torch_reads_it():
+    assert torch.version.hip is None  # the CUDA branch is the one mirrored
+    different = [v for v in VALUES if visible_devices.entries(v) != _torch_reads(v)]
+    assert different == [], different[:5]
+    assert len(VALUES) > 2000
+
+
+def test_unset_is_every_gpu():
+    with mock.patch.dict(os.environ, clear=False) as env:
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        assert torch.cuda._parse_visible_devices() == list(range(64))  # torch: "all"
+    assert visible_devices.entries(None) is None and not visible_devices.hides_all(None)
+
+
+@pytest.mark.parametrize(
+    ("value", "listed"),
+    [
+        ("NoDevFiles", []),  # slurmd on a CPU-only job of a GPU cluster: no GPU
+        ("0,1,", [0, 1]),  # nvidia-smi --query-gpu=index ... | tr '\n' ','
+        ("", []),
+        ("-1", []),
+        ("GPU-8f1d2a3b-aaaa,GPU-77", ["GPU-8f1d2a3b-aaaa", "GPU-77"]),
+        ("MIG-4b1f/1/0", ["MIG-4b1f/1/0"]),
+        ("0,0", []),  # a repeat: CUDA shows nothing
+    ],
+)
+def test_cluster_values_keep_cudas_meaning(value, listed):
+    assert visible_devices.entries(value) == listed == _torch_reads(value)
+    assert visible_devices.hides_all(value) is (listed == [])
+
+
+def test_uuid_prefixes_map_as_torch_maps_them():
+    uuids = ["GPU-aa11", "GPU-aa22", "GPU-bb33"]
+    for combo in itertools.product(
+        ["GPU-aa", "GPU-aa1", "GPU-b", "GPU-bb33", "GPU-zz", "GPU-aa22"], repeat=3
+    ):
+        ours = visible_devices.uuid_ordinals(list(combo), uuids)
+        assert ours == torch.cuda._transform_uuid_to_ordinals(list(combo), uuids), combo
+
+
+@pytest.mark.parametrize(
+    ("value", "whole"),
+    [
+        ("0,1", True),
+        ("0,1,", True),
+        (" 0 , 1 ", True),
+        ("NoDevFiles", True),
+        ("", True),
+        ("0;1", False),
+        ("0,x,1", False),
+        ("GPU-a,GPU-b", True),
+        ("GPU-a,,GPU-b", False),
+        ("0,0", False),
+    ],
+)
+def test_read_whole_says_when_cuda_ignores_part_of_the_value(value, whole):
+    assert visible_devices.read_whole(value) is whole
