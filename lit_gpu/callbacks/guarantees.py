@@ -32,13 +32,20 @@ from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.errors import LitGpuError
 from lit_gpu.runs import RunFolderSync
 
-__all__ = ["GUARANTEES", "SWITCH", "guarantee_callbacks", "guarantees_on", "install_guarantees", "with_guarantees"]
+__all__ = [
+    "GUARANTEES",
+    "SWITCH",
+    "guarantee_callbacks",
+    "guarantees_on",
+    "install_guarantees",
+    "with_guarantees",
+]
 
 #: the guarantee callbacks, in the order they run (first on the Trainer, after Lightning's tuner callbacks)
 GUARANTEES: tuple[type[Callback], ...] = (
     RunFolderSync,  # DDP ranks write into rank 0's run folder: a run stays in its one folder
     RNGStateCallback,  # RNG states in checkpoints: a resume is exact
-    LoggingStateCallback,  # the epoch's logged values in mid-epoch checkpoints: a resumed run's curves are exact
+    LoggingStateCallback,  # the epoch's logged values in mid-epoch checkpoints: exact curves on a resume
     CheckpointOnInterrupt,  # SIGINT/SIGTERM: stop at a step boundary, save last.ckpt, one line, exit 130/143
     OOMLoopName,  # the one-line out-of-memory message names the loop that ran out
 )
@@ -69,7 +76,7 @@ def guarantee_callbacks() -> list[Callback]:
 def with_guarantees(callbacks: Sequence[Callback]) -> list[Callback]:
     """``callbacks`` with each guarantee it lacks added; an instance of a guarantee's class (or of a
     subclass) already there takes its place. The added ones go first, after Lightning's tuner callbacks
-    (the order Lightning's ``_reorder_callbacks`` keeps), so that they run where the default config puts them."""
+    (the order Lightning's ``_reorder_callbacks`` keeps), where the default config puts them."""
     missing = [cls() for cls in GUARANTEES if not any(isinstance(cb, cls) for cb in callbacks)]
     tuners = 0
     while tuners < len(callbacks) and isinstance(callbacks[tuners], BatchSizeFinder | LearningRateFinder):
