@@ -6,7 +6,7 @@ import pytest
 import torch
 import yaml
 
-from lit_gpu.callbacks.guarantees import GUARANTEES
+from lit_gpu.callbacks.guarantees import GUARANTEES, SWITCH
 from lit_gpu.cli import LitGpuCLI, main
 from lit_gpu.cli.lightning_cli import DEFAULT_CALLBACKS, STEP_PATH_CALLBACKS
 from tests.helpers.paths import CONFIGS
@@ -172,6 +172,33 @@ def test_a_configs_own_list_removes_the_step_path_defaults_and_keeps_the_guarant
     cli = LitGpuCLI(args=[*SIMPLE_DEBUG, "--config", str(mine)], run=False)
     assert not {cls.__name__ for cls in STEP_PATH_CALLBACKS} & set(_lit_gpu_callbacks(cli))
     assert _lit_gpu_callbacks(cli)[: len(guarantees)] == guarantees
+
+
+def test_the_switch_off_leaves_only_what_the_config_lists(tmp_path, monkeypatch):
+    """``LIT_GPU_GUARANTEES=false``: no guarantee lit_gpu adds; one the config lists is the config's."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(SWITCH, "false")
+    cli = LitGpuCLI(args=SIMPLE_DEBUG, run=False)
+    assert not {cls.__name__ for cls in GUARANTEES} & set(_lit_gpu_callbacks(cli))
+    assert _lit_gpu_callbacks(cli)[: len(STEP_PATH_CALLBACKS)] == [c.__name__ for c in STEP_PATH_CALLBACKS]
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("trainer:\n  callbacks:\n  - class_path: lit_gpu.callbacks.CheckpointOnInterrupt\n")
+    cli = LitGpuCLI(args=[*SIMPLE_DEBUG, "--config", str(mine)], run=False)
+    assert [n for n in _lit_gpu_callbacks(cli) if n in {c.__name__ for c in GUARANTEES}] == [
+        "CheckpointOnInterrupt"
+    ]
+
+
+def test_a_bad_value_of_the_switch_is_one_line_and_leaves_no_run_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(SWITCH, "off")
+    with pytest.raises(SystemExit) as info:
+        main(["fit", *SIMPLE_DEBUG])
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err[-2000:]
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"lit-gpu: error: {SWITCH}='off' is neither true nor false; "), line
+    assert not list((tmp_path / "runs").rglob("version_*"))
 
 
 def test_appending_keeps_the_defaults(tmp_path, monkeypatch):
