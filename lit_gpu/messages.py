@@ -198,6 +198,10 @@ OOM_RECOVERY_SYNC_BATCHNORM = (
     "--oom_recovery cannot be combined with SyncBatchNorm (--trainer.sync_batchnorm true): it exchanges "
     "statistics inside the forward pass, so an OOM on one process would hang the others"
 )
+GUARANTEES_SWITCH_INVALID = (
+    "{name}={value!r} is neither true nor false; unset it (lit_gpu's guarantees on) or set it to false "
+    "(off: a run behaves as Lightning's, with no stop checkpoint on SIGINT/SIGTERM)"
+)
 
 # ---- progress lines (printed with tell) ---------------------------------------------------------
 RESUMING_FROM = "resuming from {path} ({why})"

@@ -7,6 +7,7 @@ which :mod:`lit_gpu.run.class_paths` (one table) maps to these names when a conf
 
 from lit_gpu import strategies as _strategies  # noqa: F401  (registers Trainer(strategy="dp"))
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
+from lit_gpu.callbacks.guarantees import GUARANTEES, guarantee_callbacks
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
 from lit_gpu.callbacks.logging_state import LoggingStateCallback
 from lit_gpu.callbacks.nan_guard import NaNGuard, NonFiniteLossError
@@ -21,6 +22,7 @@ __all__ = [
     "CSVPredictionWriter",
     "CheckpointOnInterrupt",
     "FreshLastCheckpoint",
+    "GUARANTEES",
     "LoggingStateCallback",
     "LeanOptimizerStep",
     "LeanTrainingBatch",
@@ -31,4 +33,5 @@ __all__ = [
     "RNGStateCallback",
     "RunFolderSync",
     "SkipIdleHooks",
+    "guarantee_callbacks",
 ]

@@ -20,15 +20,13 @@ from typing_extensions import override
 from lit_gpu import messages, recipes
 from lit_gpu import strategies as _strategies  # noqa: F401  (registers strategy: dp)
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
-from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
-from lit_gpu.callbacks.logging_state import LoggingStateCallback
+from lit_gpu.callbacks.guarantees import GUARANTEES, install_guarantees
 from lit_gpu.callbacks.model_summary import lean_model_summary
 from lit_gpu.callbacks.nan_guard import NaNGuard
-from lit_gpu.callbacks.oom_recovery import OOMLoopName, OOMRecovery
+from lit_gpu.callbacks.oom_recovery import OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
 from lit_gpu.callbacks.progress import use_progress_log
 from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
-from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.callbacks.stopped_run import signal_stop_code
 from lit_gpu.cli import config_files, quiet, run_folders
@@ -46,7 +44,6 @@ from lit_gpu.run.config_saver import RunConfigSaver
 from lit_gpu.run.folder import RunFolder
 from lit_gpu.run.layout import next_cluster_checkpoint
 from lit_gpu.run.store import Resolution
-from lit_gpu.runs import RunFolderSync
 from lit_gpu.upstream.batch_path import LeanTrainingBatch
 from lit_gpu.upstream.cli import CLIHooks
 from lit_gpu.upstream.cluster import no_cluster_resume, own_cluster_saves
@@ -165,29 +162,26 @@ def add_extra_arguments(parser: LightningArgumentParser) -> None:
 
 
 # ---- lit_gpu's default callbacks ----------------------------------------------------------------------
-# trainer.callbacks' default, so that --print_config shows them and YAML can remove or replace them:
-# `trainer: {callbacks: [...]}` replaces the list, `trainer: {callbacks+: [...]}` and
-# `--trainer.callbacks+=X` append to it. A config whose callbacks are null (written before they were
-# listed) gets them too; `callbacks: []` runs without any.
-DEFAULT_CALLBACKS: tuple[type[pl.Callback], ...] = (
-    RunFolderSync,  # DDP ranks write into rank 0's run folder
-    RNGStateCallback,  # RNG states in checkpoints: exact resume
-    LoggingStateCallback,  # the epoch's logged values in mid-epoch checkpoints: exact curves
-    CheckpointOnInterrupt,  # SIGINT/SIGTERM: stop at a step boundary, save last.ckpt
-    OOMLoopName,  # "out of memory during validation": the one-line OOM message names its loop
+# GUARANTEES (lit_gpu/callbacks/guarantees.py) are on whatever trainer.callbacks holds (install_guarantees;
+# off: LIT_GPU_GUARANTEES=false). The step-path ones are trainer.callbacks' default, so that --print_config
+# shows them and YAML can remove them: `trainer: {callbacks: [...]}` replaces the list, `callbacks+:` and
+# `--trainer.callbacks+=X` append to it; null (a config written before they were listed) gets them too.
+STEP_PATH_CALLBACKS: tuple[type[pl.Callback], ...] = (
     SkipIdleHooks,  # Lightning skips no-op per-batch hooks of its own callbacks and lit_gpu's (speed)
     LeanOptimizerStep,  # the automatic-optimization step without Lightning's dispatch layers (speed)
     LeanTrainingBatch,  # the per-batch loop glue without Lightning's dispatch layers (speed)
 )
+#: every callback class lit_gpu puts on a Trainer by default (a plain Trainer with lit_gpu's callbacks)
+DEFAULT_CALLBACKS: tuple[type[pl.Callback], ...] = (*GUARANTEES, *STEP_PATH_CALLBACKS)
 
 
 def default_callbacks() -> list[dict[str, str]]:
-    """:data:`DEFAULT_CALLBACKS` as config entries (``class_path`` only), by their public names.
+    """:data:`STEP_PATH_CALLBACKS` as config entries (``class_path`` only), by their public names.
 
     ``lit_gpu.callbacks.X``, not the file that defines ``X``: a run's ``config.yaml`` records these, and
     files move.
     """
-    return [{"class_path": f"lit_gpu.callbacks.{cls.__qualname__}"} for cls in DEFAULT_CALLBACKS]
+    return [{"class_path": f"lit_gpu.callbacks.{cls.__qualname__}"} for cls in STEP_PATH_CALLBACKS]
 
 
 PREDICTIONS_NAME = "predictions.csv"
@@ -298,7 +292,7 @@ class LitGpuCLI(CLIHooks):
         run_folders.add_arguments(parser)  # --loggers
         parser.set_defaults(
             {
-                "trainer.callbacks": default_callbacks(),  # RunFolderSync, RNGStateCallback, ...
+                "trainer.callbacks": default_callbacks(),  # SkipIdleHooks, LeanOptimizerStep, ...
                 "checkpoint.monitor": "val/loss",
                 "checkpoint.mode": "min",
                 "checkpoint.save_last": True,
@@ -345,7 +339,7 @@ class LitGpuCLI(CLIHooks):
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         if config_value(config, "trainer") is not None and config.trainer.get("callbacks", []) is None:
-            config.trainer.callbacks = [cls() for cls in DEFAULT_CALLBACKS]  # a config older than the list
+            config.trainer.callbacks = [cls() for cls in STEP_PATH_CALLBACKS]  # a config older than the list
         parsed = self.config[self.subcommand] if self.subcommand else self.config
         loggers, self.run_folder = run_folders.trainer_loggers(  # CSV + TB, one folder
             config, self.subcommand, self.resolution, parsed
@@ -362,6 +356,7 @@ class LitGpuCLI(CLIHooks):
             if message is None:
                 raise
             raise LitGpuError(message) from err
+        install_guarantees(trainer)  # whatever trainer.callbacks holds; a user's instance of one replaces it
         configure_trainer(
             trainer, self.config, self.subcommand, self.run_folder
         )  # atomic IO, OOM, predictions

@@ -27,6 +27,7 @@ SECONDS: dict[str, int] = {  # the default tier on 2 idle cores (the README's `p
     "tests/integration/test_notebooks.py": 11,
     "tests/integration/test_malicious_checkpoints.py": 11,
     "tests/integration/test_files_are_data.py": 8,
+    "tests/integration/test_guarantees.py": 8,
     "tests/integration/test_sweep_preemption.py": 8,
     "tests/integration/test_progress_log.py": 8,
     "tests/integration/test_checkpoint_bombs.py": 8,

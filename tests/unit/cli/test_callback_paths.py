@@ -9,7 +9,7 @@ import yaml
 
 import lit_gpu.callbacks
 from lit_gpu.cli import LitGpuCLI
-from lit_gpu.cli.lightning_cli import DEFAULT_CALLBACKS
+from lit_gpu.cli.lightning_cli import DEFAULT_CALLBACKS, STEP_PATH_CALLBACKS
 from lit_gpu.run import class_paths
 from lit_gpu.run import config as run_config
 from tests.helpers.paths import CONFIGS
@@ -37,8 +37,8 @@ def test_a_runs_config_names_the_default_callbacks_by_their_public_names(tmp_pat
         LitGpuCLI(args=["fit", *SIMPLE_DEBUG, "--print_config"])
     printed = yaml.safe_load(capsys.readouterr().out)
     paths = [entry["class_path"] for entry in printed["trainer"]["callbacks"]]
-    assert paths == [f"lit_gpu.callbacks.{cls.__qualname__}" for cls in DEFAULT_CALLBACKS]
-    for cls in DEFAULT_CALLBACKS:  # each one the public name's class
+    assert paths == [f"lit_gpu.callbacks.{cls.__qualname__}" for cls in STEP_PATH_CALLBACKS]
+    for cls in DEFAULT_CALLBACKS:  # each one the public name's class (the guarantees too)
         assert getattr(lit_gpu.callbacks, cls.__qualname__) is cls
 
 

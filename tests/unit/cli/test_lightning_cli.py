@@ -6,8 +6,9 @@ import pytest
 import torch
 import yaml
 
+from lit_gpu.callbacks.guarantees import GUARANTEES, SWITCH
 from lit_gpu.cli import LitGpuCLI, main
-from lit_gpu.cli.lightning_cli import DEFAULT_CALLBACKS
+from lit_gpu.cli.lightning_cli import DEFAULT_CALLBACKS, STEP_PATH_CALLBACKS
 from tests.helpers.paths import CONFIGS
 
 FULL_CONFIGS = sorted(p for p in CONFIGS.glob("*.yaml") if "model" in yaml.safe_load(p.read_text()))
@@ -116,7 +117,7 @@ def test_args_from_python_give_no_misfiring_warning(monkeypatch, tmp_path, recwa
     assert not [w for w in recwarn if "args parameter is intended" in str(w.message)]
 
 
-# ---- lit_gpu's default callbacks: declared, printed, removable -------------------------------------
+# ---- lit_gpu's callbacks: the guarantees always on, the step-path defaults printed and removable ---------
 SIMPLE_DEBUG = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
 
 
@@ -130,21 +131,22 @@ def _lit_gpu_callbacks(cli: LitGpuCLI) -> list[str]:
 
 
 def test_print_config_lists_every_callback_lit_gpu_adds(tmp_path, monkeypatch, capsys):
-    """Each callback lit_gpu puts on the trainer is in --print_config, as a trainer.callbacks entry or
-    as its own group (checkpoint, nan_guard, speed), except the progress bar (trainer.enable_progress_bar)."""
+    """Each callback lit_gpu puts on the trainer is a guarantee (lit_gpu.callbacks.GUARANTEES, always on, as
+    Lightning's own progress bar and checkpoint are, so not config) or in --print_config, as a
+    trainer.callbacks entry or as its own group (checkpoint, nan_guard, speed), except the progress bar
+    (trainer.enable_progress_bar)."""
     monkeypatch.chdir(tmp_path)
     printed = yaml.safe_load(print_config(["--config", str(CONFIGS / "simple.yaml")], capsys))
     listed = [entry["class_path"].rsplit(".", 1)[-1] for entry in printed["trainer"]["callbacks"]]
-    assert listed == [cls.__name__ for cls in DEFAULT_CALLBACKS]
-    assert listed == [
+    assert listed == [cls.__name__ for cls in STEP_PATH_CALLBACKS]
+    assert listed == ["SkipIdleHooks", "LeanOptimizerStep", "LeanTrainingBatch"]
+    guarantees = [cls.__name__ for cls in GUARANTEES]
+    assert guarantees == [
         "RunFolderSync",
         "RNGStateCallback",
         "LoggingStateCallback",
         "CheckpointOnInterrupt",
         "OOMLoopName",
-        "SkipIdleHooks",
-        "LeanOptimizerStep",
-        "LeanTrainingBatch",
     ]
     groups = {"FreshLastCheckpoint": "checkpoint", "NaNGuard": "nan_guard", "SpeedLevers": "speed"}
     assert set(groups.values()) <= set(printed)
@@ -154,35 +156,65 @@ def test_print_config_lists_every_callback_lit_gpu_adds(tmp_path, monkeypatch, c
     # Lightning's own model summary (its class switched to drop an all-zero FLOPs column)
     plumbing = {"LitProgressBar", "ProgressLog", "RunConfigSaver", "RecordModelSpec", "LeanModelSummary"}
     on_trainer = [n for n in _lit_gpu_callbacks(cli) if n not in plumbing]
-    assert sorted(on_trainer) == sorted(listed + list(groups))
+    assert sorted(on_trainer) == sorted(guarantees + listed + list(groups))
+    assert on_trainer[: len(DEFAULT_CALLBACKS)] == [cls.__name__ for cls in DEFAULT_CALLBACKS]  # the order
 
 
-def test_removing_a_default_callback_in_yaml_removes_it(tmp_path, monkeypatch):
+def test_a_configs_own_list_removes_the_step_path_defaults_and_keeps_the_guarantees(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    guarantees = [cls.__name__ for cls in GUARANTEES]
     mine = tmp_path / "mine.yaml"
-    mine.write_text(
-        "trainer:\n  callbacks:\n  - class_path: lit_gpu.runs.RunFolderSync\n"
-        "  - class_path: lit_gpu.callbacks.RNGStateCallback\n"
-    )
+    mine.write_text("trainer:\n  callbacks:\n  - class_path: lit_gpu.callbacks.SkipIdleHooks\n")
     cli = LitGpuCLI(args=[*SIMPLE_DEBUG, "--config", str(mine)], run=False)
-    assert "CheckpointOnInterrupt" not in _lit_gpu_callbacks(cli)
-    assert {"RunFolderSync", "RNGStateCallback"} <= set(_lit_gpu_callbacks(cli))
-    mine.write_text("trainer:\n  callbacks: []\n")  # none at all
+    assert "LeanOptimizerStep" not in _lit_gpu_callbacks(cli)
+    assert _lit_gpu_callbacks(cli)[: len(guarantees) + 1] == [*guarantees, "SkipIdleHooks"]
+    mine.write_text("trainer:\n  callbacks: []\n")  # none of the defaults
     cli = LitGpuCLI(args=[*SIMPLE_DEBUG, "--config", str(mine)], run=False)
-    assert not {cls.__name__ for cls in DEFAULT_CALLBACKS} & set(_lit_gpu_callbacks(cli))
+    assert not {cls.__name__ for cls in STEP_PATH_CALLBACKS} & set(_lit_gpu_callbacks(cli))
+    assert _lit_gpu_callbacks(cli)[: len(guarantees)] == guarantees
+
+
+def test_the_switch_off_leaves_only_what_the_config_lists(tmp_path, monkeypatch):
+    """``LIT_GPU_GUARANTEES=false``: no guarantee lit_gpu adds; one the config lists is the config's."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(SWITCH, "false")
+    cli = LitGpuCLI(args=SIMPLE_DEBUG, run=False)
+    assert not {cls.__name__ for cls in GUARANTEES} & set(_lit_gpu_callbacks(cli))
+    assert _lit_gpu_callbacks(cli)[: len(STEP_PATH_CALLBACKS)] == [c.__name__ for c in STEP_PATH_CALLBACKS]
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("trainer:\n  callbacks:\n  - class_path: lit_gpu.callbacks.CheckpointOnInterrupt\n")
+    cli = LitGpuCLI(args=[*SIMPLE_DEBUG, "--config", str(mine)], run=False)
+    assert [n for n in _lit_gpu_callbacks(cli) if n in {c.__name__ for c in GUARANTEES}] == [
+        "CheckpointOnInterrupt"
+    ]
+
+
+def test_a_bad_value_of_the_switch_is_one_line_and_leaves_no_run_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(SWITCH, "off")
+    with pytest.raises(SystemExit) as info:
+        main(["fit", *SIMPLE_DEBUG])
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err[-2000:]
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"lit-gpu: error: {SWITCH}='off' is neither true nor false; "), line
+    assert not list((tmp_path / "runs").rglob("version_*"))
 
 
 def test_appending_keeps_the_defaults(tmp_path, monkeypatch):
-    """``callbacks+:`` in YAML and ``--trainer.callbacks+=`` append; null (older configs): the defaults."""
+    """``callbacks+:`` in YAML and ``--trainer.callbacks+=`` append; null (older configs): the defaults.
+
+    ``OOMRecovery`` is an ``OOMLoopName``: the user's instance takes the guarantee's place."""
     monkeypatch.chdir(tmp_path)
     defaults = [cls.__name__ for cls in DEFAULT_CALLBACKS]
     flag = LitGpuCLI(args=[*SIMPLE_DEBUG, "--trainer.callbacks+=lit_gpu.callbacks.OOMRecovery"], run=False)
-    n = len(defaults) + 1
-    assert _lit_gpu_callbacks(flag)[:n] == [*defaults, "OOMRecovery"]
+    n = len(defaults)
+    appended = [name for name in defaults if name != "OOMLoopName"] + ["OOMRecovery"]
+    assert _lit_gpu_callbacks(flag)[:n] == appended
     mine = tmp_path / "mine.yaml"
     mine.write_text("trainer:\n  callbacks+:\n  - class_path: lit_gpu.callbacks.OOMRecovery\n")
     yaml_append = LitGpuCLI(args=[*SIMPLE_DEBUG, "--config", str(mine)], run=False)
-    assert _lit_gpu_callbacks(yaml_append)[:n] == [*defaults, "OOMRecovery"]
+    assert _lit_gpu_callbacks(yaml_append)[:n] == appended
     mine.write_text("trainer:\n  callbacks: null\n")
     old = LitGpuCLI(args=[*SIMPLE_DEBUG, "--config", str(mine)], run=False)
     assert _lit_gpu_callbacks(old)[: len(defaults)] == defaults
