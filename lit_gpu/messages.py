@@ -141,6 +141,7 @@ PICKLE_REFUSED = (
     "it; use a checkpoint that holds weights only (any lit-gpu fit writes one), or, only if you trust the "
     "file and where it came from, {opt_out}"
 )
+UNKNOWN_FLAG = "{flags}; flags are exact (no abbreviations): run '{prog} --help' for the options"
 BUILD_REFUSED = "{source}: refusing to build {key}: {what}; nothing was run; {fix}"
 
 SWEEP_BAD_SPACE = (

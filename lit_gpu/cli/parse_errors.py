@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from lit_gpu import messages
+from lit_gpu.upstream.tools import parser_actions
 
 _KEY = re.compile(r'Parser key "([^"]+)"')
 _CLASS_PATHS = re.compile(
@@ -185,6 +186,27 @@ def concise_parse_error(message: str, prog: str) -> str:
             keep.append(tail)
     text = _CLASS_REPR.sub(r"\1", "; ".join(keep))
     return text + f"; run '{prog} --help' for the options"
+
+
+_UNRECOGNIZED = "unrecognized arguments:"
+
+
+def unknown_flags(message: str, parser: Any, prog: str) -> str | None:
+    """``unknown flag --trainer.max_epoch (did you mean --trainer.max_epochs?)`` for argparse's
+    ``unrecognized arguments: ...``, each flag held against ``parser``'s own options; else ``None``.
+
+    The parser takes flags exactly (``allow_abbrev=False``): a prefix of a flag is a typo, as a misspelling.
+    """
+    if not message.startswith(_UNRECOGNIZED):
+        return None
+    words = message[len(_UNRECOGNIZED) :].split()
+    flags = [word.partition("=")[0] for word in words if word.startswith("-")]
+    if not flags:
+        return None
+    options = [option for action in parser_actions(parser) for option in action.option_strings]
+    named = "; ".join(f"unknown flag {flag}{_close(flag, options)}" for flag in flags[:3])
+    more = f"; and {len(flags) - 3} more" if len(flags) > 3 else ""
+    return messages.UNKNOWN_FLAG.format(flags=named + more, prog=prog)
 
 
 def yaml_error(err: BaseException | None, path: str) -> str | None:

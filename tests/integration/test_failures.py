@@ -44,7 +44,10 @@ def simple_ckpt(tmp_path_factory) -> Path:
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--trainer.max_epochz", "3"], "unrecognized arguments: --trainer.max_epochz"),
+        (["--trainer.max_epochz", "3"], "unknown flag --trainer.max_epochz (did you mean --trainer.max_epochs?)"),
+        # argparse's abbreviations are off: a prefix of a flag is a typo, not max_epochs (issue 58)
+        (["--trainer.max_epoch", "3"], "unknown flag --trainer.max_epoch (did you mean --trainer.max_epochs?)"),
+        (["--trainer.max_epoch=3"], "unknown flag --trainer.max_epoch (did you mean --trainer.max_epochs?)"),
         (["--trainer.max_epochs", "three"], 'Parser key "trainer.max_epochs"'),
     ],
 )
