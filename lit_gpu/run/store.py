@@ -186,7 +186,8 @@ def _read_files(
             facts.append(choice.CkptFacts(path, False))
             continue
         found = headers[path] = CheckpointHeader.from_facts(look)
-        facts.append(choice.CkptFacts(path, True, found.step, found.epoch, found.score(where.monitor)))
+        logged = None if found.log_step is None else found.log_step - 1  # its last step, as metrics.csv
+        facts.append(choice.CkptFacts(path, True, found.step, found.epoch, found.score(where.monitor), logged))
     return choice.choose_file(facts, which, where.mode, where.monitor), headers
 
 
