@@ -221,7 +221,7 @@ CUDA_GRAPH_ASIDE = "whole-step capture (speed.cuda_graph) stands aside, steps ru
 BATCH_SIZE_FOUND = "batch-size finder chose data.batch_size={size}; set it in your config to skip tuning"
 INTERRUPTED_OUTSIDE_RUN = "interrupted"
 REMOVED_STALE_TEMP = "removed {file}, left by a killed save"
-OOM_ADAPTED = "out of memory at global step {step} ({point}) with {was} -> micro-batch {micro} x {count}"
+OOM_ADAPTED = "out of memory at step {step} ({point}) with {was} -> micro-batch {micro} x {count}"
 OOM_ADAPTED_EVAL = "out of memory during {loop} at batch {index} with {was} -> micro-batch {micro} x {count}"
 OOM_ADAPTED_PROCESSES = " on all {world} processes ({failed} ran out)"
 OOM_ADAPTED_BATCHNORM = " (BatchNorm layers now compute batch statistics over {micro} samples, not {total})"

@@ -189,7 +189,7 @@ class NaNGuard(Callback):
             else "stopped before the bad update"
         )
         raise NonFiniteLossError(
-            f"loss became {kind} at global step {step} ({point}); {stopped} and "
+            f"loss became {kind} at step {step} ({point}); {stopped} and "
             f"{where_kept}; try a lower learning rate, --trainer.gradient_clip_val 1.0, bf16 instead of "
             "fp16, or check the data for NaNs"
         )
