@@ -242,7 +242,7 @@ def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, monke
         "--checkpoint.monitor", "null",
     ]  # fmt: skip
     code, lines = _run(argv, capsys)
-    assert code == 2 and len(lines) == 1 and "loss became NaN at global step 6" in lines[0], lines
+    assert code == 2 and len(lines) == 1 and "loss became NaN at step 6" in lines[0], lines
     last = tmp_path / RUN / "version_0" / "checkpoints" / "last.ckpt"
     assert str(last.relative_to(tmp_path)) in lines[0]
     ckpt = torch.load(last, weights_only=True)
@@ -296,7 +296,7 @@ def test_sigint_saves_a_usable_checkpoint_and_exits_130(tmp_path, cli_env):
     _, err = proc.communicate(timeout=60)
     err = err.decode()
     assert proc.returncode == 130, err[-2000:]
-    assert "lit-gpu: stopped by SIGINT at global step" in err and "--ckpt_path last" in err
+    assert "lit-gpu: stopped by SIGINT at step" in err and "--ckpt_path runs/lit_gpu/version_0/checkpoints/last.ckpt" in err
     last = tmp_path / RUN / "version_0" / "checkpoints" / "last.ckpt"
     ckpt = torch.load(last, weights_only=True)
     assert ckpt["global_step"] >= 2
