@@ -316,10 +316,10 @@ def _global_rank() -> int:
 
 
 # ---- one numbering: every line that names an epoch or a step --------------------------------------------
-# Lightning's own (docs/runs.md, "What the numbers mean"): an epoch is its 0-based index (trainer.current_epoch,
-# metrics.csv's epoch, the checkpoint's epoch, the bar's "Epoch 1/2": index 1 of 0..2); a step is the 0-based
-# index of the training step as Lightning's loggers write it (metrics.csv's step: global_step - 1 once a step
-# is done); a batch b/B counts the batches done in the epoch, as the bar's counter does.
+# Lightning's own (docs/runs.md, "What the numbers mean"): an epoch is its 0-based index (current_epoch,
+# metrics.csv's epoch, the checkpoint's epoch, the bar's "Epoch 1/2": index 1 of 0..2); a step is the
+# 0-based index of the training step as Lightning's loggers write it (metrics.csv's step: global_step - 1
+# once a step is done); a batch b/B counts the batches done in the epoch, as the bar's counter does.
 def epoch_point(epoch: int, epochs: Any, batch: int | None = None, batches: Any = None) -> str:
     """``epoch e/L batch b/B`` as the progress bar names a point of a fit: ``e`` Lightning's 0-based
     ``current_epoch`` of the last index ``L`` (``max_epochs - 1``), ``b`` the batches done in that epoch

@@ -41,7 +41,8 @@ def finished_line(trainer: pl.Trainer) -> str | None:
         limit, flag, example = f"max_epochs={epochs}", "--trainer.max_epochs", max(2 * (epochs or 0), 1)
     else:
         return None
-    return FINISHED_RUN.format(ckpt=messages.shown(ckpt), limit=limit, point=point, flag=flag, example=example)
+    ckpt = messages.shown(ckpt)
+    return FINISHED_RUN.format(ckpt=ckpt, limit=limit, point=point, flag=flag, example=example)
 
 
 def _epochs_reached(trainer: Any) -> bool:

@@ -67,9 +67,9 @@ class FreshLastCheckpoint(CheckpointHooks):
         ver: int | None = None,
         prefix: str | None = None,
     ) -> str:
-        """Lightning's name, with ``{step}`` the loggers' step of the last training step (metrics.csv's: global
-        step - 1) and ``{epoch}`` Lightning's 0-based one: ``best-epoch03-step1719`` is metrics.csv's row at
-        epoch 3, step 1719 (docs/runs.md, "What the numbers mean")."""
+        """Lightning's name, with ``{step}`` the loggers' step of the last training step (metrics.csv's:
+        global step - 1) and ``{epoch}`` Lightning's 0-based one: ``best-epoch03-step1719`` is metrics.csv's
+        row at epoch 3, step 1719 (docs/runs.md, "What the numbers mean")."""
         if "step" in metrics and self._trainer is not None:
             metrics = {**metrics, "step": torch.tensor(messages.logged_step(self._trainer))}
         return super().format_checkpoint_name(metrics, filename=filename, ver=ver, prefix=prefix)

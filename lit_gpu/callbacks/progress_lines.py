@@ -41,8 +41,8 @@ _REPLACED_FLAGS = ("--ckpt_path", "--new_run")
 
 
 def resume_command(argv: list[str], checkpoint: str) -> str:
-    """``lit-gpu <argv>`` with ``--ckpt_path checkpoint`` in place of any ``--ckpt_path`` it had (shell-quoted;
-    a ``--new_run`` left out: the resume continues the folder of ``checkpoint``)."""
+    """``lit-gpu <argv>`` with ``--ckpt_path checkpoint`` in place of any ``--ckpt_path`` it had
+    (shell-quoted; a ``--new_run`` left out: the resume continues the folder of ``checkpoint``)."""
     kept: list[str] = []
     skip = False
     for arg in argv:

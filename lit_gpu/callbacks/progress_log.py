@@ -6,10 +6,10 @@ only) and one at each epoch end, on global rank zero only, flushed::
 
     lit-gpu: run runs/lit_gpu/version_0; resume: lit-gpu fit --config configs/simple.yaml --ckpt_path \
         runs/lit_gpu/version_0/checkpoints/last.ckpt
-    fit epoch 1/2 batch 20/32 step 51 (54%) train/loss_step=0.009493 val/loss=0.03673 | 889 samples/s | 0:00:04 \
-        ETA 0:00:03
-    fit epoch 1/2 end batch 32/32 step 63 (67%) train/loss_step=0.00293 val/loss=0.003 | 981 samples/s | 0:00:05 \
-        ETA 0:00:02
+    fit epoch 1/2 batch 20/32 step 51 (54%) train/loss_step=0.009493 val/loss=0.03673 | 889 samples/s \
+        | 0:00:04 ETA 0:00:03
+    fit epoch 1/2 end batch 32/32 step 63 (67%) train/loss_step=0.00293 val/loss=0.003 | 981 samples/s \
+        | 0:00:05 ETA 0:00:02
     lit-gpu: fit done in 0:00:08: train/loss=0.002945 val/loss=0.002561; checkpoint runs/lit_gpu/version_0/...
 
 ``--progress_format json`` writes the same as one JSON object a line (``{"event": "progress", ...}``).
@@ -252,7 +252,7 @@ class ProgressLog(ProgressBar):
         elapsed = now - self._loop_start
         epoch: tuple[int, int | None] | None = None
         done, total, step, logged = self._batches, steps, self._batches, None
-        if stage == "fit":  # numbered as the bar and metrics.csv: epoch and step from 0 (messages.epoch_point)
+        if stage == "fit":  # numbered as the bar and metrics.csv: epoch and step from 0 (messages.py)
             epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
             epoch, step, logged = (trainer.current_epoch, epochs), self._step, messages.logged_step(trainer)
             done, total = self._run_progress(trainer, steps)

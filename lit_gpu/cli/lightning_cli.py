@@ -79,7 +79,8 @@ class ConciseErrorParser(LightningArgumentParser):
             content = message.partition(":")[2].strip()[:60]
             what = repr(content) if content else "nothing"
             text = messages.CONFIG_NOT_A_MAPPING.format(path=path, content=what)
-        messages.tell_error(text or unknown_flags(message, parser, prog) or concise_parse_error(message, prog))
+        text = text or unknown_flags(message, parser, prog)  # flags are exact: "did you mean"
+        messages.tell_error(text or concise_parse_error(message, prog))
         sys.exit(2)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -187,7 +187,8 @@ def _read_files(
             continue
         found = headers[path] = CheckpointHeader.from_facts(look)
         logged = None if found.log_step is None else found.log_step - 1  # its last step, as metrics.csv
-        facts.append(choice.CkptFacts(path, True, found.step, found.epoch, found.score(where.monitor), logged))
+        score = found.score(where.monitor)
+        facts.append(choice.CkptFacts(path, True, found.step, found.epoch, score, logged))
     return choice.choose_file(facts, which, where.mode, where.monitor), headers
 
 

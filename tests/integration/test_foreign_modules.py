@@ -173,7 +173,7 @@ def test_stop_resume_and_best_checkpoint_lines_number_as_the_progress_lines(tmp_
     ]  # fmt: skip
     first = _run(tmp_path, cli_env, [*args, *_sigterm(16)], code=143)
     progress = [m.groups() for m in map(PROGRESS.search, first.stdout.splitlines()) if m]
-    assert progress[-1] == ("1", "2", "7"), first.stdout[-2000:]  # epoch 1 (from 0), its batch 2: global step 16
+    assert progress[-1] == ("1", "2", "7"), first.stdout[-2000:]  # epoch 1 (from 0), batch 2: global step 16
     stop = [ln for ln in first.stderr.splitlines() if "stopped by SIGTERM" in ln]
     assert (
         len(stop) == 1

@@ -83,8 +83,8 @@ def test_json_lines_for_log_scrapers(tmp_path, monkeypatch, capsys):
     assert start["folder"] == "runs/lit_gpu/version_0" and start["resume"].endswith(
         "--ckpt_path runs/lit_gpu/version_0/checkpoints/last.ckpt"
     )
-    assert (first["epoch"], first["epochs"], first["batch"], first["batches"], first["step"]) == (0, 2, 5, 5, 4)
-    assert (first["percent"], second["percent"], second["global_step"], second["step"]) == (50.0, 100.0, 10, 9)
+    assert [first[k] for k in ("epoch", "epochs", "batch", "batches", "step")] == [0, 2, 5, 5, 4]
+    assert [first["percent"], second["percent"], second["global_step"], second["step"]] == [50.0, 100.0, 10, 9]
     assert second["eta_s"] == 0.0 and second["samples_per_s"] > 0 and second["elapsed_s"] > 0
     assert {"train/loss_step", "val/loss"} <= set(second["metrics"])
     assert end["checkpoint"] == "runs/lit_gpu/version_0/checkpoints/last.ckpt"
@@ -94,7 +94,7 @@ def test_json_lines_for_log_scrapers(tmp_path, monkeypatch, capsys):
     main(["test", *args, "--ckpt_path", ckpt, "--progress_format", "json", "--progress_interval", "0"])
     events = _json_lines(capsys.readouterr().out)
     assert [e["event"] for e in events] == ["start", "epoch_end", "end"]
-    assert events[1]["stage"] == "test" and events[1]["batch"] == events[1]["batches"] == 8  # 512 samples / 64
+    assert events[1]["stage"] == "test" and events[1]["batch"] == events[1]["batches"] == 8  # 512 / 64
     assert events[1]["step"] is None  # no training step in a test
     assert events[1]["percent"] == 100.0 and "test/loss" in events[2]["metrics"]
 
@@ -116,10 +116,10 @@ def test_text_lines_of_validate_and_predict_and_a_trial_number(tmp_path, monkeyp
     main(["validate", *args, "--ckpt_path", ckpt])
     main(["predict", *args, "--ckpt_path", ckpt, "--predict_out", "p.csv"])
     lines = capsys.readouterr().out.splitlines()
-    assert any(ln.startswith("trial 7 fit epoch 0/0 end batch 2/2 step 1 (100%) val/loss=") for ln in lines), lines
-    assert any(
-        re.match(r"trial 7 validate batch 8/8 \(100%\) val/loss=[\d.e-]+ \| \d+ samples/s", ln) for ln in lines
-    )
+    fit_end = "trial 7 fit epoch 0/0 end batch 2/2 step 1 (100%) val/loss="
+    assert any(ln.startswith(fit_end) for ln in lines), lines
+    validate = r"trial 7 validate batch 8/8 \(100%\) val/loss=[\d.e-]+ \| \d+ samples/s"
+    assert any(re.match(validate, ln) for ln in lines)
     assert any(re.match(r"lit-gpu: trial 7 validate done in 0:00:\d\d: val/loss=", ln) for ln in lines)
     assert any(re.match(r"trial 7 predict batch (\d+)/\1 \(100%\) \| \d+ samples/s", ln) for ln in lines)
 

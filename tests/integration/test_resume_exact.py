@@ -218,7 +218,7 @@ def test_sigterm_mid_epoch_then_resume_logs_the_uninterrupted_curves(
     _assert_same_curves(stopped, tmp_path / "reference")
     lines = [m for m in map(PERCENT.match, resumed.stdout.splitlines()) if m]
     assert lines, resumed.stdout[-3000:]
-    # the first line after the resume: epoch 1 (from 0) of 0..1, its 4th batch, 12 of the run's 16 batches done
+    # the first line after the resume: epoch 1 of 0..1, its 4th batch, 12 of the run's 16 batches done
     assert lines[0].group(1, 2, 4, 5, 6) == ("1", "1", "4", "8", "75")
     assert lines[-1].group(3, 4, 6) == (" end", "8", "100")
 

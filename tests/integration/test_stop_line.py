@@ -1,9 +1,9 @@
 """The stop line names the run it stopped, and every surface numbers epochs and steps the same way (issue 58).
 
-One stopped run of the simple model (2 epochs of 4 batches, SIGINT before step 6), a newer finished run of the
-same model beside it, then the stop line's own command: the stopped run goes on in its folder, the newer one is
-untouched; the same command once more is one line (the run is finished). The numbers of that run agree across
-the stop line, the resume line, the progress lines, the best checkpoint's name and metrics.csv.
+One stopped run of the simple model (2 epochs of 4 batches, SIGINT at global step 6), a newer finished run of
+the same model beside it, then the stop line's own command: the stopped run goes on in its folder, the newer
+one is untouched; the same command once more is one line (the run is finished). The numbers of that run agree
+across the stop line, the resume line, the progress lines, the best checkpoint's name and metrics.csv.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import re
 import shlex
 from pathlib import Path
 
-import pytest
 import torch
 
 from tests.helpers.forked_cli import run_cli
@@ -31,7 +30,8 @@ def _lines(text: str) -> list[str]:
 
 
 def _digests(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()}
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
 def _rows(run: Path) -> list[dict[str, str]]:
@@ -40,8 +40,8 @@ def _rows(run: Path) -> list[dict[str, str]]:
 
 
 def test_the_stop_line_resumes_the_stopped_run_not_a_newer_one(tmp_path, cli_env):
-    """Stop, a newer run of the same model, the stop line's command: the stopped run goes on; every surface of
-    that one run (stop line, progress lines, best checkpoint, its resolution line, metrics.csv) numbers alike."""
+    """Stop, a newer run of the same model, the stop line's command: the stopped run goes on; every surface
+    of that one run (stop line, progress lines, best checkpoint, its resolution line, metrics.csv) agrees."""
     argv = ["fit", *SIMPLE, *STOP, "--trainer.enable_progress_bar", "true", "--progress_interval", "0"]
     first = run_cli(argv, tmp_path, dict(cli_env, **{ENV: str(STOP_AT)}), timeout=120)
     assert first.returncode == 130, first.stderr[-3000:]

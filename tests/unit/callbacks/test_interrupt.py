@@ -56,7 +56,8 @@ def test_signal_mid_step_finishes_the_step_saves_and_restores_handlers(signum, t
     err = capsys.readouterr().err
     assert f"lit-gpu: stopped by {signum.name} at step 5 (epoch 0/2 batch 6/16); saved " in err
     # a Trainer built in Python: no command line to repeat, but this run's own last.ckpt by path, not `last`
-    assert f"resume with: lit-gpu fit <same arguments> --ckpt_path {tmp_path / 'checkpoints' / 'last.ckpt'}" in err
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    assert f"resume with: lit-gpu fit <same arguments> --ckpt_path {last}" in err
 
 
 def test_a_finished_fit_leaves_signal_handlers_as_they_were(tmp_path):

@@ -90,7 +90,9 @@ def test_the_live_bar_and_the_lines_number_epochs_alike(tmp_path):
 
     screen = io.StringIO()
     bar = LitProgressBar(console_kwargs={"file": screen, "force_terminal": True, "width": 200})
-    trainer = quiet_trainer(tmp_path, enable_progress_bar=True, callbacks=[bar], max_epochs=2, limit_val_batches=0)
+    trainer = quiet_trainer(
+        tmp_path, enable_progress_bar=True, callbacks=[bar], max_epochs=2, limit_val_batches=0
+    )
     trainer.fit(RegressionModule(SimpleModel(10, 10)), SyntheticRegressionDataModule(num_samples=128))
     shown = set(re.findall(r"Epoch (\d+/\d+)", screen.getvalue()))
     assert shown == {"0/1", "1/1"}, screen.getvalue()[-500:]
