@@ -223,7 +223,8 @@ def main(argv: Sequence[str]) -> int:
         _answer(replies)
         return 0
     parser = argparse.ArgumentParser(
-        prog="lit-gpu completion", allow_abbrev=False,
+        prog="lit-gpu completion",
+        allow_abbrev=False,
         description="Print a shell completion script for lit-gpu (commands, --config lit_gpu:NAME, flags). "
         'bash: eval "$(lit-gpu completion bash)" in ~/.bashrc; zsh: eval "$(lit-gpu completion zsh)" '
         "in ~/.zshrc after compinit.",

@@ -35,7 +35,7 @@ from lit_gpu.cli import config_files, quiet, run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, hand_over, resolve_ckpt_path
 from lit_gpu.cli.module_steps import check_has_step
 from lit_gpu.cli.needs_data import check_has_data
-from lit_gpu.cli.parse_errors import concise_parse_error, unknown_flags, yaml_error
+from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
 from lit_gpu.cli.sanity import check_seed
 from lit_gpu.cli.too_big import explain_build_failure
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
@@ -79,8 +79,7 @@ class ConciseErrorParser(LightningArgumentParser):
             content = message.partition(":")[2].strip()[:60]
             what = repr(content) if content else "nothing"
             text = messages.CONFIG_NOT_A_MAPPING.format(path=path, content=what)
-        text = text or unknown_flags(message, parser, prog)  # flags are exact: "did you mean"
-        messages.tell_error(text or concise_parse_error(message, prog))
+        messages.tell_error(text or concise_parse_error(message, prog, parser))
         sys.exit(2)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

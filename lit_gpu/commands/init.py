@@ -222,7 +222,8 @@ def init(folder: str | Path) -> list[Path]:
 def main(argv: Sequence[str]) -> int:
     """``lit-gpu init [DIR]``."""
     parser = argparse.ArgumentParser(
-        prog="lit-gpu init", allow_abbrev=False,
+        prog="lit-gpu init",
+        allow_abbrev=False,
         description="Write a small research project (your net, your module, a config on the shipped "
         "recipes, a notebook, a README) into DIR; refuses to overwrite files.",
     )

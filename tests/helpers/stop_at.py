@@ -1,5 +1,5 @@
-"""A deterministic Ctrl+C: the run sends itself SIGINT as the batch after global step ``$LIT_GPU_TEST_SIGINT_AT``
-starts (the run stops once that batch is done).
+"""A deterministic Ctrl+C: the run sends itself SIGINT as the batch after global step
+``$LIT_GPU_TEST_SIGINT_AT`` starts (the run stops once that batch is done).
 
 The command line stays the same from attempt to attempt (the stop line's resume command repeats it); the
 environment decides whether this attempt is stopped. No timing: the signal lands at that step boundary.

@@ -369,3 +369,11 @@ def test_one_field_changes_of_simple_yaml_are_one_line(old, new, needles, tmp_pa
     line = _one_line(["fit", "--config", "changed.yaml", "--config", str(CONFIGS / "debug.yaml")], capsys)
     for needle in needles:
         assert needle in line, line
+
+
+def test_a_misspelt_key_in_a_config_file_is_one_line_with_the_key_meant(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "typo.yaml").write_text("trainer:\n  max_epoch: 3\n")
+    code, lines = _run(["fit", *SIMPLE, "--config", "typo.yaml"], capsys)
+    assert code == 2 and len(lines) == 1, lines
+    assert "does not accept option 'trainer.max_epoch' (did you mean trainer.max_epochs?)" in lines[0]

@@ -175,15 +175,10 @@ def test_stop_resume_and_best_checkpoint_lines_number_as_the_progress_lines(tmp_
     progress = [m.groups() for m in map(PROGRESS.search, first.stdout.splitlines()) if m]
     assert progress[-1] == ("1", "2", "7"), first.stdout[-2000:]  # epoch 1 (from 0), batch 2: global step 16
     stop = [ln for ln in first.stderr.splitlines() if "stopped by SIGTERM" in ln]
-    assert (
-        len(stop) == 1
-        and "at step 7 (epoch 1/1 batch 2/6; global steps are optimizer steps: " in stop[0]
-    )
+    assert len(stop) == 1 and "at step 7 (epoch 1/1 batch 2/6; global steps are optimizer steps: " in stop[0]
     assert "2 a batch, 8 batches)" in stop[0]
     resumed = _run(tmp_path, cli_env, [*args, "--ckpt_path", "last"])
-    assert re.search(r"resuming from \S*last\.ckpt \(step 7, epoch 1[;,)]", resumed.stderr), (
-        resumed.stderr
-    )
+    assert re.search(r"resuming from \S*last\.ckpt \(step 7, epoch 1[;,)]", resumed.stderr), resumed.stderr
     assert "from step 8 (the metrics' step: batches; global step 16 counts optimizer steps)" in resumed.stderr
     progress = [m.groups() for m in map(PROGRESS.search, resumed.stdout.splitlines()) if m]
     assert progress[0] == ("1", "3", "8")  # the resumed fit goes on at epoch 1's batch 3, step 8

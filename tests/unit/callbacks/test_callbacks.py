@@ -108,9 +108,7 @@ def test_nan_guard_on_the_gpu_checks_without_a_sync_and_names_the_bad_step(value
         guard.on_before_backward(_fake_trainer(6), None, bad)
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    with pytest.raises(
-        NonFiniteLossError, match=f"loss became {kind} at step 6 .*before any checkpoint"
-    ):
+    with pytest.raises(NonFiniteLossError, match=f"loss became {kind} at step 6 .*before any checkpoint"):
         guard.on_save_checkpoint(_fake_trainer(7), None, {})  # a save waits for the verdict first
 
 

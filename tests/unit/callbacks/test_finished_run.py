@@ -1,4 +1,4 @@
-"""A resume of a run that already reached its max_steps / max_epochs: one line, not "fit done ... no metrics"."""
+"""A resume of a run that already reached its max_steps / max_epochs: one line, not "fit done: no metrics"."""
 
 from __future__ import annotations
 
@@ -28,10 +28,18 @@ def _fit(tmp_path, ckpt_path=None, **limits):
 @pytest.mark.parametrize(
     "limits, more, said",
     [
-        ({"max_steps": 3}, {"max_steps": 3}, "reached max_steps=3 (step 2, epoch 0); to train it further "
-         "resume with a larger --trainer.max_steps (e.g. 6;"),
-        ({"max_epochs": 2}, {"max_epochs": 2}, "reached max_epochs=2 (step 7, epoch 1); to train it further "
-         "resume with a larger --trainer.max_epochs (e.g. 4;"),
+        (
+            {"max_steps": 3},
+            {"max_steps": 3},
+            "reached max_steps=3 (step 2, epoch 0); to train it further "
+            "resume with a larger --trainer.max_steps (e.g. 6;",
+        ),
+        (
+            {"max_epochs": 2},
+            {"max_epochs": 2},
+            "reached max_epochs=2 (step 7, epoch 1); to train it further "
+            "resume with a larger --trainer.max_epochs (e.g. 4;",
+        ),
     ],
 )
 def test_a_finished_runs_resume_is_one_line(limits, more, said, tmp_path):

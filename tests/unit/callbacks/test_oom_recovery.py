@@ -70,8 +70,7 @@ def test_recovered_run_equals_uninterrupted_run(phase, accumulate, fp16, capsys)
     lines = [ln for ln in capsys.readouterr().err.splitlines() if "out of memory" in ln]
     batch = 3 if accumulate == 1 else 5  # step 2 is the third batch, or the fifth accumulating two
     assert lines == [
-        f"lit-gpu: out of memory at step 2 (epoch 0/1 batch {batch}/6) with batch 64 "
-        "-> micro-batch 32 x 2"
+        f"lit-gpu: out of memory at step 2 (epoch 0/1 batch {batch}/6) with batch 64 -> micro-batch 32 x 2"
     ]
 
 

@@ -120,4 +120,9 @@ def test_unknown_flags_names_each_flag_with_the_closest_option():
     assert "unknown flag --chekpoint.monitor (did you mean --checkpoint.monitor?)" in line
     assert "unknown flag --zzz;" in line and "no abbreviations" in line and "lit-gpu fit --help" in line
     assert unknown_flags("unrecognized arguments: 3", parser, "lit-gpu fit") is None
+    key = unknown_flags("Subcommand 'fit' does not accept option 'trainer.max_epoch'", parser, "lit-gpu fit")
+    assert key == (
+        "Subcommand 'fit' does not accept option 'trainer.max_epoch' (did you mean trainer.max_epochs?); "
+        "run 'lit-gpu fit --help' for the options"
+    )  # the same key in a config file
     assert unknown_flags('Parser key "x": Expected int', parser, "lit-gpu fit") is None

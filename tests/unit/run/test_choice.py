@@ -49,8 +49,7 @@ def test_last_is_the_highest_complete_step_and_best_the_best_value():
     chosen = choose_file(files, "last")
     assert chosen.path == Path("last.ckpt")
     assert (
-        chosen.reason
-        == "step 11, epoch 2; the highest step of 3 complete last*.ckpt; 1 incomplete left out"
+        chosen.reason == "step 11, epoch 2; the highest step of 3 complete last*.ckpt; 1 incomplete left out"
     )
     assert choose_file([CkptFacts(Path("last.ckpt"), False)], "last") is None
     best = [CkptFacts(Path("best-a.ckpt"), True, 4, 0, 0.5), CkptFacts(Path("best-b.ckpt"), True, 8, 1, 0.2)]
