@@ -26,7 +26,7 @@ FINISHED_RUN = (
 def finished_line(trainer: pl.Trainer) -> str | None:
     """The line for a fit resumed from ``trainer.ckpt_path`` that trained no batch (the caller counted them)
     because the run had reached its limit; else ``None``."""
-    ckpt = trainer.ckpt_path
+    ckpt = getattr(trainer, "ckpt_path", None)  # a stand-in trainer may have none
     if not ckpt:
         return None
     epoch = trainer.current_epoch  # the loop's count once done: max_epochs; the last epoch run is one less
