@@ -233,6 +233,11 @@ EXPORTED = "exported {weights} (metadata: {sidecar})"
 WROTE_PLOT = "wrote {path} ({width}x{height} px)"
 FREE_GPU_OF_RANK = "local rank {rank} -> GPU {index} {name} ({uuid})"
 DEPENDENCY_OUT_OF_RANGE = "{name} {found}: lit-gpu supports {supported}; pip install '{requirement}'"
+FINISHED_RUN = (
+    "nothing to train: {ckpt} is of a run that already reached {limit} ({point}); to train it further "
+    "resume with a larger {flag} (e.g. {example}; add --new_run true to log that into a new folder), "
+    "or leave out --ckpt_path to start a new run"
+)
 
 # ---- lit-gpu sweep (progress lines) -------------------------------------------------------------
 SWEEP_START = "study {study} ({done} trials so far), {more} more; runs in {folder}{how}"

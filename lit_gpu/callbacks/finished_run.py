@@ -14,13 +14,7 @@ import lightning.pytorch as pl
 
 from lit_gpu import messages
 
-__all__ = ["FINISHED_RUN", "finished_line"]
-
-FINISHED_RUN = (
-    "nothing to train: {ckpt} is of a run that already reached {limit} ({point}); to train it further "
-    "resume with a larger {flag} (e.g. {example}; add --new_run true to log that into a new folder), "
-    "or leave out --ckpt_path to start a new run"
-)
+__all__ = ["finished_line"]
 
 
 def finished_line(trainer: pl.Trainer) -> str | None:
@@ -42,7 +36,7 @@ def finished_line(trainer: pl.Trainer) -> str | None:
     else:
         return None
     ckpt = messages.shown(ckpt)
-    return FINISHED_RUN.format(ckpt=ckpt, limit=limit, point=point, flag=flag, example=example)
+    return messages.FINISHED_RUN.format(ckpt=ckpt, limit=limit, point=point, flag=flag, example=example)
 
 
 def _epochs_reached(trainer: Any) -> bool:
