@@ -41,7 +41,7 @@ def _rows(run: Path) -> list[dict[str, str]]:
 
 def test_the_stop_line_resumes_the_stopped_run_not_a_newer_one(tmp_path, cli_env):
     """Stop, a newer run of the same model, the stop line's command: the stopped run goes on; every surface
-    of that one run (stop line, progress lines, best checkpoint, its resolution line, metrics.csv) agrees."""
+    of that one run (stop line, progress lines, best checkpoint, metrics.csv) agrees."""
     argv = ["fit", *SIMPLE, *STOP, "--trainer.enable_progress_bar", "true", "--progress_interval", "0"]
     first = run_cli(argv, tmp_path, dict(cli_env, **{ENV: str(STOP_AT)}), timeout=120)
     assert first.returncode == 130, first.stderr[-3000:]
@@ -57,7 +57,7 @@ def test_the_stop_line_resumes_the_stopped_run_not_a_newer_one(tmp_path, cli_env
     assert words[0] == "lit-gpu" and words[-2:] == ["--ckpt_path", str(last)], command  # this run, by path
     assert words[1:-2] == argv
 
-    newer = run_cli(["fit", *SIMPLE], tmp_path, cli_env, timeout=120)  # the same model, newer and finished
+    newer = run_cli(["fit", *SIMPLE, "--trainer.max_epochs", "1"], tmp_path, cli_env, timeout=120)  # finished
     assert newer.returncode == 0, newer.stderr[-3000:]
     newer_run = tmp_path / RUN / "version_1"
     before = _digests(newer_run)
@@ -84,9 +84,7 @@ def test_the_stop_line_resumes_the_stopped_run_not_a_newer_one(tmp_path, cli_env
     epoch, step = int(name[1]), int(name[2])
     header = torch.load(best, map_location="cpu", weights_only=True)
     assert (header["epoch"], header["global_step"] - 1) == (epoch, step)
-    used = run_cli(["test", *SIMPLE, "--ckpt_path", "best"], tmp_path, cli_env, timeout=120)
-    assert used.returncode == 0, used.stderr[-3000:]
-    assert any(f"{best.name} (step {step}, epoch {epoch}," in ln for ln in _lines(used.stderr)), used.stderr
+    # (the resolution line of `--ckpt_path best` reads these same numbers: tests/unit/files/test_locate.py)
 
     again = run_cli(words[1:], tmp_path, cli_env, timeout=120)  # the run is finished now
     assert again.returncode == 0, again.stderr[-3000:]
