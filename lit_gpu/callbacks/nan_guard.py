@@ -184,7 +184,7 @@ class NaNGuard(Callback):
         )
         where_kept = f"kept the last good checkpoint {kept}" if kept else "no checkpoint had been saved yet"
         stopped = (
-            f"stopped at step {trainer.global_step}, before any checkpoint held it,"
+            f"stopped at step {messages.logged_step(trainer)}, before any checkpoint held it,"
             if deferred
             else "stopped before the bad update"
         )
