@@ -141,6 +141,7 @@ PICKLE_REFUSED = (
     "it; use a checkpoint that holds weights only (any lit-gpu fit writes one), or, only if you trust the "
     "file and where it came from, {opt_out}"
 )
+UNKNOWN_FLAG = "{flags}; flags are exact (no abbreviations): run '{prog} --help' for the options"
 BUILD_REFUSED = "{source}: refusing to build {key}: {what}; nothing was run; {fix}"
 
 SWEEP_BAD_SPACE = (
@@ -224,7 +225,7 @@ CUDA_GRAPH_ASIDE = "whole-step capture (speed.cuda_graph) stands aside, steps ru
 BATCH_SIZE_FOUND = "batch-size finder chose data.batch_size={size}; set it in your config to skip tuning"
 INTERRUPTED_OUTSIDE_RUN = "interrupted"
 REMOVED_STALE_TEMP = "removed {file}, left by a killed save"
-OOM_ADAPTED = "out of memory at global step {step} ({point}) with {was} -> micro-batch {micro} x {count}"
+OOM_ADAPTED = "out of memory at step {step} ({point}) with {was} -> micro-batch {micro} x {count}"
 OOM_ADAPTED_EVAL = "out of memory during {loop} at batch {index} with {was} -> micro-batch {micro} x {count}"
 OOM_ADAPTED_PROCESSES = " on all {world} processes ({failed} ran out)"
 OOM_ADAPTED_BATCHNORM = " (BatchNorm layers now compute batch statistics over {micro} samples, not {total})"
@@ -240,6 +241,11 @@ BAD_VARIABLE_IGNORED = "warning: {problem}; left out for this --help"
 CUDA_READS_PART = (
     "CUDA_VISIBLE_DEVICES={value}: CUDA reads it as {listed} (the list ends at the first entry that is not a "
     "GPU index or UUID); give GPU indices or UUIDs separated by commas"
+)
+FINISHED_RUN = (
+    "nothing to train: {ckpt} is of a run that already reached {limit} ({point}); to train it further "
+    "resume with a larger {flag} (e.g. {example}; add --new_run true to log that into a new folder), "
+    "or leave out --ckpt_path to start a new run"
 )
 
 # ---- lit-gpu sweep (progress lines) -------------------------------------------------------------
@@ -324,11 +330,16 @@ def _global_rank() -> int:
 
 
 # ---- one numbering: every line that names an epoch or a step --------------------------------------------
+# Lightning's own (docs/runs.md, "What the numbers mean"): an epoch is its 0-based index (current_epoch,
+# metrics.csv's epoch, the checkpoint's epoch, the bar's "Epoch 1/2": index 1 of 0..2); a step is the
+# 0-based index of the training step as Lightning's loggers write it (metrics.csv's step: global_step - 1
+# once a step is done); a batch b/B counts the batches done in the epoch, as the bar's counter does.
 def epoch_point(epoch: int, epochs: Any, batch: int | None = None, batches: Any = None) -> str:
-    """``epoch E/N step b/B`` as the progress lines name a point of a fit: epochs counted from 1, ``b`` the
-    batches done in that epoch (``epoch``: Lightning's 0-based ``current_epoch``; unknown ``N``/``B``: ?)."""
-    text = f"epoch {epoch + 1}/{epochs if epochs is not None else '?'}"
-    return text if batch is None else f"{text} step {batch}/{batches if batches is not None else '?'}"
+    """``epoch e/L batch b/B`` as the progress bar names a point of a fit: ``e`` Lightning's 0-based
+    ``current_epoch`` of the last index ``L`` (``max_epochs - 1``), ``b`` the batches done in that epoch
+    (``epochs``: ``max_epochs``; unknown ``L``/``B``: ?)."""
+    text = f"epoch {epoch}/{epochs - 1 if epochs is not None else '?'}"
+    return text if batch is None else f"{text} batch {batch}/{batches if batches is not None else '?'}"
 
 
 def fit_point(trainer: Any, batch: int, epoch: int | None = None) -> str:
@@ -340,6 +351,15 @@ def fit_point(trainer: Any, batch: int, epoch: int | None = None) -> str:
     return epoch_point(epoch, epochs, batch, batches if batches != float("inf") else None)
 
 
+def logged_step(trainer: Any) -> int:
+    """The step of the last training step done as Lightning's loggers number it (metrics.csv's ``step``): from
+    0, one a batch that stepped (``global_step - 1`` under automatic optimization); -1 before the first."""
+    module = getattr(trainer, "lightning_module", None)
+    if module is None or getattr(module, "automatic_optimization", True):
+        return int(trainer.global_step) - 1
+    return int(trainer.fit_loop.epoch_loop.batch_progress.total.processed) - 1  # manual: every batch steps
+
+
 def optimizer_steps_note(global_step: int, batches: int | None) -> str:
     """``; optimizer steps: N a batch`` where the global step counts optimizer steps, not batches (manual
     optimization with several optimizers), else nothing."""
@@ -349,10 +369,10 @@ def optimizer_steps_note(global_step: int, batches: int | None) -> str:
     return f"; global steps are optimizer steps: {per:g} a batch, {batches} batches"
 
 
-def ckpt_point(global_step: Any, epoch: Any) -> str:
-    """``global step S, epoch E`` for a checkpoint's header (``epoch``: Lightning's 0-based; shown from 1)."""
-    number = epoch + 1 if isinstance(epoch, int) and not isinstance(epoch, bool) else epoch
-    return f"global step {shown(global_step)}" + ("" if epoch is None else f", epoch {shown(number)}")
+def ckpt_point(step: Any, epoch: Any) -> str:
+    """``step S, epoch E`` for a checkpoint: ``S`` the loggers' step of its last training step, ``E`` its
+    0-based epoch, the numbers metrics.csv shows for that point."""
+    return f"step {shown(step)}" + ("" if epoch is None else f", epoch {shown(epoch)}")
 
 
 #: longest line printed (progress, resolution, error); one line, whatever text from outside it quotes

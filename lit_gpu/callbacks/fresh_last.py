@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from torch import Tensor
 from typing_extensions import override
 
@@ -46,6 +47,12 @@ class FreshLastCheckpoint(CheckpointHooks):
         self._last_written_at_step: int | None = None
         self.monitor_fallback = False
         self._fixed_state_key = super().state_key  # unchanged when the fallback drops `monitor`
+        self._trainer: pl.Trainer | None = None  # for the step in file names (setup)
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        self._trainer = trainer
 
     @property
     @override
@@ -60,10 +67,11 @@ class FreshLastCheckpoint(CheckpointHooks):
         ver: int | None = None,
         prefix: str | None = None,
     ) -> str:
-        """Lightning's name, with ``{epoch}`` counted from 1 as lit_gpu's lines count epochs (``best-epoch04``
-        is the checkpoint of the epoch the progress lines called ``epoch 4/4``)."""
-        if "epoch" in metrics:
-            metrics = {**metrics, "epoch": metrics["epoch"] + 1}
+        """Lightning's name, with ``{step}`` the loggers' step of the last training step (metrics.csv's:
+        global step - 1) and ``{epoch}`` Lightning's 0-based one: ``best-epoch03-step1719`` is metrics.csv's
+        row at epoch 3, step 1719 (docs/runs.md, "What the numbers mean")."""
+        if "step" in metrics and self._trainer is not None:
+            metrics = {**metrics, "step": torch.tensor(messages.logged_step(self._trainer))}
         return super().format_checkpoint_name(metrics, filename=filename, ver=ver, prefix=prefix)
 
     def _fall_back_to_last(self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]) -> None:

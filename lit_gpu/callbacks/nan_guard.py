@@ -184,12 +184,12 @@ class NaNGuard(Callback):
         )
         where_kept = f"kept the last good checkpoint {kept}" if kept else "no checkpoint had been saved yet"
         stopped = (
-            f"stopped at step {trainer.global_step}, before any checkpoint held it,"
+            f"stopped at step {messages.logged_step(trainer)}, before any checkpoint held it,"
             if deferred
             else "stopped before the bad update"
         )
         raise NonFiniteLossError(
-            f"loss became {kind} at global step {step} ({point}); {stopped} and "
+            f"loss became {kind} at step {step} ({point}); {stopped} and "
             f"{where_kept}; try a lower learning rate, --trainer.gradient_clip_val 1.0, bf16 instead of "
             "fp16, or check the data for NaNs"
         )

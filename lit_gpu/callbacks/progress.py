@@ -27,6 +27,7 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from typing_extensions import override
 
 from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL, ProgressLog, live_bar_fits
+from lit_gpu.callbacks.stopped_run import remember_command
 from lit_gpu.messages import shown
 from lit_gpu.run.layout import version_number
 
@@ -194,6 +195,7 @@ def use_progress_log(
     the progress bar is off, or it is the user's own). With the progress bar off, :class:`RunLines`
     still names the run's folder.
     """
+    remember_command(trainer, command)  # the stop line's resume command names this run's last.ckpt
     callbacks = trainer.callbacks
     if trainer.progress_bar_callback is None:
         callbacks.append(RunLines(command=command))

@@ -36,18 +36,23 @@ PROGRESS_END_CHECKPOINT = "; checkpoint {path}"
 PROGRESS_END_BEST = " (best: {path})"
 
 
+#: flags the resume command leaves out: the checkpoint is named anew, and the run continues in its folder
+_REPLACED_FLAGS = ("--ckpt_path", "--new_run")
+
+
 def resume_command(argv: list[str], checkpoint: str) -> str:
-    """``lit-gpu <argv>`` with ``--ckpt_path checkpoint`` in place of any ``--ckpt_path`` it had."""
+    """``lit-gpu <argv>`` with ``--ckpt_path checkpoint`` in place of any ``--ckpt_path`` it had
+    (shell-quoted; a ``--new_run`` left out: the resume continues the folder of ``checkpoint``)."""
     kept: list[str] = []
     skip = False
     for arg in argv:
         if skip:
             skip = False
             continue
-        if arg == "--ckpt_path":
+        if arg in _REPLACED_FLAGS:
             skip = True
             continue
-        if arg.startswith("--ckpt_path="):
+        if arg.startswith(tuple(f"{flag}=" for flag in _REPLACED_FLAGS)):
             continue
         kept.append(arg)
     return shlex.join(["lit-gpu", *kept, "--ckpt_path", checkpoint])
@@ -139,14 +144,16 @@ def end_line(
 
 
 class Point(NamedTuple):
-    """Where a progress line stands: the stage, a fit's epoch (1-based, of how many), the batch of the
-    epoch (or of the evaluation) and how many there are, the global step, and the run's percent done."""
+    """Where a progress line stands: the stage, a fit's epoch (Lightning's 0-based index, of ``max_epochs``),
+    the batches done in the epoch (or the evaluation) and how many there are, a fit's step as its loggers
+    number it (metrics.csv's ``step``), the global step, and the run's percent done."""
 
     stage: str
     epoch: tuple[int, int | None] | None
     epoch_end: bool
-    step: int
-    steps: int | float
+    batch: int
+    batches: int | float
+    step: int | None
     global_step: int
     percent: float | None
 
@@ -154,17 +161,19 @@ class Point(NamedTuple):
 def point_line(
     point: Point, metrics: dict[str, float], rate: float, elapsed: float, eta: float
 ) -> tuple[dict[str, Any], str]:
-    """A progress line: stage, epoch/total, step/total, percent, metrics, samples/s, elapsed and ETA."""
+    """A progress line: stage, epoch/last, batch/total, step, percent, metrics, samples/s, elapsed and ETA."""
     event: dict[str, Any] = {"event": "epoch_end" if point.epoch_end else "progress", "stage": point.stage}
     parts = [point.stage]
     if point.epoch is not None:
         epoch, epochs = point.epoch
         event.update(epoch=epoch, epochs=epochs)
-        parts.append(f"epoch {epoch}/{epochs or '?'}" + (" end" if point.epoch_end else ""))
-    finite = math.isfinite(point.steps)
-    steps = int(point.steps) if finite else None
-    event.update(step=point.step, steps=steps, global_step=point.global_step)
-    parts.append(f"step {point.step}/{steps if finite else '?'}")
+        parts.append(messages.epoch_point(epoch, epochs) + (" end" if point.epoch_end else ""))
+    finite = math.isfinite(point.batches)
+    batches = int(point.batches) if finite else None
+    event.update(batch=point.batch, batches=batches, step=point.step, global_step=point.global_step)
+    parts.append(f"batch {point.batch}/{batches if finite else '?'}")
+    if point.step is not None:
+        parts.append(f"step {point.step}")
     if point.percent is not None:
         parts.append(f"({point.percent:.0f}%)")
     parts += [f"{shown(k)}={number(v)}" for k, v in metrics.items()]

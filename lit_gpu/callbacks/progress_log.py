@@ -6,10 +6,10 @@ only) and one at each epoch end, on global rank zero only, flushed::
 
     lit-gpu: run runs/lit_gpu/version_0; resume: lit-gpu fit --config configs/simple.yaml --ckpt_path \
         runs/lit_gpu/version_0/checkpoints/last.ckpt
-    fit epoch 2/3 step 20/32 (54%) train/loss_step=0.009493 val/loss=0.03673 | 889 samples/s | 0:00:04 \
-        ETA 0:00:03
-    fit epoch 2/3 end step 32/32 (67%) train/loss_step=0.00293 val/loss=0.003 | 981 samples/s | 0:00:05 \
-        ETA 0:00:02
+    fit epoch 1/2 batch 20/32 step 51 (54%) train/loss_step=0.009493 val/loss=0.03673 | 889 samples/s \
+        | 0:00:04 ETA 0:00:03
+    fit epoch 1/2 end batch 32/32 step 63 (67%) train/loss_step=0.00293 val/loss=0.003 | 981 samples/s \
+        | 0:00:05 ETA 0:00:02
     lit-gpu: fit done in 0:00:08: train/loss=0.002945 val/loss=0.002561; checkpoint runs/lit_gpu/version_0/...
 
 ``--progress_format json`` writes the same as one JSON object a line (``{"event": "progress", ...}``).
@@ -18,7 +18,9 @@ Under a sweep each line carries the trial's number (``LIT_GPU_TRIAL`` or the ``t
 Cost per step: two integer compares and a ``time.monotonic()`` call in ``on_train_batch_end``; the
 metrics (``.item()`` on the device) are read only when a line is written.
 
-What the numbers mean: ``step`` counts the batches of the current epoch, the percent and the ETA the
+What the numbers mean (docs/runs.md): ``epoch 1/2`` is Lightning's 0-based epoch of the last one, as the bar's
+``Epoch 1/2``; ``batch`` counts the batches of the current epoch; ``step`` is metrics.csv's step of the last
+training step; the percent and the ETA the
 whole run (a resumed run counts what it did before the stop), ``samples/s`` the samples (a partial last
 batch counts its own size) of all processes since the line before, over the time spent training (a fit's
 validation left out). Metrics keep the names they were
@@ -44,6 +46,7 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from typing_extensions import override
 
 from lit_gpu import messages
+from lit_gpu.callbacks.finished_run import finished_line
 from lit_gpu.callbacks.progress_lines import (
     Point,
     end_line,
@@ -183,6 +186,7 @@ class ProgressLog(ProgressBar):
             os.path.join(dirpath, "last.ckpt") if dirpath and getattr(checkpoint, "save_last", None) else None
         )
         command = resume_command(self.command, last) if self.command is not None and last else None
+        self._batches = 0  # none trained yet: a resumed fit that trains none may be of a finished run
         self._tell(*start_line("fit", folder, folder or trainer.default_root_dir, command))
 
     def start_eval_command(self, trainer: pl.Trainer, stage: str) -> None:
@@ -195,6 +199,9 @@ class ProgressLog(ProgressBar):
         self._end(trainer, "fit")
 
     def _end(self, trainer: pl.Trainer, stage: str) -> None:
+        finished = finished_line(trainer) if stage == "fit" and not self._batches else None
+        if finished is not None:  # resumed a run at its max_epochs/max_steps: not "fit done ... no metrics"
+            return self._tell({"event": "end", "stage": stage, "nothing_trained": True}, finished)
         wall = time.monotonic() - self._start
         metrics = {
             k: v
@@ -244,16 +251,16 @@ class ProgressLog(ProgressBar):
         rate = self._samples_per_s(trainer, stage, now)
         elapsed = now - self._loop_start
         epoch: tuple[int, int | None] | None = None
-        done, total, step = self._batches, steps, self._batches
-        if stage == "fit":
+        done, total, step, logged = self._batches, steps, self._batches, None
+        if stage == "fit":  # numbered as the bar and metrics.csv: epoch and step from 0 (messages.py)
             epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
-            epoch, step = (trainer.current_epoch + 1, epochs), self._step
+            epoch, step, logged = (trainer.current_epoch, epochs), self._step, messages.logged_step(trainer)
             done, total = self._run_progress(trainer, steps)
         percent = 100.0 * done / total if math.isfinite(total) and total > 0 else None
         # the rate of this process's own batches; the work left counts the whole run
         eta = elapsed * (total - done) / self._batches if percent is not None and self._batches else math.nan
         self._due = now + self.interval if self.interval > 0 else math.inf
-        point = Point(stage, epoch, epoch_end, step, steps, trainer.global_step, percent)
+        point = Point(stage, epoch, epoch_end, step, steps, logged, trainer.global_step, percent)
         self._write(*point_line(point, self._metrics(trainer), rate, elapsed, eta))
 
     def _run_progress(self, trainer: pl.Trainer, per_epoch: int | float) -> tuple[float, float]:

@@ -10,6 +10,7 @@ keeps the run), the line that says where the run stopped and how to resume it, a
 from __future__ import annotations
 
 import contextlib
+import shlex
 import signal
 import threading
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
 from lit_gpu import messages
+from lit_gpu.callbacks.progress_lines import resume_command
 from lit_gpu.run.layout import CHECKPOINTS
 
 __all__ = [
@@ -28,6 +30,8 @@ __all__ = [
     "SIGTERM_EXIT_CODE",
     "checkpoint_folder",
     "is_signal_stop",
+    "remember_command",
+    "resume_with",
     "save_stopped_run",
     "signal_stop_code",
     "start_clean",
@@ -42,11 +46,11 @@ SIGTERM_EXIT_CODE = 128 + signal.SIGTERM  # 143
 JOB_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _EXIT_CODE_ATTR = "lit_gpu_exit_code"  # on trainer.state: how a run stopped by a signal should exit
 _STOPPED_BY_WORKER_ATTR = "lit_gpu_stop_by_worker"  # on trainer.state: the stop came as a worker's death
+_COMMAND_ATTR = "lit_gpu_command"  # on trainer.state: the command line (after ``lit-gpu``) of this run
 
-STOPPED_BY_SIGNAL = (
-    "stopped by {signal} at global step {step} ({point}); saved {path}; "
-    "resume with: lit-gpu fit <same arguments> --ckpt_path last"
-)
+STOPPED_BY_SIGNAL = "stopped by {signal} at step {step} ({point}); saved {path}; resume with: {command}"
+#: without the command line (a Trainer built in Python): the run's own last.ckpt, named by its path
+RESUME_WITHOUT_COMMAND = "lit-gpu fit <same arguments> --ckpt_path {path}"
 STOPPED_BEFORE_SAVE = "stopped by {signal} {where}; nothing to save"
 
 
@@ -54,6 +58,20 @@ def start_clean(trainer: pl.Trainer) -> None:
     """Forget how a former run of ``trainer`` stopped: a new run starts with no stop recorded."""
     setattr(trainer.state, _EXIT_CODE_ATTR, None)
     setattr(trainer.state, _STOPPED_BY_WORKER_ATTR, False)
+
+
+def remember_command(trainer: pl.Trainer, command: list[str] | None) -> None:
+    """Keep the run's command line (after ``lit-gpu``) on ``trainer``: the stop line's resume command."""
+    setattr(trainer.state, _COMMAND_ATTR, None if command is None else list(command))
+
+
+def resume_with(trainer: pl.Trainer, path: Path) -> str:
+    """The command that continues *this* run: its own ``last.ckpt`` by path (shell-quoted), never ``last``,
+    which would take whatever run of the same model is newer in the root."""
+    command = getattr(trainer.state, _COMMAND_ATTR, None)
+    if command is None:
+        return RESUME_WITHOUT_COMMAND.format(path=shlex.quote(str(path)))
+    return resume_command(command, str(path))
 
 
 def stop_exit_code(trainer: pl.Trainer | None) -> int | None:
@@ -126,10 +144,10 @@ def save_stopped_run(trainer: pl.Trainer, signum: int, *, by_worker: bool = Fals
     epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else None
     progress = trainer.fit_loop.epoch_loop.batch_progress
     batches = trainer.num_training_batches
-    messages.tell(  # named as the progress lines name it: epochs from 1, the batches done in the epoch
+    messages.tell(  # named as metrics.csv and the bar name it: step and epoch from 0, the batches done
         STOPPED_BY_SIGNAL.format(
             signal=name,
-            step=trainer.global_step,
+            step=messages.logged_step(trainer),
             point=messages.epoch_point(
                 trainer.current_epoch,
                 epochs,
@@ -138,5 +156,6 @@ def save_stopped_run(trainer: pl.Trainer, signum: int, *, by_worker: bool = Fals
             )
             + messages.optimizer_steps_note(trainer.global_step, progress.total.processed),
             path=path,
+            command=messages.shown(resume_with(trainer, path), limit=messages.LINE_MAX_CHARS),
         )
     )

@@ -224,6 +224,7 @@ def main(argv: Sequence[str]) -> int:
         return 0
     parser = argparse.ArgumentParser(
         prog="lit-gpu completion",
+        allow_abbrev=False,
         description="Print a shell completion script for lit-gpu (commands, --config lit_gpu:NAME, flags). "
         'bash: eval "$(lit-gpu completion bash)" in ~/.bashrc; zsh: eval "$(lit-gpu completion zsh)" '
         "in ~/.zshrc after compinit.",

@@ -76,12 +76,13 @@ class ConciseErrorParser(LightningArgumentParser):
             content = message.partition(":")[2].strip()[:60]
             what = repr(content) if content else "nothing"
             text = messages.CONFIG_NOT_A_MAPPING.format(path=path, content=what)
-        messages.tell_error(text or concise_parse_error(message, prog))
+        messages.tell_error(text or concise_parse_error(message, prog, parser))
         sys.exit(2)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         config_files.install()  # every YAML it loads goes through lit_gpu's bounded reader first
         kwargs.setdefault("parser_mode", config_files.MODE)
+        kwargs.setdefault("allow_abbrev", False)  # flags are exact: --trainer.max_epoch is no max_epochs
         super().__init__(*args, **kwargs)
 
     def __setstate__(self, state: dict[str, Any]) -> None:

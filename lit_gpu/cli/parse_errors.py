@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from lit_gpu import messages
+from lit_gpu.upstream.tools import parser_actions
 
 _KEY = re.compile(r'Parser key "([^"]+)"')
 _CLASS_PATHS = re.compile(
@@ -157,10 +158,11 @@ def _innermost(lines: list[str]) -> list[str]:
 _NOISE = ("Expected a <class 'NoneType'>", "Expected a path but", "Expected a dot import path string")
 
 
-def concise_parse_error(message: str, prog: str) -> str:
-    """One line from jsonargparse's multi-line error: the cause when a class could not be used, else
-    the key, what was expected and what was given."""
-    cause = explain_cause(message)
+def concise_parse_error(message: str, prog: str, parser: Any = None) -> str:
+    """One line from jsonargparse's multi-line error: an unknown flag with the closest of ``parser``'s
+    (:func:`unknown_flags`), the cause when a class could not be used, else the key, what was expected and
+    what was given."""
+    cause = (unknown_flags(message, parser, prog) if parser is not None else None) or explain_cause(message)
     if cause:
         return cause
     raw = [ln for ln in message.splitlines() if ln.strip()]
@@ -185,6 +187,33 @@ def concise_parse_error(message: str, prog: str) -> str:
             keep.append(tail)
     text = _CLASS_REPR.sub(r"\1", "; ".join(keep))
     return text + f"; run '{prog} --help' for the options"
+
+
+_UNRECOGNIZED = "unrecognized arguments:"
+_NOT_ACCEPTED_KEY = re.compile(r"^Subcommand '\w+' does not accept option '([^']+)'$", re.M)
+
+
+def unknown_flags(message: str, parser: Any, prog: str) -> str | None:
+    """``unknown flag --trainer.max_epoch (did you mean --trainer.max_epochs?)`` for argparse's
+    ``unrecognized arguments: ...`` (and the key meant for jsonargparse's ``does not accept option`` of a
+    config file's key), each held against ``parser``'s own options; else ``None``.
+
+    The parser takes flags exactly (``allow_abbrev=False``): a prefix of a flag is a typo, as a misspelling.
+    """
+    options = [option for action in parser_actions(parser) for option in action.option_strings]
+    if match := _NOT_ACCEPTED_KEY.search(message):  # a key in a config file: named as the file names it
+        keys = [option.removeprefix("--") for option in options]
+        first = message.splitlines()[0].strip()
+        return f"{first}{_close(match.group(1), keys)}; run '{prog} --help' for the options"
+    if not message.startswith(_UNRECOGNIZED):
+        return None
+    words = message[len(_UNRECOGNIZED) :].split()
+    flags = [word.partition("=")[0] for word in words if word.startswith("-")]
+    if not flags:
+        return None
+    named = "; ".join(f"unknown flag {flag}{_close(flag, options)}" for flag in flags[:3])
+    more = f"; and {len(flags) - 3} more" if len(flags) > 3 else ""
+    return messages.UNKNOWN_FLAG.format(flags=named + more, prog=prog)
 
 
 def yaml_error(err: BaseException | None, path: str) -> str | None:

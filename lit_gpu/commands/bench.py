@@ -339,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_worker(argv)
     parser = argparse.ArgumentParser(
         prog="lit-gpu bench",
+        allow_abbrev=False,
         description="Run the same job for N steps under several modes and compare throughput.",
         epilog="Other arguments (e.g. --data.batch_size 256, --speed.channels_last true) go to the job.",
     )

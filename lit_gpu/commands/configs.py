@@ -18,6 +18,7 @@ def main(argv: Sequence[str]) -> int:
     """``lit-gpu configs [NAME] [--path]``."""
     parser = argparse.ArgumentParser(
         prog="lit-gpu configs",
+        allow_abbrev=False,
         description="The configs shipped with lit_gpu; use one as --config lit_gpu:NAME "
         "(compose several: --config lit_gpu:simple --config lit_gpu:trainer/cpu).",
     )

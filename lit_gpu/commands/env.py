@@ -295,7 +295,9 @@ def render(report: dict[str, Any]) -> None:
 
 def main(argv: list[str]) -> int:
     """``lit-gpu env [--json]``."""
-    parser = argparse.ArgumentParser(prog="lit-gpu env", description="Report Python/torch/CUDA/GPU facts.")
+    parser = argparse.ArgumentParser(
+        prog="lit-gpu env", allow_abbrev=False, description="Report Python/torch/CUDA/GPU facts."
+    )
     parser.add_argument("--json", action="store_true", help="print JSON (attach it to bug reports)")
     parser.add_argument(
         "--pick-free",

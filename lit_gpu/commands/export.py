@@ -176,6 +176,7 @@ def main(argv: Sequence[str]) -> int:
     """``lit-gpu export CKPT --out model.pt|model.safetensors [--trust]``."""
     parser = argparse.ArgumentParser(
         prog="lit-gpu export",
+        allow_abbrev=False,
         description="Write the plain net's weights (+ class path and init args) from a lit_gpu checkpoint.",
     )
     parser.add_argument("checkpoint", help="a .ckpt written by lit-gpu fit")

@@ -223,6 +223,7 @@ def main(argv: Sequence[str]) -> int:
     """``lit-gpu init [DIR]``."""
     parser = argparse.ArgumentParser(
         prog="lit-gpu init",
+        allow_abbrev=False,
         description="Write a small research project (your net, your module, a config on the shipped "
         "recipes, a notebook, a README) into DIR; refuses to overwrite files.",
     )

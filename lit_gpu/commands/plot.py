@@ -376,7 +376,9 @@ def plot_confusion_matrix(
 def main(argv: Sequence[str]) -> int:
     """``lit-gpu plot [RUN_DIR] [--out PNG]``."""
     parser = argparse.ArgumentParser(
-        prog="lit-gpu plot", description="Plot a run's loss and accuracy curves from its metrics.csv."
+        prog="lit-gpu plot",
+        allow_abbrev=False,
+        description="Plot a run's loss and accuracy curves from its metrics.csv.",
     )
     parser.add_argument(
         "run_dir",

@@ -103,6 +103,7 @@ class CkptFacts:
     step: int | None = None
     epoch: int | None = None
     score: float | None = None  # the monitored value it was saved for (best checkpoints)
+    logged_step: int | None = None  # the loggers' step of its last training step (metrics.csv's)
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,9 @@ class FileChoice:
 
 
 def _facts(ckpt: CkptFacts) -> str:
-    return ckpt_point("?" if ckpt.step is None else ckpt.step, ckpt.epoch)  # epochs from 1
+    """``step S, epoch E`` as metrics.csv numbers that point (its last training step; epochs from 0)."""
+    step = ckpt.logged_step if ckpt.logged_step is not None else None if ckpt.step is None else ckpt.step - 1
+    return ckpt_point("?" if step is None else step, ckpt.epoch)
 
 
 def choose_file(

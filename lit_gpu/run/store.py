@@ -186,7 +186,9 @@ def _read_files(
             facts.append(choice.CkptFacts(path, False))
             continue
         found = headers[path] = CheckpointHeader.from_facts(look)
-        facts.append(choice.CkptFacts(path, True, found.step, found.epoch, found.score(where.monitor)))
+        logged = None if found.log_step is None else found.log_step - 1  # its last step, as metrics.csv
+        score = found.score(where.monitor)
+        facts.append(choice.CkptFacts(path, True, found.step, found.epoch, score, logged))
     return choice.choose_file(facts, which, where.mode, where.monitor), headers
 
 

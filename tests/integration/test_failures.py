@@ -41,10 +41,16 @@ def simple_ckpt(tmp_path_factory) -> Path:
     return fit_simple(tmp_path_factory.mktemp("simple_run"))
 
 
+MEANT = "(did you mean --trainer.max_epochs?)"
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--trainer.max_epochz", "3"], "unrecognized arguments: --trainer.max_epochz"),
+        (["--trainer.max_epochz", "3"], f"unknown flag --trainer.max_epochz {MEANT}"),
+        # argparse's abbreviations are off: a prefix of a flag is a typo, not max_epochs (issue 58)
+        (["--trainer.max_epoch", "3"], f"unknown flag --trainer.max_epoch {MEANT}"),
+        (["--trainer.max_epoch=3"], f"unknown flag --trainer.max_epoch {MEANT}"),
         (["--trainer.max_epochs", "three"], 'Parser key "trainer.max_epochs"'),
     ],
 )
@@ -239,7 +245,7 @@ def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, monke
         "--checkpoint.monitor", "null",
     ]  # fmt: skip
     code, lines = _run(argv, capsys)
-    assert code == 2 and len(lines) == 1 and "loss became NaN at global step 6" in lines[0], lines
+    assert code == 2 and len(lines) == 1 and "loss became NaN at step 6" in lines[0], lines
     last = tmp_path / RUN / "version_0" / "checkpoints" / "last.ckpt"
     assert str(last.relative_to(tmp_path)) in lines[0]
     ckpt = torch.load(last, weights_only=True)
@@ -293,7 +299,8 @@ def test_sigint_saves_a_usable_checkpoint_and_exits_130(tmp_path, cli_env):
     _, err = proc.communicate(timeout=60)
     err = err.decode()
     assert proc.returncode == 130, err[-2000:]
-    assert "lit-gpu: stopped by SIGINT at global step" in err and "--ckpt_path last" in err
+    assert "lit-gpu: stopped by SIGINT at step" in err
+    assert err.rstrip().endswith("--ckpt_path runs/lit_gpu/version_0/checkpoints/last.ckpt")  # this run's
     last = tmp_path / RUN / "version_0" / "checkpoints" / "last.ckpt"
     ckpt = torch.load(last, weights_only=True)
     assert ckpt["global_step"] >= 2
@@ -362,3 +369,11 @@ def test_one_field_changes_of_simple_yaml_are_one_line(old, new, needles, tmp_pa
     line = _one_line(["fit", "--config", "changed.yaml", "--config", str(CONFIGS / "debug.yaml")], capsys)
     for needle in needles:
         assert needle in line, line
+
+
+def test_a_misspelt_key_in_a_config_file_is_one_line_with_the_key_meant(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "typo.yaml").write_text("trainer:\n  max_epoch: 3\n")
+    code, lines = _run(["fit", *SIMPLE, "--config", "typo.yaml"], capsys)
+    assert code == 2 and len(lines) == 1, lines
+    assert "does not accept option 'trainer.max_epoch' (did you mean trainer.max_epochs?)" in lines[0]

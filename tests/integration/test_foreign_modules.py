@@ -10,6 +10,7 @@ global RNG, ``self.logger.experiment.add_image``) is in the default suite; the o
 
 from __future__ import annotations
 
+import csv
 import re
 import subprocess
 import sys
@@ -125,7 +126,8 @@ def test_sigterm_mid_epoch_then_resume_is_bit_exact(
     reference = _reference(module, workers, tmp_path_factory, cli_env)
     args = _args(module, workers)
     first = _run(tmp_path, cli_env, [*args, *_sigterm(stop)], code=143)
-    assert f"at global step {stop} " in first.stderr
+    logged = stop // 2 - 1 if module == "gan" else stop - 1  # the step metrics.csv gives the last step done
+    assert f"at step {logged} " in first.stderr
     resumed = _run(tmp_path, cli_env, [*args, "--ckpt_path", "last"])
     assert "cannot continue there" not in resumed.stderr
     _assert_same_training(tmp_path, reference)
@@ -159,7 +161,7 @@ def test_weights_equal_plain_lightnings(module, tmp_path, tmp_path_factory, cli_
         assert torch.equal(ours["state_dict"][key], value), key
 
 
-PROGRESS = re.compile(r"fit epoch (\d+)/2 step (\d+)/6")
+PROGRESS = re.compile(r"fit epoch (\d+)/1 batch (\d+)/6 step (\d+)")
 
 
 def test_stop_resume_and_best_checkpoint_lines_number_as_the_progress_lines(tmp_path, cli_env):
@@ -171,21 +173,19 @@ def test_stop_resume_and_best_checkpoint_lines_number_as_the_progress_lines(tmp_
     ]  # fmt: skip
     first = _run(tmp_path, cli_env, [*args, *_sigterm(16)], code=143)
     progress = [m.groups() for m in map(PROGRESS.search, first.stdout.splitlines()) if m]
-    assert progress[-1] == ("2", "2"), first.stdout[-2000:]  # epoch 2, its batch 2: global step 16
+    assert progress[-1] == ("1", "2", "7"), first.stdout[-2000:]  # epoch 1 (from 0), batch 2: global step 16
     stop = [ln for ln in first.stderr.splitlines() if "stopped by SIGTERM" in ln]
-    assert (
-        len(stop) == 1
-        and "at global step 16 (epoch 2/2 step 2/6; global steps are optimizer steps: " in stop[0]
-    )
+    assert len(stop) == 1 and "at step 7 (epoch 1/1 batch 2/6; global steps are optimizer steps: " in stop[0]
     assert "2 a batch, 8 batches)" in stop[0]
     resumed = _run(tmp_path, cli_env, [*args, "--ckpt_path", "last"])
-    assert re.search(r"resuming from \S*last\.ckpt \(global step 16, epoch 2[;,)]", resumed.stderr), (
-        resumed.stderr
-    )
+    assert re.search(r"resuming from \S*last\.ckpt \(step 7, epoch 1[;,)]", resumed.stderr), resumed.stderr
     assert "from step 8 (the metrics' step: batches; global step 16 counts optimizer steps)" in resumed.stderr
     progress = [m.groups() for m in map(PROGRESS.search, resumed.stdout.splitlines()) if m]
-    assert progress[0] == ("2", "3")  # the resumed fit goes on at epoch 2's batch 3
+    assert progress[0] == ("1", "3", "8")  # the resumed fit goes on at epoch 1's batch 3, step 8
     (best,) = (tmp_path / RUN / "checkpoints").glob("best-*.ckpt")
     epoch, step = map(int, re.fullmatch(r"best-epoch(\d+)-step(\d+)\.ckpt", best.name).groups())
-    assert step == 2 * BATCHES * epoch  # saved at the end of the epoch the progress lines call "epoch E/2"
-    assert torch.load(best, map_location="cpu", weights_only=True)["epoch"] == epoch - 1  # Lightning's count
+    assert step == BATCHES * (epoch + 1) - 1  # the end of the epoch the progress lines call "epoch E/1"
+    assert torch.load(best, map_location="cpu", weights_only=True)["epoch"] == epoch  # Lightning's count
+    with open(tmp_path / RUN / "metrics.csv", newline="") as f:
+        val = {(int(r["epoch"]), int(r["step"])) for r in csv.DictReader(f) if r.get("val_d_real")}
+    assert (epoch, step) in val  # metrics.csv's row of that validation: the same numbers

@@ -73,7 +73,7 @@ def test_with_recovery_the_run_ends_as_the_uninterrupted_one(reference, tmp_path
     code, lines = _fit(tmp_path, monkeypatch, capsys, *OOM_ABOVE_32, "--oom_recovery", "true")
     assert code == 0
     assert lines == [
-        "lit-gpu: out of memory at global step 0 (epoch 1/2 step 1/4) with batch 64 -> micro-batch 32 x 2"
+        "lit-gpu: out of memory at step 0 (epoch 0/1 batch 1/4) with batch 64 -> micro-batch 32 x 2"
     ]
     last = tmp_path / str(LAST).format(0)
     ckpt = torch.load(last, map_location="cpu", weights_only=True)
@@ -128,7 +128,7 @@ def test_ddp_only_rank_1_runs_out_both_ranks_switch(phase, reference, tmp_path, 
     assert proc.returncode == 0, proc.stderr[-4000:]
     lines = [ln for ln in proc.stderr.splitlines() if "out of memory" in ln]
     assert lines == [
-        "lit-gpu: out of memory at global step 3 (epoch 1/2 step 4/4) with batch 32 -> micro-batch 16 x 2 "
+        "lit-gpu: out of memory at step 3 (epoch 0/1 batch 4/4) with batch 32 -> micro-batch 16 x 2 "
         "on all 2 processes (1 ran out)"
     ]
     for rank in (0, 1):
@@ -177,7 +177,7 @@ def test_with_recovery_every_loop_of_fit_runs_with_the_same_metrics(reference, t
     assert [ln for ln in lines if "out of memory" in ln] == [
         "lit-gpu: out of memory during the sanity check (validation before training) at batch 0 "
         "with batch 64 -> micro-batch 32 x 2",
-        "lit-gpu: out of memory at global step 0 (epoch 1/2 step 1/4) with batch 64 -> micro-batch 32 x 2",
+        "lit-gpu: out of memory at step 0 (epoch 0/1 batch 1/4) with batch 64 -> micro-batch 32 x 2",
     ]
     recovered = _metrics_csv(tmp_path / "runs" / "lit_gpu" / "version_0" / "metrics.csv")
     expected = _metrics_csv(reference.parent.parent / "metrics.csv")

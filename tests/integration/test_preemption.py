@@ -106,8 +106,8 @@ def test_signal_to_process_group_saves_last_ckpt_and_resumes(
     assert proc.returncode == code, err[-3000:]
     lines = [ln for ln in err.splitlines() if ln.startswith("lit-gpu:")]
     assert len(lines) == 1, err[-3000:]
-    assert lines[0].startswith(f"lit-gpu: stopped by {sig.name} at global step "), lines
-    assert "resume with: lit-gpu fit <same arguments> --ckpt_path last" in lines[0]
+    assert lines[0].startswith(f"lit-gpu: stopped by {sig.name} at step "), lines
+    assert lines[0].endswith(f"--ckpt_path {RUN / 'version_0' / 'checkpoints' / 'last.ckpt'}")  # this run's
     assert "DataLoader worker" not in err and "Traceback" not in err and "Received SIGTERM" not in err
 
     ckpt_dir = tmp_path / RUN / "version_0" / "checkpoints"
@@ -115,7 +115,7 @@ def test_signal_to_process_group_saves_last_ckpt_and_resumes(
     assert not list(tmp_path.rglob("*.tmp"))
     ckpt = torch.load(ckpt_dir / "last.ckpt", weights_only=True)
     stopped_at = ckpt["global_step"]
-    assert 3 <= stopped_at < LIMIT and f"global step {stopped_at} " in lines[0]
+    assert 3 <= stopped_at < LIMIT and f"at step {stopped_at - 1} " in lines[0]  # metrics.csv's step
     progress_state = ckpt["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]
     assert progress_state["completed"] == progress_state["ready"] == stopped_at  # a step boundary
 
@@ -125,7 +125,7 @@ def test_signal_to_process_group_saves_last_ckpt_and_resumes(
     out = resumed.stderr
     assert resumed.returncode == 0, out[-3000:]
     last = RUN / "version_0" / "checkpoints" / "last.ckpt"
-    assert f"lit-gpu: resuming from {last} (global step {stopped_at}, " in out
+    assert f"lit-gpu: resuming from {last} (step {stopped_at - 1}, " in out
     assert "passed over newer version_1: no config.yaml" in out
     assert f"lit-gpu: continuing the run in {RUN / 'version_0'} from step {stopped_at};" in out
     assert sorted(p.name for p in ckpt_dir.glob("last*")) == ["last.ckpt"]
@@ -187,10 +187,10 @@ def test_sigterm_to_a_ddp_group_stops_every_rank_at_the_same_step(tmp_path, cli_
     err = err.decode()
     assert proc.returncode == 143, err[-3000:]
     lines = [ln for ln in err.splitlines() if ln.startswith("lit-gpu:")]
-    assert len(lines) == 1 and lines[0].startswith("lit-gpu: stopped by SIGTERM at global step "), err[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("lit-gpu: stopped by SIGTERM at step "), err[-3000:]
     assert "Traceback" not in err
     ckpt = torch.load(tmp_path / RUN / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
-    assert 3 <= ckpt["global_step"] < 30 and f"global step {ckpt['global_step']} " in lines[0]
+    assert 3 <= ckpt["global_step"] < 30 and f"at step {ckpt['global_step'] - 1} " in lines[0]
     assert not list(tmp_path.rglob("*.tmp"))
 
 
@@ -275,8 +275,8 @@ def _assert_one_stop_line(text: str, sig: signal.Signals) -> int:
     assert lines[0].startswith(f"lit-gpu: stopped by {sig.name} "), lines
     for bad in ("DataLoader worker", "lit-gpu: error", "shared memory", "killed by signal"):
         assert bad not in text, text[-3000:]
-    match = re.search(r"at global step (\d+) ", lines[0])
-    return int(match.group(1)) if match else 0
+    match = re.search(r"at step (\d+) ", lines[0])  # metrics.csv's step of the last step: global step - 1
+    return int(match.group(1)) + 1 if match else 0
 
 
 def _check_stop(ckpt_dir: Path, reached: int, said: int) -> None:

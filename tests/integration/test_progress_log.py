@@ -16,7 +16,10 @@ from tests.helpers.forked_cli import popen, run_cli
 from tests.helpers.paths import CONFIGS
 
 SIMPLE = ["--config", str(CONFIGS / "simple.yaml"), "--trainer.accelerator", "cpu", "--trainer.devices", "1"]
-PROGRESS = re.compile(r"^fit epoch (\d+)/(\d+) step (\d+)/(\d+) \((\d+)%\) .*train/loss_step=([\d.e-]+)")
+# epoch e/L as the bar (0-based, of the last index), the batches done in the epoch, the step metrics.csv logs
+PROGRESS = re.compile(
+    r"^fit epoch (\d+)/(\d+) batch (\d+)/(\d+) step (\d+) \((\d+)%\) .*train/loss_step=([\d.e-]+)"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -45,9 +48,11 @@ def test_a_log_file_shows_progress_while_the_run_goes_on(tmp_path, cli_env):
         proc.wait(timeout=120)
     assert len(progress) >= 3, text[-3000:]
     epochs = [int(m.group(1)) for m in progress]
-    assert epochs == sorted(epochs) and {int(m.group(2)) for m in progress} == {1000}
+    assert epochs == sorted(epochs) and {int(m.group(2)) for m in progress} == {999}
     assert {int(m.group(4)) for m in progress} == {1024}
-    assert all(int(m.group(3)) < 1024 and float(m.group(6)) >= 0 for m in progress)
+    assert all(int(m.group(3)) < 1024 and float(m.group(7)) >= 0 for m in progress)
+    # the step metrics.csv gives the last step: epochs before this one, plus this epoch's batches, from 0
+    assert all(int(m.group(5)) == int(m.group(1)) * 1024 + int(m.group(3)) - 1 for m in progress)
     lines = text.splitlines()
     start = [ln for ln in lines if ln.startswith("lit-gpu: run ")]
     checkpoint = "runs/lit_gpu/version_0/checkpoints/last.ckpt"
@@ -78,8 +83,9 @@ def test_json_lines_for_log_scrapers(tmp_path, monkeypatch, capsys):
     assert start["folder"] == "runs/lit_gpu/version_0" and start["resume"].endswith(
         "--ckpt_path runs/lit_gpu/version_0/checkpoints/last.ckpt"
     )
-    assert (first["epoch"], first["epochs"], first["step"], first["steps"]) == (1, 2, 5, 5)
-    assert (first["percent"], second["percent"], second["global_step"]) == (50.0, 100.0, 10)
+    assert [first[k] for k in ("epoch", "epochs", "batch", "batches", "step")] == [0, 2, 5, 5, 4]
+    assert [first["percent"], second["percent"]] == [50.0, 100.0]
+    assert [second["global_step"], second["step"]] == [10, 9]  # Lightning's count; metrics.csv's step
     assert second["eta_s"] == 0.0 and second["samples_per_s"] > 0 and second["elapsed_s"] > 0
     assert {"train/loss_step", "val/loss"} <= set(second["metrics"])
     assert end["checkpoint"] == "runs/lit_gpu/version_0/checkpoints/last.ckpt"
@@ -89,7 +95,8 @@ def test_json_lines_for_log_scrapers(tmp_path, monkeypatch, capsys):
     main(["test", *args, "--ckpt_path", ckpt, "--progress_format", "json", "--progress_interval", "0"])
     events = _json_lines(capsys.readouterr().out)
     assert [e["event"] for e in events] == ["start", "epoch_end", "end"]
-    assert events[1]["stage"] == "test" and events[1]["step"] == events[1]["steps"] == 8  # 512 samples / 64
+    assert events[1]["stage"] == "test" and events[1]["batch"] == events[1]["batches"] == 8  # 512 / 64
+    assert events[1]["step"] is None  # no training step in a test
     assert events[1]["percent"] == 100.0 and "test/loss" in events[2]["metrics"]
 
 
@@ -110,12 +117,12 @@ def test_text_lines_of_validate_and_predict_and_a_trial_number(tmp_path, monkeyp
     main(["validate", *args, "--ckpt_path", ckpt])
     main(["predict", *args, "--ckpt_path", ckpt, "--predict_out", "p.csv"])
     lines = capsys.readouterr().out.splitlines()
-    assert any(ln.startswith("trial 7 fit epoch 1/1 end step 2/2 (100%) val/loss=") for ln in lines), lines
-    assert any(
-        re.match(r"trial 7 validate step 8/8 \(100%\) val/loss=[\d.e-]+ \| \d+ samples/s", ln) for ln in lines
-    )
+    fit_end = "trial 7 fit epoch 0/0 end batch 2/2 step 1 (100%) val/loss="
+    assert any(ln.startswith(fit_end) for ln in lines), lines
+    validate = r"trial 7 validate batch 8/8 \(100%\) val/loss=[\d.e-]+ \| \d+ samples/s"
+    assert any(re.match(validate, ln) for ln in lines)
     assert any(re.match(r"lit-gpu: trial 7 validate done in 0:00:\d\d: val/loss=", ln) for ln in lines)
-    assert any(re.match(r"trial 7 predict step (\d+)/\1 \(100%\) \| \d+ samples/s", ln) for ln in lines)
+    assert any(re.match(r"trial 7 predict batch (\d+)/\1 \(100%\) \| \d+ samples/s", ln) for ln in lines)
 
 
 def test_ddp_only_rank_zero_writes_progress(tmp_path, cli_env):
@@ -128,5 +135,5 @@ def test_ddp_only_rank_zero_writes_progress(tmp_path, cli_env):
     assert proc.returncode == 0, proc.stderr[-4000:]
     events = _json_lines(proc.stdout)
     assert [e["event"] for e in events] == ["start", "epoch_end", "epoch_end", "end"], proc.stdout
-    assert events[2]["global_step"] == 6
+    assert events[2]["global_step"] == 6 and events[2]["step"] == 5
     assert "\x1b" not in proc.stdout + proc.stderr

@@ -253,7 +253,7 @@ def test_quickstart_in_order_then_plot_draws_the_training_run_and_evaluations_st
     for _ in range(2):
         assert _call(main, ["test", *simple, "--ckpt_path", "last"])[0] == 0
         chosen = Path("runs/lit_gpu/version_0/checkpoints/last.ckpt")
-        assert f"using {chosen} (global step 8" in capsys.readouterr().err
+        assert f"using {chosen} (step 7" in capsys.readouterr().err  # metrics.csv's step: global step - 1
     drawn: dict[str, list[str]] = {}
     real_panel = plot_cmd._panel
 

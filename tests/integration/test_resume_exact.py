@@ -195,7 +195,7 @@ def _assert_same_curves(got_root: Path, want_root: Path) -> None:
                 assert float(a) == pytest.approx(float(b), rel=1e-6, abs=1e-6), (index, column, a, b)
 
 
-PERCENT = re.compile(r"^fit epoch (\d+)/(\d+)( end)? step (\d+)/(\d+) \((\d+)%\)")
+PERCENT = re.compile(r"^fit epoch (\d+)/(\d+)( end)? batch (\d+)/(\d+) step \d+ \((\d+)%\)")
 
 
 @pytest.mark.parametrize(  # a foreign module's resume is sampled by test_foreign_modules.py
@@ -213,13 +213,13 @@ def test_sigterm_mid_epoch_then_resume_logs_the_uninterrupted_curves(
     sigterm = ["--trainer.callbacks+=tests.helpers.resume.SignalAtStep", "--trainer.callbacks.step", "11"]
     first = _run(stopped, cli_env, [*args, *sigterm], check=False)
     assert first.returncode == 143, first.stderr[-3000:]
-    assert "at global step 11 (epoch 2/2 step 3/8); saved" in first.stderr  # as the progress lines
+    assert "at step 10 (epoch 1/1 batch 3/8); saved" in first.stderr  # as the progress lines and metrics.csv
     resumed = _run(stopped, cli_env, [*args, "--ckpt_path", "last"])
     _assert_same_curves(stopped, tmp_path / "reference")
     lines = [m for m in map(PERCENT.match, resumed.stdout.splitlines()) if m]
     assert lines, resumed.stdout[-3000:]
-    # the first line after the resume: epoch 2, its 4th batch, 12 of the run's 16 batches done
-    assert lines[0].group(1, 2, 4, 5, 6) == ("2", "2", "4", "8", "75")
+    # the first line after the resume: epoch 1 of 0..1, its 4th batch, 12 of the run's 16 batches done
+    assert lines[0].group(1, 2, 4, 5, 6) == ("1", "1", "4", "8", "75")
     assert lines[-1].group(3, 4, 6) == (" end", "8", "100")
 
 

@@ -33,7 +33,7 @@ def test_nan_guard_names_the_step(value, kind):
     with pytest.raises(NonFiniteLossError) as info:
         guard.on_before_backward(_fake_trainer(7), None, torch.tensor(value))
     # the progress lines' numbering (issue 47): epochs from 1 of N, the batch in progress of B
-    assert str(info.value).startswith(f"loss became {kind} at global step 7 (epoch 2/3 step 4/10); ")
+    assert str(info.value).startswith(f"loss became {kind} at step 7 (epoch 1/2 batch 4/10); ")
     NaNGuard(enabled=False).on_before_backward(_fake_trainer(7), None, torch.tensor(value))
 
 
@@ -108,9 +108,7 @@ def test_nan_guard_on_the_gpu_checks_without_a_sync_and_names_the_bad_step(value
         guard.on_before_backward(_fake_trainer(6), None, bad)
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    with pytest.raises(
-        NonFiniteLossError, match=f"loss became {kind} at global step 6 .*before any checkpoint"
-    ):
+    with pytest.raises(NonFiniteLossError, match=f"loss became {kind} at step 6 .*before any checkpoint"):
         guard.on_save_checkpoint(_fake_trainer(7), None, {})  # a save waits for the verdict first
 
 
@@ -188,6 +186,6 @@ def test_nan_guard_on_a_device_checks_landed_verdicts_and_waits_only_when_a_ring
     finally:
         monkeypatch.undo()
     assert len(made) == 1 and len(made[0]) == 1  # landed verdicts were read at the next step
-    with pytest.raises(NonFiniteLossError, match="loss became inf at global step 3 .*before any checkpoint"):
+    with pytest.raises(NonFiniteLossError, match="loss became inf at step 3 .*before any checkpoint"):
         guard.on_train_end(_fake_trainer(4), None)
     assert not made[0]

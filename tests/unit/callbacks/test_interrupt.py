@@ -54,7 +54,10 @@ def test_signal_mid_step_finishes_the_step_saves_and_restores_handlers(signum, t
     batches = ckpt["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]
     assert batches["completed"] == batches["ready"] == 6
     err = capsys.readouterr().err
-    assert f"lit-gpu: stopped by {signum.name} at global step 6 (epoch 1/3 step 6/16); saved " in err
+    assert f"lit-gpu: stopped by {signum.name} at step 5 (epoch 0/2 batch 6/16); saved " in err
+    # a Trainer built in Python: no command line to repeat, but this run's own last.ckpt by path, not `last`
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    assert f"resume with: lit-gpu fit <same arguments> --ckpt_path {last}" in err
 
 
 def test_a_finished_fit_leaves_signal_handlers_as_they_were(tmp_path):
@@ -115,7 +118,7 @@ def test_a_worker_killed_by_the_jobs_signal_is_a_stop_at_the_last_finished_step(
     assert ckpt["global_step"] == 5
     err = capsys.readouterr().err
     assert (
-        f"lit-gpu: stopped by {signal.Signals(code - 128).name} at global step 5 (epoch 1/3 step 5/16); "
+        f"lit-gpu: stopped by {signal.Signals(code - 128).name} at step 4 (epoch 0/2 batch 5/16); "
         "saved " in err
     )
 

@@ -68,10 +68,9 @@ def test_recovered_run_equals_uninterrupted_run(phase, accumulate, fp16, capsys)
     want, got = (t.callback_metrics["train/loss_epoch"].item() for t in (reference.trainer, trainer))
     assert got == pytest.approx(want, rel=tolerance)
     lines = [ln for ln in capsys.readouterr().err.splitlines() if "out of memory" in ln]
-    batch = 3 if accumulate == 1 else 5  # global step 2 is the third batch, or the fifth accumulating two
+    batch = 3 if accumulate == 1 else 5  # step 2 is the third batch, or the fifth accumulating two
     assert lines == [
-        f"lit-gpu: out of memory at global step 2 (epoch 1/2 step {batch}/6) with batch 64 "
-        "-> micro-batch 32 x 2"
+        f"lit-gpu: out of memory at step 2 (epoch 0/1 batch {batch}/6) with batch 64 -> micro-batch 32 x 2"
     ]
 
 
@@ -87,7 +86,7 @@ def test_halves_down_to_one_sample_then_gives_up(capsys):
     with pytest.raises(torch.OutOfMemoryError, match="simulated by lit_gpu.testing.OOMAbove"):
         _fit([recovery, OOMAbove(batch_size=0)])
     assert recovery.micro_batch_size == 1
-    lines = [ln for ln in capsys.readouterr().err.splitlines() if "out of memory at global step" in ln]
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "out of memory at step" in ln]
     assert [ln.split("-> ")[1] for ln in lines] == [
         "micro-batch 32 x 2",
         "micro-batch 16 x 4",
@@ -104,7 +103,7 @@ def test_batchnorm_nets_are_named_in_the_adapt_line(capsys):
         return nn.Sequential(nn.Linear(10, 16), nn.BatchNorm1d(16), nn.Linear(16, 10))
 
     _fit([OOMRecovery(), OOMAbove(batch_size=32)], make_net=make_net, max_epochs=1)
-    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if "out of memory at global step" in ln]
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if "out of memory at step" in ln]
     assert "BatchNorm layers now compute batch statistics over 32 samples, not 64" in line
 
 

@@ -59,7 +59,7 @@ def test_a_users_own_bar_is_kept(monkeypatch):
 
 
 def test_resume_command_replaces_the_ckpt_path():
-    argv = ["fit", "--config", "a b.yaml", "--ckpt_path", "last", "--ckpt_path=x"]
+    argv = ["fit", "--config", "a b.yaml", "--ckpt_path", "last", "--ckpt_path=x", "--new_run", "true"]
     assert (
         resume_command(argv, "runs/v/last.ckpt")
         == "lit-gpu fit --config 'a b.yaml' --ckpt_path runs/v/last.ckpt"
@@ -82,6 +82,21 @@ def test_the_live_bar_shows_the_runs_version_and_samples_per_second(tmp_path, ca
     columns = bar.configure_columns(trainer)
     task = type("Task", (), {"id": bar.train_progress_bar_id})()
     assert columns[-1].render(task).plain.endswith(" samples/s")
+
+
+def test_the_live_bar_and_the_lines_number_epochs_alike(tmp_path):
+    """Lightning's bar says ``Epoch 1/1`` (0-based, of the last index); lit-gpu's lines say ``epoch 1/1``."""
+    from lit_gpu import messages
+
+    screen = io.StringIO()
+    bar = LitProgressBar(console_kwargs={"file": screen, "force_terminal": True, "width": 200})
+    trainer = quiet_trainer(
+        tmp_path, enable_progress_bar=True, callbacks=[bar], max_epochs=2, limit_val_batches=0
+    )
+    trainer.fit(RegressionModule(SimpleModel(10, 10)), SyntheticRegressionDataModule(num_samples=128))
+    shown = set(re.findall(r"Epoch (\d+/\d+)", screen.getvalue()))
+    assert shown == {"0/1", "1/1"}, screen.getvalue()[-500:]
+    assert {messages.epoch_point(e, trainer.max_epochs).removeprefix("epoch ") for e in (0, 1)} == shown
 
 
 def test_interval_lines_are_written_only_when_due(monkeypatch):

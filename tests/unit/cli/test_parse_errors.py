@@ -102,3 +102,27 @@ def test_yaml_error_names_file_line_and_problem():
     assert line is not None and line.startswith("configs/mine.yaml, line ")
     assert "YAML syntax error" in line and "flow mapping started at line 2" in line
     assert yaml_error(TypeError("no cause"), "x.yaml") is None
+
+
+def test_unknown_flags_names_each_flag_with_the_closest_option():
+    """argparse's ``unrecognized arguments`` as one line: each flag, its closest real option, exact flags."""
+    import argparse
+
+    from lit_gpu.cli.parse_errors import unknown_flags
+
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    parser.add_argument("--trainer.max_epochs")
+    parser.add_argument("--checkpoint.monitor")
+    message = "unrecognized arguments: --trainer.max_epoch 3 --chekpoint.monitor=val/acc --zzz"
+    line = unknown_flags(message, parser, "lit-gpu fit")
+    assert line is not None and "\n" not in line
+    assert "unknown flag --trainer.max_epoch (did you mean --trainer.max_epochs?)" in line
+    assert "unknown flag --chekpoint.monitor (did you mean --checkpoint.monitor?)" in line
+    assert "unknown flag --zzz;" in line and "no abbreviations" in line and "lit-gpu fit --help" in line
+    assert unknown_flags("unrecognized arguments: 3", parser, "lit-gpu fit") is None
+    key = unknown_flags("Subcommand 'fit' does not accept option 'trainer.max_epoch'", parser, "lit-gpu fit")
+    assert key == (
+        "Subcommand 'fit' does not accept option 'trainer.max_epoch' (did you mean trainer.max_epochs?); "
+        "run 'lit-gpu fit --help' for the options"
+    )  # the same key in a config file
+    assert unknown_flags('Parser key "x": Expected int', parser, "lit-gpu fit") is None

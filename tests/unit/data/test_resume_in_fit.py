@@ -244,7 +244,7 @@ def test_a_loader_that_cannot_resume_mid_epoch_is_named_once(tmp_path, capsys):
         _fit(tmp_path, resume=True, data_cls=CustomSamplerData)
     lines = [ln for ln in capsys.readouterr().err.splitlines() if "cannot continue there" in ln]
     assert lines == [
-        "lit-gpu: resumed at epoch 2/2 step 3/10, but the training loader cannot continue there (its "
+        "lit-gpu: resumed at epoch 1/1 batch 3/10, but the training loader cannot continue there (its "
         "sampler _Every has no state): the rest of the epoch comes from the loader's start, so this run "
         "differs from an uninterrupted one"
     ]

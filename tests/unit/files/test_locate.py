@@ -92,7 +92,7 @@ def test_last_is_the_highest_step_of_the_newest_matching_run_never_the_newest_fi
     got = _resolve(parent, SIMPLE, "last")
     assert got.path == str(run / "checkpoints" / "last-v1.ckpt") and got.header.step == 12
     assert got.run is not None and got.run.path == run and got.run.mine  # the run, found once and handed on
-    chosen = "global step 12, epoch 4; the highest step of 2 complete last*.ckpt; 1 incomplete left out"
+    chosen = "step 11, epoch 3; the highest step of 2 complete last*.ckpt; 1 incomplete left out"
     assert chosen in got.line
     assert "run version_1, the newest of yours with RegressionModule(SimpleModel)" in got.line
     assert (

@@ -49,13 +49,12 @@ def test_last_is_the_highest_complete_step_and_best_the_best_value():
     chosen = choose_file(files, "last")
     assert chosen.path == Path("last.ckpt")
     assert (
-        chosen.reason
-        == "global step 12, epoch 3; the highest step of 3 complete last*.ckpt; 1 incomplete left out"
+        chosen.reason == "step 11, epoch 2; the highest step of 3 complete last*.ckpt; 1 incomplete left out"
     )
     assert choose_file([CkptFacts(Path("last.ckpt"), False)], "last") is None
     best = [CkptFacts(Path("best-a.ckpt"), True, 4, 0, 0.5), CkptFacts(Path("best-b.ckpt"), True, 8, 1, 0.2)]
     assert choose_file(best, "best", "min", "val/loss").reason.startswith(
-        "global step 8, epoch 2, val/loss 0.2; the min"
+        "step 7, epoch 1, val/loss 0.2; the min"  # metrics.csv's numbers: global step - 1, epoch from 0
     )
     assert choose_file(best, "best", "max").path == Path("best-a.ckpt")
     unscored = [CkptFacts(Path("best-a.ckpt"), True, 4), CkptFacts(Path("best-b.ckpt"), True, 8)]
