@@ -232,6 +232,10 @@ EXPORTED = "exported {weights} (metadata: {sidecar})"
 WROTE_PLOT = "wrote {path} ({width}x{height} px)"
 FREE_GPU_OF_RANK = "local rank {rank} -> GPU {index} {name} ({uuid})"
 DEPENDENCY_OUT_OF_RANGE = "{name} {found}: lit-gpu supports {supported}; pip install '{requirement}'"
+LOGGER_CALL_IGNORED = (
+    "the CSV logger keeps no {method} (tag '{tag}') and ignores it (said once); the TensorBoard logger's "
+    "event files keep it: tensorboard --logdir {folder}"
+)
 
 # ---- lit-gpu sweep (progress lines) -------------------------------------------------------------
 SWEEP_START = "study {study} ({done} trials so far), {more} more; runs in {folder}{how}"
