@@ -232,6 +232,10 @@ EXPORTED = "exported {weights} (metadata: {sidecar})"
 WROTE_PLOT = "wrote {path} ({width}x{height} px)"
 FREE_GPU_OF_RANK = "local rank {rank} -> GPU {index} {name} ({uuid})"
 DEPENDENCY_OUT_OF_RANGE = "{name} {found}: lit-gpu supports {supported}; pip install '{requirement}'"
+TORCHVISION_MISMATCH = (
+    "torchvision {vision} does not fit torch {torch} ({why}): they come from different builds; install the "
+    "pair from one index: pip install --force-reinstall 'torch=={base}' '{wanted}'{index}"
+)
 LOGGER_CALL_IGNORED = (
     "the CSV logger keeps no {method} (tag '{tag}') and ignores it (said once); the TensorBoard logger's "
     "event files keep it: tensorboard --logdir {folder}"
