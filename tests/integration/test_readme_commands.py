@@ -151,8 +151,7 @@ def test_the_readme_mnist_commands_read_data_and_offline_from_data_mnist_raw(
     assert all("--data.data_dir" not in argv for argv in mnist)
     [offline] = [argv for argv in mnist if "--data.download" in argv]
     (scratch / "data").symlink_to(fake_mnist_dir)
-    small = ["--model.init_args.net.init_args.channels", "4", "--data.val_size", "100", "--data.num_workers", "0"]
-    small += DEBUG
+    small = ["--model.init_args.net.init_args.channels", "4", "--data.val_size", "100", *DEBUG]
     code, _ = _call(main, offline + small)
     assert code == 0, capsys.readouterr().err[-2000:]
     assert (scratch / "runs" / "lit_gpu" / "version_0" / "checkpoints" / "last.ckpt").is_file()
