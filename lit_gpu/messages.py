@@ -232,6 +232,11 @@ EXPORTED = "exported {weights} (metadata: {sidecar})"
 WROTE_PLOT = "wrote {path} ({width}x{height} px)"
 FREE_GPU_OF_RANK = "local rank {rank} -> GPU {index} {name} ({uuid})"
 DEPENDENCY_OUT_OF_RANGE = "{name} {found}: lit-gpu supports {supported}; pip install '{requirement}'"
+PACKAGE_SHADOWED = (
+    "Python took the folder {folder} for the package lit_gpu (it is on the path through the working folder "
+    "{cwd}; no __init__.py there), not {package}: start Python or Jupyter in another folder (the clone "
+    "itself, or its notebooks/), or rename that folder"
+)
 TORCHVISION_MISMATCH = (
     "torchvision {vision} does not fit torch {torch} ({why}): they come from different builds; install the "
     "pair from one index: pip install --force-reinstall 'torch=={base}' '{wanted}'{index}"
