@@ -7,7 +7,7 @@ so no such call crashes a run:
 
 * ``add_image``, ``add_images``, ``add_figure``: PNG files in the run's ``media/`` folder
   (``<tag>-step<N>.png``; images encoded by TensorBoard's own ``summary.image``, same scaling and layouts);
-* ``add_text``: appended to ``media/<tag>.txt``; ``add_scalar``, ``add_scalars``: rows of ``metrics.csv``;
+* ``add_text``: appended to ``media/<tag>.jsonl``; ``add_scalar``, ``add_scalars``: rows of ``metrics.csv``;
   ``add_hparams``: ``hparams.yaml`` and a row; ``flush``, ``close``: save; ``get_logdir``: the folder;
 * the rest (histograms, graphs, embeddings, audio, video, meshes, PR curves, custom layouts): ignored, with
   one line per method and run (the TensorBoard logger, on by default, keeps them).
@@ -17,6 +17,7 @@ Tags name files only after :func:`media_name` (no folder, no dot file): a tag ca
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -85,11 +86,12 @@ class MediaWriter:
 
     def add_text(self, tag: str, text_string: str, global_step: int | None = None, walltime: Any = None
                  ) -> None:  # fmt: skip
-        """Appended to ``media/<tag>.txt`` as ``step N: text``."""
+        """Appended to ``media/<tag>.jsonl`` as ``{"step": N, "text": ...}`` (control characters escaped)."""
         folder = Path(self.log_dir) / MEDIA_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / f"{media_name(tag)}.txt", "a", encoding="utf-8") as f:
-            f.write(f"step {global_step if global_step is not None else '-'}: {text_string}\n")
+        record = json.dumps({"step": global_step, "text": str(text_string)})
+        with open(folder / f"{media_name(tag)}.jsonl", "a", encoding="utf-8") as f:
+            f.write(record + "\n")
 
     def add_scalar(self, tag: str, scalar_value: Any, global_step: int | None = None, walltime: Any = None,
                    new_style: bool = False, double_precision: bool = False) -> None:  # fmt: skip

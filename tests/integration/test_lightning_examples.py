@@ -69,7 +69,7 @@ def test_an_example_trains_under_lit_gpus_loggers_as_under_plain_lightning_cli(e
         assert all((run / "media" / name).read_bytes().startswith(b"\x89PNG") for name in media)
     elif example == "every_call":
         assert {"weights-step000002.png", "batch-step000002.png", "curve-step000004.png"} <= set(media)
-        assert "note.txt" in media and "step 2: epoch 0" in (run / "media" / "note.txt").read_text()
+        assert '{"step": 2, "text": "epoch 0"}' in (run / "media" / "note.jsonl").read_text()
         header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
         assert {"extra/scalar", "extra/a", "extra/b"} <= set(header)
         err = capsys.readouterr().err

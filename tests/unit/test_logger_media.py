@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 
 import pytest
 import torch
@@ -52,7 +53,14 @@ def test_a_tag_names_a_file_inside_media_and_nowhere_else(writer, tmp_path):
 def test_text_scalars_and_hparams_are_kept(writer, tmp_path):
     writer.add_text("note", "first", 1)
     writer.add_text("note", "second", 2)
-    assert (tmp_path / "run" / "media" / "note.txt").read_text() == "step 1: first\nstep 2: second\n"
+    writer.add_text("note", "\x1b[31mred\nline", None)
+    lines = (tmp_path / "run" / "media" / "note.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [
+        {"step": 1, "text": "first"},
+        {"step": 2, "text": "second"},
+        {"step": None, "text": "\x1b[31mred\nline"},
+    ]
+    assert "\x1b" not in lines[2]  # escaped in the file
     writer.add_scalar("lr", torch.tensor(0.5), 3)
     writer.add_scalars("loss", {"a": 1.0, "b": torch.tensor(2.0)}, 4)
     writer.add_hparams({"lr": 0.1}, {"hp/metric": 0.25})
