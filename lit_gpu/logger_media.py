@@ -127,7 +127,7 @@ class MediaWriter:
         if name.startswith("_") or name not in summary_writer_methods():
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-        said: set[str] = vars(self).setdefault("_ignored_said", set())
+        said: set[str] = vars(self).setdefault("ignored_methods", set())
 
         def ignored(*args: Any, **kwargs: Any) -> None:
             if name not in said:
