@@ -17,6 +17,7 @@ Tags name files only after :func:`media_name` (no folder, no dot file): a tag ca
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -28,6 +29,7 @@ from lit_gpu.messages import LOGGER_CALL_IGNORED, shown, tell
 MEDIA_DIR = "media"
 
 
+@functools.cache
 def summary_writer_methods() -> frozenset[str]:
     """The public methods of TensorBoard's ``SummaryWriter`` (imported when first needed)."""
     from torch.utils.tensorboard import SummaryWriter
