@@ -78,7 +78,7 @@ def _start_group_job(argv: list[str], tmp_path: Path, env: dict[str, str], step:
     """
     proc = popen(argv, tmp_path, _held(env, step), stdout=subprocess.DEVNULL)  # forked, own process group
     progress = tmp_path / "progress.txt"
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 240  # a loaded machine; the run waits there anyway
     while time.monotonic() < deadline and proc.poll() is None:
         if progress.exists() and int(progress.read_text() or 0) >= step:
             break
