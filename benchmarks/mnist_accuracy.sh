@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue #2 evidence: configs/mnist.yaml on the real MNIST, then `lit-gpu test` on the best checkpoint.
 # Usage: bash benchmarks/mnist_accuracy.sh [DATA_DIR [extra fit args, e.g. --seed_everything 1]]
-#   (DATA_DIR defaults to ../shared/data; run from the repo root.)
+#   (DATA_DIR defaults to ./data, which holds MNIST/raw/ (README); run from the repo root.)
 set -euo pipefail
-DATA_DIR=$(realpath "${1:-../shared/data}")
+DATA_DIR=$(realpath "${1:-data}")
 shift || true
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d)

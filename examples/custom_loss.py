@@ -1,7 +1,7 @@
 """Research example: subclass lit_gpu's classifier with a custom loss and train it.
 
 python examples/custom_loss.py                       # tiny synthetic digits, CPU, seconds
-python examples/custom_loss.py --data-dir ../shared/data --epochs 1   # real MNIST
+python examples/custom_loss.py --data-dir data --epochs 1   # real MNIST in ./data/MNIST/raw/ (README)
 """
 
 from __future__ import annotations

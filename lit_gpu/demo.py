@@ -20,6 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
+from lit_gpu.package_check import check_package
+
+check_package()  # a notebook started beside a clone named lit_gpu: one clear line, not a half-made package
+
 __all__ = ["DATA_DIR_ENV", "STANDIN_ENV", "has_mnist", "mnist_or_standin", "work_dir", "write_mnist_standin"]
 
 DATA_DIR_ENV = "LIT_GPU_DATA_DIR"  # a folder holding MNIST/raw/*-ubyte (the real files)

@@ -247,6 +247,19 @@ FINISHED_RUN = (
     "resume with a larger {flag} (e.g. {example}; add --new_run true to log that into a new folder), "
     "or leave out --ckpt_path to start a new run"
 )
+PACKAGE_SHADOWED = (
+    "Python took the folder {folder} for the package lit_gpu (it is on the path through the working folder "
+    "{cwd}; no __init__.py there), not {package}: start Python or Jupyter in another folder (the clone "
+    "itself, or its notebooks/), or rename that folder"
+)
+TORCHVISION_MISMATCH = (
+    "torchvision {vision} does not fit torch {torch} ({why}): they come from different builds; install the "
+    "pair from one index: pip install --force-reinstall 'torch=={base}' '{wanted}'{index}"
+)
+LOGGER_CALL_IGNORED = (
+    "the CSV logger keeps no {method} (tag '{tag}') and ignores it (said once); the TensorBoard logger's "
+    "event files keep it: tensorboard --logdir {folder}"
+)
 
 # ---- lit-gpu sweep (progress lines) -------------------------------------------------------------
 SWEEP_START = "study {study} ({done} trials so far), {more} more; runs in {folder}{how}"

@@ -16,7 +16,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lit_gpu.cli.main import main
+from lit_gpu.package_check import check_package
+
+check_package()  # a folder named lit_gpu in the working folder taken for the package: one clear line
+
+from lit_gpu.cli.main import main  # noqa: E402
 
 if TYPE_CHECKING:
     from lit_gpu.cli.lightning_cli import LitGpuCLI

@@ -25,7 +25,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.cli import LightningArgumentParser
 from typing_extensions import override
 
-from lit_gpu import messages, runs
+from lit_gpu import loggers, messages
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.progress import default_progress_bar
 from lit_gpu.cli.ckpt_path import config_value
@@ -43,7 +43,7 @@ def add_arguments(parser: LightningArgumentParser) -> None:
     parser.add_argument(
         "--loggers",
         type=list[Literal["csv", "tensorboard"]],
-        default=list(runs.LOGGER_KINDS),
+        default=list(loggers.LOGGER_KINDS),
         help="lit_gpu's loggers, all into DEFAULT_ROOT_DIR/lit_gpu/version_N (csv: metrics.csv for "
         "lit-gpu plot; tensorboard: tensorboard --logdir DEFAULT_ROOT_DIR); used when trainer.logger "
         "is null or true",
@@ -77,14 +77,14 @@ def trainer_loggers(
     logger = config_value(config, "trainer.logger")
     if logger is not None and logger is not True:
         return None, None
-    kinds = list(config_value(config, "loggers", runs.LOGGER_KINDS))
+    kinds = list(config_value(config, "loggers", loggers.LOGGER_KINDS))
     if not kinds:
         return [], None
     ckpt_path = config_value(config, "ckpt_path")
     if resolution is None or resolution.path != ckpt_path:  # not resolved here (a special value, a URL)
         resolution = None
     folder = of_command(subcommand, config, resolution, parsed)  # the resolution handed on: one call
-    return runs.make_loggers(kinds, folder), folder
+    return loggers.make_loggers(kinds, folder), folder
 
 
 def progress_bar_callbacks(config: Any) -> list[Any] | None:

@@ -131,6 +131,58 @@ def _gpus(env: dict[str, str]) -> tuple[list[dict[str, Any]], str | None]:
     return rows, None
 
 
+def _import_torchvision() -> str | None:
+    """None if ``import torchvision`` works here, else its error's first line (what the user would see)."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # its "Failed to load image Python extension" says less than this
+            warnings.simplefilter("ignore")
+            import torchvision  # noqa: F401
+    except Exception as err:  # a build mismatch raises RuntimeError from its operator registrations
+        return messages.first_line(err)
+    return None
+
+
+def torchvision_build(torch_version: str) -> dict[str, Any]:
+    """torchvision's version, the one torch's release pairs with, and whether it imports.
+
+    The pairing is torchvision's own compatibility table: torch 2.N ships with torchvision 0.(N + 15)
+    (2.5 with 0.20, 2.14 with 0.29). A wheel of another build (another index: CPU vs CUDA, nightly vs
+    release) fails at import with ``operator torchvision::nms does not exist``.
+    """
+    found = _version("torchvision")
+    torch_mm = _major_minor(torch_version)
+    paired = f"0.{torch_mm[1] + 15}" if torch_mm and torch_mm[0] == 2 else None
+    return {
+        "version": found,
+        "paired": paired,
+        "pairs": found is None or paired is None or _major_minor(found) == _major_minor(paired),
+        "import_error": _import_torchvision() if found is not None else None,
+    }
+
+
+def _torchvision_advice(report: dict[str, Any]) -> str | None:
+    """One line naming a torch/torchvision mismatch and its fix, or None."""
+    vision, torch_info = report["torchvision"], report["torch"]
+    if vision["version"] is None or (vision["pairs"] and vision["import_error"] is None):
+        return None
+    torch_version = torch_info["version"]
+    major, minor = _major_minor(torch_version) or (0, 0)
+    why = vision["import_error"] or f"torch {major}.{minor} pairs with torchvision {vision['paired']}"
+    if torch_info["cpu_only_build"]:
+        index = " --index-url https://download.pytorch.org/whl/cpu"
+    elif torch_info["cuda_build"]:
+        index = f" --index-url https://download.pytorch.org/whl/cu{torch_info['cuda_build'].replace('.', '')}"
+    else:
+        index = ""
+    base = torch_version.split("+")[0]
+    wanted = f"torchvision=={vision['paired']}.*" if vision["paired"] else "torchvision"
+    return messages.TORCHVISION_MISMATCH.format(
+        vision=vision["version"], torch=torch_version, why=why, base=base, wanted=wanted, index=index
+    )
+
+
 def _cpu_info() -> dict[str, Any]:
     return {
         "machine": platform.machine(),
@@ -150,6 +202,9 @@ def advice(report: dict[str, Any]) -> list[str]:
     """Actionable lines derived from a :func:`collect` report."""
     lines: list[str] = []
     torch_info, gpus = report["torch"], report["gpus"]
+    mismatch = _torchvision_advice(report) if "torchvision" in report else None
+    if mismatch:
+        lines.append(mismatch)
     for dep in report["versions"]["dependencies"]:
         if not dep["ok"]:
             lines.append(
@@ -210,7 +265,8 @@ def collect(env: dict[str, str] | None = None) -> dict[str, Any]:
     report: dict[str, Any] = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "torch": _torch_info(),
+        "torch": (torch_info := _torch_info()),
+        "torchvision": torchvision_build(torch_info["version"]),
         "driver": _driver_info(),
         "nvcc": _nvcc_version(),
         "gpus": gpus,

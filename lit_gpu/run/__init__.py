@@ -17,5 +17,5 @@ its names, or decides something about it, is in this package (importing it impor
 * :mod:`lit_gpu.run.links`: links that leave a run.
 * :mod:`lit_gpu.run.class_paths`: the one table of class paths an old ``config.yaml`` names that moved.
 
-The loggers that write into the folder are :mod:`lit_gpu.runs`'.
+The loggers that write into the folder are :mod:`lit_gpu.loggers`'.
 """

@@ -6,6 +6,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -14,20 +15,93 @@ from torch.utils.data import DataLoader, Dataset
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import RegressionModule
 
+#: the environment variable naming the global step at which :class:`SlowSteps` waits for the job's signal
+HOLD_ENV = "LIT_GPU_TEST_HOLD_AT"
+#: how long a held run waits for its signal before it fails the test (a test that forgot to send it)
+HOLD_TIMEOUT_S = 300.0
+
 
 class SlowSteps(pl.Callback):
-    """Sleeps after every training step; rank 0 writes the global step to ``progress_file`` (atomically)."""
+    """Sleeps after every training step; rank 0 writes the global step to ``progress_file`` (atomically).
+
+    With ``$LIT_GPU_TEST_HOLD_AT`` set to a step N, every process of the run waits after its first step at
+    or past N (after writing the step) until a SIGTERM/SIGINT has reached its handler: a test that signals
+    once ``progress_file`` says N cannot see the run end first, whatever the machine's speed. The handlers
+    are watched from each batch start on (:class:`SignalWatch`), so a signal that came before the wait
+    (after rank 0 wrote the step, before another rank got there) counts too.
+    The variable (not a flag) keeps the command line, and so the saved config, the same across starts.
+    """
 
     def __init__(self, seconds: float = 0.1, progress_file: str = "progress.txt") -> None:
         self.seconds = seconds
         self.progress_file = Path(progress_file)
+        self._watch = SignalWatch()
+        self._held = False
+
+    def _hold_at(self) -> int | None:
+        hold_at = os.environ.get(HOLD_ENV, "")
+        return int(hold_at) if hold_at and not self._held else None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._hold_at() is not None:
+            self._watch.arm()  # again each batch: a handler installed since is watched too
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.is_global_zero:  # one writer under DDP
             tmp = self.progress_file.with_suffix(".tmp")
             tmp.write_text(str(trainer.global_step))
             os.replace(tmp, self.progress_file)
+        hold_at = self._hold_at()
+        if hold_at is not None and trainer.global_step >= hold_at:
+            self._held = True
+            self._watch.wait()
         time.sleep(self.seconds)
+
+
+class SignalWatch:
+    """Notes a SIGTERM/SIGINT reaching this process's handlers, which it wraps (they do what they did).
+
+    :meth:`arm` wraps the handlers installed now (lit_gpu's); the first signal puts them back and calls the
+    one it wrapped (a handler that raises, e.g. Python's Ctrl+C, raises as it would anywhere).
+    """
+
+    def __init__(self) -> None:
+        self.arrived: list[int] = []
+        self._wrapped: dict[int, Any] = {}
+
+        def noting(signum: int, frame: Any) -> None:
+            self.arrived.append(signum)
+            for sig, original in self._wrapped.items():
+                if signal.getsignal(sig) is noting:
+                    signal.signal(sig, original)
+            original = self._wrapped.get(signum, signal.SIG_DFL)
+            if callable(original):
+                original(signum, frame)
+            elif original == signal.SIG_DFL:
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+
+        self._noting = noting
+
+    def arm(self) -> None:
+        """Watch the handlers installed now (until the first signal)."""
+        if self.arrived:
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            current = signal.getsignal(sig)
+            if current is not self._noting:
+                self._wrapped[sig] = current
+                signal.signal(sig, self._noting)
+
+    def wait(self, timeout: float = HOLD_TIMEOUT_S) -> int:
+        """Block until a signal has come (now or since :meth:`arm`); its number."""
+        self.arm()
+        deadline = time.monotonic() + timeout
+        while not self.arrived:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{HOLD_ENV}: no SIGTERM/SIGINT within {timeout:.0f} s")
+            time.sleep(0.01)  # the handler runs between the sleeps
+        return self.arrived[0]
 
 
 class RecordRankProcess(pl.Callback):

@@ -17,6 +17,7 @@ from lit_gpu.cli import main
 from lit_gpu.nets import SimpleModel
 from tests.helpers.forked_cli import popen
 from tests.helpers.paths import CONFIGS
+from tests.helpers.robustness import HOLD_ENV
 from tests.helpers.simple_run import SIMPLE, fit_simple
 
 RUN = Path("runs") / "lit_gpu"
@@ -286,8 +287,9 @@ def test_dataloader_worker_crash(tmp_path, monkeypatch, capsys):
 
 def test_sigint_saves_a_usable_checkpoint_and_exits_130(tmp_path, cli_env):
     argv = ["fit", *SIMPLE, "--trainer.max_epochs", "50"]
-    argv += ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0.3"]
-    proc = popen(argv, tmp_path, cli_env, stdout=subprocess.DEVNULL)  # forked: tests/helpers/forked_cli.py
+    argv += ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0"]
+    held = {**cli_env, HOLD_ENV: "2"}  # the run waits at step 2 for the signal: it lands there
+    proc = popen(argv, tmp_path, held, stdout=subprocess.DEVNULL)  # forked: tests/helpers/forked_cli.py
     progress = tmp_path / "progress.txt"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
@@ -303,7 +305,7 @@ def test_sigint_saves_a_usable_checkpoint_and_exits_130(tmp_path, cli_env):
     assert err.rstrip().endswith("--ckpt_path runs/lit_gpu/version_0/checkpoints/last.ckpt")  # this run's
     last = tmp_path / RUN / "version_0" / "checkpoints" / "last.ckpt"
     ckpt = torch.load(last, weights_only=True)
-    assert ckpt["global_step"] >= 2
+    assert ckpt["global_step"] == 2
     assert load_into(SimpleModel(10, 10), ckpt).ok
 
 

@@ -68,8 +68,9 @@ def _assert_stopped_as_the_default_config_stops(tmp_path: Path, code: int, out: 
     assert code == SIGTERM_EXIT_CODE, err[-3000:]
     lines = [ln for ln in err.splitlines() if ln.startswith("lit-gpu:")]
     assert len(lines) == 1, err[-3000:]
-    assert lines[0].startswith(f"lit-gpu: stopped by SIGTERM at global step {STEP} "), lines
-    assert "resume with: lit-gpu fit <same arguments> --ckpt_path last" in lines[0]
+    assert lines[0].startswith(f"lit-gpu: stopped by SIGTERM at step {STEP - 1} "), lines  # metrics.csv's
+    assert "resume with: lit-gpu fit " in lines[0]
+    assert lines[0].endswith(f"--ckpt_path {RUN}/version_0/checkpoints/last.ckpt")  # this run's, by path
     assert "Traceback" not in err and "Received SIGTERM" not in err
     ckpt_dir = tmp_path / RUN / "version_0" / "checkpoints"
     assert [p.name for p in ckpt_dir.iterdir()] == ["last.ckpt"]

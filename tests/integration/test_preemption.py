@@ -23,6 +23,7 @@ import torch
 from lit_gpu.cli import main
 from tests.helpers.forked_cli import ForkedRun, popen, run_cli
 from tests.helpers.paths import CONFIGS, REPO_ROOT
+from tests.helpers.robustness import HOLD_ENV
 
 RUN = Path("runs") / "lit_gpu"
 LIMIT = 12  # training batches of the (only) epoch
@@ -64,14 +65,20 @@ def _assert_bit_identical(got: dict, want: dict) -> None:
             assert torch.equal(torch.as_tensor(got_value), torch.as_tensor(value)), (index, name)
 
 
+def _held(env: dict[str, str], step: int) -> dict[str, str]:
+    """``env`` with ``SlowSteps`` told to wait at ``step`` until the job's signal has arrived."""
+    return {**env, HOLD_ENV: str(step)}
+
+
 def _start_group_job(argv: list[str], tmp_path: Path, env: dict[str, str], step: int = 3) -> ForkedRun:
     """Start ``lit_gpu ARGV`` in its own process group (like a batch job); return once it reached ``step``.
 
-    ``tests.helpers.robustness.SlowSteps`` in ``argv`` writes the step reached to ``progress.txt``.
+    ``tests.helpers.robustness.SlowSteps`` in ``argv`` writes the step reached to ``progress.txt`` and waits
+    there for the test's signal (:data:`~tests.helpers.robustness.HOLD_ENV`): the run cannot end first.
     """
-    proc = popen(argv, tmp_path, env, stdout=subprocess.DEVNULL)  # forked, own process group
+    proc = popen(argv, tmp_path, _held(env, step), stdout=subprocess.DEVNULL)  # forked, own process group
     progress = tmp_path / "progress.txt"
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 240  # a loaded machine; the run waits there anyway
     while time.monotonic() < deadline and proc.poll() is None:
         if progress.exists() and int(progress.read_text() or 0) >= step:
             break
@@ -115,7 +122,8 @@ def test_signal_to_process_group_saves_last_ckpt_and_resumes(
     assert not list(tmp_path.rglob("*.tmp"))
     ckpt = torch.load(ckpt_dir / "last.ckpt", weights_only=True)
     stopped_at = ckpt["global_step"]
-    assert 3 <= stopped_at < LIMIT and f"at step {stopped_at - 1} " in lines[0]  # metrics.csv's step
+    # the run waited at step 3 for it; the line names metrics.csv's step (global step - 1)
+    assert stopped_at == 3 and f"at step {stopped_at - 1} " in lines[0]
     progress_state = ckpt["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]
     assert progress_state["completed"] == progress_state["ready"] == stopped_at  # a step boundary
 
@@ -190,7 +198,8 @@ def test_sigterm_to_a_ddp_group_stops_every_rank_at_the_same_step(tmp_path, cli_
     assert len(lines) == 1 and lines[0].startswith("lit-gpu: stopped by SIGTERM at step "), err[-3000:]
     assert "Traceback" not in err
     ckpt = torch.load(tmp_path / RUN / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
-    assert 3 <= ckpt["global_step"] < 30 and f"at step {ckpt['global_step'] - 1} " in lines[0]
+    # held at step 3 until the signal came: stopped there, or at the next batch end where the ranks agree
+    assert ckpt["global_step"] in (3, 4) and f"at step {ckpt['global_step'] - 1} " in lines[0]
     assert not list(tmp_path.rglob("*.tmp"))
 
 
@@ -248,7 +257,9 @@ def _torchrun_agents(argv: list[str], cwd: Path, env: dict[str, str], port: int)
 # must be part of the stop (save at the last finished step, one line, 130/143), never a crash. Each case
 # below is a chain of starts of one run (``--ckpt_path last``), each stopped after a different number of
 # steps and a different offset within a step (before, during, after a fetch), with nothing slowed; the
-# last start runs to the end and must equal the uninterrupted run bit for bit.
+# last start runs to the end and must equal the uninterrupted run bit for bit. Each start waits at the step
+# after its target until its signal came (``HOLD_ENV``): a signal lands anywhere up to there, never after the
+# run's end (each start moves the run on by at most 5 steps: 12 starts stay far below the 64 steps).
 FULL_SPEED = ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0"]
 OFFSETS = (0.0, 0.002, 0.005, 0.009, 0.014, 0.02, 0.03, 0.045, 0.001, 0.07, 0.0, 0.012)  # s after a step
 EPOCHS = 4  # 16 steps each: stops land in every phase (steps, epoch ends, validation)
@@ -279,14 +290,15 @@ def _assert_one_stop_line(text: str, sig: signal.Signals) -> int:
     return int(match.group(1)) + 1 if match else 0
 
 
-def _check_stop(ckpt_dir: Path, reached: int, said: int) -> None:
+def _check_stop(ckpt_dir: Path, reached: int, said: int, hold: int) -> None:
     """``last.ckpt`` is at the step the line names, at or after the step reached when the signal was sent,
-    at a step boundary, and loadable; no temp files."""
+    at most one past the step the run waited at for it (ranks agree at a batch end), at a step boundary,
+    and loadable; no temp files."""
     assert not list(ckpt_dir.parent.parent.rglob("*.tmp"))
     if said == 0:  # stopped before its first step (e.g. in the sanity check): the previous save stays
         return
     ckpt = torch.load(ckpt_dir / "last.ckpt", weights_only=True)
-    assert ckpt["global_step"] == said >= reached, (ckpt["global_step"], said, reached)
+    assert hold + 1 >= ckpt["global_step"] == said >= reached, (ckpt["global_step"], said, reached, hold)
     total = ckpt["loops"]["fit_loop"]["epoch_loop.batch_progress"]["total"]
     assert total["completed"] == total["ready"], total  # a step boundary
 
@@ -354,14 +366,15 @@ def _plain_chain(tmp_path: Path, cli_env: dict[str, str], fake_mnist_dir: Path, 
         sig = signal.SIGINT if attempt % 4 == 3 else signal.SIGTERM
         resume = ["--ckpt_path", "last"] if attempt else []
         progress.write_text("0")
-        proc = popen(argv + FULL_SPEED + resume, tmp_path, cli_env)
+        target = min(reached + 1 + attempt % 3, total - 2)
+        hold = reached + 2 if attempt % 4 == 1 else target + 1
+        proc = popen(argv + FULL_SPEED + resume, tmp_path, _held(cli_env, hold))
         if attempt % 4 == 1:  # while the DataLoader workers start (the sanity check's, then the epoch's)
             deadline = time.monotonic() + 120
             while proc.poll() is None and not _children(proc.pid) and time.monotonic() < deadline:
                 time.sleep(0.001)
             reached = 0
         else:
-            target = min(reached + 1 + attempt % 3, total - 2)
             reached = _wait_step(progress, target, lambda p=proc: p.poll() is None)
         time.sleep(offset)
         with contextlib.suppress(ProcessLookupError):
@@ -371,7 +384,7 @@ def _plain_chain(tmp_path: Path, cli_env: dict[str, str], fake_mnist_dir: Path, 
         assert proc.returncode == 128 + sig, (attempt, err[-3000:])
         said = _assert_one_stop_line(err, sig)
         if said or attempt:  # a first start stopped before its first step has nothing to check
-            _check_stop(ckpt_dir, reached, said)
+            _check_stop(ckpt_dir, reached, said, hold)
         assert not _processes_in(tmp_path), "a DataLoader worker outlived its run"
         reached = max(reached, said)
     final = run_cli(argv + ["--ckpt_path", "last"], tmp_path, cli_env, timeout=180)
@@ -427,9 +440,10 @@ def _torchrun_chain(tmp_path: Path, cli_env: dict[str, str], fake_mnist_dir: Pat
     for attempt, offset in enumerate(offsets):
         resume = ["--ckpt_path", "last"] if attempt else []
         progress.write_text("0")
-        agents = _torchrun_agents(argv + FULL_SPEED + resume, tmp_path, env, free_port())
+        target = min(reached + 1 + attempt % 3, total - 2)
+        hold = target + 1
+        agents = _torchrun_agents(argv + FULL_SPEED + resume, tmp_path, _held(env, hold), free_port())
         try:
-            target = min(reached + 1 + attempt % 3, total - 2)
             reached = _wait_step(progress, target, lambda a=agents: all(x.poll() is None for x in a))
             time.sleep(offset)
             for node, agent in enumerate(agents):
@@ -446,7 +460,7 @@ def _torchrun_chain(tmp_path: Path, cli_env: dict[str, str], fake_mnist_dir: Pat
         logs = "\n".join((tmp_path / f"node{n}.log").read_text() for n in (0, 1))
         assert all(code != 0 for code in codes), (attempt, codes, logs[-3000:])  # the agents' SignalException
         said = _assert_one_stop_line(logs, signal.SIGTERM)
-        _check_stop(ckpt_dir, reached, said)
+        _check_stop(ckpt_dir, reached, said, hold)
         assert not _processes_in(tmp_path), "a training process or DataLoader worker outlived its agent"
         reached = max(reached, said)
     assert sorted(p.name for p in ckpt_dir.iterdir()) == ["last.ckpt"]  # no temp files, no other saves

@@ -137,6 +137,24 @@ def test_readme_shows_the_expected_commands(readme_text):
     for page in COMMAND_PAGES:
         for link in re.findall(r"\]\((?!https?:)([^)#]+)", page.read_text()):
             assert (page.parent / link).exists(), f"{page.name} links to a missing file: {link}"
+    for page in (README, *sorted((REPO_ROOT / "docs").glob("*.md"))):  # a user's machine has no ../shared
+        assert "../shared" not in page.read_text(), f"{page.name} names a path beside this repository"
+
+
+def test_the_readme_mnist_commands_read_data_and_offline_from_data_mnist_raw(
+    scratch, fake_mnist_dir, capsys
+):
+    """The README's MNIST commands use ``./data``; the offline one trains from the IDX files put in
+    ``data/MNIST/raw/`` (here a small fake MNIST), as the README says."""
+    mnist = [argv for argv in readme_commands(README.read_text()) if "configs/mnist.yaml" in argv]
+    assert ["fit", "--config", "configs/mnist.yaml"] in mnist
+    assert all("--data.data_dir" not in argv for argv in mnist)
+    [offline] = [argv for argv in mnist if "--data.download" in argv]
+    (scratch / "data").symlink_to(fake_mnist_dir)
+    small = ["--model.init_args.net.init_args.channels", "4", "--data.val_size", "100", *DEBUG]
+    code, _ = _call(main, offline + small)
+    assert code == 0, capsys.readouterr().err[-2000:]
+    assert (scratch / "runs" / "lit_gpu" / "version_0" / "checkpoints" / "last.ckpt").is_file()
 
 
 def _fake_run_for(argv: list[str]) -> None:

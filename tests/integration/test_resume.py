@@ -11,6 +11,7 @@ import torch
 
 from tests.helpers.forked_cli import popen, run_cli
 from tests.helpers.paths import CONFIGS
+from tests.helpers.robustness import HOLD_ENV
 
 # 4 steps per epoch, 4 epochs, shuffled data, SGD with momentum, deterministic algorithms.
 BASE = [
@@ -20,7 +21,7 @@ BASE = [
     "--trainer.max_epochs", "4",
     "--trainer.deterministic", "true",
 ]  # fmt: skip
-SLOW = ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0.3"]
+SLOW = ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0"]
 
 
 def _fit(cwd: Path, env: dict, *extra: str) -> subprocess.CompletedProcess:
@@ -38,7 +39,8 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, cli_e
 
     # the uninterrupted reference run goes alongside
     ref = popen(BASE, reference, cli_env, stdout=subprocess.DEVNULL, text=True)
-    proc = popen([*BASE, *SLOW], killed, cli_env, stdout=subprocess.DEVNULL, text=True)
+    held = {**cli_env, HOLD_ENV: "6"}  # waits at step 6 (epoch 1 under way, epoch 0 saved) for its kill
+    proc = popen([*BASE, *SLOW], killed, held, stdout=subprocess.DEVNULL, text=True)
     last = killed / "runs" / "lit_gpu" / "version_0" / "checkpoints" / "last.ckpt"
     progress = killed / "progress.txt"
     deadline = time.monotonic() + 180
@@ -46,14 +48,14 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, cli_e
     try:
         while time.monotonic() < deadline and proc.poll() is None:
             step = int(progress.read_text()) if progress.exists() else 0
-            if last.exists() and 4 < step < 8:  # epoch 1 is under way, epoch 0 was checkpointed
+            if step >= 6:  # held there
                 break
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL, proc.communicate()[1]
-    assert step % 4 != 0, "the kill must land mid-epoch"
+    assert step == 6, "the kill must land mid-epoch"
     # the kill left a complete, loadable last.ckpt (atomic writes), from the end of epoch 0
     assert _ckpt(last.parent.parent)["global_step"] == 4
 

@@ -18,6 +18,7 @@ import pytest
 
 from tests.helpers.forked_cli import ForkedRun, popen
 from tests.helpers.paths import CONFIGS
+from tests.helpers.robustness import HOLD_ENV
 
 LR = "model.init_args.optimizer.init_args.lr"
 
@@ -57,7 +58,7 @@ def test_two_workers_one_killed_mid_trial_the_other_continues_it(postgres_url, t
     argv += ["--search", str(space), "--storage", postgres_url, "--study_name", "pg", "--pruner", "none"]
     argv += ["--root", str(tmp_path / "runs"), "--until_complete", "3", "--trainer.max_epochs", "3"]
     argv += ["--trainer.callbacks+=tests.helpers.robustness.SlowSteps", "--trainer.callbacks.seconds", "0.3"]
-    doomed = _worker(argv, tmp_path / "a", cli_env)
+    doomed = _worker(argv, tmp_path / "a", {**cli_env, HOLD_ENV: "6"})  # waits at step 6 for its kill
     survivor = _worker(argv, tmp_path / "b", cli_env)
     try:
         progress = tmp_path / "a" / "progress.txt"

@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 from lit_gpu.commands import sweep as sweep_cmd
 from tests.helpers.forked_cli import ForkedRun, popen
 from tests.helpers.paths import CONFIGS
+from tests.helpers.robustness import HOLD_ENV
 
 BASE = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
 LR = "model.init_args.optimizer.init_args.lr"
@@ -47,8 +48,10 @@ def load(sweep_dir: Path, name: str) -> optuna.Study:
 
 
 def start_worker(argv: list[str], cwd: Path, env: dict[str, str], step: int) -> ForkedRun:
-    """A sweep worker in its own process group; returns once its trial reached training step ``step``."""
-    proc = popen(["sweep", *argv], cwd, env, stdout=subprocess.DEVNULL)  # forked: tests/helpers/forked_cli.py
+    """A sweep worker in its own process group; returns once its trial reached training step ``step``
+    where it waits for the test's signal (``HOLD_ENV``): the signal lands at ``step``."""
+    held = {**env, HOLD_ENV: str(step)}
+    proc = popen(["sweep", *argv], cwd, held, stdout=subprocess.DEVNULL)  # forked: helpers/forked_cli.py
     progress = cwd / "progress.txt"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
@@ -74,7 +77,7 @@ def test_a_stopped_trial_is_continued_from_its_checkpoint_to_the_uninterrupted_v
 ):
     space = fixed_space(tmp_path)
     argv = [*BASE, "--search", space, *EPOCHS, "--pruner", "none"]
-    worker = start_worker([*argv, "--n_trials", "1", *slow(0.3)], tmp_path, cli_env, step=6)
+    worker = start_worker([*argv, "--n_trials", "1", *slow(0)], tmp_path, cli_env, step=6)
     os.killpg(worker.pid, sig)
     _, err = worker.communicate(timeout=60)
     err = err.decode()
@@ -89,8 +92,8 @@ def test_a_stopped_trial_is_continued_from_its_checkpoint_to_the_uninterrupted_v
         assert worker.returncode == -signal.SIGKILL
     last = sweep_dir / "version_0/checkpoints/last.ckpt"
     saved_step = torch.load(last, weights_only=True)["global_step"]
-    # SIGTERM/SIGINT: saved at the step reached (6 or more); SIGKILL: the epoch-end save at step 4 or 8 stays
-    assert saved_step >= 6 if sig != signal.SIGKILL else saved_step in (4, 8), saved_step
+    # SIGTERM/SIGINT: saved at the step it waited at (6); SIGKILL: the epoch-end save at step 4 stays
+    assert saved_step == (6 if sig != signal.SIGKILL else 4), saved_step
 
     # the same command again (a requeued job), asking for 2 finished trials: trial 0 is continued,
     # then trial 1 runs uninterrupted with the same parameters

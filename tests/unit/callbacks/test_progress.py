@@ -67,11 +67,11 @@ def test_resume_command_replaces_the_ckpt_path():
 
 
 def test_the_live_bar_shows_the_runs_version_and_samples_per_second(tmp_path, capsys):
-    from lit_gpu import runs
+    from lit_gpu import loggers
 
     bar = LitProgressBar()
-    folder = runs.RunFolder(tmp_path)
-    trainer = quiet_trainer(tmp_path, enable_progress_bar=True, callbacks=[bar], logger=runs.make_loggers(
+    folder = loggers.RunFolder(tmp_path)
+    trainer = quiet_trainer(tmp_path, enable_progress_bar=True, callbacks=[bar], logger=loggers.make_loggers(
         ["csv", "tensorboard"], folder), max_epochs=1, limit_val_batches=0)  # fmt: skip
     trainer.fit(RegressionModule(SimpleModel(10, 10)), SyntheticRegressionDataModule(num_samples=640))
     metrics = bar.get_metrics(trainer, trainer.lightning_module)

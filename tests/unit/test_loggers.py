@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from lit_gpu import runs
+from lit_gpu import loggers
 from lit_gpu.run import claim as claims
 from lit_gpu.run import config as run_config
 from lit_gpu.run import folder as folders
@@ -91,14 +91,14 @@ def test_concurrent_claims_never_share_a_folder(tmp_path):
 def test_run_folder_claims_lazily_once_on_rank_zero(tmp_path, monkeypatch):
     folder = folders.RunFolder(tmp_path / "exp")
     assert not (tmp_path / "exp").exists()  # building loggers claims nothing
-    loggers = runs.make_loggers(["csv", "tensorboard"], folder)
+    made = loggers.make_loggers(["csv", "tensorboard"], folder)
     # TensorBoard's first, as in stock Lightning: the module's self.logger has add_image & co
-    assert [type(lg).__name__ for lg in loggers] == ["RunTensorBoardLogger", "RunCSVLogger"]
-    assert loggers[0].log_dir == loggers[1].log_dir == str(tmp_path / "exp" / "lit_gpu" / "version_0")
+    assert [type(lg).__name__ for lg in made] == ["RunTensorBoardLogger", "RunCSVLogger"]
+    assert made[0].log_dir == made[1].log_dir == str(tmp_path / "exp" / "lit_gpu" / "version_0")
     assert _versions(tmp_path / "exp" / "lit_gpu") == [folder.claimed]
 
     other = folders.RunFolder(tmp_path / "exp")
-    monkeypatch.setattr(runs.rank_zero_only, "rank", 1)
+    monkeypatch.setattr(loggers.rank_zero_only, "rank", 1)
     assert other.version.startswith("version_pending")  # a non-zero rank creates nothing
     other.adopt("version_0")
     assert other.path == folder.path
@@ -107,7 +107,7 @@ def test_run_folder_claims_lazily_once_on_rank_zero(tmp_path, monkeypatch):
 
 def test_unknown_logger_kind_is_refused(tmp_path):
     with pytest.raises(ValueError, match="csv, tensorboard"):
-        runs.make_loggers(["wandb"], folders.RunFolder(tmp_path))
+        loggers.make_loggers(["wandb"], folders.RunFolder(tmp_path))
 
 
 def test_remove_if_unused_keeps_runs_with_results(tmp_path):
@@ -196,7 +196,7 @@ def test_continued_run_folder_appends_to_its_metrics(tmp_path, capsys):
         killed.add_scalar("train/loss_step", value, step)
     killed.close()
     run = folders.RunFolder(tmp_path / "elsewhere", continues=folders.Continuation(folder, 2))
-    tb_logger, csv_logger = runs.make_loggers(["csv", "tensorboard"], run)
+    tb_logger, csv_logger = loggers.make_loggers(["csv", "tensorboard"], run)
     assert csv_logger.log_dir == tb_logger.log_dir == str(folder)  # no new version_N, no claim
     assert run.claimed is None and _versions(tmp_path / "lit_gpu") == [folder]
     assert not (tmp_path / "elsewhere").exists()
@@ -317,7 +317,7 @@ def test_each_evaluation_gets_its_own_folder_in_its_run_and_logs_at_the_checkpoi
         evaluates = folders.evaluation("test", ckpt)
         assert evaluates == folders.Evaluation("test", folder, 11)
         run = folders.RunFolder(tmp_path, evaluates=evaluates)
-        (csv_logger,) = runs.make_loggers(["csv"], run)
+        (csv_logger,) = loggers.make_loggers(["csv"], run)
         assert csv_logger.log_dir == str(folder / "evaluations" / f"test_{k}")
         csv_logger.log_metrics({"test/loss": 0.5}, step=0)
         csv_logger.finalize("success")

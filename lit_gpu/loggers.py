@@ -4,7 +4,8 @@
 continuation and evaluations are :class:`lit_gpu.run.folder.RunFolder`'s. Here:
 
 * :func:`make_loggers`: lit_gpu's loggers (``--loggers csv tensorboard``) over one :class:`RunFolder`;
-* :class:`MetricsWriter`: ``metrics.csv`` appended to (a continued run keeps its rows);
+* :class:`MetricsWriter`: ``metrics.csv`` appended to (a continued run keeps its rows), and what a module
+  sends to ``logger.experiment`` (``add_image`` & co: :mod:`lit_gpu.logger_media`);
 * :class:`RunFolderSync`: every rank adopts rank 0's folder at setup (a default callback; old
   ``config.yaml`` files name it ``lit_gpu.runs.RunFolderSync``, new ones ``lit_gpu.callbacks.RunFolderSync``).
 """
@@ -29,6 +30,7 @@ from typing_extensions import override
 
 from lit_gpu.files.text import METRICS_FIX, csv_header, read_csv
 from lit_gpu.io import atomic_file
+from lit_gpu.logger_media import MediaWriter
 from lit_gpu.run.folder import RunFolder
 from lit_gpu.run.layout import HPARAMS_NAME, METRICS_NAME
 
@@ -44,6 +46,7 @@ def make_loggers(kinds: Sequence[str], run: RunFolder) -> list[Any]:
             ``tensorboard``: event files for ``tensorboard --logdir ROOT``). TensorBoard's comes first
             whatever the order given, as in stock Lightning: it is the ``self.logger`` a module sees
             (``self.logger.experiment.add_image``); both share the folder (the Trainer's ``log_dir``).
+            The CSV logger's experiment takes the same calls (a module looping over ``self.loggers``).
         run: The shared run folder.
     """
     unknown = [kind for kind in kinds if kind not in LOGGER_KINDS]
@@ -67,11 +70,13 @@ class _SharedRunVersion:
         return self.run.version
 
 
-class MetricsWriter:
+class MetricsWriter(MediaWriter):
     """``metrics.csv`` (and ``hparams.yaml``) of a run folder; appends to the file already there.
 
     What Lightning's CSV experiment writer does, except that an existing ``metrics.csv`` (a continued
     run's) is kept and appended to, with its columns; a new column rewrites the file atomically.
+    As the CSV logger's ``experiment``, it also answers TensorBoard ``SummaryWriter``'s calls
+    (``add_image`` & co, :mod:`lit_gpu.logger_media`): a module that writes to every logger runs.
 
     Args:
         log_dir: The run folder.
