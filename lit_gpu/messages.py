@@ -212,6 +212,11 @@ REMOVE_OUTSIDE_REFUSED = (
 )
 RUN_CONFIG_REFUSED = "{config}: {what}; nothing was read from it; pass the run's settings with --config FILE"
 CONFIG_CHANGED = "the config differs from {old} ({changes}); saved it beside as {new}"
+CONFIG_EXISTS = (
+    "{path} exists: an earlier run saved its config into the same folder. Aborting to avoid overwriting it "
+    "(nothing ran); give this run its own folder (--trainer.default_root_dir DIR, or lit_gpu's loggers: "
+    "a version_N folder per run), or remove the file"
+)
 MONITOR_FALLBACK = (
     "{model} does not log {monitor!r} ({logged}); keeping last.ckpt only; "
     "pick best checkpoints with --checkpoint.monitor NAME"

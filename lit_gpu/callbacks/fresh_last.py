@@ -162,6 +162,14 @@ class FreshLastCheckpoint(CheckpointHooks):
             self._last_written_at_step = written_at
 
     @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Lightning's save_last at the end of training skips its fast_dev_run check (2.6): a fast_dev_run
+        # saves nothing ("Logging and checkpointing is suppressed"), as with Lightning's default callback
+        if trainer.fast_dev_run:
+            return
+        super().on_train_end(trainer, pl_module)
+
+    @override
     def write_topk(self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]) -> None:
         if self.monitor_fallback and self.monitor is not None and self.monitor not in monitor_candidates:
             self._fall_back_to_last(trainer, monitor_candidates)

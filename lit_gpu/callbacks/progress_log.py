@@ -179,9 +179,8 @@ class ProgressLog(ProgressBar):
         folder = self._folder(trainer)
         checkpoint = trainer.checkpoint_callback
         dirpath = getattr(checkpoint, "dirpath", None)
-        last = (
-            os.path.join(dirpath, "last.ckpt") if dirpath and getattr(checkpoint, "save_last", None) else None
-        )
+        saves = dirpath and getattr(checkpoint, "save_last", None) and not trainer.fast_dev_run
+        last = os.path.join(dirpath, "last.ckpt") if saves else None
         command = resume_command(self.command, last) if self.command is not None and last else None
         self._tell(*start_line("fit", folder, folder or trainer.default_root_dir, command))
 

@@ -34,7 +34,7 @@ from lit_gpu.callbacks.stopped_run import signal_stop_code
 from lit_gpu.cli import config_files, quiet, run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, hand_over, resolve_ckpt_path
 from lit_gpu.cli.extra_arguments import add_extra_arguments, has_option
-from lit_gpu.cli.module_steps import check_has_step
+from lit_gpu.cli.module_steps import check_has_step, runs_lightnings
 from lit_gpu.cli.needs_data import check_has_data
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
 from lit_gpu.cli.sanity import check_seed
@@ -81,7 +81,7 @@ class ConciseErrorParser(LightningArgumentParser):
             what = repr(content) if content else "nothing"
             text = messages.CONFIG_NOT_A_MAPPING.format(path=path, content=what)
         messages.tell_error(text or concise_parse_error(message, prog))
-        sys.exit(2)
+        self.exit(2)  # argparse's error exits through exit(), which a caller may replace
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         config_files.install()  # every YAML it loads goes through lit_gpu's bounded reader first
@@ -220,12 +220,10 @@ class LitGpuCLI(CLIHooks):
         kwargs.setdefault("save_config_callback", RunConfigSaver)  # a continued run keeps its config.yaml
         # the command line as the user typed it (lit_gpu:NAME kept): the resume line in the log
         self.command_line = as_argv(sys.argv[1:] if args is None else args)
-        given = args
         args = recipes.resolve_args(args)  # --config lit_gpu:NAME -> the shipped file's path
         # the command line, so that a device error can name the flag or file that asked for a GPU
         self.argv = as_argv(sys.argv[1:] if args is None else args)
         args = run_folders.with_saved_config(args)  # --ckpt_path FILE alone: config.yaml beside it first
-        self._args_rewritten = args is not given  # lit_gpu's own list (from sys.argv): no args warning
         self.run_folder: RunFolder | None = None
         self.resolution: Resolution | None = None  # what --ckpt_path resolved to, with its header
         # `fit ...`: only fit's parser is built (the other three cost ~0.12 s together: cli_construct.py)
@@ -269,9 +267,7 @@ class LitGpuCLI(CLIHooks):
 
     @override
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        if not self._args_rewritten:
-            return super().parse_arguments(parser, args)
-        with warnings.catch_warnings():  # lit_gpu's list from sys.argv (recipe names, the saved config)
+        with warnings.catch_warnings():  # args from Python (main(argv), notebooks) are intended here
             warnings.filterwarnings("ignore", message=r".*LightningCLI's args parameter is intended.*")
             super().parse_arguments(parser, args)
 
@@ -353,6 +349,8 @@ class LitGpuCLI(CLIHooks):
 
     @override
     def _lit_gpu_before_run(self, subcommand: str) -> None:
+        if not runs_lightnings(self, subcommand):  # the CLI's own fit(), a Trainer overriding fit...
+            return
         if subcommand != "fit":
             check_has_step(self.model, self.config, subcommand)  # one line, not Lightning's wall
         check_has_data(self.model, self.datamodule, subcommand)  # no loader at all: one line

@@ -1,5 +1,9 @@
 """``config.yaml`` of a run folder: saved when the run starts; a continued run keeps it.
 
+A run never silently replaces another run's ``config.yaml`` (LightningCLI's ``overwrite=False``): lit_gpu's
+loggers give each run its own folder; where runs share one (``trainer.logger: false``), the second stops
+with one line before anything runs, unless ``save_config_kwargs={"overwrite": True}``.
+
 A fit resumed from a checkpoint continues the checkpoint's run folder (:mod:`lit_gpu.run.folder`). Its
 ``config.yaml`` stays as it is; a config that differs from the newest one saved there is written
 beside it as ``config.<n>.yaml``, and one line names the change.
@@ -7,6 +11,7 @@ beside it as ``config.<n>.yaml``, and one line names the change.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -15,6 +20,7 @@ from lightning.pytorch.cli import SaveConfigCallback
 from typing_extensions import override
 
 from lit_gpu import messages
+from lit_gpu.errors import LitGpuError
 from lit_gpu.run.config import config_changes, next_config_path, read_plain, saved_configs
 from lit_gpu.run.folder import RunFolder
 
@@ -34,7 +40,13 @@ class RunConfigSaver(SaveConfigCallback):
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.already_saved or not self.save_to_log_dir or continued_run(trainer) is None:
-            super().setup(trainer, pl_module, stage)
+            try:
+                super().setup(trainer, pl_module, stage)
+            except RuntimeError as err:  # Lightning's stop before an earlier run's config.yaml: one line
+                if "Aborting to avoid overwriting" not in str(err):
+                    raise
+                path = os.path.join(str(trainer.log_dir), self.config_filename)
+                raise LitGpuError(messages.CONFIG_EXISTS.format(path=path)) from err
             return
         log_dir = trainer.log_dir  # broadcast from rank 0, as Lightning's saver does
         if trainer.is_global_zero:

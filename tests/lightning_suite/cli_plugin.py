@@ -44,19 +44,34 @@ def _route() -> type:
 
     from lit_gpu.cli.lightning_cli import ConciseErrorParser, LitGpuCLI
 
-    signature = inspect.signature(cli.LightningCLI.__init__)
-
-    class LightningCLIThroughLitGpu(LitGpuCLI):
-        """``LitGpuCLI`` with ``LightningCLI``'s constructor: the arguments given are passed on by name."""
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            given = signature.bind(self, *args, **kwargs).arguments
-            given.pop("self")
-            super().__init__(given.pop("args", None), **given)
-
-    cli.LightningCLI = LightningCLIThroughLitGpu  # type: ignore[misc]
+    cli.LightningCLI = _through_lit_gpu()  # type: ignore[misc]
     cli.LightningArgumentParser = ConciseErrorParser  # type: ignore[misc]
     return LitGpuCLI
+
+
+@functools.cache
+def _through_lit_gpu() -> type:
+    """``LitGpuCLI`` with ``LightningCLI``'s constructor: the arguments given are passed on by name."""
+    import lightning.pytorch.cli as cli
+
+    from lit_gpu.cli.lightning_cli import LitGpuCLI
+
+    signature = inspect.signature(cli.LightningCLI.__init__)
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        given = signature.bind(self, *args, **kwargs).arguments
+        given.pop("self")
+        LitGpuCLI.__init__(self, given.pop("args", None), **given)
+
+    built = type("LightningCLIThroughLitGpu", (LitGpuCLI,), {"__init__": __init__, "__module__": __name__})
+    built.__qualname__ = "LightningCLIThroughLitGpu"
+    return built
+
+
+def __getattr__(name: str) -> Any:  # pickle finds the class by its name here (ddp_spawn's ranks)
+    if name == "LightningCLIThroughLitGpu":
+        return _through_lit_gpu()
+    raise AttributeError(name)
 
 
 def pytest_configure(config: pytest.Config) -> None:
