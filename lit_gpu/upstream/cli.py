@@ -107,20 +107,10 @@ class CLIHooks(LightningCLI):
         return trainer
 
     @override
-    def _run_subcommand(self, subcommand: str) -> None:
-        name = f"before_{subcommand}"
-        users = getattr(self, name, None)  # the subclass's hook, if any
-
-        def before() -> None:
-            if callable(users):
-                users()
-            self._lit_gpu_before_run(subcommand)
-
-        setattr(self, name, before)  # this call only
-        try:
-            super()._run_subcommand(subcommand)
-        finally:
-            delattr(self, name)
+    def _prepare_subcommand_kwargs(self, subcommand: str) -> dict[str, Any]:
+        # Lightning calls it after before_<subcommand>, right before the subcommand runs
+        self._lit_gpu_before_run(subcommand)
+        return super()._prepare_subcommand_kwargs(subcommand)
 
 
 __all__ = ["CLIHooks"]

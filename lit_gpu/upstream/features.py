@@ -300,9 +300,11 @@ FEATURES: dict[str, Feature] = {
                 "(self, config: dict[str, typing.Any], callbacks: list[lightning.pytorch.callbacks.callback."
                 "Callback]) -> lightning.pytorch.trainer.trainer.Trainer"
             ),
-            "lightning.pytorch.cli:LightningCLI._run_subcommand": "(self, subcommand: str) -> None",
+            "lightning.pytorch.cli:LightningCLI._prepare_subcommand_kwargs": (
+                "(self, subcommand: str) -> dict[str, typing.Any]"
+            ),
         },
-        promise="lit_gpu's arguments, devices and run folder whichever LightningCLI hooks a subclass overrides",
+        promise="lit_gpu's arguments, devices and run folder whatever hooks a LitGpuCLI subclass overrides",
     ),
 }  # fmt: skip
 
