@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lightning's own LightningCLI tests as a check of ``lit-gpu``: run them as they are and through ``LitGpuCLI``.
+"""Lightning's own LightningCLI tests as a check of ``lit-gpu``: as they are, and through ``LitGpuCLI``.
 
     .venv/bin/python .ci/lightning_cli_tests.py            # the CLI tier (~3 min on 2 cores)
     .venv/bin/python .ci/lightning_cli_tests.py --install  # first add what Lightning's tests need
@@ -32,7 +32,7 @@ PATHS = ["test_cli.py", "loggers/test_wandb.py::test_wandb_logger_cli_integratio
 PLUGIN = "tests.lightning_suite.cli_plugin"
 
 _RUNS_ROOT = (
-    "the runs/ root: lit_gpu writes a run into trainer.default_root_dir/lit_gpu/version_N (runs/ by default), "
+    "the runs/ root: lit_gpu writes a run into trainer.default_root_dir/lit_gpu/version_N (runs/ by default) "
     "config.yaml included; the test looks for config.yaml in the working folder (LightningCLI's log_dir)"
 )
 _CKPT_UP_FRONT = (
@@ -54,9 +54,9 @@ BY_DESIGN: dict[str, str] = {
     "test_cli.py::test_lightning_cli_config_and_subclass_mode": _RUNS_ROOT,
     "test_cli.py::test_cli_distributed_save_config_callback": _RUNS_ROOT,
     "test_cli.py::test_lightning_cli_args_callbacks": (
-        "lit_gpu's checkpoint group: the FreshLastCheckpoint configured by --checkpoint.* (last.ckpt at every "
-        "save point, the resume line) runs beside a ModelCheckpoint the config lists; the test counts one "
-        "ModelCheckpoint"
+        "lit_gpu's checkpoint group: the FreshLastCheckpoint configured by --checkpoint.* (last.ckpt at "
+        "every save point, the resume line) runs beside a ModelCheckpoint the config lists; the test counts "
+        "one ModelCheckpoint"
     ),
     "test_cli.py::test_callbacks_append": (
         "lit_gpu's config saver: RunConfigSaver, a SaveConfigCallback subclass (a continued run keeps its "
@@ -95,12 +95,13 @@ def run(root: Path, plugin_on: bool, workers: int, out: Path) -> tuple[dict[str,
     env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     env["LIT_GPU_PLUGIN_OFF"] = "0" if plugin_on else "1"
     cmd = [sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", str(root), "-p", PLUGIN]
-    cmd += ["-n", str(workers), "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", "--reruns", "1"]
+    cmd += ["-n", str(workers), "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]  # flaky marks rerun
     cmd += [str(root / "tests_pytorch" / p) for p in PATHS]
     started = time.monotonic()
     done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False)
     tail = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
-    print(f"  {'through LitGpuCLI' if plugin_on else 'as they are'}: {tail} ({time.monotonic() - started:.0f} s)")
+    how = "through LitGpuCLI" if plugin_on else "as they are"
+    print(f"  {how}: {tail} ({time.monotonic() - started:.0f} s)")
     if not junit.is_file():
         print(done.stdout[-3000:] + done.stderr[-3000:])
         raise SystemExit(2)
@@ -116,7 +117,9 @@ def run(root: Path, plugin_on: bool, workers: int, out: Path) -> tuple[dict[str,
     return outcomes, built
 
 
-def routing_problems(plain: dict[str, str], ours: dict[str, str], built_plain: dict, built_ours: dict) -> list[str]:
+def routing_problems(
+    plain: dict[str, str], ours: dict[str, str], built_plain: dict, built_ours: dict
+) -> list[str]:
     """Tests where the routing failed: a plain LightningCLI built with the plugin on, or fewer CLIs."""
     problems = []
     for test, kinds in sorted(built_ours.items()):
@@ -125,12 +128,16 @@ def routing_problems(plain: dict[str, str], ours: dict[str, str], built_plain: d
         both_passed = plain.get(test) == ours.get(test) == "passed"
         expected = built_plain.get(test, {}).get("plain", 0)
         if both_passed and kinds["lit_gpu"] != expected:
-            problems.append(f"{test}: {kinds['lit_gpu']} LitGpuCLI built, {expected} LightningCLI as they are")
+            problems.append(
+                f"{test}: {kinds['lit_gpu']} LitGpuCLI built, {expected} LightningCLI as they are"
+            )
     return problems
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--install", action="store_true", help=f"pip install {' '.join(EXTRA)} first")
     parser.add_argument("--out", type=Path, help="keep the JUnit files here (default: a temporary folder)")
@@ -154,7 +161,9 @@ def main() -> int:
     differ = sorted(t for t in plain.keys() | ours.keys() if plain.get(t) != ours.get(t))
     genuine = []
     for test in differ:
-        reason = next((why for key, why in BY_DESIGN.items() if test == key or test.startswith(key + "[")), None)
+        reason = next(
+            (why for key, why in BY_DESIGN.items() if test == key or test.startswith(key + "[")), None
+        )
         pending = next((why for key, why in PENDING.items() if test.startswith(key)), None)
         line = f"  {test}: {plain.get(test, 'absent')} -> {ours.get(test, 'absent')}"
         if reason:
