@@ -134,6 +134,9 @@ def test_a_run_s_config_is_never_silently_replaced(tmp_path, monkeypatch, capsys
     assert len(errors) == 1 and "Aborting to avoid overwriting" in errors[0], err
     assert str(saved.relative_to(tmp_path)) in errors[0]
     assert saved.read_text() == first
+    evaluate = ["test", *BORING, "--trainer.logger", "false", "--trainer.limit_test_batches", "1"]
+    main(evaluate)  # an evaluation in that folder saves its (changed) config beside, as a continued run does
+    assert saved.read_text() == first and (tmp_path / "runs" / "config.1.yaml").is_file()
     main([*args, "--trainer.default_root_dir", "other"])  # the fix the line names
     assert (tmp_path / "other" / "config.yaml").is_file()
 
