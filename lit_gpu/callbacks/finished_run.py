@@ -12,7 +12,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from lit_gpu import messages
+from lit_gpu import messages, numbering
 
 __all__ = ["finished_line"]
 
@@ -26,7 +26,7 @@ def finished_line(trainer: pl.Trainer) -> str | None:
     epoch = trainer.current_epoch  # the loop's count once done: max_epochs; the last epoch run is one less
     if trainer.max_epochs is not None and 0 < trainer.max_epochs <= epoch:
         epoch = trainer.max_epochs - 1
-    point = messages.ckpt_point(messages.logged_step(trainer), epoch)
+    point = numbering.ckpt_point(numbering.logged_step(trainer), epoch)
     max_steps = trainer.max_steps
     if max_steps is not None and max_steps >= 0 and trainer.global_step >= max_steps:
         limit, flag, example = f"max_steps={max_steps}", "--trainer.max_steps", max(2 * max_steps, 1)

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from lit_gpu import messages
+from lit_gpu import messages, numbering
 from lit_gpu.upstream.checkpointing import CheckpointHooks
 
 
@@ -71,7 +71,7 @@ class FreshLastCheckpoint(CheckpointHooks):
         global step - 1) and ``{epoch}`` Lightning's 0-based one: ``best-epoch03-step1719`` is metrics.csv's
         row at epoch 3, step 1719 (docs/runs.md, "What the numbers mean")."""
         if "step" in metrics and self._trainer is not None:
-            metrics = {**metrics, "step": torch.tensor(messages.logged_step(self._trainer))}
+            metrics = {**metrics, "step": torch.tensor(numbering.logged_step(self._trainer))}
         return super().format_checkpoint_name(metrics, filename=filename, ver=ver, prefix=prefix)
 
     def _fall_back_to_last(self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]) -> None:
@@ -168,6 +168,14 @@ class FreshLastCheckpoint(CheckpointHooks):
         self.last_global_step_saved = saved_at
         if not final:
             self._last_written_at_step = written_at
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Lightning's save_last at the end of training skips its fast_dev_run check (2.6): a fast_dev_run
+        # saves nothing ("Logging and checkpointing is suppressed"), as with Lightning's default callback
+        if trainer.fast_dev_run:
+            return
+        super().on_train_end(trainer, pl_module)
 
     @override
     def write_topk(self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]) -> None:

@@ -51,7 +51,7 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor, nn
 from typing_extensions import override
 
-from lit_gpu import messages
+from lit_gpu import messages, numbering
 from lit_gpu.errors import LitGpuError
 from lit_gpu.strategies.dp import DataParallelStrategy
 from lit_gpu.translate import is_out_of_memory
@@ -367,7 +367,7 @@ class OOMRecovery(OOMLoopName):
             )
         else:
             batch = trainer.fit_loop.epoch_loop.batch_idx + 1  # the batch in progress, counted from 1
-            point = messages.fit_point(trainer, batch)
+            point = numbering.fit_point(trainer, batch)
             line = messages.OOM_ADAPTED.format(
                 step=trainer.global_step, point=point, was=was, micro=micro, count=count
             )

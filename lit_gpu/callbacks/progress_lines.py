@@ -14,7 +14,7 @@ import math
 import shlex
 from typing import Any, Literal, NamedTuple, TextIO
 
-from lit_gpu import messages
+from lit_gpu import messages, numbering
 from lit_gpu.messages import shown
 
 __all__ = [
@@ -167,7 +167,7 @@ def point_line(
     if point.epoch is not None:
         epoch, epochs = point.epoch
         event.update(epoch=epoch, epochs=epochs)
-        parts.append(messages.epoch_point(epoch, epochs) + (" end" if point.epoch_end else ""))
+        parts.append(numbering.epoch_point(epoch, epochs) + (" end" if point.epoch_end else ""))
     finite = math.isfinite(point.batches)
     batches = int(point.batches) if finite else None
     event.update(batch=point.batch, batches=batches, step=point.step, global_step=point.global_step)

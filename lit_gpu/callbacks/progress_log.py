@@ -45,7 +45,7 @@ from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.utilities.data import extract_batch_size
 from typing_extensions import override
 
-from lit_gpu import messages
+from lit_gpu import messages, numbering
 from lit_gpu.callbacks.finished_run import finished_line
 from lit_gpu.callbacks.progress_lines import (
     Point,
@@ -182,9 +182,8 @@ class ProgressLog(ProgressBar):
         folder = self._folder(trainer)
         checkpoint = trainer.checkpoint_callback
         dirpath = getattr(checkpoint, "dirpath", None)
-        last = (
-            os.path.join(dirpath, "last.ckpt") if dirpath and getattr(checkpoint, "save_last", None) else None
-        )
+        saves = dirpath and getattr(checkpoint, "save_last", None) and not trainer.fast_dev_run
+        last = os.path.join(dirpath, "last.ckpt") if saves else None
         command = resume_command(self.command, last) if self.command is not None and last else None
         self._batches = 0  # none trained yet: a resumed fit that trains none may be of a finished run
         self._tell(*start_line("fit", folder, folder or trainer.default_root_dir, command))
@@ -254,7 +253,7 @@ class ProgressLog(ProgressBar):
         done, total, step, logged = self._batches, steps, self._batches, None
         if stage == "fit":  # numbered as the bar and metrics.csv: epoch and step from 0 (messages.py)
             epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
-            epoch, step, logged = (trainer.current_epoch, epochs), self._step, messages.logged_step(trainer)
+            epoch, step, logged = (trainer.current_epoch, epochs), self._step, numbering.logged_step(trainer)
             done, total = self._run_progress(trainer, steps)
         percent = 100.0 * done / total if math.isfinite(total) and total > 0 else None
         # the rate of this process's own batches; the work left counts the whole run

@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from lit_gpu import messages
+from lit_gpu import messages, numbering
 from lit_gpu.data.replay import ReplayDataLoader, make_replayable, why_not_replayable
 from lit_gpu.data.stateful import GlobalPosition
 from lit_gpu.errors import LitGpuError
@@ -306,11 +306,11 @@ def _resume_plain_loaders(trainer: Any) -> None:
         if isinstance(loader, ReplayDataLoader):
             why = loader.resume_at(done)
             if why is None and done and trainer.current_epoch > 0 and loader.persistent_workers:
-                messages.tell(PERSISTENT_WORKERS.format(point=messages.fit_point(trainer, done)))
+                messages.tell(PERSISTENT_WORKERS.format(point=numbering.fit_point(trainer, done)))
         else:
             why = why_not_replayable(loader) if done else None
         if why is not None:
-            messages.tell(NOT_AT_THE_BATCH.format(point=messages.fit_point(trainer, done), why=why))
+            messages.tell(NOT_AT_THE_BATCH.format(point=numbering.fit_point(trainer, done), why=why))
             return
 
 

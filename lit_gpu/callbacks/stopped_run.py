@@ -20,7 +20,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
-from lit_gpu import messages
+from lit_gpu import messages, numbering
 from lit_gpu.callbacks.progress_lines import resume_command
 from lit_gpu.run.layout import CHECKPOINTS
 
@@ -147,14 +147,14 @@ def save_stopped_run(trainer: pl.Trainer, signum: int, *, by_worker: bool = Fals
     messages.tell(  # named as metrics.csv and the bar name it: step and epoch from 0, the batches done
         STOPPED_BY_SIGNAL.format(
             signal=name,
-            step=messages.logged_step(trainer),
-            point=messages.epoch_point(
+            step=numbering.logged_step(trainer),
+            point=numbering.epoch_point(
                 trainer.current_epoch,
                 epochs,
                 progress.current.processed,
                 batches if batches != float("inf") else None,
             )
-            + messages.optimizer_steps_note(trainer.global_step, progress.total.processed),
+            + numbering.optimizer_steps_note(trainer.global_step, progress.total.processed),
             path=path,
             command=messages.shown(resume_with(trainer, path), limit=messages.LINE_MAX_CHARS),
         )

@@ -10,7 +10,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import lightning.pytorch as pl
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -31,7 +31,8 @@ from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.callbacks.stopped_run import signal_stop_code
 from lit_gpu.cli import config_files, quiet, run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, hand_over, resolve_ckpt_path
-from lit_gpu.cli.module_steps import check_has_step
+from lit_gpu.cli.extra_arguments import add_extra_arguments, has_option
+from lit_gpu.cli.module_steps import check_has_step, runs_lightnings
 from lit_gpu.cli.needs_data import check_has_data
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
 from lit_gpu.cli.sanity import check_seed
@@ -39,7 +40,6 @@ from lit_gpu.cli.too_big import explain_build_failure
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import install_atomic_checkpoint_io
-from lit_gpu.loggers import RunFolderSync
 from lit_gpu.profilers import skip_idle_profiler
 from lit_gpu.run.config_saver import RunConfigSaver
 from lit_gpu.run.folder import RunFolder
@@ -78,7 +78,7 @@ class ConciseErrorParser(LightningArgumentParser):
             what = repr(content) if content else "nothing"
             text = messages.CONFIG_NOT_A_MAPPING.format(path=path, content=what)
         messages.tell_error(text or concise_parse_error(message, prog, parser))
-        sys.exit(2)
+        self.exit(2)  # argparse's error exits through exit(), which a caller may replace
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         config_files.install()  # every YAML it loads goes through lit_gpu's bounded reader first
@@ -114,53 +114,6 @@ class ConciseErrorParser(LightningArgumentParser):
                 return self.parse_string(
                     text, path=os.path.basename(path), ext_vars=ext_vars, env=env, defaults=defaults, **kwargs
                 )
-
-
-def add_extra_arguments(parser: LightningArgumentParser) -> None:
-    """Add ``nan_guard``, ``--predict_out``, ``--tune_batch_size``, ``--oom_recovery`` and ``free_gpus``."""
-    parser.add_lightning_class_args(NaNGuard, "nan_guard")
-    parser.add_argument(
-        "--predict_out",
-        type=str | None,
-        default=None,
-        help="predict only: CSV file for the predictions (index,prediction,probability for classifiers); "
-        "default: predictions.csv in the evaluation's folder (RUN/evaluations/predict_K/), or in the "
-        "working folder without lit_gpu's loggers",
-    )
-    parser.add_argument(
-        "--tune_batch_size",
-        type=bool,
-        default=False,
-        help="fit only: find the largest data.batch_size that fits in memory (Lightning's Tuner) first",
-    )
-    parser.add_argument(
-        "--oom_recovery",
-        type=bool,
-        default=False,
-        help="on out of memory in any loop (training, sanity check, validation, test, predict), halve the "
-        "micro-batch and retry the step (same effective batch, same metrics)",
-    )
-    parser.add_argument(
-        "--progress_interval",
-        type=float,
-        default=DEFAULT_INTERVAL,
-        help="when the output is not a terminal (a batch job's log): seconds between progress lines "
-        "(0: one line at each epoch end only)",
-    )
-    parser.add_argument(
-        "--progress_format",
-        type=Literal["text", "json"],
-        default="text",
-        help="progress lines when the output is not a terminal: text, or json (one JSON object a line, "
-        "also on a terminal)",
-    )
-    parser.add_argument(
-        "--free_gpus",
-        type=list[dict[str, int | str]] | None,
-        default=None,
-        help="written by lit-gpu (ignored on input): the physical GPUs 'devices: free:N' chose, "
-        "one per local rank",
-    )
 
 
 # ---- lit_gpu's default callbacks ----------------------------------------------------------------------
@@ -245,36 +198,34 @@ class LitGpuCLI(CLIHooks):
     Everything a run writes lands in ``trainer.default_root_dir/lit_gpu/version_N`` (``runs`` by
     default; :mod:`lit_gpu.cli.run_folders`). The ``checkpoint`` group configures the
     :class:`FreshLastCheckpoint` (``--checkpoint.monitor val/acc --checkpoint.mode max``); model and
-    data are chosen in YAML with ``class_path``.
+    data are chosen in YAML with ``class_path`` (or given as ``model_class``/``datamodule_class``).
+
+    It takes LightningCLI's arguments with their meaning (``--optimizer``, ``trainer_class``,
+    ``save_config_kwargs``...), and every public LightningCLI hook is a subclass's to override without
+    ``super()``: lit_gpu's steps run on their own path (:class:`~lit_gpu.upstream.cli.CLIHooks`).
+    docs/lightning_cli.md lists where it differs from LightningCLI by design.
     """
 
     def __init__(self, args: Sequence[str] | None = None, **kwargs) -> None:
         quiet.drop_tips()  # Lightning's cloud-service adverts, also from Python (notebooks)
+        kwargs.setdefault("model_class", None)  # None: --model picks any LightningModule (class_path)
+        kwargs.setdefault("datamodule_class", None)
         kwargs.setdefault("seed_everything_default", 42)
-        kwargs.setdefault("save_config_kwargs", {"overwrite": True})
-        kwargs.setdefault("auto_configure_optimizers", False)
         kwargs.setdefault("parser_class", ConciseErrorParser)  # one-line config errors
         kwargs.setdefault("save_config_callback", RunConfigSaver)  # a continued run keeps its config.yaml
-        trainer_defaults = dict(run_folders.TRAINER_DEFAULTS)  # default_root_dir: runs
-        trainer_defaults.update(kwargs.pop("trainer_defaults", None) or {})
         # the command line as the user typed it (lit_gpu:NAME kept): the resume line in the log
         self.command_line = as_argv(sys.argv[1:] if args is None else args)
         args = recipes.resolve_args(args)  # --config lit_gpu:NAME -> the shipped file's path
         # the command line, so that a device error can name the flag or file that asked for a GPU
         self.argv = as_argv(sys.argv[1:] if args is None else args)
+        args = run_folders.with_saved_config(args)  # --ckpt_path FILE alone: config.yaml beside it first
         self.run_folder: RunFolder | None = None
         self.resolution: Resolution | None = None  # what --ckpt_path resolved to, with its header
         # `fit ...`: only fit's parser is built (the other three cost ~0.12 s together: cli_construct.py)
         named = self.argv[0] if self.argv else None
         self.only_subcommand = named if named in LightningCLI.subcommands() else None
         try:
-            super().__init__(
-                model_class=None,
-                datamodule_class=None,
-                trainer_defaults=trainer_defaults,
-                args=args,
-                **kwargs,
-            )
+            super().__init__(args=args, **kwargs)
         except BaseException as err:
             if self.run_folder is not None:  # a failed start leaves no empty version_N behind
                 self.run_folder.remove_if_unused()  # and lets go of the run's lock
@@ -285,42 +236,48 @@ class LitGpuCLI(CLIHooks):
         if self.run_folder is not None and kwargs.get("run", True) is not False:
             self.run_folder.release()  # the run ended here: its folder is no abandoned start
 
+    # ---- lit_gpu's steps, on its own path (CLIHooks): the public hooks stay the user's --------------------
     @override
-    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        allow_auto_precision(parser)
+    def _lit_gpu_arguments(self, parser: LightningArgumentParser) -> None:
+        if has_option(parser, "trainer.precision"):
+            allow_auto_precision(parser)
         parser.add_lightning_class_args(FreshLastCheckpoint, "checkpoint")
         parser.add_lightning_class_args(SpeedLevers, "speed")  # --speed.channels_last, --speed.compile, ...
         add_extra_arguments(parser)  # --nan_guard.*, --predict_out, --tune_batch_size, --oom_recovery
         run_folders.add_arguments(parser)  # --loggers
-        parser.set_defaults(
-            {
-                "trainer.callbacks": default_callbacks(),  # SkipIdleHooks, LeanOptimizerStep, ...
-                "checkpoint.monitor": "val/loss",
-                "checkpoint.mode": "min",
-                "checkpoint.save_last": True,
-                "checkpoint.save_top_k": 1,
-                "checkpoint.filename": "best-epoch{epoch:02d}-step{step}",
-                "checkpoint.auto_insert_metric_name": False,
-            }
-        )
+        defaults: dict[str, Any] = {
+            "checkpoint.monitor": "val/loss",
+            "checkpoint.mode": "min",
+            "checkpoint.save_last": True,
+            "checkpoint.save_top_k": 1,
+            "checkpoint.filename": "best-epoch{epoch:02d}-step{step}",
+            "checkpoint.auto_insert_metric_name": False,
+        }
+        if has_option(parser, "trainer.callbacks"):  # a trainer_class may take none
+            defaults["trainer.callbacks"] = default_callbacks()  # SkipIdleHooks, LeanOptimizerStep, ...
+        for key, value in run_folders.TRAINER_DEFAULTS.items():  # default_root_dir: runs
+            if key not in self.trainer_defaults and has_option(parser, f"trainer.{key}"):
+                defaults[f"trainer.{key}"] = value
+        parser.set_defaults(defaults)
 
     @override
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        rebuilt = run_folders.with_saved_config(args)  # --ckpt_path FILE alone: config.yaml beside it first
-        if rebuilt is not args:  # parse exactly this argv; the resume line stays the user's
-            self.config = parser.parse_args(rebuilt)
-        else:
-            with warnings.catch_warnings():  # args from Python (main(argv), notebooks) are intended here
-                warnings.filterwarnings("ignore", message=r".*LightningCLI's args parameter is intended.*")
-                super().parse_arguments(parser, args)
+        with warnings.catch_warnings():  # args from Python (main(argv), notebooks) are intended here
+            warnings.filterwarnings("ignore", message=r".*LightningCLI's args parameter is intended.*")
+            super().parse_arguments(parser, args)
+
+    @override
+    def _lit_gpu_parsed(self) -> None:
         # last/best/FILE -> one checkpoint, read once (weights-only) and compared with the config's model
         self.resolution = resolve_ckpt_path(self.config)
         check_seed(self.config)  # out of numpy's range: one line, not a ValueError from seed_everything
 
     @override
-    def before_instantiate_classes(self) -> None:
+    def _lit_gpu_before_instantiate(self) -> None:
         # trainer.devices "free:N" -> the N GPUs with most free memory; precision "auto" -> a real one
         config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
+        if config.get("trainer") is None:
+            return
         choice = resolve_trainer_config(config.trainer)
         config.free_gpus = None if choice is None else choice.record()  # saved in config.yaml
 
@@ -338,26 +295,35 @@ class LitGpuCLI(CLIHooks):
             raise LitGpuError(message) from err
 
     @override
-    def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
-        config = self.config_init[self.subcommand] if self.subcommand else self.config_init
-        if config_value(config, "trainer") is not None and config.trainer.get("callbacks", []) is None:
-            config.trainer.callbacks = [cls() for cls in STEP_PATH_CALLBACKS]  # a config older than the list
+    def _lit_gpu_trainer_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """lit_gpu's loggers (one run folder) and progress bar, where the trainer class takes them."""
+        init = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        config = dict(config)
+        if "callbacks" in config and config["callbacks"] is None:
+            config["callbacks"] = [cls() for cls in STEP_PATH_CALLBACKS]  # a config older than the list
         parsed = self.config[self.subcommand] if self.subcommand else self.config
-        loggers, self.run_folder = run_folders.trainer_loggers(  # CSV + TB, one folder
-            config, self.subcommand, self.resolution, parsed
-        )
-        if loggers is not None:
-            kwargs.setdefault("logger", loggers)
-        callbacks = run_folders.progress_bar_callbacks(config)  # redrawn 4x a second, not 100x
-        if callbacks is not None:
-            kwargs.setdefault("callbacks", callbacks)
-        try:
-            trainer = super().instantiate_trainer(**kwargs)
-        except _TRAINER_ERRORS as err:  # no GPU, devices 0, max_epochs -5, strategy typo...
+        if "logger" in config and config["logger"] in (None, True):
+            loggers, self.run_folder = run_folders.trainer_loggers(  # CSV + TB, one folder
+                init, self.subcommand, self.resolution, parsed
+            )
+            if loggers is not None:
+                config["logger"] = loggers
+        if "callbacks" in config:
+            callbacks = run_folders.progress_bar_callbacks({"trainer": config})  # redrawn 4x a second
+            if callbacks is not None:
+                config["callbacks"] = callbacks
+        return config
+
+    @override
+    def _lit_gpu_trainer_failed(self, err: Exception) -> None:
+        if isinstance(err, _TRAINER_ERRORS):  # no GPU, devices 0, max_epochs -5, strategy typo...
             message = explain_trainer_error(err, self.argv)  # names the setting that asked for it
-            if message is None:
-                raise
-            raise LitGpuError(message) from err
+            if message is not None:
+                raise LitGpuError(message) from err
+
+    @override
+    def _lit_gpu_trainer_built(self, trainer: pl.Trainer) -> None:
+        config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         install_guarantees(trainer)  # whatever trainer.callbacks holds; a user's instance of one replaces it
         configure_trainer(
             trainer, self.config, self.subcommand, self.run_folder
@@ -376,20 +342,13 @@ class LitGpuCLI(CLIHooks):
         run_folders.adapt_checkpoint_monitor(trainer)  # default val/loss: last.ckpt only if never logged
         parsed = self.config[self.subcommand] if self.subcommand else self.config
         trainer.callbacks.append(run_folders.RecordModelSpec(parsed.get("model")))  # for lit-gpu export
-        return trainer
 
-    def before_fit(self) -> None:
-        check_has_data(self.model, self.datamodule, "fit")  # no loader at all: one line
-        maybe_tune_batch_size(self.trainer, self.model, self.datamodule, self.config)
-
-    def before_validate(self) -> None:
-        check_has_step(self.model, self.config, "validate")  # one line, not Lightning's wall
-        check_has_data(self.model, self.datamodule, "validate")
-
-    def before_test(self) -> None:
-        check_has_step(self.model, self.config, "test")
-        check_has_data(self.model, self.datamodule, "test")
-
-    def before_predict(self) -> None:
-        check_has_step(self.model, self.config, "predict")
-        check_has_data(self.model, self.datamodule, "predict")
+    @override
+    def _lit_gpu_before_run(self, subcommand: str) -> None:
+        if not runs_lightnings(self, subcommand):  # the CLI's own fit(), a Trainer overriding fit...
+            return
+        if subcommand != "fit":
+            check_has_step(self.model, self.config, subcommand)  # one line, not Lightning's wall
+        check_has_data(self.model, self.datamodule, subcommand)  # no loader at all: one line
+        if subcommand == "fit":
+            maybe_tune_batch_size(self.trainer, self.model, self.datamodule, self.config)

@@ -37,3 +37,18 @@ def check_has_step(model: pl.LightningModule, config: Any, command: str) -> None
         class_path = f"{type(model).__module__}.{type(model).__qualname__}"
     extra = " (nor forward)" if command == "predict" else ""
     raise LitGpuError(NO_STEP.format(class_path=class_path, step=step, extra=extra, command=command))
+
+
+# Lightning's own Trainer methods, as imported (a test or a user replacing one runs its own checks)
+_TRAINER_METHODS = {name: getattr(pl.Trainer, name) for name in ("fit", "validate", "test", "predict")}
+
+
+def runs_lightnings(cli: Any, command: str) -> bool:
+    """Whether ``command`` runs Lightning's own ``Trainer`` method, whose errors lit_gpu's checks foretell.
+
+    LightningCLI runs the CLI's own method of that name where it defines one, and a ``trainer_class`` may
+    override it: those decide for themselves what data they need.
+    """
+    if getattr(type(cli), command, None) is not None:
+        return False
+    return getattr(type(cli.trainer), command, None) is _TRAINER_METHODS.get(command)

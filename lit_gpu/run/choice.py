@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lit_gpu.messages import ckpt_point, shown
+from lit_gpu.messages import shown
+from lit_gpu.numbering import ckpt_point
 from lit_gpu.run.layout import Run
 
 __all__ = ["Candidate", "CkptFacts", "FileChoice", "Skipped", "choose_file", "order_runs", "skipped_newer"]

@@ -1,5 +1,10 @@
 """``config.yaml`` of a run folder: saved when the run starts; a continued run keeps it.
 
+A run never silently replaces another run's ``config.yaml`` (LightningCLI's ``overwrite=False``): lit_gpu's
+loggers give each run its own folder; where fits share one (``trainer.logger: false``), the second stops
+with one line before anything runs, as LightningCLI stops, unless ``save_config_kwargs={"overwrite": True}``;
+an evaluation there (validate/test/predict) saves a changed config beside the folder's newest one.
+
 A fit resumed from a checkpoint continues the checkpoint's run folder (:mod:`lit_gpu.run.folder`). Its
 ``config.yaml`` stays as it is; a config that differs from the newest one saved there is written
 beside it as ``config.<n>.yaml``, and one line names the change.
@@ -7,6 +12,7 @@ beside it as ``config.<n>.yaml``, and one line names the change.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -15,6 +21,7 @@ from lightning.pytorch.cli import SaveConfigCallback
 from typing_extensions import override
 
 from lit_gpu import messages
+from lit_gpu.errors import LitGpuError
 from lit_gpu.run.config import config_changes, next_config_path, read_plain, saved_configs
 from lit_gpu.run.folder import RunFolder
 
@@ -29,12 +36,22 @@ def continued_run(trainer: pl.Trainer) -> RunFolder | None:
 
 
 class RunConfigSaver(SaveConfigCallback):
-    """Lightning's config saver; a continued run folder keeps ``config.yaml``, a change is saved beside."""
+    """Lightning's config saver; a continued run folder (or a folder evaluations share) keeps ``config.yaml``,
+    a change is saved beside."""
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self.already_saved or not self.save_to_log_dir or continued_run(trainer) is None:
-            super().setup(trainer, pl_module, stage)
+        # a continued run keeps its config.yaml; so does a folder an evaluation shares with earlier ones
+        # (validate/test/predict with the loggers off): a changed config goes beside it, never over it
+        beside = continued_run(trainer) is not None or (stage != "fit" and not self.overwrite)
+        if self.already_saved or not self.save_to_log_dir or not beside:
+            try:
+                super().setup(trainer, pl_module, stage)
+            except RuntimeError as err:  # Lightning's stop before an earlier run's config.yaml: one line
+                if "Aborting to avoid overwriting" not in str(err):
+                    raise
+                path = os.path.join(str(trainer.log_dir), self.config_filename)
+                raise LitGpuError(messages.CONFIG_EXISTS.format(path=path)) from err
             return
         log_dir = trainer.log_dir  # broadcast from rank 0, as Lightning's saver does
         if trainer.is_global_zero:

@@ -290,6 +290,24 @@ FEATURES: dict[str, Feature] = {
         keys=("_instantiator", "_class_path", "_batches_that_stepped"),  # hyper-parameters', a checkpoint's
         promise="the config, not a checkpoint's hyper-parameters, choosing the model",
     ),
+    "own CLI path": Feature(
+        "lit_gpu's steps on the CLI's own path",
+        "",
+        private={
+            "lightning.pytorch.cli:LightningCLI._add_arguments": (
+                "(self, parser: lightning.pytorch.cli.LightningArgumentParser) -> None"
+            ),
+            "lightning.pytorch.cli:LightningCLI._set_seed": "(self) -> None",
+            "lightning.pytorch.cli:LightningCLI._instantiate_trainer": (
+                "(self, config: dict[str, typing.Any], callbacks: list[lightning.pytorch.callbacks.callback."
+                "Callback]) -> lightning.pytorch.trainer.trainer.Trainer"
+            ),
+            "lightning.pytorch.cli:LightningCLI._prepare_subcommand_kwargs": (
+                "(self, subcommand: str) -> dict[str, typing.Any]"
+            ),
+        },
+        promise="lit_gpu's arguments, devices and run folder whatever hooks a LitGpuCLI subclass overrides",
+    ),
 }  # fmt: skip
 
 

@@ -141,9 +141,7 @@ def test_readme_shows_the_expected_commands(readme_text):
         assert "../shared" not in page.read_text(), f"{page.name} names a path beside this repository"
 
 
-def test_the_readme_mnist_commands_read_data_and_offline_from_data_mnist_raw(
-    scratch, fake_mnist_dir, capsys
-):
+def test_the_readme_mnist_commands_read_data_and_offline_from_data_mnist_raw(scratch, fake_mnist_dir, capsys):
     """The README's MNIST commands use ``./data``; the offline one trains from the IDX files put in
     ``data/MNIST/raw/`` (here a small fake MNIST), as the README says."""
     mnist = [argv for argv in readme_commands(README.read_text()) if "configs/mnist.yaml" in argv]

@@ -29,7 +29,7 @@ def parse_fit_args(args: list[str]) -> Any:
 
     class CheckCLI(LitGpuCLI):
         @override
-        def before_instantiate_classes(self) -> None:
+        def _lit_gpu_before_instantiate(self) -> None:  # parsed and checked; no GPU claimed for a check
             raise _Parsed(self.config)
 
     try:

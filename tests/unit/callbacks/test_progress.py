@@ -13,6 +13,7 @@ import lightning.pytorch as pl
 import pytest
 from lightning.pytorch.callbacks import ModelSummary, RichModelSummary
 
+from lit_gpu import numbering
 from lit_gpu.callbacks.progress import LitProgressBar, default_progress_bar, use_progress_log
 from lit_gpu.callbacks.progress_log import ProgressLog, live_bar_fits, resume_command
 from lit_gpu.data import SyntheticRegressionDataModule
@@ -86,7 +87,6 @@ def test_the_live_bar_shows_the_runs_version_and_samples_per_second(tmp_path, ca
 
 def test_the_live_bar_and_the_lines_number_epochs_alike(tmp_path):
     """Lightning's bar says ``Epoch 1/1`` (0-based, of the last index); lit-gpu's lines say ``epoch 1/1``."""
-    from lit_gpu import messages
 
     screen = io.StringIO()
     bar = LitProgressBar(console_kwargs={"file": screen, "force_terminal": True, "width": 200})
@@ -96,7 +96,7 @@ def test_the_live_bar_and_the_lines_number_epochs_alike(tmp_path):
     trainer.fit(RegressionModule(SimpleModel(10, 10)), SyntheticRegressionDataModule(num_samples=128))
     shown = set(re.findall(r"Epoch (\d+/\d+)", screen.getvalue()))
     assert shown == {"0/1", "1/1"}, screen.getvalue()[-500:]
-    assert {messages.epoch_point(e, trainer.max_epochs).removeprefix("epoch ") for e in (0, 1)} == shown
+    assert {numbering.epoch_point(e, trainer.max_epochs).removeprefix("epoch ") for e in (0, 1)} == shown
 
 
 def test_interval_lines_are_written_only_when_due(monkeypatch):

@@ -46,7 +46,9 @@ def test_a_torchvision_of_another_torch_release_is_named(monkeypatch, no_gpu):
     monkeypatch.setattr(env, "_import_torchvision", lambda: None)
     (line,) = _mismatch_lines(env.collect())
     assert "(torch 2.5 pairs with torchvision 0.20)" in line
-    assert line.endswith("'torch==2.5.1' 'torchvision==0.20.*' --index-url https://download.pytorch.org/whl/cu124")
+    assert line.endswith(
+        "'torch==2.5.1' 'torchvision==0.20.*' --index-url https://download.pytorch.org/whl/cu124"
+    )
 
 
 @pytest.mark.parametrize(
