@@ -6,8 +6,8 @@ route spent in one room; entering a room the route already left is a *return*; a
 room above it in the import layers (``files`` -> ``run``, ``run`` -> ``cli``) is a *climb* back up.
 
 The leaves every room uses, and that call nothing of lit_gpu back, are not rooms: the text door
-(``lit_gpu.messages``, ``lit_gpu.numbering``), the error type (``lit_gpu.errors``) and ``lit_gpu.upstream`` (one-line
-accessors of Lightning's private names); time spent there counts to the room that called them, and
+(``lit_gpu.messages``, ``lit_gpu.numbering``), the error type (``lit_gpu.errors``) and ``lit_gpu.upstream``
+(one-line accessors of Lightning's private names); time spent there counts to the room that called them, and
 :class:`Route` checks that they are leaves indeed (a leaf that calls into a room fails the recording).
 Code outside lit_gpu (torch, pathlib) also counts to the room that called it.
 """
