@@ -198,6 +198,11 @@ OOM_RECOVERY_SYNC_BATCHNORM = (
     "--oom_recovery cannot be combined with SyncBatchNorm (--trainer.sync_batchnorm true): it exchanges "
     "statistics inside the forward pass, so an OOM on one process would hang the others"
 )
+OPTIMIZER_CHANGED = (
+    "{what}: its optimizer state does not fit the config: the checkpoint holds {held}, the config builds "
+    "{built} ({problem}); to keep the weights and the progress and start the optimizers and schedulers "
+    "fresh, add --fresh_optimizer true (docs/checkpoints.md), or resume with the config it was saved with"
+)
 
 # ---- progress lines (printed with tell) ---------------------------------------------------------
 RESUMING_FROM = "resuming from {path} ({why})"
@@ -231,6 +236,10 @@ WROTE_PREDICTIONS = "wrote {rows} predictions to {path}"
 EXPORTED = "exported {weights} (metadata: {sidecar})"
 WROTE_PLOT = "wrote {path} ({width}x{height} px)"
 FREE_GPU_OF_RANK = "local rank {rank} -> GPU {index} {name} ({uuid})"
+OPTIMIZER_FRESH = (
+    "{what}: kept the weights and the progress; started {optimizers} and {schedulers} fresh "
+    "(--fresh_optimizer)"
+)
 DEPENDENCY_OUT_OF_RANGE = "{name} {found}: lit-gpu supports {supported}; pip install '{requirement}'"
 
 # ---- lit-gpu sweep (progress lines) -------------------------------------------------------------

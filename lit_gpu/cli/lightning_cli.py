@@ -31,7 +31,7 @@ from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.callbacks.stopped_run import signal_stop_code
-from lit_gpu.cli import config_files, quiet, run_folders
+from lit_gpu.cli import config_files, fresh_optimizer, quiet, run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, hand_over, resolve_ckpt_path
 from lit_gpu.cli.module_steps import check_has_step
 from lit_gpu.cli.needs_data import check_has_data
@@ -162,6 +162,7 @@ def add_extra_arguments(parser: LightningArgumentParser) -> None:
         help="written by lit-gpu (ignored on input): the physical GPUs 'devices: free:N' chose, "
         "one per local rank",
     )
+    fresh_optimizer.add_argument(parser)  # --fresh_optimizer
 
 
 # ---- lit_gpu's default callbacks ----------------------------------------------------------------------
@@ -203,6 +204,7 @@ def configure_trainer(
     (``run_folder``), or into the working folder when lit_gpu's loggers are off.
     """
     install_atomic_checkpoint_io(trainer)
+    fresh_optimizer.apply(trainer, config, subcommand)  # read by the atomic IO's resume check
     skip_idle_profiler(trainer)  # Lightning's default profiles nothing but costs ~8 calls per hook
     if subcommand == "fit":
         clean_run_folders(config[subcommand])  # temp files of saves killed in earlier runs

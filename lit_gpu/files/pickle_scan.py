@@ -15,6 +15,7 @@ import pickletools
 import sys
 from typing import IO, Any
 
+from lit_gpu.files.numpy_globals import DTYPE_NAME, SCALAR_NAMES, dtype_args, valid_dtype_state
 from lit_gpu.files.scan_model import (
     _CALLABLE,
     _CONTAINER,
@@ -44,7 +45,6 @@ from lit_gpu.files.scan_model import (
     _size,
     _user_globals,
 )
-from lit_gpu.files.numpy_globals import DTYPE_NAME, SCALAR_NAMES, dtype_args, valid_dtype_state
 from lit_gpu.files.scan_tensors import TorchRebuilds
 
 __all__ = ["Scan"]
@@ -361,7 +361,12 @@ class Scan(TorchRebuilds):
             itemsize = self.itemsize(a[1], only_dtype=True)
             self.charge(a[0].n * itemsize, f"a converted tensor of {_size(a[0].n * itemsize)}")
             return self.new_tensor(a[0].n, itemsize, 0)
-        if name == DTYPE_NAME and len(a) == 3 and a[0] in dtype_args() and all(type(x) is bool for x in a[1:]):
+        if (
+            name == DTYPE_NAME
+            and len(a) == 3
+            and a[0] in dtype_args()
+            and all(type(x) is bool for x in a[1:])
+        ):
             self.charge(_CONTAINER * 2, "numpy dtypes")  # numpy.dtype("f8", False, True): numeric only
             return _Box("npdtype")
         if name in SCALAR_NAMES and len(a) == 2 and _has(a[0], "npdtype") and isinstance(a[1], bytes):
