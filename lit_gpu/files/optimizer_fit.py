@@ -71,8 +71,11 @@ def _number_problem(saved: Any, built: Any, name: str) -> str | None:
         if saved.is_meta or saved.is_complex() or saved.dtype == torch.bool:
             return f"{name} = {holds(saved)}, not a number"
         saved = saved.item()
+    counter = name.endswith(("'last_epoch']", "'_step_count']"))
+    if counter and not isinstance(saved, int):
+        return f"{name} = {holds(saved)}, not a count"
     if isinstance(saved, int):
-        low = -1 if name.endswith("'last_epoch']") else 0 if name.endswith("'_step_count']") else -_MAX_INT
+        low = -1 if name.endswith("'last_epoch']") else 0 if counter else -_MAX_INT
         if not low <= saved <= _MAX_INT:
             return f"{name} = {holds(saved)}, where the config builds {holds(built)}"
         return None

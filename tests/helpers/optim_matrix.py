@@ -87,7 +87,9 @@ def _scheduler(name: str, optimizer: torch.optim.Optimizer) -> Any:
         "OneCycleLR": lambda: S.OneCycleLR(optimizer, max_lr=0.02, total_steps=STEPS),
         "ReduceLROnPlateau": lambda: S.ReduceLROnPlateau(optimizer, patience=0, factor=0.5),
         "SequentialLR": lambda: S.SequentialLR(
-            optimizer, [S.ConstantLR(optimizer, factor=0.5, total_iters=2), S.ExponentialLR(optimizer, 0.9)], [3]
+            optimizer,
+            [S.ConstantLR(optimizer, factor=0.5, total_iters=2), S.ExponentialLR(optimizer, 0.9)],
+            [3],
         ),
         "ChainedScheduler": lambda: S.ChainedScheduler(
             [S.ConstantLR(optimizer, factor=0.5, total_iters=2), S.ExponentialLR(optimizer, 0.9)]
