@@ -70,7 +70,7 @@ def _optimizer(name: str, params: Any) -> torch.optim.Optimizer:
     return cls(params, **args)
 
 
-def _scheduler(name: str, optimizer: torch.optim.Optimizer) -> Any:
+def _scheduler(name: str, optimizer: torch.optim.Optimizer, total_steps: int = STEPS) -> Any:
     cls = getattr(S, name)
     made: dict[str, Any] = {
         "LambdaLR": lambda: S.LambdaLR(optimizer, cosine),
@@ -84,7 +84,7 @@ def _scheduler(name: str, optimizer: torch.optim.Optimizer) -> Any:
         "CosineAnnealingLR": lambda: S.CosineAnnealingLR(optimizer, T_max=STEPS),
         "CosineAnnealingWarmRestarts": lambda: S.CosineAnnealingWarmRestarts(optimizer, T_0=3, T_mult=2),
         "CyclicLR": lambda: S.CyclicLR(optimizer, base_lr=0.001, max_lr=0.01, step_size_up=3),
-        "OneCycleLR": lambda: S.OneCycleLR(optimizer, max_lr=0.02, total_steps=STEPS),
+        "OneCycleLR": lambda: S.OneCycleLR(optimizer, max_lr=0.02, total_steps=total_steps),
         "ReduceLROnPlateau": lambda: S.ReduceLROnPlateau(optimizer, patience=0, factor=0.5),
         "SequentialLR": lambda: S.SequentialLR(
             optimizer,
@@ -103,7 +103,13 @@ def _scheduler(name: str, optimizer: torch.optim.Optimizer) -> Any:
 class MatrixRegression(RegressionModule):
     """RegressionModule with ``torch.optim.<optimizer>`` and ``lr_scheduler.<scheduler>`` built by name."""
 
-    def __init__(self, optimizer_name: str = "SGD", scheduler_name: str | None = None) -> None:
+    def __init__(
+        self,
+        optimizer_name: str = "SGD",
+        scheduler_name: str | None = None,
+        total_steps: int = STEPS,
+        groups: int = 1,
+    ) -> None:
         if optimizer_name == "SparseAdam":
             net: nn.Module = SparseLinear()
         else:
@@ -111,12 +117,18 @@ class MatrixRegression(RegressionModule):
         super().__init__(net, scheduler_interval="step")
         self.optimizer_name = optimizer_name
         self.scheduler_name = scheduler_name
+        self.total_steps = total_steps  # OneCycleLR's
+        self.groups = groups  # 2: the weights and the biases in a param group each
 
     def configure_optimizers(self) -> Any:
-        optimizer = _optimizer(self.optimizer_name, self.parameters())
+        params: Any = self.parameters()
+        if self.groups == 2:
+            named = dict(self.named_parameters())
+            params = [{"params": [p for n, p in named.items() if n.endswith(e)]} for e in ("weight", "bias")]
+        optimizer = _optimizer(self.optimizer_name, params)
         if self.scheduler_name is None:
             return optimizer
-        scheduler = _scheduler(self.scheduler_name, optimizer)
+        scheduler = _scheduler(self.scheduler_name, optimizer, self.total_steps)
         config = {"scheduler": scheduler, "interval": "step"}
         if isinstance(scheduler, S.ReduceLROnPlateau):
             config.update(monitor="val/loss", interval="epoch")
