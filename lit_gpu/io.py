@@ -373,12 +373,12 @@ def check_restored_state(checkpoint: Any, module: Any, owners: Iterable[Any], wh
 
     owners = [owner for owner in (module, *owners) if owner is not None]
     contracts = [*lightning_contract(), *contracts_of(owners, module), *callback_contracts(owners)]
-    check_contracts(checkpoint, contracts, what)  # the optimizers': callbacks.optimizer_fit, once built
+    check_contracts(checkpoint, contracts, what)  # the optimizers': optimizer_resume, once built
 
 
 def _check_for(trainer: pl.Trainer, checkpoint: Any, what: str) -> None:
     """:func:`check_restored_state` for the fit of ``trainer``: its module, data module and callbacks."""
-    from lit_gpu.callbacks.optimizer_fit import check_at_fit_start
+    from lit_gpu.optimizer_resume import check_at_fit_start
 
     owners = [getattr(trainer, "datamodule", None), *trainer.callbacks]
     check_restored_state(checkpoint, trainer.lightning_module, owners, what)

@@ -3,7 +3,7 @@
 For a resume whose config changed the optimizer (SGD -> Adam), its param groups or the schedule
 (``OneCycleLR`` ``total_steps`` 8 -> 16): the checkpoint's optimizer and scheduler states no longer fit
 (:mod:`lit_gpu.files.optimizer_fit` says so in one line); with this flag they are replaced by the states
-of the ones the config built (:mod:`lit_gpu.callbacks.optimizer_fit`). ``docs/checkpoints.md``.
+of the ones the config built (:mod:`lit_gpu.optimizer_resume`). ``docs/checkpoints.md``.
 """
 
 from __future__ import annotations
@@ -31,4 +31,4 @@ def add_argument(parser: Any) -> None:
 def apply(trainer: pl.Trainer, config: Any, subcommand: str | None) -> None:
     """Tell ``trainer``'s checkpoint reader that the user asked for fresh optimizers (``fit`` only)."""
     if subcommand == "fit" and config_value(config, f"fit.{FLAG}", False):
-        trainer.strategy.checkpoint_io.fresh_optimizer = True  # read by callbacks.optimizer_fit
+        trainer.strategy.checkpoint_io.fresh_optimizer = True  # read by optimizer_resume

@@ -3,12 +3,9 @@ torch ships fits itself; a change is named; nothing is a fixed list of names."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
-from lit_gpu.callbacks.optimizer_fit import fit_optimizers
 from lit_gpu.files.contracts import ContractError
 from lit_gpu.files.optimizer_fit import (
     check_optimizers,
@@ -45,7 +42,7 @@ def _stepped(name: str, steps: int = 3) -> tuple[torch.nn.Module, torch.optim.Op
 
 @pytest.mark.parametrize("name", optimizer_names())
 def test_every_torch_optimizers_state_fits_the_optimizer_the_config_builds(name):
-    """Adafactor's ``eps=(None, 1e-3)`` and factored state, LBFGS's ``func_evals``/``old_dirs``, Muon, SparseAdam."""
+    """Adafactor's ``eps=(None, 1e-3)`` and factored state, LBFGS's ``func_evals``, Muon, SparseAdam."""
     _, optimizer = _stepped(name)
     built = _optimizer(name, _net(name).parameters())
     assert optimizer_problem(optimizer.state_dict(), built) is None
@@ -132,15 +129,3 @@ def test_a_foreign_optimizer_that_cannot_be_made_again_is_checked_by_its_groups(
     mine.step()
     assert dry_state(mine) is None
     assert optimizer_problem(mine.state_dict(), NeedsArguments(_net("SGD").parameters(), 0.1)) is None
-
-
-def test_fresh_optimizer_puts_the_built_states_in_place_of_the_checkpoints():
-    _, sgd = _stepped("SGD")
-    adam = torch.optim.Adam(_net("Adam").parameters())
-    checkpoint = {"optimizer_states": [sgd.state_dict()], "lr_schedulers": []}
-    trainer = SimpleNamespace(optimizers=[adam], lr_scheduler_configs=[])
-    with pytest.raises(ContractError):
-        fit_optimizers(trainer, checkpoint, "ckpt", fresh=False)  # type: ignore[arg-type]
-    fit_optimizers(trainer, checkpoint, "ckpt", fresh=True)  # type: ignore[arg-type]
-    assert checkpoint["optimizer_states"] == [adam.state_dict()]
-    adam.load_state_dict(checkpoint["optimizer_states"][0])  # what Lightning then does: a no-op
