@@ -35,96 +35,12 @@ import torch
 
 from lit_gpu import messages
 from lit_gpu.files.contracts import ContractError, holds
+from lit_gpu.files.state_kinds import MAX_INT, keys_problem, kind, value_problem
 
 __all__ = ["check_optimizers", "dry_state", "optimizer_problem", "scheduler_problem", "saved_optimizer_name"]
 
 _PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)  # stand-in sizes: each dimension its own
-_MAX_INT = 2**62
 _MAX_LIST = 2**16
-
-
-# ---- kinds of values ------------------------------------------------------------------------------------
-def _kind(value: Any) -> str:
-    """A value's kind as a restore uses it: a 0-dim tensor and a number are both a scalar (torch turns a
-    saved number ``step`` into a tensor; LBFGS keeps ``H_diag`` as either)."""
-    if isinstance(value, torch.Tensor):
-        return "a scalar" if value.dim() == 0 else f"a {value.dim()}-dim tensor"
-    if value is None:
-        return "None"
-    if isinstance(value, bool) or type(value).__name__ == "bool":  # numpy.bool
-        return "a bool"
-    if isinstance(value, numbers.Real):  # int, float and numpy's numbers (np.cos in a schedule)
-        return "a scalar"
-    if isinstance(value, list | tuple):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "a dict"
-    if isinstance(value, str):
-        return "a str"
-    return type(value).__name__
-
-
-def _number_problem(saved: Any, built: Any, name: str) -> str | None:
-    """A saved scalar where the built one is: finite where the built one is; torch's scheduler counters
-    (``LRScheduler.last_epoch`` >= -1, ``_step_count`` >= 0) in range."""
-    if isinstance(saved, torch.Tensor):
-        if saved.is_meta or saved.is_complex() or saved.dtype == torch.bool:
-            return f"{name} = {holds(saved)}, not a number"
-        saved = saved.item()
-    counter = name.endswith(("'last_epoch']", "'_step_count']"))
-    if counter and not isinstance(saved, int):
-        return f"{name} = {holds(saved)}, not a count"
-    if isinstance(saved, int):
-        low = -1 if name.endswith("'last_epoch']") else 0 if counter else -_MAX_INT
-        if not low <= saved <= _MAX_INT:
-            return f"{name} = {holds(saved)}, where the config builds {holds(built)}"
-        return None
-    finite = not isinstance(built, torch.Tensor) or not built.is_meta
-    if finite and math.isfinite(float(built)) and not math.isfinite(float(saved)):
-        return f"{name} = {holds(saved)}, not a finite number"
-    return None
-
-
-def _value_problem(saved: Any, built: Any, name: str, depth: int = 0) -> str | None:
-    """What in ``saved`` is not of the kind of ``built`` (recursively for lists and dicts)."""
-    kind = _kind(built)
-    if _kind(saved) != kind:
-        return f"{name} is {_kind(saved)}, where the config builds {kind} ({holds(built)})"
-    if kind == "a scalar":
-        return _number_problem(saved, built, name)
-    if kind.endswith("tensor"):
-        return (
-            None
-            if saved.dtype.is_floating_point == built.dtype.is_floating_point
-            else f"{name}: {holds(saved)}"
-        )
-    if depth > 8:
-        return f"{name} nests deeper than the config's"
-    if kind == "a list":
-        if len(saved) != len(built):
-            return f"{name} holds {len(saved)} values, where the config builds {len(built)}"
-        for i, (s, b) in enumerate(zip(saved, built, strict=True)):
-            if problem := _value_problem(s, b, f"{name}[{i}]", depth + 1):
-                return problem
-    if kind == "a dict":
-        return _keys_problem(saved, built, name, depth + 1)
-    return None
-
-
-def _keys_problem(
-    saved: Mapping[Any, Any], built: Mapping[Any, Any], name: str, depth: int = 0
-) -> str | None:
-    if set(saved) != set(built):
-        extra = sorted(map(str, set(saved) - set(built)))[:4]
-        missing = sorted(map(str, set(built) - set(saved)))[:4]
-        parts = ([f"holds {', '.join(extra)}"] if extra else []) + (
-            [f"lacks {', '.join(missing)}"] if missing else []
-        )
-        return f"{name} {' and '.join(parts)}, unlike the config's"
-    for key, value in built.items():
-        if problem := _value_problem(saved[key], value, f"{name}[{key!r}]", depth):
-            return problem
-    return None
 
 
 # ---- the optimizer --------------------------------------------------------------------------------------
@@ -226,12 +142,12 @@ def _state_problem(
     if not saved:
         return None  # a parameter that never had a gradient
     if set(saved) != set(dry):
-        return _keys_problem(saved, dict.fromkeys(dry), name)
+        return keys_problem(saved, dict.fromkeys(dry), name)
     for key, value in dry.items():
         where = f"{name}[{messages.shown(repr(key), limit=30)}]"
         got = saved[key]
-        if _kind(got) != _kind(value) and not (value is None or got is None):
-            return f"{where} is {_kind(got)}, where the config's optimizer keeps {_kind(value)}"
+        if kind(got) != kind(value) and not (value is None or got is None):
+            return f"{where} is {kind(got)}, where the config's optimizer keeps {kind(value)}"
         items = (
             list(zip(got, value, strict=False))
             if isinstance(value, list | tuple) and isinstance(got, list | tuple)
@@ -251,7 +167,7 @@ def _tensor_problem(
     got: Any, value: Any, real: tuple[int, ...], stand: tuple[int, ...], totals: tuple[int, int], where: str
 ) -> str | None:
     if not isinstance(got, torch.Tensor):
-        if isinstance(got, numbers.Real) and where.endswith("'step']") and not 0 <= got < _MAX_INT:
+        if isinstance(got, numbers.Real) and where.endswith("'step']") and not 0 <= got < MAX_INT:
             return f"{where} = {holds(got)}, not a count"
         return None
     if got.is_meta:
@@ -262,7 +178,7 @@ def _tensor_problem(
         not isinstance(value, torch.Tensor) or value.dtype.is_floating_point
     ):
         return f"{where}: {holds(got)}"
-    if where.endswith("'step']") and got.dim() == 0 and not 0 <= float(got) < _MAX_INT:
+    if where.endswith("'step']") and got.dim() == 0 and not 0 <= float(got) < MAX_INT:
         return f"{where} = {holds(got)}, not a count"
     if isinstance(value, torch.Tensor) and value.dim() > 0:
         expected = _dims(value, stand, real, totals)
@@ -270,6 +186,39 @@ def _tensor_problem(
             return f"{where} of shape {tuple(got.shape)}, where the config's optimizer keeps {expected}"
     elif got.dim() > 1 or got.dim() == 1 and got.numel() > totals[1]:
         return f"{where} of shape {tuple(got.shape)} for parameters of {totals[1]} values"
+    return None
+
+
+def _filled_keys(groups: list[Any], built: torch.optim.Optimizer) -> list[set[str]] | None:
+    """The param-group keys the built optimizer's class fills in itself when a saved group lacks them: its
+    ``__setstate__`` (which ``load_state_dict`` runs: ``setdefault`` of flags later torch releases added)."""
+    try:
+        probe = type(built).__new__(type(built))
+        plain = [{k: v for k, v in g.items() if k != "params"} for g in groups]
+        probe.__setstate__(
+            {
+                "defaults": dict(built.defaults),
+                "state": {},
+                "param_groups": [{**g, "params": []} for g in plain],
+            }
+        )
+        return [set(after) - set(before) for after, before in zip(probe.param_groups, plain, strict=True)]
+    except Exception:  # a foreign __setstate__ that needs more: only the saved keys count
+        return None
+
+
+def _group_problem(group: Mapping[str, Any], mine: Mapping[str, Any], filled: set[str], n: int) -> str | None:
+    """A saved param group against the built one: every key the optimizer reads is there (or filled in by
+    its class, as torch does), each of the built value's kind; keys the built one lacks are kept, as torch
+    keeps them (an optimizer reads only its own)."""
+    missing = sorted(set(mine) - set(group) - filled - {"params"})
+    if missing:
+        extra = sorted(map(str, set(group) - set(mine)))[:4]
+        held = f"holds {', '.join(extra)} and " if extra else ""
+        return f"param group {n} {held}lacks {', '.join(missing[:4])}, which the config's optimizer reads"
+    for key, value in mine.items():
+        if key != "params" and key in group and (problem := value_problem(group[key], value, f"[{key!r}]")):
+            return f"param group {n}{problem}"
     return None
 
 
@@ -289,15 +238,12 @@ def optimizer_problem(
     ]
     if not all(type(i) is int for i in ids) or len(set(ids)) != len(ids):
         return "param ids that are not distinct ints"
+    filled = _filled_keys(groups, built)
     for n, (group, mine) in enumerate(zip(groups, built_groups, strict=True)):
         if len(group["params"]) != len(mine["params"]):
             counts = len(group["params"]), len(mine["params"])
             return f"param group {n} of {counts[0]} parameters, where the config builds {counts[1]}"
-        if problem := _keys_problem(
-            {k: v for k, v in group.items() if k != "params"},
-            {k: v for k, v in mine.items() if k != "params"},
-            f"param group {n}",
-        ):
+        if problem := _group_problem(group, mine, filled[n] if filled else set(), n):
             return problem
     state = saved["state"]
     if not isinstance(state, Mapping):
@@ -336,7 +282,7 @@ def scheduler_problem(saved: Any, built: Any) -> str | None:
     mine = built.state_dict()
     if not isinstance(saved, Mapping):
         return f"holds {holds(saved)}, not a scheduler's state_dict"
-    if problem := _keys_problem(saved, mine, type(built).__name__):
+    if problem := keys_problem(saved, mine, type(built).__name__):
         return problem
     for key in sorted(_settings(built) & set(mine)):
         if saved[key] != mine[key] and not (_is_nan(saved[key]) and _is_nan(mine[key])):
