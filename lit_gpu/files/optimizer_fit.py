@@ -36,6 +36,7 @@ import torch
 from lit_gpu import messages
 from lit_gpu.files.contracts import ContractError, holds
 from lit_gpu.files.state_kinds import MAX_INT, keys_problem, kind, value_problem
+from lit_gpu.upstream.torch_hooks import scheduler_children
 
 __all__ = ["check_optimizers", "dry_state", "optimizer_problem", "scheduler_problem", "saved_optimizer_name"]
 
@@ -288,11 +289,9 @@ def scheduler_problem(saved: Any, built: Any) -> str | None:
         if saved[key] != mine[key] and not (_is_nan(saved[key]) and _is_nan(mine[key])):
             name = type(built).__name__
             return f"{key}={holds(saved[key])}, where the config's {name} has {key}={holds(mine[key])}"
-    children = getattr(built, "_schedulers", None)  # SequentialLR, ChainedScheduler: their children's states
-    if isinstance(children, list) and isinstance(saved.get("_schedulers"), list):
-        for child_saved, child in zip(saved["_schedulers"], children, strict=False):
-            if problem := scheduler_problem(child_saved, child):
-                return problem
+    for child_saved, child in scheduler_children(saved, built):  # SequentialLR's, ChainedScheduler's
+        if problem := scheduler_problem(child_saved, child):
+            return problem
     return None
 
 
