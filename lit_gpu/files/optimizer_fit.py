@@ -28,6 +28,7 @@ import functools
 import inspect
 import math
 import numbers
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -99,14 +100,15 @@ def dry_state(built: torch.optim.Optimizer) -> list[list[dict[str, Any]]] | None
 
         def closure() -> torch.Tensor:
             clone.zero_grad()
-            loss = sum(((p - 1) ** 2).sum().float() for p in flat)
+            loss = sum(((p - 1).abs() ** 2).sum().float() for p in flat)  # complex parameters too
             loss.backward()
             if sparse:
                 for p in flat:
                     p.grad = p.grad.to_sparse()
             return loss
 
-        with torch.enable_grad():
+        with torch.enable_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the probe's, not the run's
             clone.step(closure)
     except Exception:  # a foreign optimizer that cannot run on stand-ins: its names are not compared
         return None
@@ -175,10 +177,9 @@ def _tensor_problem(
         return f"{where} holds a meta tensor (no data), which its optimizer cannot read"
     if got.layout != torch.strided or not got.is_contiguous():
         return f"{where}: not a contiguous dense tensor"
-    if got.is_complex() or got.dtype.is_floating_point != (
-        not isinstance(value, torch.Tensor) or value.dtype.is_floating_point
-    ):
-        return f"{where}: {holds(got)}"
+    like = value if isinstance(value, torch.Tensor) else torch.zeros(())  # a number: a float scalar
+    if (got.is_complex(), got.dtype.is_floating_point) != (like.is_complex(), like.dtype.is_floating_point):
+        return f"{where}: {holds(got)}, where the config's optimizer keeps a {like.dtype} tensor"
     if where.endswith("'step']") and got.dim() == 0 and not 0 <= float(got) < MAX_INT:
         return f"{where} = {holds(got)}, not a count"
     if isinstance(value, torch.Tensor) and value.dim() > 0:

@@ -145,3 +145,16 @@ def test_a_foreign_optimizer_that_cannot_be_made_again_is_checked_by_its_groups(
     mine.step()
     assert dry_state(mine) is None
     assert optimizer_problem(mine.state_dict(), NeedsArguments(_net("SGD").parameters(), 0.1)) is None
+
+
+def test_complex_parameters_keep_complex_state():
+    def adam() -> torch.optim.Adam:
+        return torch.optim.Adam([torch.nn.Parameter(torch.zeros(3, 2, dtype=torch.complex64))])
+
+    optimizer = adam()
+    (optimizer.param_groups[0]["params"][0].abs() ** 2).sum().backward()
+    optimizer.step()
+    saved = optimizer.state_dict()
+    assert optimizer_problem(saved, adam()) is None
+    saved["state"][0]["exp_avg"] = saved["state"][0]["exp_avg"].real.contiguous()
+    assert "keeps a torch.complex64 tensor" in optimizer_problem(saved, adam())
