@@ -15,7 +15,7 @@ SECONDS: dict[str, int] = {  # the default tier on 2 idle cores (the README's `p
     "tests/unit/cli/test_lightning_cli.py": 22,
     "tests/integration/test_failures.py": 20,
     "tests/integration/test_resume_changes.py": 20,
-    "tests/integration/test_optimizer_matrix.py": 18,
+    "tests/integration/test_optimizer_matrix.py": 30,
     "tests/integration/test_run_folders.py": 20,
     "tests/integration/test_requeue.py": 20,
     "tests/integration/test_readme_commands.py": 16,
