@@ -113,3 +113,16 @@ def test_globals_the_user_allowed_in_torch_are_read() -> None:
     with torch.serialization.safe_globals([Point]):
         loaded = read_checkpoint(data)
     assert loaded["p"] == Point(1.0, 2.0)
+
+
+def test_a_numpy_scalar_of_more_bytes_than_any_number_is_refused() -> None:
+    from lit_gpu.files.numpy_globals import _scalar_function
+
+    class Wide:
+        def __reduce__(self) -> tuple:
+            return (_scalar_function(), (np.dtype("f8"), b"x" * 100))
+
+    buf = io.BytesIO()
+    torch.save({"x": Wide()}, buf)
+    with pytest.raises(Exception, match="a numpy scalar of 100 bytes"):
+        check_buffer(buf.getvalue(), where="forged")
