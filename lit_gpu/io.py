@@ -364,25 +364,25 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 def check_restored_state(checkpoint: Any, module: Any, owners: Iterable[Any], what: str) -> None:
     """Run every contract on ``checkpoint`` that ``module`` and ``owners`` declare, before any restore.
 
-    Each owner's ``restore_contract(module)`` (Lightning's callbacks: ``files.callback_contracts``), and
-    the optimizer's state against ``module``'s parameters.
+    Each owner's ``restore_contract(module)`` (Lightning's callbacks: ``files.callback_contracts``).
     A mismatch is one line (:class:`lit_gpu.files.contracts.ContractError`).
     """
     from lit_gpu.files.callback_contracts import callback_contracts
     from lit_gpu.files.contracts import check_contracts, contracts_of
-    from lit_gpu.files.lightning_contracts import lightning_contract, optimizer_contract
+    from lit_gpu.files.lightning_contracts import lightning_contract
 
     owners = [owner for owner in (module, *owners) if owner is not None]
     contracts = [*lightning_contract(), *contracts_of(owners, module), *callback_contracts(owners)]
-    if module is not None:
-        contracts += optimizer_contract(list(module.parameters()))
-    check_contracts(checkpoint, contracts, what)
+    check_contracts(checkpoint, contracts, what)  # the optimizers': optimizer_resume, once built
 
 
 def _check_for(trainer: pl.Trainer, checkpoint: Any, what: str) -> None:
     """:func:`check_restored_state` for the fit of ``trainer``: its module, data module and callbacks."""
+    from lit_gpu.optimizer_resume import check_at_fit_start
+
     owners = [getattr(trainer, "datamodule", None), *trainer.callbacks]
     check_restored_state(checkpoint, trainer.lightning_module, owners, what)
+    check_at_fit_start(trainer, checkpoint, what)  # against the optimizers the config builds
 
 
 def install_atomic_checkpoint_io(trainer: pl.Trainer) -> bool:

@@ -203,6 +203,11 @@ GUARANTEES_SWITCH_INVALID = (
     "{name}={value!r} is neither true nor false; unset it (lit_gpu's guarantees on) or set it to false "
     "(off: a run behaves as Lightning's, with no stop checkpoint on SIGINT/SIGTERM)"
 )
+OPTIMIZER_CHANGED = (
+    "{what}: its optimizer state does not fit the config: the checkpoint holds {held}, the config builds "
+    "{built} ({problem}); to keep the weights and the progress and start the optimizers and schedulers "
+    "fresh, add --fresh_optimizer true (docs/checkpoints.md), or resume with the config it was saved with"
+)
 
 # ---- progress lines (printed with tell) ---------------------------------------------------------
 RESUMING_FROM = "resuming from {path} ({why})"
@@ -241,6 +246,10 @@ WROTE_PREDICTIONS = "wrote {rows} predictions to {path}"
 EXPORTED = "exported {weights} (metadata: {sidecar})"
 WROTE_PLOT = "wrote {path} ({width}x{height} px)"
 FREE_GPU_OF_RANK = "local rank {rank} -> GPU {index} {name} ({uuid})"
+OPTIMIZER_FRESH = (
+    "{what}: kept the weights and the progress; started {optimizers} and {schedulers} fresh "
+    "(--fresh_optimizer)"
+)
 DEPENDENCY_OUT_OF_RANGE = "{name} {found}: lit-gpu supports {supported}; pip install '{requirement}'"
 BAD_VARIABLE_IGNORED = "warning: {problem}; left out for this --help"
 CUDA_READS_PART = (

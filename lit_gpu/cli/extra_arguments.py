@@ -12,6 +12,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 
 from lit_gpu.callbacks.nan_guard import NaNGuard
 from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
+from lit_gpu.cli import fresh_optimizer
 
 
 def has_option(parser: LightningArgumentParser, key: str) -> bool:
@@ -69,3 +70,4 @@ def add_extra_arguments(parser: LightningArgumentParser) -> None:
         help="written by lit-gpu (ignored on input): the physical GPUs 'devices: free:N' chose, "
         "one per local rank",
     )
+    fresh_optimizer.add_argument(parser)  # --fresh_optimizer

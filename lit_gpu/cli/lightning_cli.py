@@ -29,7 +29,7 @@ from lit_gpu.callbacks.progress import use_progress_log
 from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.callbacks.stopped_run import signal_stop_code
-from lit_gpu.cli import config_files, quiet, run_folders
+from lit_gpu.cli import config_files, fresh_optimizer, quiet, run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, hand_over, resolve_ckpt_path
 from lit_gpu.cli.extra_arguments import add_extra_arguments, has_option
 from lit_gpu.cli.module_steps import check_has_step, runs_lightnings
@@ -152,6 +152,7 @@ def configure_trainer(
     (``run_folder``), or into the working folder when lit_gpu's loggers are off.
     """
     install_atomic_checkpoint_io(trainer)
+    fresh_optimizer.apply(trainer, config, subcommand)  # read by the atomic IO's resume check
     skip_idle_profiler(trainer)  # Lightning's default profiles nothing but costs ~8 calls per hook
     if subcommand == "fit":
         clean_run_folders(config[subcommand])  # temp files of saves killed in earlier runs

@@ -31,6 +31,7 @@ import torch
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files import numpy_globals
 from lit_gpu.files.bounds import BoundsError, CheckpointLimits, PickledObjects, check_buffer
 from lit_gpu.files.budget import BadFileError, open_regular
 from lit_gpu.files.checkpoint_kind import (
@@ -179,10 +180,13 @@ def _torch_load(
     limits: CheckpointLimits | None = None,
     **kw: Any,
 ) -> Any:
+    allowed: list[Any] = []
     if weights_only:
         source = _bounded(source, path, opt_out, limits)
+        allowed = numpy_globals.safe_globals()  # numeric numpy scalars and dtypes, as torch documents
     try:
-        return torch.load(source, map_location=map_location, weights_only=weights_only, **kw)
+        with torch.serialization.safe_globals(allowed):
+            return torch.load(source, map_location=map_location, weights_only=weights_only, **kw)
     except pickle.UnpicklingError as err:
         if weights_only and "Weights only load failed" in str(err):
             message = messages.PICKLE_REFUSED.format(path=f"checkpoint {path}", opt_out=opt_out)

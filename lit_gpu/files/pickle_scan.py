@@ -15,6 +15,7 @@ import pickletools
 import sys
 from typing import IO, Any
 
+from lit_gpu.files.numpy_globals import DTYPE_NAME, SCALAR_NAMES, dtype_args, valid_dtype_state
 from lit_gpu.files.scan_model import (
     _CALLABLE,
     _CONTAINER,
@@ -42,6 +43,7 @@ from lit_gpu.files.scan_model import (
     _numel,
     _shown,
     _size,
+    _user_globals,
 )
 from lit_gpu.files.scan_tensors import TorchRebuilds
 
@@ -58,6 +60,7 @@ class Scan(TorchRebuilds):
         self.max_nodes = max_nodes or limits.max_nodes
         self.used = 0
         self.storages: dict[str, int] = {}
+        self.user = _user_globals()  # what the user allowed with torch.serialization.add_safe_globals
 
     # ---- bookkeeping ---------------------------------------------------------------------------
     def refuse(self, what: str) -> BoundsError:
@@ -186,7 +189,8 @@ class Scan(TorchRebuilds):
                 elif name == "GLOBAL":
                     module, _, attr = arg.partition(" ")
                     full = f"{_RENAMED.get(module, module)}.{attr}"
-                    if full not in _known_globals():
+                    # torch's weights-only allowlist: its defaults, numpy's numbers, the user's additions
+                    if full not in _known_globals() and full not in self.user:
                         raise PickledObjects(f"{self.where} names {_shown(full)}")
                     stack.append(_Box("global", name=full))
                     self.charge(_CONTAINER, "globals")
@@ -196,6 +200,9 @@ class Scan(TorchRebuilds):
                 elif name == "NEWOBJ":
                     args = stack.pop()
                     cls = stack.pop()
+                    if isinstance(cls, _Box) and cls.name in self.user:  # the user vouched for it
+                        stack.append(self.user_object(args))
+                        continue
                     if not (isinstance(cls, _Box) and cls.name == "torch.nn.parameter.Parameter"):
                         raise self.refuse(
                             f"data.pkl creates {_kind(cls)} without its constructor; {_NOT_BOUNDED}"
@@ -203,11 +210,7 @@ class Scan(TorchRebuilds):
                     stack.append(self.parameter(self.args(args, 1, 2)[0]))
                 elif name == "BUILD":
                     state = stack.pop()
-                    inst = self.mutable(stack[-1], ("odict",), "BUILD")
-                    if not (isinstance(state, _Box) and state.kind == "dict"):
-                        raise self.refuse("BUILD of an OrderedDict with a state that is not a dict")
-                    self.put_in(inst, state)
-                    self.charge(_DICT_ITEM * state.n, "attributes")
+                    self.build(stack[-1], state)
                 elif name == "BINPERSID":
                     stack.append(self.storage(stack.pop()))
                 elif name == "PROTO":
@@ -224,6 +227,24 @@ class Scan(TorchRebuilds):
         except ValueError as err:  # genops: an unknown opcode or a string past the end
             raise self.refuse(f"data.pkl is not a pickle torch.save wrote ({err})") from None
         raise self.refuse("data.pkl ends without STOP; the file is truncated")
+
+    def build(self, target: Any, state: Any) -> None:
+        """``BUILD``: an OrderedDict's attributes, a numpy dtype's state, a user-allowed object's state."""
+        inst = self.mutable(target, ("odict", "npdtype", "object"), "BUILD")
+        if inst.kind == "npdtype" and not (_has(state, "tuple") and valid_dtype_state(state.items)):
+            raise self.refuse("BUILD of a numpy dtype with a state numpy does not write for a numeric dtype")
+        if inst.kind == "odict" and not _has(state, "dict"):
+            raise self.refuse("BUILD of an OrderedDict with a state that is not a dict")
+        self.put_in(inst, state)
+        self.charge(_DICT_ITEM * (state.n if isinstance(state, _Box) else 1), "attributes")
+
+    def user_object(self, args: Any) -> _Box:
+        """What a global the user allowed builds: its arguments were charged; the object itself is charged a
+        container (what it allocates beyond its arguments is the user's class's, who allowed it)."""
+        box = _Box("object")
+        self.put_in(box, args)
+        self.charge(_CONTAINER, "objects of classes the user allowed")
+        return box
 
     def append(self, target: Any, items: list[Any]) -> None:
         box = self.mutable(target, ("list",), "APPEND")
@@ -340,7 +361,24 @@ class Scan(TorchRebuilds):
             itemsize = self.itemsize(a[1], only_dtype=True)
             self.charge(a[0].n * itemsize, f"a converted tensor of {_size(a[0].n * itemsize)}")
             return self.new_tensor(a[0].n, itemsize, 0)
-        if name in _CALLABLE:  # a call torch's reader allows, with arguments it may reject
+        if (
+            name == DTYPE_NAME
+            and len(a) == 3
+            and a[0] in dtype_args()
+            and all(type(x) is bool for x in a[1:])
+        ):
+            self.charge(_CONTAINER * 2, "numpy dtypes")  # numpy.dtype("f8", False, True): numeric only
+            return _Box("npdtype")
+        if name in SCALAR_NAMES and len(a) == 2 and _has(a[0], "npdtype") and isinstance(a[1], bytes):
+            if len(a[1]) > 32:  # numpy's widest numeric scalar: complex long double
+                raise self.refuse(f"a numpy scalar of {len(a[1])} bytes; numpy writes no such scalar")
+            self.charge(_INT + len(a[1]), "numpy scalars")
+            return _FLOAT
+        if name == DTYPE_NAME and a[:1] and isinstance(a[0], str) and a[0] not in dtype_args():
+            raise PickledObjects(f"{self.where} names a numpy {_shown(a[0])} dtype (not a number's)")
+        if name in self.user:
+            return self.user_object(args)
+        if name in _CALLABLE or name in (DTYPE_NAME, *SCALAR_NAMES):  # allowed, with arguments it may reject
             raise self.refuse(
                 f"data.pkl calls {name} with arguments torch.save does not write "
                 f"({', '.join(_kind(x) for x in a[:3])}); the file is corrupt or forged"

@@ -138,15 +138,36 @@ _CALLABLE = frozenset(
 
 @functools.cache
 def _known_globals() -> frozenset[str]:
-    """Globals the scan knows: its calls, dtypes, storage and tensor types, and rebuilds it refuses."""
+    """Globals the scan knows: torch's weights-only defaults (``torch._weights_only_unpickler.
+    _get_allowed_globals``: its calls, dtypes, storage and tensor types, rebuilds it refuses) and the numeric
+    numpy scalars and dtypes torch documents as safe to add (:mod:`lit_gpu.files.numpy_globals`)."""
     import torch
+
+    from lit_gpu.files.numpy_globals import DTYPE_NAME, SCALAR_NAMES, dtype_class_names
 
     tensor_types = {
         f"torch.{n}" for n, v in vars(torch).items() if isinstance(v, type) and n.endswith("Tensor")
     }
     rebuilds = unpickler_rebuild_names()
     values = {"torch.Tensor", "torch.nn.parameter.Parameter", "torch.storage.TypedStorage"}
-    return frozenset(_CALLABLE | _itemsizes().keys() | tensor_types | rebuilds | values)
+    numpy = {DTYPE_NAME, *SCALAR_NAMES, *dtype_class_names()}
+    return frozenset(_CALLABLE | _itemsizes().keys() | tensor_types | rebuilds | values | numpy)
+
+
+def _user_globals() -> frozenset[str]:
+    """The globals the user added to torch's allowlist (``torch.serialization.get_safe_globals()``), by the
+    names torch's reader looks them up with (``_get_user_allowed_globals``)."""
+    import torch
+
+    names = set()
+    # torch's own entries (nested and distributed tensors' rebuilds) stay the scan's: it refuses tensors
+    # whose memory it cannot bound (_NOT_BOUNDED)
+    for entry in torch.serialization.get_safe_globals():
+        if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], str):
+            names.add(entry[1])
+        elif not isinstance(entry, tuple):
+            names.add(f"{entry.__module__}.{entry.__qualname__}")
+    return frozenset(n for n in names if not n.startswith("torch."))
 
 
 @functools.cache

@@ -188,6 +188,14 @@ FEATURES: dict[str, Feature] = {
             "torch.cuda.memory:_set_allocator_settings": None,
         },
     ),
+    "scheduler children": Feature(
+        "the resume check of SequentialLR's and ChainedScheduler's children (torch_hooks.scheduler_children)",
+        "their states are checked by kind only, not against each child's settings",
+        private={
+            "torch.optim.lr_scheduler:SequentialLR._schedulers": None,
+            "torch.optim.lr_scheduler:ChainedScheduler._schedulers": None,
+        },
+    ),
     "interrupt": Feature(
         "the interrupt callback's signal handling (CheckpointOnInterrupt, data/workers.py)",
         "",

@@ -14,6 +14,8 @@ SECONDS: dict[str, int] = {  # the default tier on 2 idle cores (the README's `p
     "tests/integration/test_resume_exact.py": 27,
     "tests/unit/cli/test_lightning_cli.py": 22,
     "tests/integration/test_failures.py": 20,
+    "tests/integration/test_resume_changes.py": 20,
+    "tests/integration/test_optimizer_matrix.py": 30,
     "tests/integration/test_run_folders.py": 20,
     "tests/integration/test_requeue.py": 20,
     "tests/integration/test_readme_commands.py": 16,

@@ -24,6 +24,7 @@ import torchmetrics
 from lit_gpu.callbacks import LoggingStateCallback, RNGStateCallback
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files.optimizer_fit import check_optimizers
 from lit_gpu.io import check_restored_state, install_atomic_checkpoint_io
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
@@ -219,6 +220,9 @@ def restore_in_memory(checkpoint: dict[str, Any], kind: str) -> str:
     module, data, callbacks, loader = one.module, one.data, one.callbacks, one.loader
     try:
         check_restored_state(checkpoint, module, [data, *callbacks], "the fuzzed checkpoint")
+        optimizer = module.configure_optimizers()
+        optimizer = optimizer["optimizer"] if isinstance(optimizer, dict) else optimizer
+        check_optimizers(checkpoint, [optimizer], [], "the fuzzed checkpoint")  # what on_fit_start checks
         module.on_load_checkpoint(checkpoint)
         module.load_state_dict(checkpoint["state_dict"])
         for callback in callbacks:
@@ -232,8 +236,6 @@ def restore_in_memory(checkpoint: dict[str, Any], kind: str) -> str:
             for metric in module.modules():
                 if isinstance(metric, torchmetrics.Metric):
                     metric.compute()
-        optimizer = module.configure_optimizers()
-        optimizer = optimizer["optimizer"] if isinstance(optimizer, dict) else optimizer
         for saved in checkpoint.get("optimizer_states", [])[:1]:  # as Lightning: one per optimizer
             optimizer.load_state_dict(saved)
         for parameter in module.parameters():

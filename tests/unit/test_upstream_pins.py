@@ -852,6 +852,22 @@ def test_checkpoint_connector__hpc_resume_path(tmp_path, monkeypatch):
 
 
 @pins("torch")
+def test_torch_chained_schedulers_keep_their_children_in__schedulers():
+    """lit_gpu/upstream/torch_hooks.py (scheduler_children): SequentialLR and ChainedScheduler keep their
+    children in ``_schedulers`` and their states under ``state_dict()["_schedulers"]``, in order."""
+    from torch.optim import lr_scheduler as s
+
+    from lit_gpu.upstream.torch_hooks import scheduler_children
+
+    optimizer = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+    children = [s.StepLR(optimizer, 2), s.ExponentialLR(optimizer, 0.9)]
+    for parent in (s.SequentialLR(optimizer, children, [3]), s.ChainedScheduler(children)):
+        pairs = scheduler_children(parent.state_dict(), parent)
+        assert [child for _, child in pairs] == children
+        assert [state for state, _ in pairs] == [child.state_dict() for child in children]
+
+
+@pins("torch")
 def test_torch_pytorch_file_reader():
     """lit_gpu/upstream/torch_reader.py: torch's zip reader over a buffer lists, sizes, places and reads
     records as ``torch.load`` reads them, and finds a member by its name ignoring letter case."""

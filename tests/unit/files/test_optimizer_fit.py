@@ -1,0 +1,160 @@
+"""The optimizer's and scheduler's saved states against the ones the config builds (issue 56): every class
+torch ships fits itself; a change is named; nothing is a fixed list of names."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lit_gpu.files.contracts import ContractError
+from lit_gpu.files.optimizer_fit import (
+    check_optimizers,
+    dry_state,
+    optimizer_problem,
+    saved_optimizer_name,
+    scheduler_problem,
+)
+from tests.helpers.optim_matrix import SparseLinear, _optimizer, _scheduler, optimizer_names, scheduler_names
+
+
+def _net(name: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    if name == "SparseAdam":
+        return SparseLinear(4)
+    return torch.nn.Sequential(torch.nn.Linear(3, 4, bias=name != "Muon"), torch.nn.Linear(4, 2, bias=False))
+
+
+def _stepped(name: str, steps: int = 3) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    net = _net(name)
+    optimizer = _optimizer(name, net.parameters())
+    width = 4 if name == "SparseAdam" else 3
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = net(torch.ones(2, width)).pow(2).sum()
+        loss.backward()
+        return loss
+
+    for _ in range(steps):
+        optimizer.step(closure)
+    return net, optimizer
+
+
+@pytest.mark.parametrize("name", optimizer_names())
+def test_every_torch_optimizers_state_fits_the_optimizer_the_config_builds(name):
+    """Adafactor's ``eps=(None, 1e-3)`` and factored state, LBFGS's ``func_evals``, Muon, SparseAdam."""
+    _, optimizer = _stepped(name)
+    built = _optimizer(name, _net(name).parameters())
+    assert optimizer_problem(optimizer.state_dict(), built) is None
+    assert name in saved_optimizer_name(optimizer.state_dict())
+
+
+@pytest.mark.parametrize("name", scheduler_names())
+def test_every_torch_schedulers_state_fits_the_scheduler_the_config_builds(name):
+    optimizer = torch.optim.SGD(_net("SGD").parameters(), lr=0.1, momentum=0.9)
+    scheduler = _scheduler(name, optimizer)
+    for _ in range(3):
+        optimizer.step()
+        scheduler.step(1.0) if isinstance(
+            scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau
+        ) else scheduler.step()
+    built = _scheduler(name, torch.optim.SGD(_net("SGD").parameters(), lr=0.1, momentum=0.9))
+    assert scheduler_problem(scheduler.state_dict(), built) is None
+
+
+def test_another_optimizer_is_named_with_what_differs():
+    _, sgd = _stepped("SGD")
+    problem = optimizer_problem(sgd.state_dict(), torch.optim.Adam(_net("Adam").parameters()))
+    assert problem == (
+        "param group 0 holds dampening, momentum, nesterov and lacks betas, eps, "
+        "which the config's optimizer reads"
+    )
+    with pytest.raises(ContractError) as info:
+        check_optimizers(
+            {"optimizer_states": [sgd.state_dict()]},
+            [torch.optim.Adam(_net("Adam").parameters())],
+            [],
+            "ckpt",
+        )
+    line = str(info.value)
+    assert "the checkpoint holds the state of SGD, the config builds Adam" in line and "\n" not in line
+    assert "--fresh_optimizer true" in line
+
+
+def test_groups_of_another_torch_release_fit_as_torch_loads_them():
+    """Keys a later torch added (Adam's ``decoupled_weight_decay``, ``fused``...) are filled in by the class's
+    ``__setstate__`` when a saved group lacks them; keys the built class does not read are kept, unread."""
+    _, adam = _stepped("Adam")
+    older = adam.state_dict()
+    for key in ("decoupled_weight_decay", "fused", "capturable", "differentiable", "foreach", "amsgrad"):
+        del older["param_groups"][0][key]
+    assert optimizer_problem(older, torch.optim.Adam(_net("Adam").parameters())) is None
+    newer = adam.state_dict()
+    newer["param_groups"][0]["a_flag_of_a_later_release"] = True
+    assert optimizer_problem(newer, torch.optim.Adam(_net("Adam").parameters())) is None
+
+
+def test_a_param_group_more_or_less_is_named():
+    _, sgd = _stepped("SGD")
+    net = _net("SGD")
+    two = torch.optim.SGD([{"params": [p]} for p in net.parameters()], lr=0.01, momentum=0.9)
+    assert optimizer_problem(sgd.state_dict(), two) == "1 param groups, where the config builds 3"
+
+
+def test_a_changed_flag_that_changes_the_state_names_is_named():
+    _, adam = _stepped("Adam")
+    built = torch.optim.Adam(_net("Adam").parameters(), amsgrad=True)
+    assert "lacks max_exp_avg_sq" in optimizer_problem(adam.state_dict(), built)
+
+
+def test_a_changed_schedule_setting_is_named_not_taken_from_the_checkpoint():
+    def one_cycle(total: int) -> torch.optim.lr_scheduler.OneCycleLR:
+        optimizer = torch.optim.SGD(_net("SGD").parameters(), lr=0.1)
+        return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=total)
+
+    problem = scheduler_problem(one_cycle(8).state_dict(), one_cycle(16))
+    assert problem == "total_steps=8, where the config's OneCycleLR has total_steps=16"
+    with pytest.raises(ContractError, match="holds 1 scheduler states, the config builds 0 schedulers"):
+        check_optimizers(
+            {"optimizer_states": [], "lr_schedulers": [one_cycle(8).state_dict()]}, [], [], "ckpt"
+        )
+
+
+def test_numpy_numbers_in_the_state_are_numbers():
+    """A LambdaLR of ``np.cos`` leaves numpy.float64 learning rates in the groups and the scheduler."""
+    _, sgd = _stepped("SGD")
+    scheduler = _scheduler("LambdaLR", sgd)
+    sgd.step()
+    scheduler.step()
+    assert type(sgd.param_groups[0]["lr"]).__module__ == "numpy"
+    fresh = torch.optim.SGD(_net("SGD").parameters(), lr=0.01, momentum=0.9)
+    fresh_scheduler = _scheduler("LambdaLR", fresh)  # adds initial_lr to the groups, as the saved one did
+    assert optimizer_problem(sgd.state_dict(), fresh) is None
+    assert scheduler_problem(scheduler.state_dict(), fresh_scheduler) is None
+
+
+class NeedsArguments(torch.optim.SGD):
+    def __init__(self, params, required_setting: float) -> None:
+        super().__init__(params, lr=required_setting)
+
+
+def test_a_foreign_optimizer_that_cannot_be_made_again_is_checked_by_its_groups():
+    net = _net("SGD")
+    mine = NeedsArguments(net.parameters(), 0.1)
+    net(torch.ones(1, 3)).sum().backward()
+    mine.step()
+    assert dry_state(mine) is None
+    assert optimizer_problem(mine.state_dict(), NeedsArguments(_net("SGD").parameters(), 0.1)) is None
+
+
+def test_complex_parameters_keep_complex_state():
+    def adam() -> torch.optim.Adam:
+        return torch.optim.Adam([torch.nn.Parameter(torch.zeros(3, 2, dtype=torch.complex64))])
+
+    optimizer = adam()
+    (optimizer.param_groups[0]["params"][0].abs() ** 2).sum().backward()
+    optimizer.step()
+    saved = optimizer.state_dict()
+    assert optimizer_problem(saved, adam()) is None
+    saved["state"][0]["exp_avg"] = saved["state"][0]["exp_avg"].real.contiguous()
+    assert "keeps a torch.complex64 tensor" in optimizer_problem(saved, adam())
