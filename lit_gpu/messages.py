@@ -212,6 +212,11 @@ REMOVE_OUTSIDE_REFUSED = (
 )
 RUN_CONFIG_REFUSED = "{config}: {what}; nothing was read from it; pass the run's settings with --config FILE"
 CONFIG_CHANGED = "the config differs from {old} ({changes}); saved it beside as {new}"
+RESUMED_BETWEEN_MICRO_BATCHES = (
+    "resumed at {point}, between the micro-batches of an optimizer step ({done} of {every} accumulated):"
+    " a checkpoint holds no accumulated gradients, so this run differs from an uninterrupted one"
+    " (lit_gpu writes last.ckpt and a stop's checkpoint only at a step's end)"
+)
 MONITOR_FALLBACK = (
     "{model} does not log {monitor!r} ({logged}); keeping last.ckpt only; "
     "pick best checkpoints with --checkpoint.monitor NAME"

@@ -34,6 +34,11 @@ def request_sigterm_stop(trainer: Any) -> None:
     trainer._signal_connector.received_sigterm = True
 
 
+def cancel_sigterm_stop(trainer: Any) -> None:
+    """Clear the flag :func:`request_sigterm_stop` set: the stop waits for the next step boundary."""
+    trainer._signal_connector.received_sigterm = False
+
+
 def replace_restored_handler(trainer: Any, signum: int, ours: Any, previous: Any) -> None:
     """Where Lightning's teardown would put back ``ours`` for ``signum`` (the handlers it found at fit start,
     ``_signal_connector._original_handlers``), make it put back ``previous``."""
@@ -41,6 +46,23 @@ def replace_restored_handler(trainer: Any, signum: int, ours: Any, previous: Any
     originals = getattr(connector, "_original_handlers", None)
     if isinstance(originals, dict) and originals.get(signum) == ours:
         originals[signum] = previous
+
+
+# ---- gradient accumulation: is the fit between the micro-batches of one optimizer step? -------------
+def open_accumulation(trainer: Any) -> int:
+    """Training batches whose gradients are accumulated and not yet applied by an optimizer step (0: the
+    fit is at an optimizer step boundary). Read after a batch (its end, a validation, a save): Lightning's
+    own test, ``_TrainingEpochLoop._should_accumulate`` (the last batch did not step), and its count of
+    the epoch's batches (``batch_progress.current.ready``). Manual optimization: always 0."""
+    stands_aside("whole steps")  # cannot stand aside: on a mismatch the line says so, and it runs
+    module = trainer.lightning_module
+    every = trainer.accumulate_grad_batches
+    if every == 1 or module is None or not module.automatic_optimization or trainer.state.fn != "fit":
+        return 0
+    epoch_loop = trainer.fit_loop.epoch_loop
+    if not epoch_loop._should_accumulate():
+        return 0
+    return epoch_loop.batch_progress.current.ready % every or every
 
 
 # ---- the module's trainer -------------------------------------------------------------------------
@@ -75,7 +97,9 @@ def recorded_class_path(hparams: Any) -> Any:
 __all__ = [
     "attached_trainer",
     "batches_that_stepped",
+    "cancel_sigterm_stop",
     "load_pending_loader_states",
+    "open_accumulation",
     "pop_cli_instantiation",
     "recorded_class_path",
     "replace_restored_handler",
