@@ -212,6 +212,10 @@ REMOVE_OUTSIDE_REFUSED = (
 )
 RUN_CONFIG_REFUSED = "{config}: {what}; nothing was read from it; pass the run's settings with --config FILE"
 CONFIG_CHANGED = "the config differs from {old} ({changes}); saved it beside as {new}"
+COUNTERS_DISAGREE = (
+    "{path} holds {problem}: it was edited or put together from two checkpoints, so it names no one step to"
+    " resume at; use another checkpoint (its run's last.ckpt)"
+)
 RESUMED_BETWEEN_MICRO_BATCHES = (
     "resumed at {point}, between the micro-batches of an optimizer step ({done} of {every} accumulated):"
     " a checkpoint holds no accumulated gradients, so this run differs from an uninterrupted one"

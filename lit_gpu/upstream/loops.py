@@ -78,6 +78,26 @@ def batches_that_stepped(fit_loop_state: Mapping[str, Any]) -> int:
     return int(fit_loop_state["epoch_loop.state_dict"]["_batches_that_stepped"])
 
 
+def saved_loop_counters(fit_loop_state: Any) -> tuple[int, int] | None:
+    """``(global step, epoch)`` as a checkpoint's ``loops.fit_loop`` records them, or None where it holds no
+    such counters: the optimizer steps (``epoch_loop.automatic_optimization.optim_progress``, or the manual
+    optimization's ``optim_step_progress``: the other one stays 0) and the epochs completed
+    (``epoch_progress.current.completed``), what ``Trainer.global_step`` and ``current_epoch`` read."""
+    try:
+        auto = fit_loop_state["epoch_loop.automatic_optimization.optim_progress"]["optimizer"]["step"]
+        manual = fit_loop_state.get("epoch_loop.manual_optimization.optim_step_progress", {})
+        counts = (
+            auto["total"]["completed"],
+            manual.get("total", {}).get("completed", 0),
+            fit_loop_state["epoch_progress"]["current"]["completed"],
+        )
+    except (KeyError, TypeError, AttributeError):
+        return None
+    if not all(type(count) is int for count in counts):
+        return None  # the loops' contract names it
+    return max(counts[0], counts[1]), counts[2]
+
+
 def saved_batches_that_stepped(loop_state: Mapping[str, Any], default: Any = 0) -> Any:
     """What a loop's saved ``state_dict`` holds as the epoch loop's ``_batches_that_stepped``, unchecked (a
     restore contract checks it: :mod:`lit_gpu.files.lightning_contracts`)."""
@@ -104,5 +124,6 @@ __all__ = [
     "recorded_class_path",
     "replace_restored_handler",
     "request_sigterm_stop",
+    "saved_loop_counters",
     "train_combined_loader",
 ]
