@@ -227,3 +227,28 @@ def test_a_resume_from_a_checkpoint_between_micro_batches_says_so(tmp_path, caps
         "accumulated): a checkpoint holds no accumulated gradients, so this run differs from an uninterrupted"
         " one (lit_gpu writes last.ckpt and a stop's checkpoint only at a step's end)"
     ]
+
+
+class SignalInValidation(pl.Callback):
+    """Sends its own process SIGTERM at the start of the fit's ``n``-th validation (not the sanity check)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.seen = n, 0
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self.seen += 1
+            if self.seen == self.n:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_stop_during_a_validation_between_micro_batches_waits_for_the_step(tmp_path):
+    """Validation every 3 batches, accumulation 2: a signal in the validation after batch 13 (mid-step) stops
+    after batch 14, the step's end; the resume is exact."""
+    ref = _fit(tmp_path / "ref", 0, accumulate=2, every_n_train_steps=None, val_check_interval=3)
+    run = tmp_path / "run"
+    _fit(run, 0, accumulate=2, every_n_train_steps=None, val_check_interval=3, extra=(SignalInValidation(4),))
+    saved = torch.load(run / "ckpt" / "last.ckpt", weights_only=True)
+    assert saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["processed"] == 4
+    model = _fit(run, 1, accumulate=2, every_n_train_steps=None, val_check_interval=3, resume=True)
+    _assert_same_run(model, ref, run, tmp_path / "ref")
