@@ -141,7 +141,9 @@ class FreshLastCheckpoint(CheckpointHooks):
         if open_accumulation(trainer):
             return  # between the micro-batches of one step: every trigger waits for the step's end
         if self._last_due and self.save_last and not self.should_skip_saving(trainer):
+            saved_at = self.last_global_step_saved  # a top-k save due at this step still runs
             self.write_last(trainer, self.monitor_candidates(trainer))
+            self.last_global_step_saved = saved_at
         time_checked = self.last_time_checked
         automatic = pl_module.automatic_optimization
         every = self.every_n_train_steps
