@@ -323,7 +323,7 @@ class CheckpointOnInterrupt(Callback):
         unsafe = requeue_problem(os.environ)
         if unsafe is not None:
             raise LitGpuError(unsafe)
-        self._trainer, self._signal, self._stage = trainer, None, stage
+        self._trainer, self._signal, self._stage, self._open = trainer, None, stage, False
         start_clean(trainer)  # a new run of this trainer starts clean
         # every stage: a worker crash report hides the signal
         _protect_dataloader_workers(trainer, on_workers=self._guard_sigchld)
