@@ -54,10 +54,12 @@ def open_accumulation(trainer: Any) -> int:
     fit is at an optimizer step boundary). Read after a batch (its end, a validation, a save): Lightning's
     own test, ``_TrainingEpochLoop._should_accumulate`` (the last batch did not step), and its count of
     the epoch's batches (``batch_progress.current.ready``). Manual optimization: always 0."""
+    every = trainer.accumulate_grad_batches
+    if every == 1:  # read after every batch: the common case first
+        return 0
     stands_aside("whole steps")  # cannot stand aside: on a mismatch the line says so, and it runs
     module = trainer.lightning_module
-    every = trainer.accumulate_grad_batches
-    if every == 1 or module is None or not module.automatic_optimization or trainer.state.fn != "fit":
+    if module is None or not module.automatic_optimization or trainer.state.fn != "fit":
         return 0
     epoch_loop = trainer.fit_loop.epoch_loop
     if not epoch_loop._should_accumulate():
