@@ -90,13 +90,18 @@ def _fit(
     val_check_interval: int | None = None,
     top_k: int = 1,
     monitor: str | None = None,
+    cli_callbacks: bool = False,
 ) -> pl.LightningModule:
     pl.seed_everything(42)
+    if cli_callbacks:  # the lit-gpu CLI's own list: its lean step and batch paths too
+        from lit_gpu.cli.lightning_cli import DEFAULT_CALLBACKS
+
+        extra = (*extra, *(cls() for cls in DEFAULT_CALLBACKS if cls is not RNGStateCallback))
+    else:
+        extra = (*extra, LoggingStateCallback(), CheckpointOnInterrupt())
     callbacks = [
         *extra,
         RNGStateCallback(),
-        LoggingStateCallback(),
-        CheckpointOnInterrupt(),
         FreshLastCheckpoint(
             dirpath=root / "ckpt",
             save_last=True,
@@ -251,4 +256,15 @@ def test_a_stop_during_a_validation_between_micro_batches_waits_for_the_step(tmp
     saved = torch.load(run / "ckpt" / "last.ckpt", weights_only=True)
     assert saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["processed"] == 4
     model = _fit(run, 1, accumulate=2, every_n_train_steps=None, val_check_interval=3, resume=True)
+    _assert_same_run(model, ref, run, tmp_path / "ref")
+
+
+def test_with_the_clis_callbacks_a_stop_between_micro_batches_resumes_exactly(tmp_path):
+    """The lit-gpu CLI's callbacks (its lean step and batch paths): the same stop, the same exact resume."""
+    ref = _fit(tmp_path / "ref", 0, accumulate=2, cli_callbacks=True)
+    run = tmp_path / "run"
+    _fit(run, 0, accumulate=2, extra=(SignalAtBatch(13, "end"),), cli_callbacks=True)
+    saved = torch.load(run / "ckpt" / "last.ckpt", weights_only=True)
+    assert saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["processed"] == 4
+    model = _fit(run, 1, accumulate=2, resume=True, cli_callbacks=True)
     _assert_same_run(model, ref, run, tmp_path / "ref")
