@@ -227,6 +227,15 @@ CONFIG_EXISTS = (
     "(nothing ran); give this run its own folder (--trainer.default_root_dir DIR, or lit_gpu's loggers: "
     "a version_N folder per run), or remove the file"
 )
+COUNTERS_DISAGREE = (
+    "{path} holds {problem}: it was edited or put together from two checkpoints, so it names no one step to"
+    " resume at; use another checkpoint (its run's last.ckpt)"
+)
+RESUMED_BETWEEN_MICRO_BATCHES = (
+    "resumed at {point}, between the micro-batches of an optimizer step ({done} of {every} accumulated):"
+    " a checkpoint holds no accumulated gradients, so this run differs from an uninterrupted one"
+    " (lit_gpu writes last.ckpt and a stop's checkpoint only at a step's end)"
+)
 MONITOR_FALLBACK = (
     "{model} does not log {monitor!r} ({logged}); keeping last.ckpt only; "
     "pick best checkpoints with --checkpoint.monitor NAME"

@@ -12,6 +12,7 @@ from typing_extensions import override
 
 from lit_gpu import messages, numbering
 from lit_gpu.upstream.checkpointing import CheckpointHooks
+from lit_gpu.upstream.loops import open_accumulation
 
 
 class FreshLastCheckpoint(CheckpointHooks):
@@ -37,6 +38,11 @@ class FreshLastCheckpoint(CheckpointHooks):
     removes only what resolves inside ``dirpath`` (Lightning's own guard compares ``Path.absolute()``,
     which keeps ``..``, then removes recursively).
 
+    Under gradient accumulation ``last.ckpt`` is written only at an optimizer step boundary: a
+    checkpoint holds no accumulated gradients, so one saved between the micro-batches of a step would
+    resume without them. A save point that falls between them (a time trigger, a validation every N
+    batches) writes ``last.ckpt`` at the next step boundary instead (the gate's feature ``whole steps``).
+
     With :attr:`monitor_fallback` set (the ``lit-gpu`` CLI sets it for its default ``val/loss``),
     a module that never logs ``monitor`` keeps ``last.ckpt`` only, and one line says so, instead of
     Lightning's error at the end of the first validation.
@@ -45,6 +51,7 @@ class FreshLastCheckpoint(CheckpointHooks):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._last_written_at_step: int | None = None
+        self._last_due = False  # a last.ckpt refused between micro-batches: written at the next step boundary
         self.monitor_fallback = False
         self._fixed_state_key = super().state_key  # unchanged when the fallback drops `monitor`
         self._trainer: pl.Trainer | None = None  # for the step in file names (setup)
@@ -129,11 +136,22 @@ class FreshLastCheckpoint(CheckpointHooks):
         super().remove_checkpoint(trainer, filepath)
 
     @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._last_due = False
+        super().on_train_start(trainer, pl_module)
+
+    @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if not self.fresh_last_on:  # the gate's line said why: Lightning's ModelCheckpoint as it is
             return super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if open_accumulation(trainer):
+            return  # between the micro-batches of one step: every trigger waits for the step's end
+        if self._last_due and self.save_last and not self.should_skip_saving(trainer):
+            saved_at = self.last_global_step_saved  # a top-k save due at this step still runs
+            self.write_last(trainer, self.monitor_candidates(trainer))
+            self.last_global_step_saved = saved_at
         time_checked = self.last_time_checked
         automatic = pl_module.automatic_optimization
         every = self.every_n_train_steps
@@ -189,6 +207,9 @@ class FreshLastCheckpoint(CheckpointHooks):
     def write_last(self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]) -> None:
         if self._last_written_at_step == trainer.global_step and self.last_model_path:
             return  # already written for this step (Lightning asks twice after our refresh)
+        if self.save_last and open_accumulation(trainer):
+            self._last_due = True  # a resume from it would lose the accumulated gradients
+            return
         super().write_last(trainer, monitor_candidates)
         if self.save_last:
-            self._last_written_at_step = trainer.global_step
+            self._last_written_at_step, self._last_due = trainer.global_step, False

@@ -7,7 +7,9 @@ group. :class:`CheckpointOnInterrupt` makes that a clean stop:
   (``trainer.received_sigterm``, checked at each step boundary and validation batch) then ends the
   fit with ``SIGTERMException`` after the current step, so the saved state is a step boundary;
   under DDP the processes agree on the stop at a batch end (one boolean all-reduce), and this
-  handler replaces Lightning's SIGTERM handler (which runs a collective inside the handler);
+  handler replaces Lightning's SIGTERM handler (which runs a collective inside the handler); under
+  gradient accumulation the stop waits for the end of the optimizer step's last micro-batch (a checkpoint
+  holds no accumulated gradients);
 * DataLoader workers ignore the job's signals (:func:`lit_gpu.data.workers.protect_workers`), so
   they cannot die first and turn the stop into a "worker killed" crash; a worker that dies of
   SIGTERM/SIGINT all the same (a loader started elsewhere, another start method) is part of the stop:
@@ -46,18 +48,18 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from lit_gpu import messages
-from lit_gpu.callbacks.stopped_run import (
-    JOB_SIGNALS,
-    checkpoint_folder,
-    save_stopped_run,
-    start_clean,
-)
+from lit_gpu.callbacks.stopped_run import JOB_SIGNALS, checkpoint_folder, save_stopped_run, start_clean
 from lit_gpu.data.workers import protect_workers
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import clean_stale_temp_files
 from lit_gpu.launch_env import requeue_problem
 from lit_gpu.translate import dataloader_worker_died
-from lit_gpu.upstream.loops import replace_restored_handler, request_sigterm_stop
+from lit_gpu.upstream.loops import (
+    cancel_sigterm_stop,
+    open_accumulation,
+    replace_restored_handler,
+    request_sigterm_stop,
+)
 from lit_gpu.upstream.torch_hooks import install_dataloader_sigchld_handler
 
 # a DataLoader worker that died of unknown cause ("exited unexpectedly"): how long the fit waits for a
@@ -148,12 +150,13 @@ class CheckpointOnInterrupt(Callback):
         self._world_size = 1
         self._log_filter = _DropSignalLogs()
         self._sigchld_inner: Any = None  # the SIGCHLD handler (torch's) under ours while we guard it
+        self._open = False  # the last training batch left accumulated gradients: no stop before the step
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy (pickle, ``deepcopy``, ``ddp_spawn``) is the callback before any run: the signal
         handlers and the trainer of a run in progress belong to this process."""
         state = dict(self.__dict__)
-        state.update(_trainer=None, _signal=None, _stage=None, _previous={}, _active=False)
+        state.update(_trainer=None, _signal=None, _stage=None, _previous={}, _active=False, _open=False)
         state["_sigchld_inner"] = None
         return state
 
@@ -250,7 +253,7 @@ class CheckpointOnInterrupt(Callback):
 
     def _request_stop(self) -> None:
         trainer = self._trainer
-        if trainer is not None and self._signal is not None:
+        if trainer is not None and self._signal is not None and not self._open:
             # Lightning's flag (set by its own SIGTERM handler too): the loops raise
             # SIGTERMException at the next step boundary or evaluation batch.
             request_sigterm_stop(trainer)
@@ -320,7 +323,7 @@ class CheckpointOnInterrupt(Callback):
         unsafe = requeue_problem(os.environ)
         if unsafe is not None:
             raise LitGpuError(unsafe)
-        self._trainer, self._signal, self._stage = trainer, None, stage
+        self._trainer, self._signal, self._stage, self._open = trainer, None, stage, False
         start_clean(trainer)  # a new run of this trainer starts clean
         # every stage: a worker crash report hides the signal
         _protect_dataloader_workers(trainer, on_workers=self._guard_sigchld)
@@ -336,6 +339,7 @@ class CheckpointOnInterrupt(Callback):
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._world_size = trainer.world_size  # read at every batch end: fixed for the fit
+        self._open = False
         self._take_over_sigterm()
 
     @override
@@ -352,7 +356,10 @@ class CheckpointOnInterrupt(Callback):
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
-        if self._world_size > 1 or self._signal is not None:  # else nothing to do: no Python call for it
+        self._open = bool(open_accumulation(trainer))  # every process alike: no stop, no all-reduce
+        if self._open and self._signal is not None:
+            cancel_sigterm_stop(trainer)  # set during this batch: the stop waits for the step's end
+        elif self._world_size > 1 or self._signal is not None:  # else nothing to do
             self._sync_stop(trainer)
 
     @override

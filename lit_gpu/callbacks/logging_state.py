@@ -26,6 +26,7 @@ from lit_gpu.upstream.logging_state import (
     check_val_steps,
     metric_state_defaults,
     restore,
+    restore_metric_states,
     set_val_steps,
     val_steps,
 )
@@ -44,11 +45,12 @@ class LoggingStateCallback(Callback):
     def __init__(self) -> None:
         super().__init__()
         self._pending: dict[str, Any] | None = None
+        self._again: dict[str, Any] | None = None  # restored at on_train_start: the metrics once more, later
         self._val_steps: dict[int, int] | None = None
         self._trainer: pl.Trainer | None = None
 
     def __getstate__(self) -> dict[str, Any]:  # a copy belongs to no fit
-        return {**self.__dict__, "_pending": None, "_val_steps": None, "_trainer": None}
+        return {**self.__dict__, "_pending": None, "_again": None, "_val_steps": None, "_trainer": None}
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -100,9 +102,26 @@ class LoggingStateCallback(Callback):
     ) -> None:
         self._pending = checkpoint.get(LOGGING_STATE_KEY)
 
+    def _metrics_again(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """The restored torchmetrics states once more, before the resumed fit's first batch or validation:
+        Lightning runs callbacks' ``on_train_start`` before the module's, and a module's ``on_train_start``
+        or ``on_train_epoch_start`` may reset a metric (as its uninterrupted run did at the fit's start)."""
+        state, self._again = self._again, None
+        if state is not None:
+            restore_metric_states(trainer, pl_module, state)
+
+    @override
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if self._again is not None:
+            self._metrics_again(trainer, pl_module)
+
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # the first validation of a resumed fit: its loop built its loaders (and zeroed its counters) just now
+        if self._again is not None and not trainer.sanity_checking:
+            self._metrics_again(trainer, pl_module)  # a resume at a validation: before the first batch
         steps, self._val_steps = self._val_steps, None
         if steps and not trainer.sanity_checking:
             set_val_steps(trainer, steps)
@@ -114,10 +133,11 @@ class LoggingStateCallback(Callback):
         state, self._pending = self._pending, None
         if state is not None:
             restore(trainer, pl_module, state)
+            self._again = state
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._pending = self._val_steps = None
+        self._pending = self._val_steps = self._again = None
         self._trainer = None
 
 

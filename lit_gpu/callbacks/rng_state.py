@@ -20,7 +20,7 @@ from lit_gpu import messages, numbering
 from lit_gpu.data.replay import ReplayDataLoader, make_replayable, why_not_replayable
 from lit_gpu.data.stateful import GlobalPosition
 from lit_gpu.errors import LitGpuError
-from lit_gpu.upstream.loops import load_pending_loader_states, train_combined_loader
+from lit_gpu.upstream.loops import load_pending_loader_states, open_accumulation, train_combined_loader
 from lit_gpu.upstream.train_loaders import prepare_train_loaders, release_train_loaders, train_loaders
 
 _MT_WORDS = 624  # Mersenne Twister state: 624 32-bit words and a position 0..624 (Python's and numpy's)
@@ -220,6 +220,13 @@ class RNGStateCallback(Callback):
             (cb for cb in trainer.callbacks if isinstance(cb, CheckpointOnInterrupt)), None
         )
         sync_resumed_train_loader(trainer)
+        if trainer.ckpt_path is not None and (done := open_accumulation(trainer)):
+            point = numbering.fit_point(trainer, trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+            messages.tell(
+                messages.RESUMED_BETWEEN_MICRO_BATCHES.format(
+                    point=point, done=done, every=trainer.accumulate_grad_batches
+                )
+            )
 
     @override
     def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -32,7 +32,14 @@ def not_lightning(path: str | os.PathLike, header: Any) -> str | None:
     object is named.
     """
     if isinstance(header, Mapping) and not plain_state_dict(header) and LIGHTNING_KEYS & set(header):
-        return None
+        from lit_gpu.files.lightning_contracts import counters_problem
+
+        problem = counters_problem(header)  # one step per checkpoint: shown, chosen by, resumed at
+        return (
+            None
+            if problem is None
+            else messages.COUNTERS_DISAGREE.format(path=messages.shown(path), problem=problem)
+        )
     return NOT_LIGHTNING.format(path=messages.shown(path), what=what_it_is(path, header))
 
 

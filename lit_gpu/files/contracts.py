@@ -241,7 +241,7 @@ def check_contracts(checkpoint: Any, contracts: Iterable[Contract], what: str) -
             problem = contract.spec.problem(value)
             if problem is not None:
                 raise ContractError(
-                    f"{messages.shown(what)}: {messages.shown(key, limit=120)} holds "
+                    f"{messages.shown(what)}: {messages.shown(key, limit=120) if key else 'it'} holds "
                     f"{problem or holds(value)}; {contract.owner or 'lit_gpu'} expects "
                     f"{contract.spec.expected}; the file is damaged or forged: use another checkpoint"
                 )

@@ -14,9 +14,9 @@ import torch
 
 from lit_gpu import messages
 from lit_gpu.files.contracts import _MAX_INT, EACH, Contract, checked, holds, integer
-from lit_gpu.upstream.loops import saved_batches_that_stepped
+from lit_gpu.upstream.loops import saved_batches_that_stepped, saved_loop_counters
 
-__all__ = ["lightning_contract"]
+__all__ = ["counters_problem", "lightning_contract"]
 
 
 # ---- the loops' progress (restored by Lightning: ``tracker.__dict__.update(state)``) ----------------------
@@ -82,6 +82,23 @@ def _loop_problem(loop: Any, plain_batches: bool = False) -> str | None:
     return None
 
 
+def counters_problem(checkpoint: Any) -> str | None:
+    """How a checkpoint's top-level ``global_step`` / ``epoch`` disagree with its loops' own counters (what
+    the resumed fit continues at: :func:`~lit_gpu.upstream.loops.saved_loop_counters`), or None."""
+    if not isinstance(checkpoint, Mapping) or not isinstance(checkpoint.get("loops"), Mapping):
+        return None
+    counters = saved_loop_counters(checkpoint["loops"].get("fit_loop"))
+    if counters is None:
+        return None
+    top = (checkpoint.get("global_step"), checkpoint.get("epoch"))
+    names = ("global_step", "epoch")
+    wrong = [f"{name} {holds(v)}" for name, v, own in zip(names, top, counters, strict=True) if v != own]
+    if not wrong or any(type(v) is not int for v in top):
+        return None  # the counters' own contract names a value that is no count
+    step, epoch = counters
+    return f"top-level {' and '.join(wrong)}, while its loops are at global step {step}, epoch {epoch}"
+
+
 def lightning_contract() -> list[Contract]:
     """The top level of a Lightning checkpoint as Lightning's restore reads it (types of its parts)."""
     plain_dict = checked("a dict", lambda v: None if isinstance(v, Mapping) else "")
@@ -120,4 +137,9 @@ def lightning_contract() -> list[Contract]:
         Contract(("lr_schedulers",), plain_list, owner=owner),
         Contract(("lr_schedulers", EACH), plain_dict, owner="the learning-rate scheduler"),
         Contract(("hyper_parameters",), plain_dict, owner=owner),
+        Contract(
+            (),
+            checked("top-level counters equal to its loops' (where it resumes)", counters_problem),
+            owner=owner,
+        ),
     ]

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from lit_gpu.files.checkpoint_facts import CheckpointFacts, inspect
 from lit_gpu.files.checkpoint_kind import not_lightning
-from lit_gpu.upstream.loops import batches_that_stepped, recorded_class_path
+from lit_gpu.upstream.loops import batches_that_stepped, recorded_class_path, saved_loop_counters
 
 __all__ = ["CheckpointHeader", "read", "read_held", "resume_log_step"]
 
@@ -65,10 +65,18 @@ class CheckpointHeader:
         if not isinstance(raw, Mapping):
             return cls("other", problem=problem)
         hparams = raw.get("hyper_parameters")
+        loops = raw.get("loops")
+        # the loops' own counters where it has them: the step shown, chosen by and resumed at are one
+        step, epoch = (_int(raw.get("global_step")), _int(raw.get("epoch")))
+        if (
+            isinstance(loops, Mapping)
+            and (counters := saved_loop_counters(loops.get("fit_loop"))) is not None
+        ):
+            step, epoch = counters
         return cls(
             "lightning" if problem is None else "other",
-            step=_int(raw.get("global_step")),
-            epoch=_int(raw.get("epoch")),
+            step=step,
+            epoch=epoch,
             scores=_scores(raw.get("callbacks")),
             class_path=_class_path(recorded_class_path(hparams)),
             log_step=resume_log_step(raw),

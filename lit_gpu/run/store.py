@@ -192,6 +192,23 @@ def _read_files(
     return choice.choose_file(facts, which, where.mode, where.monitor), headers
 
 
+def _yours(files: Sequence[Path]) -> tuple[list[Path], str]:
+    """The ``files`` this user owns (a link: its own owner), and a note naming the others passed over.
+
+    The owner rule of the runs, for each file: another user's checkpoint in a shared ``checkpoint.dirpath``
+    (or a group-writable run folder) is never read or chosen, however new it is.
+    """
+    me = layout.my_uid()
+    mine = [path for path in files if layout.owner_of(path) == me]
+    others = [
+        f"{shown(path.name, limit=60)}: owned by {layout.owner_name(layout.owner_of(path))}, not by you"
+        for path in files
+        if path not in mine
+    ]
+    note = "; ".join(others[:3]) + (f"; and {len(others) - 3} more" if len(others) > 3 else "")
+    return mine, f"; passed over {note}" if others else ""
+
+
 def _candidate(run: layout.Run, wanted: Signature, which: str) -> choice.Candidate:
     owner = layout.owner_name(run.owner)
     if not run.mine:  # another user's run: nothing of it is read
@@ -256,13 +273,13 @@ def resolve(config: Any, where: Where | None = None) -> Resolution | None:
         return None
     text = messages.RESUMING_FROM if subcommand == "fit" else messages.USING_CHECKPOINT
     if where.dirpath:
-        chosen, headers = _read_files(layout.checkpoints_in(where.dirpath, which), which, where)
+        files, passed = _yours(layout.checkpoints_in(where.dirpath, which))
+        chosen, headers = _read_files(files, which, where)
         if chosen is None:
-            raise LitGpuError(NO_CKPT_IN_DIRPATH.format(which=which, dirpath=where.dirpath))
+            raise LitGpuError(NO_CKPT_IN_DIRPATH.format(which=which, dirpath=where.dirpath) + passed)
         found, data = _held(chosen.path, sub, where.trust, headers[chosen.path])
-        line = text.format(
-            path=shown(chosen.path), why=f"{chosen.reason} in checkpoint.dirpath {shown(where.dirpath)}"
-        )
+        why = f"{chosen.reason} in checkpoint.dirpath {shown(where.dirpath)}{passed}"
+        line = text.format(path=shown(chosen.path), why=why)
         return Resolution(
             key, str(chosen.path), found, line, layout.run_of_checkpoint(chosen.path), data=data
         )
@@ -270,12 +287,13 @@ def resolve(config: Any, where: Where | None = None) -> Resolution | None:
     runs = [run for parent in where.parents for run in layout.list_runs(parent)]
     usable, skipped = choice.order_runs([_candidate(run, wanted, which) for run in runs], which)
     for run in usable:
-        chosen, headers = _read_files(run.run.checkpoints(which), which, where)
+        files, passed = _yours(run.run.checkpoints(which))
+        chosen, headers = _read_files(files, which, where)
         if chosen is None:
-            skipped.append(choice.Skipped(run.name, run.version, f"no complete {which}*.ckpt"))
+            skipped.append(choice.Skipped(run.name, run.version, f"no complete {which}*.ckpt of yours"))
             continue
         found, data = _held(chosen.path, sub, where.trust, headers[chosen.path])
-        why = f"{chosen.reason}; run {run.name}, the newest of yours with {wanted.describe()}"
+        why = f"{chosen.reason}{passed}; run {run.name}, the newest of yours with {wanted.describe()}"
         newer = choice.skipped_newer(sorted(skipped, key=lambda s: -s.version), run.version)
         if newer:
             why += f"; passed over newer {newer}"

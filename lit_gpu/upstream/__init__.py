@@ -16,10 +16,10 @@ classes; everything else in lit_gpu imports those (tests/unit/upstream/test_one_
   feature that keeps a promise says it cannot stand aside, and its test is the judge.
 
   Gated features (the keys of ``features.FEATURES``; * keeps a promise, it cannot stand aside): fast path;
-  capture; fresh last; removal guard*; exact resume*; logging state; validation steps; hook name; anomaly
-  check; allocator setting; scheduler children; interrupt*; loader replay*; cluster resume*; torch zip
-  reader*; config reading*; sweep trial ids*; step log check; dp*; one-subcommand parse; config decides*;
-  own CLI path*.
+  capture; fresh last; removal guard*; whole steps*; exact resume*; logging state; validation steps; hook
+  name; anomaly check; allocator setting; scheduler children; interrupt*; loader replay*; cluster resume*;
+  torch zip reader*; config reading*; sweep trial ids*; step log check; dp*; one-subcommand parse; config
+  decides*; own CLI path*.
 
 Importing this package imports neither torch nor Lightning; each module imports what it uses.
 """

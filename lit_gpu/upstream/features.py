@@ -139,6 +139,13 @@ FEATURES: dict[str, Feature] = {
         private={f"{_CKPT}._remove_checkpoint": f"(self, trainer: '{_TRAINER}', filepath: str) -> None"},
         promise="nothing outside the checkpoint folder deleted",
     ),
+    "whole steps": Feature(
+        "checkpoints only at optimizer step boundaries under gradient accumulation (FreshLastCheckpoint, "
+        "CheckpointOnInterrupt)",
+        "",
+        private={f"{_EPOCH}._should_accumulate": "(self) -> bool"},
+        promise="no last.ckpt between the micro-batches of one optimizer step",
+    ),
     "exact resume": Feature(
         "the resumed loader's position (RNGStateCallback)",
         "",

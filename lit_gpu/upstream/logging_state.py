@@ -238,6 +238,14 @@ def restore(trainer: Any, pl_module: Any, state: dict[str, Any]) -> None:
     trainer._logger_connector._first_loop_iter = True  # private, pinned
 
 
+def restore_metric_states(trainer: Any, pl_module: Any, state: dict[str, Any]) -> None:
+    """Put back the torchmetrics states of a :func:`capture` again, after the module's own hooks of the fit's
+    start (``on_train_start``, ``on_train_epoch_start``: a module that resets a metric there, as
+    lightning-hydra-template's ``val_acc_best.reset()``, would drop what :func:`restore` put back)."""
+    if trainer.world_size == 1 and _supported(trainer):
+        _restore_metrics(pl_module, state.get("metrics", {}))
+
+
 # ---- the step of per-step validation rows ---------------------------------------------------------
 #: the key, in LoggingStateCallback's own state (``checkpoint["callbacks"][its state_key]``), of the
 #: validation loop's batch counters: a dict {dataloader index (int, 0 <= i < 1000): batches validated in

@@ -34,6 +34,11 @@ def request_sigterm_stop(trainer: Any) -> None:
     trainer._signal_connector.received_sigterm = True
 
 
+def cancel_sigterm_stop(trainer: Any) -> None:
+    """Clear the flag :func:`request_sigterm_stop` set: the stop waits for the next step boundary."""
+    trainer._signal_connector.received_sigterm = False
+
+
 def replace_restored_handler(trainer: Any, signum: int, ours: Any, previous: Any) -> None:
     """Where Lightning's teardown would put back ``ours`` for ``signum`` (the handlers it found at fit start,
     ``_signal_connector._original_handlers``), make it put back ``previous``."""
@@ -41,6 +46,25 @@ def replace_restored_handler(trainer: Any, signum: int, ours: Any, previous: Any
     originals = getattr(connector, "_original_handlers", None)
     if isinstance(originals, dict) and originals.get(signum) == ours:
         originals[signum] = previous
+
+
+# ---- gradient accumulation: is the fit between the micro-batches of one optimizer step? -------------
+def open_accumulation(trainer: Any) -> int:
+    """Training batches whose gradients are accumulated and not yet applied by an optimizer step (0: the
+    fit is at an optimizer step boundary). Read after a batch (its end, a validation, a save): Lightning's
+    own test, ``_TrainingEpochLoop._should_accumulate`` (the last batch did not step), and its count of
+    the epoch's batches (``batch_progress.current.ready``). Manual optimization: always 0."""
+    every = trainer.accumulate_grad_batches
+    if every == 1:  # read after every batch: the common case first
+        return 0
+    stands_aside("whole steps")  # cannot stand aside: on a mismatch the line says so, and it runs
+    module = trainer.lightning_module
+    if module is None or not module.automatic_optimization or trainer.state.fn != "fit":
+        return 0
+    epoch_loop = trainer.fit_loop.epoch_loop
+    if not epoch_loop._should_accumulate():
+        return 0
+    return epoch_loop.batch_progress.current.ready % every or every
 
 
 # ---- the module's trainer -------------------------------------------------------------------------
@@ -54,6 +78,26 @@ def attached_trainer(module: Any) -> Any:
 def batches_that_stepped(fit_loop_state: Mapping[str, Any]) -> int:
     """The epoch loop's ``_batches_that_stepped`` in a checkpoint's ``loops.fit_loop`` (KeyError: absent)."""
     return int(fit_loop_state["epoch_loop.state_dict"]["_batches_that_stepped"])
+
+
+def saved_loop_counters(fit_loop_state: Any) -> tuple[int, int] | None:
+    """``(global step, epoch)`` as a checkpoint's ``loops.fit_loop`` records them, or None where it holds no
+    such counters: the optimizer steps (``epoch_loop.automatic_optimization.optim_progress``, or the manual
+    optimization's ``optim_step_progress``: the other one stays 0) and the epochs completed
+    (``epoch_progress.current.completed``), what ``Trainer.global_step`` and ``current_epoch`` read."""
+    try:
+        auto = fit_loop_state["epoch_loop.automatic_optimization.optim_progress"]["optimizer"]["step"]
+        manual = fit_loop_state.get("epoch_loop.manual_optimization.optim_step_progress", {})
+        counts = (
+            auto["total"]["completed"],
+            manual.get("total", {}).get("completed", 0),
+            fit_loop_state["epoch_progress"]["current"]["completed"],
+        )
+    except (KeyError, TypeError, AttributeError):
+        return None
+    if not all(type(count) is int for count in counts):
+        return None  # the loops' contract names it
+    return max(counts[0], counts[1]), counts[2]
 
 
 def saved_batches_that_stepped(loop_state: Mapping[str, Any], default: Any = 0) -> Any:
@@ -75,10 +119,13 @@ def recorded_class_path(hparams: Any) -> Any:
 __all__ = [
     "attached_trainer",
     "batches_that_stepped",
+    "cancel_sigterm_stop",
     "load_pending_loader_states",
+    "open_accumulation",
     "pop_cli_instantiation",
     "recorded_class_path",
     "replace_restored_handler",
     "request_sigterm_stop",
+    "saved_loop_counters",
     "train_combined_loader",
 ]
