@@ -304,8 +304,11 @@ def _resume_plain_loaders(trainer: Any) -> None:
         done = 0
     for loader in train_loaders(trainer):
         if isinstance(loader, ReplayDataLoader):
-            why = loader.resume_at(done)
-            if why is None and done and trainer.current_epoch > 0 and loader.persistent_workers:
+            why, changed = loader.resume_at(done), loader.changes()
+            if why is None and changed is not None:  # an epoch-start resume with another loader
+                messages.tell(messages.LOADER_CHANGED.format(point=messages.fit_point(trainer, done), what=changed))
+                return
+            if why is None and loader.restarts_workers(done):
                 messages.tell(PERSISTENT_WORKERS.format(point=messages.fit_point(trainer, done)))
         else:
             why = why_not_replayable(loader) if done else None

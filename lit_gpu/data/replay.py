@@ -31,7 +31,8 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from lit_gpu.upstream.train_loaders import skip_batches
+from lit_gpu.data.loader_order import ORDER_KEYS, changed_settings, check_order_settings, order_settings
+from lit_gpu.upstream.train_loaders import SeededIterators, skip_batches
 
 __all__ = [
     "LOADER_STATES",
@@ -43,18 +44,29 @@ __all__ = [
     "why_not_replayable",
 ]
 
-REPLAY_STATE_VERSION = 1
+REPLAY_STATE_VERSION = 2
 # The restored state's contract, checked by check_replay_state before anything is set: a mapping
-# {"replay_state": 1, "generators": [...], "batches": N}; generators a list of at most 3 ``bytes`` (the
-# global torch generator's state, then the loader's generator's, then the random sampler's), as many as the
-# loader has and each as long as that generator's state, or [] before the loader's first epoch started;
-# batches (the loader's length when saved) an int in [0, 2**62]. Bytes, not tensors: the fit loop's state
-# stays comparable with ``==`` (Lightning's own tests compare it) and loads with ``weights_only=True``.
+# {"replay_state": 2, "generators": [...], "batches": N, "order": {...}, "next": [...], "workers_seed": None,
+# "made_iterator": bool}; generators a list of at most 3 ``bytes`` (the global torch generator's state, then
+# the loader's generator's, then the random sampler's), as many as the loader has and each as long as that
+# generator's state, or [] before the loader's first epoch started; next the loader's own generators' states
+# for the pass after the saved one (an epoch-end resume), as many as it has, or []; workers_seed the state
+# the persistent workers' base seed was drawn from (None without persistent workers: not b"", which torch's
+# pickle protocol writes as a call of ``bytes`` that weights-only loading refuses); made_iterator whether
+# the saved pass made its iterator (False: it reset the persistent one); batches (the loader's length when
+# saved) an int in [0, 2**62]; order the settings the order depends on (lit_gpu.data.loader_order). Bytes,
+# not tensors: the fit loop's state stays comparable with ``==`` (Lightning's own tests compare it) and
+# loads with ``weights_only=True``. Version 1 (generators and batches only) is still read.
 REPLAY_STATE_CONTRACT: dict[str, Any] = {
-    "replay_state": (int, REPLAY_STATE_VERSION),
+    "replay_state": (int, (1, REPLAY_STATE_VERSION)),
     "generators": (list, {"max_len": 3, "item": bytes}),
     "batches": (int, (0, 2**62)),
+    "order": (dict, ORDER_KEYS),
+    "next": (list, {"max_len": 2, "item": bytes}),
+    "workers_seed": (bytes, "None or one generator state"),
+    "made_iterator": (bool, None),
 }
+_KEYS = {1: {"replay_state", "generators", "batches"}, 2: set(REPLAY_STATE_CONTRACT)}
 #: where a checkpoint holds the train loaders' saved states (Lightning's fit loop)
 LOADER_STATES = ("loops", "fit_loop", "state_dict", "combined_loader")
 REPLAYABLE_SAMPLERS = (SequentialSampler, RandomSampler, DistributedSampler)
@@ -90,12 +102,23 @@ def make_replayable(loaders: list[Any]) -> list[Any]:
     return loaders
 
 
+def _bytes_problem(value: Any, size: int) -> str | None:
+    if not (isinstance(value, bytes) and len(value) == size):
+        return f"a generator state is not {size} bytes"
+    if not _valid_generator_state(value):
+        return "a generator state that torch refuses (not a state a generator saved)"
+    return None
+
+
 def check_replay_state(state: Any, sizes: list[int]) -> str | None:
     """What is wrong with ``state`` for generators whose states have ``sizes`` bytes (``None``: nothing)."""
-    if not isinstance(state, dict) or set(state) != set(REPLAY_STATE_CONTRACT):
+    version = state.get("replay_state") if isinstance(state, dict) else None
+    if not isinstance(state, dict) or not {"replay_state", "generators", "batches"} <= set(state):
         return "not a replay state (keys replay_state, generators, batches)"
-    if state["replay_state"] != REPLAY_STATE_VERSION or isinstance(state["replay_state"], bool):
-        return f"replay state version {state['replay_state']!r}, not {REPLAY_STATE_VERSION}"
+    if isinstance(version, bool) or version not in _KEYS:
+        return f"replay state version {version!r}, not {REPLAY_STATE_VERSION}"
+    if set(state) != _KEYS[version]:
+        return f"not a version {version} replay state (keys {', '.join(sorted(_KEYS[version]))})"
     batches = state["batches"]
     if not isinstance(batches, int) or isinstance(batches, bool) or not 0 <= batches <= 2**62:
         return "its batch count is not an integer in range"
@@ -103,11 +126,22 @@ def check_replay_state(state: Any, sizes: list[int]) -> str | None:
     if not isinstance(generators, list) or len(generators) not in (0, len(sizes)):
         return f"{len(sizes)} generator states expected"
     for value, size in zip(generators, sizes, strict=False):
-        if not (isinstance(value, bytes) and len(value) == size):
-            return f"a generator state is not {size} bytes"
-        if not _valid_generator_state(value):
-            return "a generator state that torch refuses (not a state a generator saved)"
-    return None
+        if (problem := _bytes_problem(value, size)) is not None:
+            return problem
+    if version == 1:
+        return None
+    after = state["next"]
+    if not isinstance(after, list) or len(after) not in (0, max(0, len(sizes) - 1)):
+        return f"{len(sizes) - 1} next generator states expected"
+    for value, size in zip(after, sizes[1:], strict=False):
+        if (problem := _bytes_problem(value, size)) is not None:
+            return problem
+    seed = state["workers_seed"]
+    if seed is not None and (problem := _bytes_problem(seed, sizes[0] if sizes else 0)) is not None:
+        return problem.replace("a generator state", "the workers' seed state")
+    if not isinstance(state["made_iterator"], bool):
+        return "made_iterator is not a bool"
+    return check_order_settings(state["order"])
 
 
 def saved_replay_problem(state: dict[str, Any]) -> str | None:
@@ -130,7 +164,7 @@ def _valid_generator_state(value: bytes) -> bool:
     return True
 
 
-class ReplayDataLoader(DataLoader):
+class ReplayDataLoader(SeededIterators):
     """A plain ``DataLoader`` that resumes mid-epoch at its exact batch (made by :func:`make_replayable`).
 
     It has no ``__init__`` of its own: an existing ``DataLoader`` becomes one, keeping all it has.
@@ -138,12 +172,21 @@ class ReplayDataLoader(DataLoader):
 
     _pass_states: list[bytes] | None = None  # the generators' states at this pass's first fetch
     _saved_batches: int | None = None  # the loader's length in the run that saved the restored state
+    _saved_order: dict[str, Any] | None = None  # the settings the saved order depended on (loader_order)
+    _next_states: list[bytes] | None = None  # restored: the own generators' states for the next pass
+    _saved_made: bool = True  # restored: whether the saved pass made its iterator
+    _restored: bool = False  # a restored state waits for the next pass
     _skip: int = 0  # batches the next pass skips (a resume mid-epoch)
     _handed_out: int = 0  # batches of the current pass handed out (skipped ones included)
+    _pass_over: bool = True  # the current pass ran to its end (or none started)
+    _made_iterator: bool = True  # the current pass made its iterator (not a persistent one's reset)
+    _workers_seed: bytes | None = None  # the state the persistent workers' base seed was drawn from
 
     def reset_replay(self) -> None:
         """Forget any saved epoch (a loader that just became a :class:`ReplayDataLoader`)."""
         self._pass_states, self._skip, self._handed_out, self._saved_batches = None, 0, 0, None
+        self._saved_order, self._next_states, self._saved_made, self._restored = None, None, True, False
+        self._pass_over, self._made_iterator, self._workers_seed = True, True, None
 
     def _generators(self) -> list[torch.Generator]:
         generators = [torch.default_generator]
@@ -159,18 +202,34 @@ class ReplayDataLoader(DataLoader):
         """Batches of the current epoch handed out (trained on, or in flight), the skipped ones included."""
         return self._handed_out
 
+    def changes(self) -> str | None:
+        """What differs from the loader whose state was restored (``batch_size 8 -> 9``; ``None``: nothing,
+        or no settings saved): its order is not the saved one, whatever the generators' states."""
+        if self._saved_order is None:
+            return None
+        return changed_settings(self._saved_order, order_settings(self, _index_sampler(self)))
+
+    def restarts_workers(self, batches: int) -> bool:
+        """Whether a resume after ``batches`` batches of the epoch starts persistent workers that the
+        uninterrupted run had started in an earlier epoch (their random streams then differ from its)."""
+        if not (self._restored and self.persistent_workers and self.num_workers > 0):
+            return False
+        return not self._saved_made if batches else bool(self._workers_seed)
+
     def resume_at(self, batches: int) -> str | None:
         """The next pass continues the saved epoch after its first ``batches`` batches (0: a new epoch).
 
         Returns why it cannot (``None``: it can): no saved state (a checkpoint written before its epoch's
-        first fetch, or by a lit_gpu that saved none), or an epoch of another length (another batch size
-        or number of processes); the pass then starts at the epoch's first batch.
+        first fetch, or by a lit_gpu that saved none), a loader other than the saved one (:meth:`changes`),
+        or an epoch of another length; the pass then starts at the epoch's first batch.
         """
         self._skip = 0
         if not batches:
             return None
         if self._pass_states is None:
             return "the checkpoint holds no state of it"
+        if (changed := self.changes()) is not None:
+            return f"it changed since the checkpoint: {changed}"
         if self._saved_batches is not None and self._saved_batches != len(self):
             return f"its epoch had {self._saved_batches} batches, now {len(self)}"
         self._skip = batches
@@ -179,30 +238,60 @@ class ReplayDataLoader(DataLoader):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         return self._pass()  # a generator: nothing is drawn before the first fetch, as in a DataLoader
 
+    def _set(self, generators: list[torch.Generator], states: list[bytes]) -> None:
+        for generator, state in zip(generators, states, strict=True):
+            generator.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
+
     def _pass(self) -> Iterator[Any]:
         generators = self._generators()
         skip, self._skip = self._skip, 0
+        restored, self._restored = self._restored and self.changes() is None, False
+        persistent = self.persistent_workers and self.num_workers > 0
+        makes = not self.has_iterator  # torch makes an iterator unless a persistent one exists
         if skip and self._pass_states is not None:
             live = torch.default_generator.get_state()
-            for generator, state in zip(generators, self._pass_states, strict=True):
-                generator.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
+            self._set(generators, self._pass_states)
+            made = self._saved_made
+            if makes and persistent and not made:  # the saved pass reset its iterator: no draw here
+                self.seed_next_iterator_from(self._workers_seed)
             iterator = super().__iter__()
             skip_batches(iterator, skip, self.num_workers)
             torch.default_generator.set_state(live)  # the checkpoint's mid-epoch state
         else:
+            if restored and self._next_states:
+                self._set(generators[1:], self._next_states)  # the loader's own, as the saved pass left them
+            made = makes or not persistent
+            if restored and makes and persistent and self._workers_seed:
+                self.seed_next_iterator_from(self._workers_seed)  # the stopped run reset its iterator here
+                made = False
+            elif makes and persistent:
+                seeding = self.generator if self.generator is not None else torch.default_generator
+                self._workers_seed = bytes(seeding.get_state().numpy())
             self._pass_states = [bytes(generator.get_state().numpy()) for generator in generators]
             iterator = super().__iter__()
-        self._handed_out = skip
+        self._made_iterator, self._pass_over, self._handed_out = made, False, skip
         for batch in iterator:
             self._handed_out += 1
             yield batch
+        self._pass_over = True
 
     def state_dict(self) -> dict[str, Any]:
         """The generators' states at the current epoch's first fetch (see :data:`REPLAY_STATE_CONTRACT`)."""
+        own = self._generators()[1:]
+        if self._restored:  # saved again before the resumed loader's first pass: the restored state
+            after = list(self._next_states or [])
+        elif self._pass_over or self._pass_states is None:  # the next pass draws from the generators as is
+            after = [bytes(generator.get_state().numpy()) for generator in own]
+        else:  # a pass in progress: redone from its start at an epoch-start resume
+            after = list(self._pass_states[1:])
         return {
             "replay_state": REPLAY_STATE_VERSION,
             "generators": list(self._pass_states or []),
             "batches": len(self),
+            "order": order_settings(self, _index_sampler(self)),
+            "next": after if self._pass_states else [],
+            "workers_seed": self._workers_seed if self.persistent_workers else None,
+            "made_iterator": self._saved_made if self._restored else self._made_iterator,
         }
 
     def restore_contract(self, pl_module: Any = None) -> list[Any]:
@@ -214,7 +303,7 @@ class ReplayDataLoader(DataLoader):
                 return None  # another loader's state (lit_gpu.data.stateful.position_contract checks it)
             return saved_replay_problem(state)
 
-        spec = c.checked("a replay state (keys replay_state, generators, batches)", fits)
+        spec = c.checked("a replay state (keys replay_state, generators, batches, ...)", fits)
         return [c.Contract((*LOADER_STATES, c.EACH), spec, owner="the train loader")]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -229,3 +318,8 @@ class ReplayDataLoader(DataLoader):
             )
         self._pass_states = list(state["generators"]) or None
         self._saved_batches = state["batches"]
+        self._saved_order = state.get("order")  # None: a version-1 state (its batch count is compared)
+        self._next_states = state.get("next") or None
+        self._workers_seed = state.get("workers_seed")
+        self._saved_made = state.get("made_iterator", True)
+        self._restored = True

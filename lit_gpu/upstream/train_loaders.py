@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from torch.utils.data import DataLoader
+
 _HOOK = "_load_combined_loader_states"
 
 
@@ -52,3 +54,42 @@ def skip_batches(iterator: Any, batches: int, workers: int) -> None:
         return
     for _ in range(batches):
         next(iterator)
+
+
+class SeededIterators(DataLoader):
+    """A ``DataLoader`` whose next iterator can draw its workers' base seed from a given generator state.
+
+    torch's ``DataLoader`` makes each iterator in ``_get_iterator`` (private), which draws the workers' base
+    seed from ``loader.generator`` or, without one, from the global torch RNG; a persistent-workers loader
+    makes one iterator and resets it each epoch (``_iterator``, private). A resumed loader whose uninterrupted
+    run had reset its iterator must not draw from the restored generators, and its workers must start from
+    the base seed that run's workers had: :meth:`seed_next_iterator_from` gives it the generator state that
+    seed was drawn from. Pinned by the replay tests (tests/unit/data/test_replay.py).
+    """
+
+    _seed_from: bytes | None = None
+
+    def seed_next_iterator_from(self, state: bytes | None) -> None:
+        """The next iterator made draws its base seed from a generator in ``state`` (``None``: as torch does)."""
+        self._seed_from = state
+
+    @property
+    def has_iterator(self) -> bool:
+        """Whether a persistent-workers iterator exists already (the next pass resets it, drawing nothing)."""
+        return getattr(self, "_iterator", None) is not None
+
+    def _get_iterator(self) -> Any:
+        state, self._seed_from = self._seed_from, None
+        make = super()._get_iterator
+        if state is None:
+            return make()
+        import torch
+
+        generator = torch.Generator()
+        generator.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
+        own = self.generator
+        self.generator = generator
+        try:
+            return make()
+        finally:
+            self.generator = own
