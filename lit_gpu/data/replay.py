@@ -18,6 +18,7 @@ custom sampler or loader class) is left as it is: :func:`why_not_replayable` nam
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,11 +47,14 @@ __all__ = [
 
 REPLAY_STATE_VERSION = 2
 # The restored state's contract, checked by check_replay_state before anything is set: a mapping
-# {"replay_state": 2, "generators": [...], "batches": N, "order": {...}, "next": [...], "workers_seed": None,
+# {"replay_state": 2, "generators": [...], "batches": N, "order": {...}, "handed_out": H, "offset": O,
+# "workers_seed": None,
 # "made_iterator": bool}; generators a list of at most 3 ``bytes`` (the global torch generator's state, then
 # the loader's generator's, then the random sampler's), as many as the loader has and each as long as that
-# generator's state, or [] before the loader's first epoch started; next the loader's own generators' states
-# for the pass after the saved one (an epoch-end resume), as many as it has, or []; workers_seed the state
+# generator's state, or [] before the loader's first epoch started; handed_out the batches the saved pass had
+# handed out, counted as Lightning counts the epoch's batches (an int in [0, 2**62]: an epoch-start resume
+# finishes that pass's draws or redoes it); offset where in the epoch that pass began (0, or the batch a resume
+# that could not continue there restarted the loader at; in [0, 2**62]); workers_seed the state
 # the persistent workers' base seed was drawn from (None without persistent workers: not b"", which torch's
 # pickle protocol writes as a call of ``bytes`` that weights-only loading refuses); made_iterator whether
 # the saved pass made its iterator (False: it reset the persistent one); batches (the loader's length when
@@ -62,7 +66,8 @@ REPLAY_STATE_CONTRACT: dict[str, Any] = {
     "generators": (list, {"max_len": 3, "item": bytes}),
     "batches": (int, (0, 2**62)),
     "order": (dict, ORDER_KEYS),
-    "next": (list, {"max_len": 2, "item": bytes}),
+    "handed_out": (int, (0, 2**62)),
+    "offset": (int, (0, 2**62)),
     "workers_seed": (bytes, "None or one generator state"),
     "made_iterator": (bool, None),
 }
@@ -130,12 +135,10 @@ def check_replay_state(state: Any, sizes: list[int]) -> str | None:
             return problem
     if version == 1:
         return None
-    after = state["next"]
-    if not isinstance(after, list) or len(after) not in (0, max(0, len(sizes) - 1)):
-        return f"{len(sizes) - 1} next generator states expected"
-    for value, size in zip(after, sizes[1:], strict=False):
-        if (problem := _bytes_problem(value, size)) is not None:
-            return problem
+    for key in ("handed_out", "offset"):
+        count = state[key]
+        if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= 2**62:
+            return f"its {key} batch count is not an integer in range"
     seed = state["workers_seed"]
     if seed is not None and (problem := _bytes_problem(seed, sizes[0] if sizes else 0)) is not None:
         return problem.replace("a generator state", "the workers' seed state")
@@ -173,20 +176,24 @@ class ReplayDataLoader(SeededIterators):
     _pass_states: list[bytes] | None = None  # the generators' states at this pass's first fetch
     _saved_batches: int | None = None  # the loader's length in the run that saved the restored state
     _saved_order: dict[str, Any] | None = None  # the settings the saved order depended on (loader_order)
-    _next_states: list[bytes] | None = None  # restored: the own generators' states for the next pass
+    _saved_handed_out: int = 0  # restored: the batches the saved pass had handed out
+    _then: tuple[str, int] | None = None  # what the next pass does first: ("replay"|"finish", epoch batches)
     _saved_made: bool = True  # restored: whether the saved pass made its iterator
     _restored: bool = False  # a restored state waits for the next pass
     _skip: int = 0  # batches the next pass skips (a resume mid-epoch)
-    _handed_out: int = 0  # batches of the current pass handed out (skipped ones included)
-    _pass_over: bool = True  # the current pass ran to its end (or none started)
+    _handed_out: int = 0  # batches of the epoch handed out by the current pass (skipped ones included)
+    _offset: int = 0  # the epoch's batch the current pass began at (a resume that could not continue)
+    _next_offset: int = 0  # the next pass's
+    _saved_offset: int = 0  # restored: the saved pass's
     _made_iterator: bool = True  # the current pass made its iterator (not a persistent one's reset)
     _workers_seed: bytes | None = None  # the state the persistent workers' base seed was drawn from
 
     def reset_replay(self) -> None:
         """Forget any saved epoch (a loader that just became a :class:`ReplayDataLoader`)."""
         self._pass_states, self._skip, self._handed_out, self._saved_batches = None, 0, 0, None
-        self._saved_order, self._next_states, self._saved_made, self._restored = None, None, True, False
-        self._pass_over, self._made_iterator, self._workers_seed = True, True, None
+        self._saved_order, self._saved_handed_out, self._saved_made, self._restored = None, 0, True, False
+        self._then, self._offset, self._next_offset, self._saved_offset = None, 0, 0, 0
+        self._made_iterator, self._workers_seed = True, None
 
     def _generators(self) -> list[torch.Generator]:
         generators = [torch.default_generator]
@@ -216,23 +223,40 @@ class ReplayDataLoader(SeededIterators):
             return False
         return not self._saved_made if batches else bool(self._workers_seed)
 
-    def resume_at(self, batches: int) -> str | None:
-        """The next pass continues the saved epoch after its first ``batches`` batches (0: a new epoch).
+    def resume_at(self, batches: int, epoch_batches: int | None = None) -> str | None:
+        """The next pass continues the saved epoch after its first ``batches`` batches of ``epoch_batches``
+        (Lightning's count of the epoch; ``None``: the loader's length); all of them, or none: a new epoch.
 
         Returns why it cannot (``None``: it can): no saved state (a checkpoint written before its epoch's
         first fetch, or by a lit_gpu that saved none), a loader other than the saved one (:meth:`changes`),
-        or an epoch of another length; the pass then starts at the epoch's first batch.
+        or an epoch of another length; the pass then starts at the epoch's first batch. At an epoch's start
+        the saved pass's remaining draws from the loader's own generators are made first (the uninterrupted
+        run made them as that pass went on), or, when it had started, the pass is redone from its start.
         """
-        self._skip = 0
-        if not batches:
-            return None
+        self._skip, self._then, self._next_offset = 0, None, 0
+        epoch_batches = len(self) if epoch_batches is None else epoch_batches
+        if batches and batches < epoch_batches:
+            why = self._why_not_at(batches)
+            if why is not None:
+                self._next_offset = batches  # the loader restarts here: a later resume replays from here
+                return why
+            self._skip, self._then, self._next_offset = batches - self._saved_offset, ("replay", 0), self._saved_offset
+        elif self._restored and self._pass_states is not None and self.changes() is None:
+            if batches or self._saved_handed_out >= epoch_batches:  # the saved pass was over
+                self._then = ("finish", epoch_batches)
+            elif self._saved_handed_out:  # saved in its first step: redone from its start
+                self._then, self._next_offset = ("replay", 0), self._saved_offset
+        return None
+
+    def _why_not_at(self, batches: int) -> str | None:
         if self._pass_states is None:
             return "the checkpoint holds no state of it"
         if (changed := self.changes()) is not None:
             return f"it changed since the checkpoint: {changed}"
         if self._saved_batches is not None and self._saved_batches != len(self):
             return f"its epoch had {self._saved_batches} batches, now {len(self)}"
-        self._skip = batches
+        if batches < self._saved_offset:
+            return f"its saved pass began at batch {self._saved_offset}"
         return None
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
@@ -242,13 +266,30 @@ class ReplayDataLoader(SeededIterators):
         for generator, state in zip(generators, states, strict=True):
             generator.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
 
+    def _finish_saved_pass(self, generators: list[torch.Generator], batches: int) -> None:
+        """Draw what the saved pass of ``batches`` batches drew after its first fetch from the loader's own
+        generators: the workers' base seed when it made its iterator, and the sampler's draws over the index
+        batches its iterator asked for (Lightning takes ``batches``; torch's workers ask ``prefetch_factor``
+        batches ahead each; a sampler asked past its end draws once more). The global generator is left as
+        found."""
+        live = torch.default_generator.get_state()
+        self._set(generators, self._pass_states or [])
+        if self._saved_made and self.generator is not None:
+            torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+        ahead = (self.prefetch_factor or 0) * self.num_workers
+        indices = iter(self.batch_sampler if self.batch_sampler is not None else self.sampler)
+        for _ in itertools.islice(indices, batches + ahead):
+            pass
+        torch.default_generator.set_state(live)
+
     def _pass(self) -> Iterator[Any]:
         generators = self._generators()
         skip, self._skip = self._skip, 0
+        (then, batches), self._then = self._then or (None, 0), None
         restored, self._restored = self._restored and self.changes() is None, False
         persistent = self.persistent_workers and self.num_workers > 0
         makes = not self.has_iterator  # torch makes an iterator unless a persistent one exists
-        if skip and self._pass_states is not None:
+        if then == "replay" and self._pass_states is not None:
             live = torch.default_generator.get_state()
             self._set(generators, self._pass_states)
             made = self._saved_made
@@ -258,10 +299,10 @@ class ReplayDataLoader(SeededIterators):
             skip_batches(iterator, skip, self.num_workers)
             torch.default_generator.set_state(live)  # the checkpoint's mid-epoch state
         else:
-            if restored and self._next_states:
-                self._set(generators[1:], self._next_states)  # the loader's own, as the saved pass left them
+            if then == "finish":
+                self._finish_saved_pass(generators, batches)
             made = makes or not persistent
-            if restored and makes and persistent and self._workers_seed:
+            if restored and makes and persistent and self._workers_seed is not None:
                 self.seed_next_iterator_from(self._workers_seed)  # the stopped run reset its iterator here
                 made = False
             elif makes and persistent:
@@ -269,27 +310,21 @@ class ReplayDataLoader(SeededIterators):
                 self._workers_seed = bytes(seeding.get_state().numpy())
             self._pass_states = [bytes(generator.get_state().numpy()) for generator in generators]
             iterator = super().__iter__()
-        self._made_iterator, self._pass_over, self._handed_out = made, False, skip
+        offset, self._next_offset = self._next_offset, 0
+        self._made_iterator, self._offset, self._handed_out = made, offset, offset + skip
         for batch in iterator:
             self._handed_out += 1
             yield batch
-        self._pass_over = True
 
     def state_dict(self) -> dict[str, Any]:
         """The generators' states at the current epoch's first fetch (see :data:`REPLAY_STATE_CONTRACT`)."""
-        own = self._generators()[1:]
-        if self._restored:  # saved again before the resumed loader's first pass: the restored state
-            after = list(self._next_states or [])
-        elif self._pass_over or self._pass_states is None:  # the next pass draws from the generators as is
-            after = [bytes(generator.get_state().numpy()) for generator in own]
-        else:  # a pass in progress: redone from its start at an epoch-start resume
-            after = list(self._pass_states[1:])
         return {
             "replay_state": REPLAY_STATE_VERSION,
             "generators": list(self._pass_states or []),
             "batches": len(self),
             "order": order_settings(self, _index_sampler(self)),
-            "next": after if self._pass_states else [],
+            "handed_out": self._saved_handed_out if self._restored else self._handed_out,
+            "offset": self._saved_offset if self._restored else self._offset,
             "workers_seed": self._workers_seed if self.persistent_workers else None,
             "made_iterator": self._saved_made if self._restored else self._made_iterator,
         }
@@ -319,7 +354,8 @@ class ReplayDataLoader(SeededIterators):
         self._pass_states = list(state["generators"]) or None
         self._saved_batches = state["batches"]
         self._saved_order = state.get("order")  # None: a version-1 state (its batch count is compared)
-        self._next_states = state.get("next") or None
+        self._saved_handed_out = state.get("handed_out", state["batches"])
+        self._saved_offset = state.get("offset", 0)
         self._workers_seed = state.get("workers_seed")
         self._saved_made = state.get("made_iterator", True)
         self._restored = True

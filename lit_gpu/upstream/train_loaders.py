@@ -13,19 +13,34 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from lightning.fabric.utilities.types import _Stateful
 from torch.utils.data import DataLoader
 
 _HOOK = "_load_combined_loader_states"
 
 
-def prepare_train_loaders(fit_loop: Any, prepare: Callable[[list[Any]], Any]) -> None:
-    """Call ``prepare(loaders)`` on this fit's train loaders whenever Lightning is to load their states."""
+def prepare_train_loaders(
+    fit_loop: Any, prepare: Callable[[list[Any]], Any], ours: Callable[[Any], bool] | None = None
+) -> None:
+    """Call ``prepare(loaders)`` on this fit's train loaders whenever Lightning is to load their states.
+
+    Lightning loads the saved states only when its fit loop is ``restarting``, which it is not when the
+    checkpoint's epoch counters say the epoch finished: a save at an epoch's end, and any save of a fit
+    resumed from one (Lightning 2.6 leaves the next epoch's counters as they were). The loaders for which
+    ``ours(loader)`` holds get their states then too (they tell an epoch's start from its middle themselves).
+    """
     load = getattr(type(fit_loop), _HOOK).__get__(fit_loop)
 
     def prepared_then_loaded() -> None:
         combined = fit_loop._combined_loader
         if combined is not None:
             prepare(combined.flattened)
+            states = fit_loop._combined_loader_states_to_load
+            if states and ours is not None and not fit_loop.restarting:
+                stateful = [ld for ld in combined.flattened if isinstance(ld, _Stateful)]
+                for loader, state in zip(stateful, states, strict=False) if len(stateful) == len(states) else ():
+                    if ours(loader):
+                        loader.load_state_dict(state)
         load()
 
     setattr(fit_loop, _HOOK, prepared_then_loaded)
