@@ -158,19 +158,6 @@ def test_a_second_resume_after_one_from_an_epochs_last_batch(folders):
     assert rc.differences(ref, second, 7) == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 57's other half: last.ckpt between the micro-batches of a step")
-def test_a_stop_in_the_middle_of_an_accumulation(folders, tmp_path):
-    """Left out of the property test's stops until ``FreshLastCheckpoint`` saves only at optimizer steps."""
-    from tests.helpers import resume_cases
-
-    case = Case(loader=Loader(samples=24, batch_size=4), accumulate=2, stops=(0.5,))
-    root, references = folders()
-    ref = resume_cases.reference(case, references)
-    middle = [p for p in ref.saves if resume_cases._step_of(p)[1] % 2]
-    got = resume_cases.fit(case, case.loader, root, middle[len(middle) // 2])
-    assert resume_cases.differences(ref, got, resume_cases._step_of(middle[len(middle) // 2])[0]) == []
-
-
 @pytest.mark.parametrize(
     ("change", "named"),
     [
