@@ -312,7 +312,8 @@ def _resume_plain_loaders(trainer: Any) -> None:
             batches = epoch_batches if isinstance(epoch_batches, int) else None
             why, changed = loader.resume_at(processed, batches), loader.changes()
             if why is None and changed is not None:  # an epoch-start resume with another loader
-                messages.tell(messages.LOADER_CHANGED.format(point=messages.fit_point(trainer, done), what=changed))
+                point = messages.fit_point(trainer, done)
+                messages.tell(messages.LOADER_CHANGED.format(point=point, what=changed))
                 return
             if why is None and loader.restarts_workers(done):
                 messages.tell(PERSISTENT_WORKERS.format(point=messages.fit_point(trainer, done)))

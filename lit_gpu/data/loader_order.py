@@ -1,4 +1,4 @@
-"""What a plain ``DataLoader``'s sample order depends on, recorded with its replay state and compared on resume.
+"""What a plain ``DataLoader``'s sample order depends on: recorded with its replay state, compared on resume.
 
 A replay (:mod:`lit_gpu.data.replay`) puts back the generators' states of the saved epoch; the order they draw
 is the saved one only when the loader around them is the saved one. :func:`order_settings` records each
@@ -79,7 +79,8 @@ def check_order_settings(settings: Any) -> str | None:
         value = settings[key]
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             return f"its loader setting {key} is a {type(value).__name__}"
-        if isinstance(value, int) and not isinstance(value, bool) and not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
+        low, high = _INT_RANGE
+        if isinstance(value, int) and not isinstance(value, bool) and not low <= value <= high:
             return f"its loader setting {key} is out of range"
         if isinstance(value, str) and len(value) > _NAME_MAX:
             return f"its loader setting {key} is longer than {_NAME_MAX} characters"

@@ -53,8 +53,8 @@ REPLAY_STATE_VERSION = 2
 # the loader's generator's, then the random sampler's), as many as the loader has and each as long as that
 # generator's state, or [] before the loader's first epoch started; handed_out the batches the saved pass had
 # handed out, counted as Lightning counts the epoch's batches (an int in [0, 2**62]: an epoch-start resume
-# finishes that pass's draws or redoes it); offset where in the epoch that pass began (0, or the batch a resume
-# that could not continue there restarted the loader at; in [0, 2**62]); workers_seed the state
+# finishes that pass's draws or redoes it); offset where in the epoch that pass began (0, or the batch a
+# resume that could not continue there restarted the loader at; in [0, 2**62]); workers_seed the state
 # the persistent workers' base seed was drawn from (None without persistent workers: not b"", which torch's
 # pickle protocol writes as a call of ``bytes`` that weights-only loading refuses); made_iterator whether
 # the saved pass made its iterator (False: it reset the persistent one); batches (the loader's length when
@@ -240,7 +240,8 @@ class ReplayDataLoader(SeededIterators):
             if why is not None:
                 self._next_offset = batches  # the loader restarts here: a later resume replays from here
                 return why
-            self._skip, self._then, self._next_offset = batches - self._saved_offset, ("replay", 0), self._saved_offset
+            self._skip, self._then = batches - self._saved_offset, ("replay", 0)
+            self._next_offset = self._saved_offset
         elif self._restored and self._pass_states is not None and self.changes() is None:
             if batches or self._saved_handed_out >= epoch_batches:  # the saved pass was over
                 self._then = ("finish", epoch_batches)

@@ -38,7 +38,8 @@ def prepare_train_loaders(
             states = fit_loop._combined_loader_states_to_load
             if states and ours is not None and not fit_loop.restarting:
                 stateful = [ld for ld in combined.flattened if isinstance(ld, _Stateful)]
-                for loader, state in zip(stateful, states, strict=False) if len(stateful) == len(states) else ():
+                pairs = zip(stateful, states, strict=True) if len(stateful) == len(states) else ()
+                for loader, state in pairs:
                     if ours(loader):
                         loader.load_state_dict(state)
         load()
@@ -85,7 +86,7 @@ class SeededIterators(DataLoader):
     _seed_from: bytes | None = None
 
     def seed_next_iterator_from(self, state: bytes | None) -> None:
-        """The next iterator made draws its base seed from a generator in ``state`` (``None``: as torch does)."""
+        """The next iterator draws its base seed from a generator in ``state`` (``None``: as torch does)."""
         self._seed_from = state
 
     @property

@@ -1,4 +1,4 @@
-"""Differential resume cases: one uninterrupted fit against resumes from the checkpoints it (or a resume) wrote.
+"""Differential resume cases: an uninterrupted fit against resumes from the checkpoints it or a resume wrote.
 
 A :class:`Case` is a tiny fit (a plain ``DataLoader`` of the module's own, an optimizer, maybe a scheduler,
 accumulation, precision) with one or several stop points and maybe a change of the loader between the save
@@ -55,7 +55,8 @@ class Loader:
     def build(self) -> DataLoader:
         """A new loader (new generators, as a new process builds them)."""
         g = torch.Generator().manual_seed(0)
-        data = TensorDataset(torch.randn(self.samples, 4, generator=g), torch.randn(self.samples, 1, generator=g))
+        x, y = torch.randn(self.samples, 4, generator=g), torch.randn(self.samples, 1, generator=g)
+        data = TensorDataset(x, y)
         kwargs: dict[str, Any] = {"batch_size": self.batch_size, "drop_last": self.drop_last}
         if self.sampler == "random":
             kwargs["shuffle"] = True
@@ -84,7 +85,9 @@ class Case:
     change: tuple[str, Any] | None = None  # a loader field and its value at the resumes
 
     def resumed_loader(self) -> Loader:
-        return self.loader if self.change is None else replace(self.loader, **{self.change[0]: self.change[1]})
+        if self.change is None:
+            return self.loader
+        return replace(self.loader, **{self.change[0]: self.change[1]})
 
 
 class Tiny(pl.LightningModule):
@@ -111,7 +114,8 @@ class Tiny(pl.LightningModule):
 
     def val_dataloader(self):
         g = torch.Generator().manual_seed(1)
-        return DataLoader(TensorDataset(torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)), batch_size=8)
+        data = TensorDataset(torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g))
+        return DataLoader(data, batch_size=8)
 
     def configure_optimizers(self):
         kind = self.case.optimizer
@@ -222,11 +226,9 @@ def differences(ref: Outcome, got: Outcome, stop_step: int) -> list[str]:
     bad = []
     for key in set(ref.rows) | set(got.rows):
         want, have = ref.rows.get(key, []), got.rows.get(key, [])
-        if key[1] > stop_step and want != have:
-            bad.append(key)
-        elif key[1] == stop_step and have != want[len(want) - len(have) :]:  # a suffix: rows after the save
-            bad.append(key)
-        elif key[1] < stop_step and have:
+        after = key[1] > stop_step and want != have
+        at = key[1] == stop_step and have != want[len(want) - len(have) :]  # a suffix: rows after the save
+        if after or at or (key[1] < stop_step and have):
             bad.append(key)
     if bad:
         found.append(f"metrics.csv rows {sorted(bad)[:4]}")
@@ -289,7 +291,8 @@ def check(case: Case, root: Path, said: Any, references: Path, lines: list[str] 
         step = _step_of(ckpt)[0]
         said()
         got = fit(case, case.resumed_loader(), root / f"resume{i}", ckpt)
-        why = [ln for ln in said().splitlines() if ln.startswith("lit-gpu:") and any(w in ln for w in WHY_NOT_WORDS)]
+        printed = said().splitlines()
+        why = [ln for ln in printed if ln.startswith("lit-gpu:") and any(w in ln for w in WHY_NOT_WORDS)]
         if lines is not None:
             lines.extend(why)
         diffs = differences(baseline, got, step)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, IterableDataset, TensorDataset
-
-from torch.utils.data import SequentialSampler
+from torch.utils.data import DataLoader, IterableDataset, SequentialSampler, TensorDataset
 
 from lit_gpu.data.loader_order import order_settings
 from lit_gpu.data.replay import ReplayDataLoader, check_replay_state, make_replayable, why_not_replayable
