@@ -244,16 +244,16 @@ class ReplayDataLoader(SeededIterators):
             self._next_offset = self._saved_offset
         elif self._restored and self._pass_states is not None and self.changes() is None:
             if batches or self._saved_handed_out >= epoch_batches:  # the saved pass was over
-                self._then = ("finish", epoch_batches)
+                self._then = ("finish", max(0, epoch_batches - self._saved_offset))
             elif self._saved_handed_out:  # saved in its first step: redone from its start
                 self._then, self._next_offset = ("replay", 0), self._saved_offset
         return None
 
     def _why_not_at(self, batches: int) -> str | None:
-        if self._pass_states is None:
-            return "the checkpoint holds no state of it"
         if (changed := self.changes()) is not None:
             return f"it changed since the checkpoint: {changed}"
+        if self._pass_states is None:
+            return "the checkpoint holds no state of it"
         if self._saved_batches is not None and self._saved_batches != len(self):
             return f"its epoch had {self._saved_batches} batches, now {len(self)}"
         if batches < self._saved_offset:
@@ -343,16 +343,26 @@ class ReplayDataLoader(SeededIterators):
         return [c.Contract((*LOADER_STATES, c.EACH), spec, owner="the train loader")]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Keep the saved epoch's generator states; :meth:`resume_at` says how far the epoch had gone."""
+        """Keep the saved epoch's generator states; :meth:`resume_at` says how far the epoch had gone.
+
+        A well-formed state of another loader (its sampler or generators changed, so its generator states do
+        not fit this one) keeps only its settings: the resume names the change (:meth:`changes`).
+        """
         problem = check_replay_state(state, [g.get_state().numel() for g in self._generators()])
-        if problem is not None:
+        other = (
+            problem is not None
+            and state.get("replay_state") == REPLAY_STATE_VERSION
+            and saved_replay_problem(state) is None
+            and changed_settings(state["order"], order_settings(self, _index_sampler(self))) is not None
+        )
+        if problem is not None and not other:
             from lit_gpu.errors import LitGpuError
 
             raise LitGpuError(
                 f"the checkpoint's training-loader state is malformed ({problem}); it is corrupt or its "
                 "train_dataloader() is not this one: resume from another checkpoint, or start afresh"
             )
-        self._pass_states = list(state["generators"]) or None
+        self._pass_states = None if other else list(state["generators"]) or None
         self._saved_batches = state["batches"]
         self._saved_order = state.get("order")  # None: a version-1 state (its batch count is compared)
         self._saved_handed_out = state.get("handed_out", state["batches"])
