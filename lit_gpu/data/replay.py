@@ -351,6 +351,7 @@ class ReplayDataLoader(SeededIterators):
         problem = check_replay_state(state, [g.get_state().numel() for g in self._generators()])
         other = (
             problem is not None
+            and isinstance(state, dict)
             and state.get("replay_state") == REPLAY_STATE_VERSION
             and saved_replay_problem(state) is None
             and changed_settings(state["order"], order_settings(self, _index_sampler(self))) is not None
