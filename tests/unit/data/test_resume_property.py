@@ -110,6 +110,7 @@ def _property(examples: int):
     )
 
 
+@pytest.mark.integration  # trains for seconds: out of --fast, in `pytest`
 @_property(SAMPLE)
 @given(case=cases())
 def test_a_sample_of_resumes_is_exact_or_says_why(case, folders):
