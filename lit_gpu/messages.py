@@ -301,6 +301,11 @@ SWEEP_WAITING = (
 SWEEP_NOTHING_COMPLETE = "no trial of study {study} has completed yet; no best.yaml or plot written"
 SWEEP_WROTE_BEST = "wrote {path} (run it: lit-gpu fit --config {path})"
 SWEEP_WROTE_PLOT = "wrote {path}"
+# a resume whose training loader is not the checkpoint's (callbacks/rng_state.py, data/loader_order.py)
+LOADER_CHANGED = (
+    "resumed at {point}, but the training loader changed since the checkpoint ({what}): its order from here"
+    " on is not the stopped run's, so this run differs from an uninterrupted one"
+)
 
 
 #: longest text from a file shown in one message; the rest is cut with an ellipsis

@@ -74,7 +74,7 @@ class LoggingStateCallback(Callback):
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        if batches_in_flight(trainer):
+        if batches_in_flight(trainer) or _epoch_batches_done(trainer):
             return
         state = capture(trainer, pl_module)
         if state is not None:
@@ -139,6 +139,15 @@ class LoggingStateCallback(Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._pending = self._val_steps = self._again = None
         self._trainer = None
+
+
+def _epoch_batches_done(trainer: Any) -> bool:
+    """Whether the epoch's batches have all been trained (a save at its last batch, before its end): a fit
+    resumed from there goes on to the next epoch, so that epoch's values must not be restored into it
+    (found by tests/unit/data/test_resume_property.py)."""
+    batches = trainer.num_training_batches
+    processed = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+    return isinstance(batches, int) and batches > 0 and processed >= batches
 
 
 def _metric_modules(pl_module: Any) -> dict[str, Any]:

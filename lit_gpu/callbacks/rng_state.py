@@ -179,7 +179,7 @@ class RNGStateCallback(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._trainer = trainer  # to name the checkpoint a malformed state came from
         if stage == "fit":  # a module's plain train loaders resume mid-epoch too (lit_gpu.data.replay)
-            prepare_train_loaders(trainer.fit_loop, make_replayable)
+            prepare_train_loaders(trainer.fit_loop, make_replayable, ours=_is_replay)
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -300,19 +300,29 @@ def sync_resumed_train_loader(trainer: Any) -> None:
         progress.completed += delta
 
 
+def _is_replay(loader: Any) -> bool:
+    return isinstance(loader, ReplayDataLoader)
+
+
 def _resume_plain_loaders(trainer: Any) -> None:
     """Tell a module's replayable loaders where the epoch stopped; say once when one cannot continue there.
 
     The batches whose step finished are Lightning's ``processed`` counter of the epoch, restored from the
     checkpoint (a save after a step, at a validation, or in the middle of a step); all of them: an epoch end.
+    A loader other than the saved one (lit_gpu.data.loader_order) is one line, wherever the resume is.
     """
-    done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
-    if done >= trainer.num_training_batches:
-        done = 0
+    processed = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+    epoch_batches = trainer.num_training_batches
+    done = 0 if processed >= epoch_batches else processed
     for loader in train_loaders(trainer):
         if isinstance(loader, ReplayDataLoader):
-            why = loader.resume_at(done)
-            if why is None and done and trainer.current_epoch > 0 and loader.persistent_workers:
+            batches = epoch_batches if isinstance(epoch_batches, int) else None
+            why, changed = loader.resume_at(processed, batches), loader.changes()
+            if why is None and changed is not None:  # an epoch-start resume with another loader
+                point = numbering.fit_point(trainer, done)
+                messages.tell(messages.LOADER_CHANGED.format(point=point, what=changed))
+                return
+            if why is None and loader.restarts_workers(done):
                 messages.tell(PERSISTENT_WORKERS.format(point=numbering.fit_point(trainer, done)))
         else:
             why = why_not_replayable(loader) if done else None

@@ -221,6 +221,10 @@ FEATURES: dict[str, Feature] = {
         private={
             "lightning.pytorch.loops.fit_loop:_FitLoop._combined_loader": None,
             "lightning.pytorch.loops.fit_loop:_FitLoop._load_combined_loader_states": "(self) -> None",
+            "lightning.pytorch.loops.fit_loop:_FitLoop._combined_loader_states_to_load": None,
+            "lightning.fabric.utilities.types:_Stateful": None,
+            "torch.utils.data.dataloader:DataLoader._get_iterator": "(self) -> '_BaseDataLoaderIter'",
+            "torch.utils.data.dataloader:DataLoader._iterator": None,
             "torch.utils.data.dataloader:_BaseDataLoaderIter._sampler_iter": None,
             "torch.utils.data.dataloader:_BaseDataLoaderIter._num_yielded": None,
         },

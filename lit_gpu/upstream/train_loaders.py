@@ -13,17 +13,35 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from lightning.fabric.utilities.types import _Stateful
+from torch.utils.data import DataLoader
+
 _HOOK = "_load_combined_loader_states"
 
 
-def prepare_train_loaders(fit_loop: Any, prepare: Callable[[list[Any]], Any]) -> None:
-    """Call ``prepare(loaders)`` on this fit's train loaders whenever Lightning is to load their states."""
+def prepare_train_loaders(
+    fit_loop: Any, prepare: Callable[[list[Any]], Any], ours: Callable[[Any], bool] | None = None
+) -> None:
+    """Call ``prepare(loaders)`` on this fit's train loaders whenever Lightning is to load their states.
+
+    Lightning loads the saved states only when its fit loop is ``restarting``, which it is not when the
+    checkpoint's epoch counters say the epoch finished: a save at an epoch's end, and any save of a fit
+    resumed from one (Lightning 2.6 leaves the next epoch's counters as they were). The loaders for which
+    ``ours(loader)`` holds get their states then too (they tell an epoch's start from its middle themselves).
+    """
     load = getattr(type(fit_loop), _HOOK).__get__(fit_loop)
 
     def prepared_then_loaded() -> None:
         combined = fit_loop._combined_loader
         if combined is not None:
             prepare(combined.flattened)
+            states = fit_loop._combined_loader_states_to_load
+            if states and ours is not None and not fit_loop.restarting:
+                stateful = [ld for ld in combined.flattened if isinstance(ld, _Stateful)]
+                pairs = zip(stateful, states, strict=True) if len(stateful) == len(states) else ()
+                for loader, state in pairs:
+                    if ours(loader):
+                        loader.load_state_dict(state)
         load()
 
     setattr(fit_loop, _HOOK, prepared_then_loaded)
@@ -52,3 +70,42 @@ def skip_batches(iterator: Any, batches: int, workers: int) -> None:
         return
     for _ in range(batches):
         next(iterator)
+
+
+class SeededIterators(DataLoader):
+    """A ``DataLoader`` whose next iterator can draw its workers' base seed from a given generator state.
+
+    torch's ``DataLoader`` makes each iterator in ``_get_iterator`` (private), which draws the workers' base
+    seed from ``loader.generator`` or, without one, from the global torch RNG; a persistent-workers loader
+    makes one iterator and resets it each epoch (``_iterator``, private). A resumed loader whose uninterrupted
+    run had reset its iterator must not draw from the restored generators, and its workers must start from
+    the base seed that run's workers had: :meth:`seed_next_iterator_from` gives it the generator state that
+    seed was drawn from. Pinned by the replay tests (tests/unit/data/test_replay.py).
+    """
+
+    _seed_from: bytes | None = None
+
+    def seed_next_iterator_from(self, state: bytes | None) -> None:
+        """The next iterator draws its base seed from a generator in ``state`` (``None``: as torch does)."""
+        self._seed_from = state
+
+    @property
+    def has_iterator(self) -> bool:
+        """Whether a persistent-workers iterator exists already (the next pass resets it, drawing nothing)."""
+        return getattr(self, "_iterator", None) is not None
+
+    def _get_iterator(self) -> Any:
+        state, self._seed_from = self._seed_from, None
+        make = super()._get_iterator
+        if state is None:
+            return make()
+        import torch
+
+        generator = torch.Generator()
+        generator.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
+        own = self.generator
+        self.generator = generator
+        try:
+            return make()
+        finally:
+            self.generator = own

@@ -38,6 +38,7 @@ SECONDS: dict[str, int] = {  # the default tier on 2 idle cores (the README's `p
     "tests/unit/test_import_side_effects.py": 7,
     "tests/integration/test_predict.py": 7,
     "tests/integration/test_gpu_modes_cli.py": 7,
+    "tests/unit/data/test_resume_property.py": 12,
     "tests/unit/data/test_workers.py": 6,
     "tests/unit/test_import_contracts.py": 6,
     "tests/unit/files/test_contracts.py": 6,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+from torch.utils.data import DataLoader, IterableDataset, SequentialSampler, TensorDataset
 
+from lit_gpu.data.loader_order import order_settings
 from lit_gpu.data.replay import ReplayDataLoader, check_replay_state, make_replayable, why_not_replayable
 from lit_gpu.data.stateful import ResumableDataLoader
 from lit_gpu.errors import LitGpuError
@@ -75,17 +76,43 @@ def test_another_epoch_length_is_named_and_not_replayed():
     state = loader.state_dict()
     other = make_replayable([DataLoader(DATA, batch_size=8, shuffle=True)])[0]
     other.load_state_dict(state)
-    assert other.resume_at(3) == "its epoch had 10 batches, now 5"
+    assert other.resume_at(3) == "it changed since the checkpoint: batch_size 4 -> 8"
     assert len(_epoch(other)) == 5  # the whole epoch, from its start
     fresh = make_replayable([DataLoader(DATA, batch_size=4)])[0]
     assert fresh.resume_at(0) is None and fresh.resume_at(2) == "the checkpoint holds no state of it"
+
+
+ORDER = order_settings(DataLoader(DATA, batch_size=4), SequentialSampler(DATA))
+V2 = {
+    "replay_state": 2, "generators": [], "batches": 10, "order": ORDER, "handed_out": 0, "offset": 0,
+    "workers_seed": None, "made_iterator": True,
+}  # fmt: skip
+
+
+def test_a_version_1_state_is_still_read():
+    loader = make_replayable([DataLoader(DATA, batch_size=4, shuffle=True)])[0]
+    next(iter(loader))
+    state = {k: v for k, v in loader.state_dict().items() if k in ("replay_state", "generators", "batches")}
+    again = make_replayable([DataLoader(DATA, batch_size=4, shuffle=True)])[0]
+    again.load_state_dict({**state, "replay_state": 1})
+    assert again.changes() is None and again.resume_at(3) is None
 
 
 @pytest.mark.parametrize(
     ("state", "problem"),
     [
         ([], "not a replay state"),
-        ({"replay_state": 2, "generators": [], "batches": 1}, "replay state version 2"),
+        ({"replay_state": 3, "generators": [], "batches": 1}, "replay state version 3"),
+        ({"replay_state": 2, "generators": [], "batches": 1}, "not a version 2 replay state"),
+        ({**V2, "order": {**ORDER, "batch_size": "4"}}, "loader setting batch_size is a str"),
+        ({**V2, "order": {**ORDER, "shuffle": 1}}, "loader setting shuffle is a int"),
+        ({**V2, "order": {**ORDER, "samples": True}}, "loader setting samples is a bool"),
+        ({**V2, "order": {**ORDER, "sampler": "x" * 201}}, "longer than 200"),
+        ({**V2, "order": {"samples": 40}}, "loader settings are not the keys"),
+        ({**V2, "offset": -1}, "offset batch count"),
+        ({**V2, "handed_out": 2**63}, "handed_out batch count"),
+        ({**V2, "workers_seed": bytes(7)}, "the workers' seed state is not 5056 bytes"),
+        ({**V2, "made_iterator": 1}, "made_iterator is not a bool"),
         ({"replay_state": True, "generators": [], "batches": 1}, "replay state version True"),
         ({"replay_state": 1, "generators": [], "batches": -1}, "batch count"),
         (

@@ -225,7 +225,7 @@ def test_a_modules_plain_dataloader_resumes_mid_epoch_exactly(kind, tmp_path, ca
     assert ckpt["global_step"] == STOP
     (state,) = ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"]
     generators = 3 if kind == "random_generators" else 1  # global torch (+ the loader's, the sampler's)
-    assert state["replay_state"] == 1 and len(state["generators"]) == generators
+    assert state["replay_state"] == 2 and len(state["generators"]) == generators
     data = _plain(**_plain_kwargs(kind))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
