@@ -97,7 +97,7 @@ def uuid_ordinals(candidates: Sequence[str], uuids: Sequence[str]) -> list[int]:
 
 
 def torch_disagrees(value: str | None) -> str | None:
-    """Why torch and CUDA would not see the same GPUs for ``value``, or None (they agree on every ASCII value).
+    """Why torch and CUDA would not see the same GPUs for ``value``, or None (equal on every ASCII value).
 
     torch's ``_parse_visible_devices`` (its NVML count, what Lightning's ``num_cuda_devices`` returns) reads
     any Unicode digit; CUDA reads ``0``-``9``. A superscript digit makes torch raise ``ValueError``; another

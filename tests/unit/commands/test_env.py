@@ -268,5 +268,6 @@ def test_a_value_torch_cannot_read_as_cuda_does_is_reported_not_a_traceback(monk
     takes any ``str.isdigit``); now the GPUs are those CUDA shows and the advice names the disagreement."""
     install(monkeypatch, [FakeGpu(), FakeGpu()])
     report = env.collect(env={"CUDA_VISIBLE_DEVICES": value})
-    assert [g["cuda_ordinal"] for g in report["gpus"]] == ([0, None] if value.startswith("0,") else [None, None])
+    shown = [0, None] if value.startswith("0,") else [None, None]  # CUDA's reading: digits 0-9 only
+    assert [g["cuda_ordinal"] for g in report["gpus"]] == shown
     assert f"environment variable CUDA_VISIBLE_DEVICES={value!r}: torch" in "\n".join(report["advice"])
