@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -208,6 +209,7 @@ def _yaml_budget(text: str, source: object, limits: Limits, fix: str | None, loa
                 )
             anchor, size = None, sizes.get(event.anchor, 1)
         elif isinstance(event, yaml.ScalarEvent):
+            _sexagesimal_ok(event, source, fix, loader)
             anchor, size = event.anchor, 1
         else:
             continue
@@ -218,6 +220,33 @@ def _yaml_budget(text: str, source: object, limits: Limits, fix: str | None, loa
             raise BadFileError(
                 source, f"expands to more than {limits.max_nodes} values (aliases counted)", fix, _line(event)
             )
+
+
+_INT_TAG = "tag:yaml.org,2002:int"
+
+
+def _sexagesimal_ok(event: Any, source: object, fix: str | None, loader: Any) -> None:
+    """A base-60 integer (YAML 1.1's ``190:20:30``, which PyYAML's ``construct_yaml_int`` builds by
+    multiplying a growing base per part: quadratic time, 45 s for a 900 KB value) within the bound Python
+    puts on an integer read from text (``sys.get_int_max_str_digits()``, 4300 by default), which that
+    construction bypasses. A base-60 value that long is out of range anyway, or all leading zeros."""
+    import yaml
+
+    value = event.value
+    limit = sys.get_int_max_str_digits() or 4300
+    if len(value) <= limit or ":" not in value:
+        return
+    tag = event.tag
+    if event.implicit[0]:  # a plain scalar: what the loader's resolvers make of it (jsonargparse's)
+        tag = loader.resolve(loader, yaml.ScalarNode, value, event.implicit)
+    if tag == _INT_TAG:
+        raise BadFileError(
+            source,
+            f"the base-60 integer {value[:24]}... is longer than {limit} characters "
+            "(out of range: at most 2**63 - 1 in size)",
+            fix,
+            _line(event),
+        )
 
 
 #: The explicit tags a config may carry: the YAML core schema's (yaml.org/spec/1.2.2, 10.3; YAML 1.1's

@@ -1,0 +1,59 @@
+"""Red-team findings against the YAML reader (lit_gpu.files.yaml_json), each compared with jsonargparse's own
+loader (``jsonargparse._loaders_dumpers.yaml_load``): the same value where it reads one, one line where it
+cannot, and never more time or memory than lit_gpu's bounds allow."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from jsonargparse._loaders_dumpers import yaml_load
+
+from lit_gpu.cli import config_files
+from lit_gpu.files.text import BadFileError, parse_yaml
+
+
+def _config(text: str):
+    """``text`` read as ``--config cfg.yaml`` is read (the CLI's loader, jsonargparse's resolvers)."""
+    token = config_files.reading.set("cfg.yaml")
+    try:
+        return config_files.load(text, "cfg.yaml")
+    finally:
+        config_files.reading.reset(token)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: 1" + ":59" * 300_000,  # YAML 1.1 base-60 int: PyYAML multiplies a growing base per part
+        "a: !!int 0" + ":0" * 300_000,  # the value is 0, the construction as slow
+        "? 1" + ":59" * 300_000 + "\n: key",
+    ],
+    ids=["plain", "tagged-zero", "key"],
+)
+def test_a_base_60_integer_bomb_is_one_line_at_once(text):
+    """900 KB of ``1:59:59:...`` took 45 s of CPU in ``construct_yaml_int`` (jsonargparse's own loader as
+    long); Python's bound on an integer read from text (4300 digits) now applies to the base-60 form too."""
+    start = time.perf_counter()
+    with pytest.raises(BadFileError, match=r"cfg.yaml, line \d: the base-60 integer .* longer than 4300"):
+        _config(text)
+    assert time.perf_counter() - start < 2
+    with pytest.raises(BadFileError, match="base-60 integer"):  # every YAML lit_gpu reads, not only configs
+        parse_yaml(text, "hparams.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("max_time: 190:20:30", 685230),  # YAML 1.1 base-60, as jsonargparse reads it
+        ("a: !!int 1:30", 90),
+        ("a: 1:30.5", 90.5),
+        ("a: [" + ",".join(["1" + ":59" * 1400] * 3) + "]", None),  # long but within the bound: read, refused as
+    ],  # out of range by the integer check as before
+)
+def test_base_60_values_keep_jsonargparses_meaning(text, value):
+    if value is None:
+        with pytest.raises(BadFileError, match="out of range"):
+            _config(text)
+        return
+    assert _config(text) == yaml_load(text) == {next(iter(yaml_load(text))): value}
