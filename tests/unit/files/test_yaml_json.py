@@ -48,8 +48,9 @@ def test_a_base_60_integer_bomb_is_one_line_at_once(text):
         ("max_time: 190:20:30", 685230),  # YAML 1.1 base-60, as jsonargparse reads it
         ("a: !!int 1:30", 90),
         ("a: 1:30.5", 90.5),
-        ("a: [" + ",".join(["1" + ":59" * 1400] * 3) + "]", None),  # long but within the bound: read, refused as
-    ],  # out of range by the integer check as before
+        # long but within the bound: read, then refused as out of range by the integer check as before
+        ("a: [" + ",".join(["1" + ":59" * 1400] * 3) + "]", None),
+    ],
 )
 def test_base_60_values_keep_jsonargparses_meaning(text, value):
     if value is None:
