@@ -322,6 +322,8 @@ def parse_yaml(
         raise BadFileError(source, f"not plain YAML ({problem})", fix) from None
 
 
-def read_yaml(path: str | os.PathLike, limits: Limits = YAML_LIMITS, *, fix: str | None = None) -> Any:
-    """A whole YAML file as plain data within ``limits``."""
-    return parse_yaml(read_text(path, limits, fix=fix), path, limits, fix=fix)
+def read_yaml(
+    path: str | os.PathLike, limits: Limits = YAML_LIMITS, *, fix: str | None = None, loader: Any = None
+) -> Any:
+    """A whole YAML file as plain data within ``limits`` (``loader``: as in :func:`parse_yaml`)."""
+    return parse_yaml(read_text(path, limits, fix=fix), path, limits, fix=fix, loader=loader)
