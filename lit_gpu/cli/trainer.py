@@ -174,6 +174,9 @@ def explain_trainer_error(err: BaseException, argv: Sequence[str]) -> str | None
     params = _trainer_params()
     named = [n for n in _NAMED.findall(reason) if n in params]
     named += [p for p in sorted(params) if re.search(rf"\b{p}=", reason) and p not in named]
+    # Lightning's _determine_batch_limits names a setting bare ("invalid value nan for limit_train_batches"):
+    # a Trainer argument with an underscore is never an ordinary word
+    named += [p for p in sorted(params) if "_" in p and re.search(rf"\b{p}\b", reason) and p not in named]
     requirement = "Requirement '" in reason
     if not isinstance(err, MisconfigurationException) and not named and not requirement:
         return None
