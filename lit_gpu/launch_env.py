@@ -56,6 +56,10 @@ RULES: dict[str, tuple[str, str]] = {
     "SLURM_ARRAY_JOB_ID": ("job", "a job number, e.g. SLURM_ARRAY_JOB_ID=123456"),
     "SLURM_ARRAY_TASK_ID": ("job", "a task number, e.g. SLURM_ARRAY_TASK_ID=3"),
     "SLURM_NODELIST": ("nodes", "host names or a SLURM range, e.g. SLURM_NODELIST=node[1-4]"),
+    # Lightning's seed_everything writes these for the processes it starts; its reset_seed (DDP ranks) and
+    # _auto_add_worker_init_fn (every DataLoader with workers) read them back with int()
+    "PL_GLOBAL_SEED": ("int", "a whole number, e.g. PL_GLOBAL_SEED=42 (Lightning's seed_everything sets it)"),
+    "PL_SEED_WORKERS": ("int", "0 or 1, e.g. PL_SEED_WORKERS=1 (Lightning's seed_everything writes it)"),
     "CUDA_VISIBLE_DEVICES": ("cuda", "{why}; give GPU indices in the digits 0-9 or UUIDs, e.g. {name}=0,1"),
 }
 
@@ -77,6 +81,8 @@ def _valid(kind: str, value: str) -> bool:
         number = _number(value)
         low, high = {"whole": (0, None), "count": (1, None), "port": (1, 65535)}[kind]
         return number is not None and number >= low and (high is None or number <= high)
+    if kind == "int":
+        return _number(value) is not None
     if kind == "job":
         return _JOB.fullmatch(value) is not None
     if kind == "host":

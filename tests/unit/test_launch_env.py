@@ -94,3 +94,13 @@ def test_a_cuda_visible_devices_torch_and_cuda_read_differently_is_one_line(valu
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("lit-gpu: error: environment variable CUDA_VISIBLE_DEVICES=")
+
+
+@pytest.mark.parametrize("name", ["PL_SEED_WORKERS", "PL_GLOBAL_SEED"])
+def test_lightnings_seed_variables_are_read_as_it_reads_them(name):
+    """``PL_SEED_WORKERS=abc`` with ``--seed_everything false`` and DataLoader workers ended in a traceback
+    (Lightning's ``_auto_add_worker_init_fn`` and lit_gpu's worker guard read it with ``int()``, as
+    ``reset_seed`` reads ``PL_GLOBAL_SEED`` in every DDP rank): one line now; what ``int()`` reads passes."""
+    assert f"environment variable {name}='abc'" in launch_env.problem({**GOOD, name: "abc"})
+    for value in ("0", "1", "42", " 7 ", "-1"):
+        assert launch_env.problem({**GOOD, name: value}) is None
