@@ -106,6 +106,15 @@ CONFIG_NOT_A_MAPPING = (
     "this one holds {content}; fix or remove it"
 )
 YAML_SYNTAX = "{path}, line {line}, column {column}: YAML syntax error: {problem}; fix the YAML there"
+WEIGHTS_ONLY_FROM_A_FILE = (
+    "weights_only: false comes from a config file, and a file cannot switch the weights-only checkpoint load "
+    "off (a pickled checkpoint runs code when loaded); to trust this checkpoint pass --weights_only false on "
+    "the command line, or remove weights_only from the config"
+)
+SWEEP_SPACE_SETS_A_SWITCH = (
+    "a search space cannot set what a trial resumes from or a safety switch (config, ckpt_path, "
+    "weights_only, trust_module, predict_out); remove it from the space file"
+)
 BAD_TRAINER_SETTING = (
     "{source}: invalid trainer setting: {reason}; "
     "fix it on the command line or in the config's trainer: section"

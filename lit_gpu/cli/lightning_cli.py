@@ -31,7 +31,7 @@ from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.callbacks.stopped_run import signal_stop_code
-from lit_gpu.cli import config_files, quiet, run_folders
+from lit_gpu.cli import config_files, quiet, run_folders, weights_only_switch
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, hand_over, resolve_ckpt_path
 from lit_gpu.cli.module_steps import check_has_step
 from lit_gpu.cli.needs_data import check_has_data
@@ -317,6 +317,8 @@ class LitGpuCLI(CLIHooks):
             with warnings.catch_warnings():  # args from Python (main(argv), notebooks) are intended here
                 warnings.filterwarnings("ignore", message=r".*LightningCLI's args parameter is intended.*")
                 super().parse_arguments(parser, args)
+        # weights_only: false from a config file: one line (the switch is the command line's alone)
+        weights_only_switch.check(self.config, self.argv, from_command_line=not isinstance(args, dict))
         # last/best/FILE -> one checkpoint, read once (weights-only) and compared with the config's model
         self.resolution = resolve_ckpt_path(self.config)
         check_seed(self.config)  # out of numpy's range: one line, not a ValueError from seed_everything
