@@ -317,9 +317,8 @@ class LitGpuCLI(CLIHooks):
             with warnings.catch_warnings():  # args from Python (main(argv), notebooks) are intended here
                 warnings.filterwarnings("ignore", message=r".*LightningCLI's args parameter is intended.*")
                 super().parse_arguments(parser, args)
-        # weights_only: false from a config file: one line (the switch is the command line's alone)
         weights_only_switch.check(self.config, self.argv, from_command_line=not isinstance(args, dict))
-        # last/best/FILE -> one checkpoint, read once (weights-only) and compared with the config's model
+        # last/best/FILE -> one checkpoint, read once (weights-only; never switched off by a file)
         self.resolution = resolve_ckpt_path(self.config)
         check_seed(self.config)  # out of numpy's range: one line, not a ValueError from seed_everything
 
