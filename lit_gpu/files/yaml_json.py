@@ -30,7 +30,7 @@ from lit_gpu.files.budget import (
     read_text,
 )
 
-__all__ = ["json_lines", "parse_json", "parse_yaml", "read_json", "read_yaml"]
+__all__ = ["hparams_loader", "json_lines", "parse_json", "parse_yaml", "read_json", "read_yaml"]
 
 
 # ---- plain data checks --------------------------------------------------------------------------
@@ -181,7 +181,7 @@ def _yaml_budget(text: str, source: object, limits: Limits, fix: str | None, loa
     sizes: dict[str, int] = {}
     stack: list[list[Any]] = [[None, 0]]  # [anchor, expanded nodes so far]
     for event in yaml.parse(text, Loader=loader):
-        if _tagged(event):
+        if _tagged(event, getattr(loader, "plain_tags", CORE_SCHEMA_TAGS)):
             raise BadFileError(
                 source,
                 f"the tag {_tag_name(event.tag)} is not allowed (it builds a type other than plain data; "
@@ -261,11 +261,11 @@ CORE_SCHEMA_TAGS = frozenset(
 )
 
 
-def _tagged(event: Any) -> bool:
+def _tagged(event: Any, allowed: frozenset[str] = CORE_SCHEMA_TAGS) -> bool:
     """Whether ``event`` carries an explicit tag outside :data:`CORE_SCHEMA_TAGS` (``!!set``,
     ``!!python/...``, ``!custom``, ``!<...>``)."""
     tag = getattr(event, "tag", None)
-    if tag is None or tag == "!" or tag in CORE_SCHEMA_TAGS:  # "!" alone: a quoted scalar is a string
+    if tag is None or tag == "!" or tag in allowed:  # "!" alone: a quoted scalar is a string
         return False
     implicit = getattr(event, "implicit", True)
     return not (any(implicit) if isinstance(implicit, tuple) else implicit)
@@ -279,6 +279,23 @@ def _tag_name(tag: str) -> str:
 def _line(event: Any) -> int | None:
     mark = getattr(event, "start_mark", None)
     return None if mark is None else mark.line + 1
+
+
+PYTHON_TUPLE = "tag:yaml.org,2002:python/tuple"
+
+
+def hparams_loader() -> Any:
+    """PyYAML's safe loader plus the one tag Lightning writes into a run's ``hparams.yaml``: a tuple
+    hyper-parameter (``betas=(0.9, 0.999)``) is dumped by ``save_hparams_to_yaml`` (``yaml.dump``) as
+    ``!!python/tuple``, and read back by ``load_hparams_from_yaml`` (``yaml.full_load``) as a tuple of its
+    items (``FullConstructor.construct_python_tuple``); built here the same way, nothing else added."""
+    import yaml
+
+    class HparamsLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+        plain_tags = CORE_SCHEMA_TAGS | {PYTHON_TUPLE}
+
+    HparamsLoader.add_constructor(PYTHON_TUPLE, lambda loader, node: tuple(loader.construct_sequence(node)))
+    return HparamsLoader
 
 
 def parse_yaml(

@@ -5,12 +5,18 @@ cannot, and never more time or memory than lit_gpu's bounds allow."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
+import torch
 from jsonargparse._loaders_dumpers import yaml_load
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.loggers import CSVLogger
+from torch.utils.data import DataLoader, TensorDataset
 
 from lit_gpu.cli import config_files
-from lit_gpu.files.text import BadFileError, parse_yaml
+from lit_gpu.files.text import BadFileError, parse_yaml, read_yaml
+from lit_gpu.files.yaml_json import hparams_loader
 
 
 def _config(text: str):
@@ -58,3 +64,48 @@ def test_base_60_values_keep_jsonargparses_meaning(text, value):
             _config(text)
         return
     assert _config(text) == yaml_load(text) == {next(iter(yaml_load(text))): value}
+
+
+class TupleHparams(LightningModule):
+    """A plain module with a tuple hyper-parameter, as Lightning's examples write them (Adam's betas)."""
+
+    def __init__(self, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999)) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.layer = torch.nn.Linear(2, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, betas=self.hparams.betas)
+
+
+def test_an_hparams_yaml_lightning_wrote_with_a_tuple_is_read_as_lightning_reads_it(tmp_path):
+    """Lightning's loggers write a tuple hyper-parameter as ``!!python/tuple`` (``save_hparams_to_yaml``) and
+    ``load_from_checkpoint(hparams_file=...)`` reads it back with ``yaml.full_load``: lit_gpu's check refused
+    the file ("the tag !!python/tuple is not allowed"); it reads the tuple as Lightning does, nothing else."""
+    from lightning.pytorch.core.saving import load_hparams_from_yaml
+
+    from lit_gpu.checkpoints import load_lightning_module
+
+    trainer = Trainer(
+        max_steps=1,
+        accelerator="cpu",
+        logger=CSVLogger(tmp_path),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    data = DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2)
+    trainer.fit(TupleHparams(betas=(0.8, 0.99)), data)
+    ckpt = tmp_path / "model.ckpt"
+    trainer.save_checkpoint(ckpt)
+    hparams = Path(trainer.logger.log_dir) / "hparams.yaml"
+    assert "!!python/tuple" in hparams.read_text()
+    assert read_yaml(hparams, loader=hparams_loader()) == load_hparams_from_yaml(str(hparams))
+    model = load_lightning_module(TupleHparams, ckpt, hparams_file=hparams)
+    assert model.hparams.betas == (0.8, 0.99)
+    hparams.write_text("betas: !!python/object/apply:os.system [echo pwned]\n")
+    with pytest.raises(BadFileError, match="the tag !!python/object/apply:os.system is not allowed"):
+        read_yaml(hparams, loader=hparams_loader())
