@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from lit_gpu import visible_devices
+
 _JOB = re.compile(r"[0-9]+")  # a SLURM job or task number: the word scontrol gets, digits only
 # MASTER_ADDR: what torch.distributed's TCPStore resolves (a host name, an IPv4 or a bracketed or bare IPv6
 # address with its %zone), never shell words
@@ -32,7 +34,9 @@ _COUNT = "a whole number >= 1, e.g. {name}=2"
 # Each accepted set is the upstream reader's: Lightning's cluster environments (lightning.fabric.plugins.
 # environments: torchelastic, kubeflow, slurm, lightning) and rank_zero._get_rank read these numbers with
 # int(), torchrun and Kubeflow's PyTorchJob write them; lit_gpu's bound on top: not negative (a count >= 1).
-# CUDA_VISIBLE_DEVICES is not here: CUDA reads any value (lit_gpu.visible_devices), lit-gpu env reports it.
+# CUDA_VISIBLE_DEVICES: CUDA reads any value (lit_gpu.visible_devices), lit-gpu env reports it; only a value
+# torch's _parse_visible_devices reads differently from CUDA (a non-ASCII digit: torch raises or counts a GPU
+# CUDA will not show) is a problem (visible_devices.torch_disagrees).
 RULES: dict[str, tuple[str, str]] = {
     "RANK": ("whole", _WHOLE_NUMBER),
     "LOCAL_RANK": ("whole", _WHOLE_NUMBER),
@@ -52,6 +56,11 @@ RULES: dict[str, tuple[str, str]] = {
     "SLURM_ARRAY_JOB_ID": ("job", "a job number, e.g. SLURM_ARRAY_JOB_ID=123456"),
     "SLURM_ARRAY_TASK_ID": ("job", "a task number, e.g. SLURM_ARRAY_TASK_ID=3"),
     "SLURM_NODELIST": ("nodes", "host names or a SLURM range, e.g. SLURM_NODELIST=node[1-4]"),
+    # Lightning's seed_everything writes these for the processes it starts; its reset_seed (DDP ranks) and
+    # _auto_add_worker_init_fn (every DataLoader with workers) read them back with int()
+    "PL_GLOBAL_SEED": ("int", "a whole number, e.g. PL_GLOBAL_SEED=42 (Lightning's seed_everything sets it)"),
+    "PL_SEED_WORKERS": ("int", "0 or 1, e.g. PL_SEED_WORKERS=1 (Lightning's seed_everything writes it)"),
+    "CUDA_VISIBLE_DEVICES": ("cuda", "{why}; give GPU indices in the digits 0-9 or UUIDs, e.g. {name}=0,1"),
 }
 
 BAD_VARIABLE = "environment variable {name}={value}: {valid}; fix or unset it (set by you or the launcher)"
@@ -66,10 +75,14 @@ def _number(value: str) -> int | None:
 
 
 def _valid(kind: str, value: str) -> bool:
+    if kind == "cuda":
+        return visible_devices.torch_disagrees(value) is None
     if kind in ("whole", "count", "port"):
         number = _number(value)
         low, high = {"whole": (0, None), "count": (1, None), "port": (1, 65535)}[kind]
         return number is not None and number >= low and (high is None or number <= high)
+    if kind == "int":
+        return _number(value) is not None
     if kind == "job":
         return _JOB.fullmatch(value) is not None
     if kind == "host":
@@ -85,8 +98,9 @@ def problems(environ: Mapping[str, str]) -> dict[str, str]:
     for name, (kind, valid) in RULES.items():
         value = environ.get(name)
         if value is not None and not _valid(kind, value):
+            why = visible_devices.torch_disagrees(value) if kind == "cuda" else None
             found[name] = BAD_VARIABLE.format(
-                name=name, value=repr(value)[:80], valid=valid.format(name=name)
+                name=name, value=repr(value)[:80], valid=valid.format(name=name, why=why)
             )
     return found
 

@@ -106,6 +106,15 @@ CONFIG_NOT_A_MAPPING = (
     "this one holds {content}; fix or remove it"
 )
 YAML_SYNTAX = "{path}, line {line}, column {column}: YAML syntax error: {problem}; fix the YAML there"
+WEIGHTS_ONLY_FROM_A_FILE = (
+    "weights_only: false comes from a config file, and a file cannot switch the weights-only checkpoint load "
+    "off (a pickled checkpoint runs code when loaded); to trust this checkpoint pass --weights_only false on "
+    "the command line, or remove weights_only from the config"
+)
+SWEEP_SPACE_SETS_A_SWITCH = (
+    "a search space cannot set what a trial resumes from or a safety switch (config, ckpt_path, "
+    "weights_only, trust_module, predict_out); remove it from the space file"
+)
 BAD_TRAINER_SETTING = (
     "{source}: invalid trainer setting: {reason}; "
     "fix it on the command line or in the config's trainer: section"
@@ -284,23 +293,6 @@ LOGGER_CALL_IGNORED = (
     "event files keep it: tensorboard --logdir {folder}"
 )
 
-# ---- lit-gpu sweep (progress lines) -------------------------------------------------------------
-SWEEP_START = "study {study} ({done} trials so far), {more} more; runs in {folder}{how}"
-SWEEP_TRIAL_START = "trial {number}: {params}{gpus} -> {folder}"
-SWEEP_TRIAL_FINISHED = "trial {number} finished: {metric}={value}"
-SWEEP_TRIAL_PRUNED = "trial {number} pruned after validation {step} ({metric}={value})"
-SWEEP_TRIAL_FAILED = "trial {number} failed: {reason}"
-SWEEP_INTERRUPTED = (
-    "trial {number} stopped with its last.ckpt in {folder}; the same command continues it from there"
-)
-SWEEP_TRIAL_CONTINUE = "trial {number}: continuing ({why}): {params}{gpus} from {start}"
-SWEEP_WAITING = (
-    "{finished} of {target} trials finished; the others run in other workers: waiting for them "
-    "(a stale one is continued here)"
-)
-SWEEP_NOTHING_COMPLETE = "no trial of study {study} has completed yet; no best.yaml or plot written"
-SWEEP_WROTE_BEST = "wrote {path} (run it: lit-gpu fit --config {path})"
-SWEEP_WROTE_PLOT = "wrote {path}"
 # a resume whose training loader is not the checkpoint's (callbacks/rng_state.py, data/loader_order.py)
 LOADER_CHANGED = (
     "resumed at {point}, but the training loader changed since the checkpoint ({what}): its order from here"

@@ -12,23 +12,33 @@ the installed torch on a corpus of values. So:
   list; a value starting ``GPU-`` or ``MIG-`` is a list of UUIDs (a unique prefix is enough);
 - a repeated entry makes the whole list empty.
 
-No value is refused: lit_gpu only reports (``lit-gpu env``) what CUDA will see.
+Only where the two upstreams disagree is a value a problem (:func:`torch_disagrees`): torch's ``_strtoul``
+takes any Unicode digit (``str.isdigit``), so ``"\u00b2"`` (a superscript two) makes
+``torch.cuda.device_count()`` raise ``ValueError`` and ``"\u0661"`` (an Arabic-Indic one) is GPU 1 to torch's
+NVML count but no GPU to CUDA, whose ``strtoul`` reads ASCII ``0-9`` only. :func:`entries` gives CUDA's
+reading (equal to torch's for every ASCII value); every other value is only reported (``lit-gpu env``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-__all__ = ["entries", "hides_all", "read_whole", "uuid_ordinals"]
+__all__ = ["entries", "hides_all", "read_whole", "torch_disagrees", "uuid_ordinals"]
 
 
-def _strtoul(text: str) -> int:
-    """The number ``text`` starts with, or -1 (torch's ``_strtoul`` inside ``_parse_visible_devices``)."""
+def _ascii_digit(char: str) -> bool:
+    """A digit as C's ``strtoul`` reads one in the C locale (CUDA's reading): ``0``-``9`` only."""
+    return "0" <= char <= "9"
+
+
+def _strtoul(text: str, is_digit: Callable[[str], bool] = _ascii_digit) -> int:
+    """The number ``text`` starts with, or -1 (torch's ``_strtoul`` inside ``_parse_visible_devices``, with
+    CUDA's digits; ``is_digit=str.isdigit`` is torch's own, whose ``int()`` raises on ``"\u00b2"``)."""
     if not text:
         return -1
     end = 0
     for end, char in enumerate(text):
-        if not (char.isdigit() or (end == 0 and char in "+-")):
+        if not (is_digit(char) or (end == 0 and char in "+-")):
             break
         if end + 1 == len(text):
             end += 1
@@ -47,10 +57,13 @@ def _with_prefix(value: str, prefix: str) -> list[str]:
     return found
 
 
-def entries(value: str | None) -> list[int] | list[str] | None:
+def entries(
+    value: str | None, is_digit: Callable[[str], bool] = _ascii_digit
+) -> list[int] | list[str] | None:
     """The devices a ``CUDA_VISIBLE_DEVICES`` value lists: ordinals, or ``GPU-``/``MIG-`` UUID prefixes.
 
-    ``None`` when unset (every GPU is visible). Mirrors ``torch.cuda._parse_visible_devices``.
+    ``None`` when unset (every GPU is visible). Mirrors ``torch.cuda._parse_visible_devices`` with CUDA's
+    digits (``is_digit=str.isdigit``: torch's own, which raises ``ValueError`` on ``"\u00b2"``).
     """
     if value is None:
         return None
@@ -60,7 +73,7 @@ def entries(value: str | None) -> list[int] | list[str] | None:
         return _with_prefix(value, "MIG-")
     ordinals: list[int] = []
     for entry in value.split(","):
-        number = _strtoul(entry.strip())
+        number = _strtoul(entry.strip(), is_digit)
         if number in ordinals:  # a repeated ordinal: CUDA shows no device at all
             return []
         if number < 0:  # not a number, empty or negative: the list ends here
@@ -81,6 +94,25 @@ def uuid_ordinals(candidates: Sequence[str], uuids: Sequence[str]) -> list[int]:
             return []
         found.append(matches[0])
     return found
+
+
+def torch_disagrees(value: str | None) -> str | None:
+    """Why torch and CUDA would not see the same GPUs for ``value``, or None (equal on every ASCII value).
+
+    torch's ``_parse_visible_devices`` (its NVML count, what Lightning's ``num_cuda_devices`` returns) reads
+    any Unicode digit; CUDA reads ``0``-``9``. A superscript digit makes torch raise ``ValueError``; another
+    script's digit is a GPU to torch and none to CUDA (the run would fail when CUDA starts).
+    """
+    if value is None or value.isascii():
+        return None
+    try:
+        torch_reads = entries(value, str.isdigit)
+    except ValueError:
+        return "torch.cuda.device_count() raises ValueError on it (a digit int() cannot read)"
+    cuda_reads = entries(value)
+    if torch_reads != cuda_reads:
+        return f"torch reads it as {torch_reads}, CUDA as {cuda_reads} (CUDA reads the digits 0-9 only)"
+    return None
 
 
 def hides_all(value: str | None) -> bool:

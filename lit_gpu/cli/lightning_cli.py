@@ -29,7 +29,7 @@ from lit_gpu.callbacks.progress import use_progress_log
 from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.callbacks.stopped_run import signal_stop_code
-from lit_gpu.cli import config_files, fresh_optimizer, quiet, run_folders
+from lit_gpu.cli import config_files, fresh_optimizer, quiet, run_folders, weights_only_switch
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, hand_over, resolve_ckpt_path
 from lit_gpu.cli.extra_arguments import add_extra_arguments, has_option
 from lit_gpu.cli.module_steps import check_has_step, runs_lightnings
@@ -216,6 +216,7 @@ class LitGpuCLI(CLIHooks):
         kwargs.setdefault("save_config_callback", RunConfigSaver)  # a continued run keeps its config.yaml
         # the command line as the user typed it (lit_gpu:NAME kept): the resume line in the log
         self.command_line = as_argv(sys.argv[1:] if args is None else args)
+        self._args_are_a_dict = isinstance(args, dict)  # settings from Python: no file switched anything
         args = recipes.resolve_args(args)  # --config lit_gpu:NAME -> the shipped file's path
         # the command line, so that a device error can name the flag or file that asked for a GPU
         self.argv = as_argv(sys.argv[1:] if args is None else args)
@@ -269,7 +270,8 @@ class LitGpuCLI(CLIHooks):
 
     @override
     def _lit_gpu_parsed(self) -> None:
-        # last/best/FILE -> one checkpoint, read once (weights-only) and compared with the config's model
+        weights_only_switch.check(self.config, self.argv, from_command_line=not self._args_are_a_dict)
+        # last/best/FILE -> one checkpoint, read once (weights-only; never switched off by a file)
         self.resolution = resolve_ckpt_path(self.config)
         check_seed(self.config)  # out of numpy's range: one line, not a ValueError from seed_everything
 

@@ -146,6 +146,7 @@ def explain_device_error(err: BaseException, argv: Sequence[str]) -> str | None:
 
 # ---- other invalid trainer settings -------------------------------------------------------------
 _NAMED = re.compile(r"`(?:Trainer\()?(\w+)")
+_JOINED = re.compile(r"[a-z0-9]+(?:_[a-z0-9]+)+")  # limit_train_batches: never an ordinary word
 
 
 def _trainer_params() -> set[str]:
@@ -174,6 +175,10 @@ def explain_trainer_error(err: BaseException, argv: Sequence[str]) -> str | None
     params = _trainer_params()
     named = [n for n in _NAMED.findall(reason) if n in params]
     named += [p for p in sorted(params) if re.search(rf"\b{p}=", reason) and p not in named]
+    # Lightning's _determine_batch_limits names a setting bare ("invalid value nan for limit_train_batches"):
+    # a Trainer argument with an underscore is never an ordinary word
+    bare = [p for p in sorted(params) if _JOINED.fullmatch(p) and re.search(rf"\b{p}\b", reason)]
+    named += [p for p in bare if p not in named]
     requirement = "Requirement '" in reason
     if not isinstance(err, MisconfigurationException) and not named and not requirement:
         return None

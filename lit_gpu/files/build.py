@@ -75,6 +75,7 @@ from lit_gpu.files.build_policy import (
     where_of,
 )
 from lit_gpu.files.text import BadFileError, read_yaml
+from lit_gpu.files.yaml_json import hparams_loader
 from lit_gpu.upstream.loops import pop_cli_instantiation
 
 __all__ = [
@@ -348,7 +349,9 @@ def check_hparams(
             "remove the tags or pass the arguments yourself"
         )
         try:
-            loaded = read_yaml(hparams_file, fix=fix) if os.path.isfile(hparams_file) else None
+            # read as Lightning's load_hparams_from_yaml reads what its loggers wrote (a tuple included)
+            loader = hparams_loader()
+            loaded = read_yaml(hparams_file, fix=fix, loader=loader) if os.path.isfile(hparams_file) else None
         except BadFileError as err:
             raise UnsafeBuildError(str(err)) from None
         hparams = dict(loaded) if isinstance(loaded, Mapping) else {}

@@ -40,8 +40,14 @@ def read_space_file(path: str | os.PathLike) -> Any:
         OSError, ValueError: Unreadable, too big (over 1 MiB) or not YAML (``yaml.YAMLError`` is a
             ``ValueError`` here, with its first line as the message).
     """
+    # read as jsonargparse's loader reads a config (``1e-4`` is a float, a date stays a string), the
+    # reader the same file's fixed values and every --config go through: PyYAML's own YAML 1.1 resolver
+    # made ``low: 1e-4`` the string '1e-4' and the space was refused
+    from lit_gpu.upstream.tools import jsonargparse_yaml_loader
+
     try:
-        return read_yaml(path, SPACE_LIMITS, fix="fix the search space file")
+        fix = "fix the search space file"
+        return read_yaml(path, SPACE_LIMITS, fix=fix, loader=jsonargparse_yaml_loader())
     except BadFileError as err:
         raise ValueError(err.problem) from None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -29,7 +30,7 @@ from lit_gpu.files.budget import (
     read_text,
 )
 
-__all__ = ["json_lines", "parse_json", "parse_yaml", "read_json", "read_yaml"]
+__all__ = ["hparams_loader", "json_lines", "parse_json", "parse_yaml", "read_json", "read_yaml"]
 
 
 # ---- plain data checks --------------------------------------------------------------------------
@@ -180,7 +181,7 @@ def _yaml_budget(text: str, source: object, limits: Limits, fix: str | None, loa
     sizes: dict[str, int] = {}
     stack: list[list[Any]] = [[None, 0]]  # [anchor, expanded nodes so far]
     for event in yaml.parse(text, Loader=loader):
-        if _tagged(event):
+        if _tagged(event, getattr(loader, "plain_tags", CORE_SCHEMA_TAGS)):
             raise BadFileError(
                 source,
                 f"the tag {_tag_name(event.tag)} is not allowed (it builds a type other than plain data; "
@@ -208,6 +209,7 @@ def _yaml_budget(text: str, source: object, limits: Limits, fix: str | None, loa
                 )
             anchor, size = None, sizes.get(event.anchor, 1)
         elif isinstance(event, yaml.ScalarEvent):
+            _sexagesimal_ok(event, source, fix, loader)
             anchor, size = event.anchor, 1
         else:
             continue
@@ -218,6 +220,33 @@ def _yaml_budget(text: str, source: object, limits: Limits, fix: str | None, loa
             raise BadFileError(
                 source, f"expands to more than {limits.max_nodes} values (aliases counted)", fix, _line(event)
             )
+
+
+_INT_TAG = "tag:yaml.org,2002:int"
+
+
+def _sexagesimal_ok(event: Any, source: object, fix: str | None, loader: Any) -> None:
+    """A base-60 integer (YAML 1.1's ``190:20:30``, which PyYAML's ``construct_yaml_int`` builds by
+    multiplying a growing base per part: quadratic time, 45 s for a 900 KB value) within the bound Python
+    puts on an integer read from text (``sys.get_int_max_str_digits()``, 4300 by default), which that
+    construction bypasses. A base-60 value that long is out of range anyway, or all leading zeros."""
+    import yaml
+
+    value = event.value
+    limit = sys.get_int_max_str_digits() or 4300
+    if len(value) <= limit or ":" not in value:
+        return
+    tag = event.tag
+    if event.implicit[0]:  # a plain scalar: what the loader's resolvers make of it (jsonargparse's)
+        tag = loader.resolve(loader, yaml.ScalarNode, value, event.implicit)
+    if tag == _INT_TAG:
+        raise BadFileError(
+            source,
+            f"the base-60 integer {value[:24]}... is longer than {limit} characters "
+            "(out of range: at most 2**63 - 1 in size)",
+            fix,
+            _line(event),
+        )
 
 
 #: The explicit tags a config may carry: the YAML core schema's (yaml.org/spec/1.2.2, 10.3; YAML 1.1's
@@ -232,11 +261,11 @@ CORE_SCHEMA_TAGS = frozenset(
 )
 
 
-def _tagged(event: Any) -> bool:
+def _tagged(event: Any, allowed: frozenset[str] = CORE_SCHEMA_TAGS) -> bool:
     """Whether ``event`` carries an explicit tag outside :data:`CORE_SCHEMA_TAGS` (``!!set``,
     ``!!python/...``, ``!custom``, ``!<...>``)."""
     tag = getattr(event, "tag", None)
-    if tag is None or tag == "!" or tag in CORE_SCHEMA_TAGS:  # "!" alone: a quoted scalar is a string
+    if tag is None or tag == "!" or tag in allowed:  # "!" alone: a quoted scalar is a string
         return False
     implicit = getattr(event, "implicit", True)
     return not (any(implicit) if isinstance(implicit, tuple) else implicit)
@@ -250,6 +279,23 @@ def _tag_name(tag: str) -> str:
 def _line(event: Any) -> int | None:
     mark = getattr(event, "start_mark", None)
     return None if mark is None else mark.line + 1
+
+
+PYTHON_TUPLE = "tag:yaml.org,2002:python/tuple"
+
+
+def hparams_loader() -> Any:
+    """PyYAML's safe loader plus the one tag Lightning writes into a run's ``hparams.yaml``: a tuple
+    hyper-parameter (``betas=(0.9, 0.999)``) is dumped by ``save_hparams_to_yaml`` (``yaml.dump``) as
+    ``!!python/tuple``, and read back by ``load_hparams_from_yaml`` (``yaml.full_load``) as a tuple of its
+    items (``FullConstructor.construct_python_tuple``); built here the same way, nothing else added."""
+    import yaml
+
+    class HparamsLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+        plain_tags = CORE_SCHEMA_TAGS | {PYTHON_TUPLE}
+
+    HparamsLoader.add_constructor(PYTHON_TUPLE, lambda loader, node: tuple(loader.construct_sequence(node)))
+    return HparamsLoader
 
 
 def parse_yaml(
@@ -293,6 +339,8 @@ def parse_yaml(
         raise BadFileError(source, f"not plain YAML ({problem})", fix) from None
 
 
-def read_yaml(path: str | os.PathLike, limits: Limits = YAML_LIMITS, *, fix: str | None = None) -> Any:
-    """A whole YAML file as plain data within ``limits``."""
-    return parse_yaml(read_text(path, limits, fix=fix), path, limits, fix=fix)
+def read_yaml(
+    path: str | os.PathLike, limits: Limits = YAML_LIMITS, *, fix: str | None = None, loader: Any = None
+) -> Any:
+    """A whole YAML file as plain data within ``limits`` (``loader``: as in :func:`parse_yaml`)."""
+    return parse_yaml(read_text(path, limits, fix=fix), path, limits, fix=fix, loader=loader)

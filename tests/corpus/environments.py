@@ -5,7 +5,7 @@ Lightning cluster environment that takes the process (``lightning.fabric.plugins
 global rank, world size, local rank, node rank and main address, and the devices CUDA sees
 (``torch.cuda._parse_visible_devices``). Sources: slurmd's ``sbatch``/``srun`` OUTPUT ENVIRONMENT
 VARIABLES (CPU and GPU jobs, arrays, heterogeneous jobs), ``torchrun``'s documented variables, Kubeflow's
-PyTorchJob operator, IBM LSF ``jsrun`` and Open MPI's ``mpirun``.
+PyTorchJob operator, IBM LSF ``jsrun``, Open MPI's ``mpirun``, Ray Train, SageMaker and Azure ML.
 """
 
 from __future__ import annotations
@@ -312,6 +312,73 @@ OPEN_MPI = EnvCase(
     [3],
 )
 
+RAY_TRAIN = EnvCase(
+    "Ray Train TorchTrainer worker 3 of 4 (2 nodes x 2 GPUs; Ray sets the torch variables, no torchrun)",
+    {
+        "RANK": "3",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "4",
+        "LOCAL_WORLD_SIZE": "2",
+        "NODE_RANK": "1",
+        "MASTER_ADDR": "10.42.3.17",
+        "MASTER_PORT": "51327",
+        "RAY_ADDRESS": "10.42.3.17:6379",
+        "RAY_NODE_ID": "f1c2b7d9e0a34c5b8a0e6c2f3d4b5a6978695a4b3c2d1e0f",
+        "CUDA_VISIBLE_DEVICES": "2,3",  # Ray's GPU ids for this node's workers
+    },
+    "LightningEnvironment",
+    None,
+    None,
+    [2, 3],
+)
+
+SAGEMAKER = EnvCase(
+    "SageMaker training job, torch_distributed (torchrun on algo-2 of 2, 8 GPUs each), rank 9",
+    {
+        "SM_HOSTS": '["algo-1","algo-2"]',
+        "SM_CURRENT_HOST": "algo-2",
+        "SM_NUM_GPUS": "8",
+        "SM_HPS": '{{"epochs": 2, "lr": 1e-3}}',  # values are str.format()ed ({tmp})
+        "SM_MODEL_DIR": "/opt/ml/model",
+        "SM_CHANNEL_TRAINING": "/opt/ml/input/data/training",
+        "SM_TRAINING_ENV": '{{"hosts": ["algo-1", "algo-2"], "current_host": "algo-2"}}',
+        "RANK": "9",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "16",
+        "LOCAL_WORLD_SIZE": "8",
+        "GROUP_RANK": "1",
+        "MASTER_ADDR": "algo-1",
+        "MASTER_PORT": "7777",
+        "TORCHELASTIC_RUN_ID": "sagemaker-job-2026-11-28-18-00-00-123",
+    },
+    "TorchElasticEnvironment",
+    (9, 16, 1, 1),
+    "algo-1",
+    None,
+)
+
+AZUREML = EnvCase(
+    "Azure ML PyTorch command job, node 1 of 2, process 0 (the service sets the torch variables per process)",
+    {
+        "AZ_BATCH_MASTER_NODE": "10.0.0.4:6105",
+        "AZ_BATCHAI_MPI_MASTER_NODE": "10.0.0.4",
+        "AZUREML_NODE_COUNT": "2",
+        "AZUREML_RUN_ID": "frosty_lamp_1x2y3z",
+        "MASTER_ADDR": "10.0.0.4",
+        "MASTER_PORT": "6105",
+        "NODE_RANK": "1",
+        "RANK": "2",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "4",
+        "LOCAL_WORLD_SIZE": "2",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+    },
+    "LightningEnvironment",
+    None,
+    None,
+    [0, 1],
+)
+
 CASES = [
     SLURM_CPU_JOB,
     SLURM_GPU_JOB,
@@ -323,4 +390,7 @@ CASES = [
     KUBEFLOW,
     LSF_JSRUN,
     OPEN_MPI,
+    RAY_TRAIN,
+    SAGEMAKER,
+    AZUREML,
 ]

@@ -194,6 +194,40 @@ def test_weights_only_false_stays_the_users_explicit_opt_out(good_ckpt, tmp_path
     assert "test/loss" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        "weights_only: false\nckpt_path: {ckpt}\n",
+        "weights_only: !!bool no\nckpt_path: {ckpt}\n",
+        "fit:\n  weights_only: false\n",  # the top-level --config form, before the subcommand
+    ],
+    ids=["flat", "core-tag", "top-level"],
+)
+def test_a_config_file_cannot_switch_the_weights_only_load_off(
+    config, good_ckpt, tmp_path, monkeypatch, capsys
+):
+    """A downloaded config with ``weights_only: false`` and a ``ckpt_path`` ran the checkpoint's pickled code
+    (LightningCLI reads the key from files too); the switch is the command line's ``--weights_only false``
+    alone (after every --config): one line, exit 2, nothing loaded."""
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "marker"
+    ckpt = _tampered(good_ckpt, tmp_path / "evil.ckpt", extra=_Payload(marker))
+    cfg = tmp_path / "downloaded.yaml"
+    cfg.write_text(config.format(ckpt=ckpt))
+    if config.startswith("fit:"):
+        argv = ["--config", str(cfg), "fit", *SIMPLE, "--ckpt_path", str(ckpt)]
+    else:
+        argv = ["fit", *SIMPLE, "--config", str(cfg)]
+    line = _one_line_exit_2(argv, capsys)
+    assert "weights_only: false comes from a config file" in line and "--weights_only false" in line
+    assert not marker.exists()
+    if config.startswith("fit:"):
+        return
+    # typed before a --config that sets it again: the file has the last word, refused too
+    line = _one_line_exit_2(["fit", *SIMPLE, "--weights_only", "false", "--config", str(cfg)], capsys)
+    assert "comes from a config file" in line and not marker.exists()
+
+
 def test_hparams_class_swap_is_refused_naming_both_classes(good_ckpt, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     swapped = {"_class_path": "lit_gpu.modules.ClassificationModule", "num_classes": 10}

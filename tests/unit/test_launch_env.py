@@ -71,3 +71,36 @@ def test_every_bad_variable_is_named_once():
 def test_cuda_visible_devices_is_never_refused(value):
     """CUDA reads any value (lit_gpu.visible_devices mirrors torch's parser): lit-gpu env reports it."""
     assert launch_env.problem({**GOOD, "CUDA_VISIBLE_DEVICES": value}) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("\u00b2", "torch.cuda.device_count() raises ValueError on it"),
+        ("0,\u0661", "torch reads it as [0, 1], CUDA as [0]"),
+    ],
+)
+def test_a_cuda_visible_devices_torch_and_cuda_read_differently_is_one_line(value, why, capsys, monkeypatch):
+    """torch's ``_parse_visible_devices`` takes any Unicode digit, CUDA 0-9: ``fit`` would end in torch's
+    ``ValueError`` (or count a GPU CUDA never shows); the front door says so in one line, exit 2."""
+    from lit_gpu.cli.main import check_launch_env
+
+    assert why in launch_env.problem({**GOOD, "CUDA_VISIBLE_DEVICES": value})
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit) as stop:
+        check_launch_env(["fit"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("lit-gpu: error: environment variable CUDA_VISIBLE_DEVICES=")
+
+
+@pytest.mark.parametrize("name", ["PL_SEED_WORKERS", "PL_GLOBAL_SEED"])
+def test_lightnings_seed_variables_are_read_as_it_reads_them(name):
+    """``PL_SEED_WORKERS=abc`` with ``--seed_everything false`` and DataLoader workers ended in a traceback
+    (Lightning's ``_auto_add_worker_init_fn`` and lit_gpu's worker guard read it with ``int()``, as
+    ``reset_seed`` reads ``PL_GLOBAL_SEED`` in every DDP rank): one line now; what ``int()`` reads passes."""
+    assert f"environment variable {name}='abc'" in launch_env.problem({**GOOD, name: "abc"})
+    for value in ("0", "1", "42", " 7 ", "-1"):
+        assert launch_env.problem({**GOOD, name: value}) is None

@@ -35,6 +35,10 @@ LAUNCHER_PREFIXES = (
     "TORCHELASTIC",
     "LSB_",
     "JSM_",
+    "NODE_RANK",
+    "SM_",
+    "RAY_",
+    "AZ",
 )
 
 
@@ -80,5 +84,8 @@ def test_the_corpus_covers_every_launcher():
         "Kubeflow",
         "LSF",
         "Open MPI",
+        "Ray Train",
+        "SageMaker",
+        "Azure ML",
     ):
         assert launcher in names

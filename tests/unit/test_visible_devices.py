@@ -84,3 +84,37 @@ def test_uuid_prefixes_map_as_torch_maps_them():
 )
 def test_read_whole_says_when_cuda_ignores_part_of_the_value(value, whole):
     assert visible_devices.read_whole(value) is whole
+
+
+def _torch_reading(value: str) -> list | str:
+    try:
+        return _torch_reads(value)
+    except ValueError:
+        return "ValueError"
+
+
+#: digits str.isdigit takes and C's strtoul (CUDA's reading) does not: superscript, Arabic-Indic,
+#: Devanagari, fullwidth; with the ASCII entries real values hold
+UNICODE_ENTRIES = ["\u00b2", "\u0661", "\u0967", "\uff11", "0", "1", "", "x"]
+
+
+@pytest.mark.parametrize(
+    "value", [",".join(combo) for n in (1, 2) for combo in itertools.product(UNICODE_ENTRIES, repeat=n)]
+)
+def test_a_non_ascii_digit_is_flagged_exactly_where_torch_and_cuda_disagree(value):
+    """torch's ``_strtoul`` takes any ``str.isdigit`` character (its ``int()`` raises on a superscript);
+    CUDA's ``strtoul`` reads 0-9 only. :func:`entries` is CUDA's reading and never raises;
+    :func:`torch_disagrees` names every value the two read differently, and only those."""
+    cuda = visible_devices.entries(value)
+    torch_reads = _torch_reading(value)
+    assert cuda == visible_devices.entries(value.encode("ascii", "replace").decode().replace("?", "x"))
+    disagree = visible_devices.torch_disagrees(value)
+    assert (disagree is not None) is (torch_reads != cuda), (value, torch_reads, cuda)
+    if torch_reads == "ValueError":
+        assert "raises ValueError" in disagree
+    visible_devices.read_whole(value)  # reporting never raises
+    visible_devices.hides_all(value)
+
+
+def test_every_ascii_value_is_one_torch_and_cuda_agree_on():
+    assert [v for v in VALUES if visible_devices.torch_disagrees(v)] == []

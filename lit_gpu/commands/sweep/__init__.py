@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from lit_gpu import messages
+from lit_gpu import messages, sweep_lines
 from lit_gpu.commands.sweep.best import best_config, write_best_config
 from lit_gpu.commands.sweep.fitargs import check_space_keys, logger_flag, parse_fit_args, short_names
 from lit_gpu.commands.sweep.gpus import GpuClaims, device_count, needs_child_process
@@ -45,7 +45,7 @@ def report(study, options: SweepOptions, space: SearchSpace, fit_args: list[str]
     print_table(study, records, options.metric, options.top)
     done = completed(records, options.direction == "maximize")
     if not done:
-        messages.tell(messages.SWEEP_NOTHING_COMPLETE.format(study=study.study_name))
+        messages.tell(sweep_lines.SWEEP_NOTHING_COMPLETE.format(study=study.study_name))
         return 1
     best = done[0]
     check_params(best.params, space, best.number, storage)  # best.yaml takes nothing else from storage
@@ -57,8 +57,8 @@ def report(study, options: SweepOptions, space: SearchSpace, fit_args: list[str]
         best_config(fit_args, space, best),
     )
     png = plot_study(study, options.sweep_dir / "sweep.png", options.metric)
-    messages.tell(messages.SWEEP_WROTE_BEST.format(path=out))
-    messages.tell(messages.SWEEP_WROTE_PLOT.format(path=png))
+    messages.tell(sweep_lines.SWEEP_WROTE_BEST.format(path=out))
+    messages.tell(sweep_lines.SWEEP_WROTE_PLOT.format(path=png))
     return 0
 
 
@@ -79,7 +79,7 @@ def sweep(options: SweepOptions, fit_args: list[str]) -> int:
             options.n_trials if options.until_complete is None else f"until {options.until_complete} finished"
         )
         messages.tell(
-            messages.SWEEP_START.format(
+            sweep_lines.SWEEP_START.format(
                 study=options.study, done=len(study.trials), more=more, folder=options.sweep_dir, how=how
             )
         )

@@ -15,11 +15,11 @@ from typing import Any
 import yaml
 
 from lit_gpu.commands.sweep.fitargs import parse_fit_args
-from lit_gpu.commands.sweep.space import SearchSpace
+from lit_gpu.commands.sweep.space import NOT_FROM_A_SPACE, SearchSpace
 from lit_gpu.files.sweep_storage import TrialRecord
 
 # settings best.yaml never carries: what to resume from, safety switches, where to write
-DROPPED = ("config", "ckpt_path", "weights_only", "trust_module", "trust_modules", "predict_out")
+DROPPED = NOT_FROM_A_SPACE
 DROPPED_NESTED = (("trainer", "logger"), ("trainer", "default_root_dir"), ("checkpoint", "dirpath"))
 
 

@@ -31,6 +31,10 @@ _FIELDS = {
     "int": ({"low", "high"}, {"log", "step"}),
     "categorical": ({"choices"}, set()),
 }
+#: top-level settings a search space never sets (each trial would get them as flags): what to resume from
+#: and the safety switches (``weights_only: false`` with a ``ckpt_path`` ran a pickled checkpoint's code in
+#: every trial); the same settings best.yaml never carries (lit_gpu.commands.sweep.best.DROPPED)
+NOT_FROM_A_SPACE = ("config", "ckpt_path", "weights_only", "trust_module", "trust_modules", "predict_out")
 _KEY = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 _SCALARS = (type(None), bool, int, float, str)
 
@@ -174,6 +178,8 @@ def load_space(path: str | os.PathLike) -> SearchSpace:
     for key, spec in data.items():
         if not isinstance(key, str) or not _KEY.match(key):
             raise _fail(text_path, str(key), "keys must be dotted config keys such as trainer.max_epochs")
+        if key.split(".")[0] in NOT_FROM_A_SPACE:
+            raise _fail(text_path, key, messages.SWEEP_SPACE_SETS_A_SWITCH)
         if isinstance(spec, dict):
             space.params.append(_param(text_path, key, spec))
         else:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lit_gpu import messages
+from lit_gpu import messages, sweep_lines
 from lit_gpu.commands.sweep import metrics_csv
 from lit_gpu.commands.sweep.fitargs import fmt, logger_flag, short_names
 from lit_gpu.commands.sweep.gpus import GpuClaims
@@ -123,7 +123,7 @@ class Worker:
             pick = self.next_trial()
             if pick is None:
                 if not waiting:
-                    messages.tell(messages.SWEEP_WAITING.format(finished=self.finished(), target=target))
+                    messages.tell(sweep_lines.SWEEP_WAITING.format(finished=self.finished(), target=target))
                 waiting = True
                 time.sleep(WAIT_S)
                 continue
@@ -150,7 +150,7 @@ class Worker:
             result = self._fit(pick, values)
             stopped = result.interrupted is not None
             if stopped:
-                messages.tell(messages.SWEEP_INTERRUPTED.format(number=trial.number, folder=run_dir))
+                messages.tell(sweep_lines.SWEEP_INTERRUPTED.format(number=trial.number, folder=run_dir))
                 return result.interrupted
             self._record(trial, result)
             return None
@@ -170,7 +170,7 @@ class Worker:
             trial.set_user_attr("run_dir", str(run_dir))
             trial.set_user_attr("params", dict(values))
             messages.tell(
-                messages.SWEEP_TRIAL_START.format(
+                sweep_lines.SWEEP_TRIAL_START.format(
                     number=trial.number, params=shown, gpus=where, folder=run_dir
                 )
             )
@@ -180,7 +180,7 @@ class Worker:
             if last.is_file():
                 args.append(f"--ckpt_path={last}")
             messages.tell(
-                messages.SWEEP_TRIAL_CONTINUE.format(
+                sweep_lines.SWEEP_TRIAL_CONTINUE.format(
                     number=trial.number, why=pick.why, params=shown, gpus=where, start=start
                 )
             )
@@ -227,7 +227,7 @@ class Worker:
             value = fmt(result.value)
             step = result.pruned_at
             messages.tell(
-                messages.SWEEP_TRIAL_PRUNED.format(number=number, step=step, metric=metric, value=value)
+                sweep_lines.SWEEP_TRIAL_PRUNED.format(number=number, step=step, metric=metric, value=value)
             )
             self.study.tell(trial, state=_state("PRUNED"))
         elif result.value is None:
@@ -240,12 +240,12 @@ class Worker:
             self._fail(trial, f"{metric} is {result.value}")
         else:
             value = fmt(result.value)
-            messages.tell(messages.SWEEP_TRIAL_FINISHED.format(number=number, metric=metric, value=value))
+            messages.tell(sweep_lines.SWEEP_TRIAL_FINISHED.format(number=number, metric=metric, value=value))
             self.study.tell(trial, result.value)
 
     def _fail(self, trial: Any, reason: str) -> None:
         trial.set_user_attr("error", reason)
-        messages.tell(messages.SWEEP_TRIAL_FAILED.format(number=trial.number, reason=reason))
+        messages.tell(sweep_lines.SWEEP_TRIAL_FAILED.format(number=trial.number, reason=reason))
         self.study.tell(trial, state=_state("FAIL"))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 
@@ -128,3 +129,21 @@ def test_invalid_trainer_settings_name_the_flag_and_keep_lightnings_reason():
     assert line is not None and line.startswith("--trainer.strategy ddpp: invalid trainer setting")
     # a ValueError that names no Trainer argument (e.g. from a user's callback) keeps its traceback
     assert explain_trainer_error(ValueError("bad threshold"), argv) is None
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "given"),
+    [("limit_train_batches", float("nan"), ".nan"), ("val_check_interval", float("inf"), "!!float .inf")],
+)
+def test_a_setting_lightning_names_bare_is_blamed_not_the_accelerator(key, value, given):
+    """``--trainer.limit_train_batches .nan`` (YAML's NaN, which jsonargparse reads) was blamed on
+    ``debug.yaml (trainer.accelerator: cpu)``: Lightning names the setting without backticks."""
+    from lightning.pytorch import Trainer
+
+    from lit_gpu.cli.trainer import explain_trainer_error
+
+    argv = ["--config", str(CONFIGS / "debug.yaml"), f"--trainer.{key}", given]
+    with pytest.raises(MisconfigurationException) as info:
+        Trainer(**{key: value}, accelerator="cpu", logger=False)
+    line = explain_trainer_error(info.value, argv)
+    assert line is not None and line.startswith(f"--trainer.{key} {given}: invalid trainer setting")

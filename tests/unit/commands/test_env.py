@@ -260,3 +260,14 @@ def test_this_environment_is_in_the_supported_range():
     assert versions["source"] is not None, "install lit-gpu (pip install -e .) to read its declared ranges"
     out_of_range = [row for row in versions["dependencies"] if not row["ok"]]
     assert not out_of_range, out_of_range
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "0,\u00b2", "\u0661"])
+def test_a_value_torch_cannot_read_as_cuda_does_is_reported_not_a_traceback(monkeypatch, cuda_torch, value):
+    """``CUDA_VISIBLE_DEVICES=²`` made ``lit-gpu env`` end in torch's ``ValueError`` (its ``_strtoul``
+    takes any ``str.isdigit``); now the GPUs are those CUDA shows and the advice names the disagreement."""
+    install(monkeypatch, [FakeGpu(), FakeGpu()])
+    report = env.collect(env={"CUDA_VISIBLE_DEVICES": value})
+    shown = [0, None] if value.startswith("0,") else [None, None]  # CUDA's reading: digits 0-9 only
+    assert [g["cuda_ordinal"] for g in report["gpus"]] == shown
+    assert f"environment variable CUDA_VISIBLE_DEVICES={value!r}: torch" in "\n".join(report["advice"])

@@ -86,3 +86,28 @@ def test_bad_spaces_are_one_line_errors(tmp_path, text, message):
 def test_missing_space_file(tmp_path):
     with pytest.raises(LitGpuError, match="not found; pass e.g. --search lit_gpu:sweeps/simple"):
         load_space(tmp_path / "nope.yaml")
+
+
+def test_a_space_reads_numbers_and_dates_as_jsonargparse_reads_a_config(tmp_path):
+    """``low: 1e-4`` was the string '1e-4' (PyYAML's YAML 1.1 resolver) and the space refused; a search space
+    is read with jsonargparse's loader, as the ``--config`` it sweeps: 1e-4 a float, a date a string."""
+    from jsonargparse._loaders_dumpers import yaml_load
+
+    text = (
+        f"{LR}: {{type: float, low: 1e-4, high: 3E-1, log: true}}\n"
+        "data.init_args.tag: {type: categorical, choices: [2024-01-01, 1e3, 0x10]}\n"
+        "trainer.gradient_clip_val: 1e0\n"
+    )
+    space = _load(tmp_path, text)
+    assert space.params[0].args == {"low": 1e-4, "high": 0.3, "log": True}
+    assert space.params[1].args == {"choices": ["2024-01-01", 1000.0, 16]}
+    assert space.fixed == {"trainer.gradient_clip_val": 1.0}
+    assert yaml_load(text)[LR] == {"type": "float", "low": 1e-4, "high": 0.3, "log": True}
+
+
+@pytest.mark.parametrize("key", ["weights_only", "ckpt_path", "config", "trust_modules", "predict_out"])
+def test_a_space_cannot_set_a_safety_switch_or_what_a_trial_resumes_from(tmp_path, key):
+    """A space holding ``weights_only: false`` and ``ckpt_path: evil.ckpt`` became ``--weights_only=false
+    --ckpt_path=...`` flags of every trial, and the trial ran the checkpoint's pickled code."""
+    with pytest.raises(LitGpuError, match=f"{key}: a search space cannot set"):
+        _load(tmp_path, f"{LR}: {{type: float, low: 0.01, high: 0.1}}\n{key}: false\n")

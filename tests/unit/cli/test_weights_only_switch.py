@@ -1,0 +1,38 @@
+"""``weights_only: false`` counts only when typed on the command line (lit_gpu.cli.weights_only_switch)."""
+
+from __future__ import annotations
+
+import pytest
+from jsonargparse import Namespace
+
+from lit_gpu.cli import weights_only_switch
+from lit_gpu.errors import LitGpuError
+
+
+@pytest.mark.parametrize(
+    ("argv", "typed"),
+    [
+        (["fit", "--config", "a.yaml", "--weights_only", "false"], True),
+        (["fit", "-c", "a.yaml", "--weights_only=false"], True),
+        (["--config", "top.yaml", "fit", "--weights_only", "false"], True),
+        (["fit", "--weights_only", "false", "--config", "a.yaml"], False),  # the file has the last word
+        (["fit", "--weights_only=false", "--config=a.yaml"], False),
+        (["fit", "--config", "a.yaml"], False),
+    ],
+)
+def test_the_last_word_on_weights_only_is_the_flag_or_a_file(argv, typed):
+    assert weights_only_switch.typed_on_command_line(argv) is typed
+
+
+def _config(value):
+    return Namespace(subcommand="fit", fit=Namespace(weights_only=value))
+
+
+def test_only_a_false_from_a_file_is_refused():
+    file_argv = ["fit", "--config", "a.yaml"]
+    with pytest.raises(LitGpuError, match="weights_only: false comes from a config file"):
+        weights_only_switch.check(_config(False), file_argv, from_command_line=True)
+    for value in (True, None):  # weights-only on, or unset (lit_gpu makes it True)
+        weights_only_switch.check(_config(value), file_argv, from_command_line=True)
+    weights_only_switch.check(_config(False), [*file_argv, "--weights_only", "false"], from_command_line=True)
+    weights_only_switch.check(_config(False), [], from_command_line=False)  # LitGpuCLI(args={...}) in Python
