@@ -43,7 +43,11 @@ class RunConfigSaver(SaveConfigCallback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # a continued run keeps its config.yaml; so does a folder an evaluation shares with earlier ones
         # (validate/test/predict with the loggers off): a changed config goes beside it, never over it
-        beside = continued_run(trainer) is not None or (stage != "fit" and not self.overwrite)
+        beside = (
+            continued_run(trainer) is not None
+            or (stage == "fit" and self._resumes_its_own_folder(trainer))
+            or (stage != "fit" and not self.overwrite)
+        )
         if self.already_saved or not self.save_to_log_dir or not beside:
             try:
                 super().setup(trainer, pl_module, stage)
@@ -58,6 +62,18 @@ class RunConfigSaver(SaveConfigCallback):
             self._save_beside(Path(str(log_dir)))
             self.save_config(trainer, pl_module, stage)
         self.already_saved = trainer.strategy.broadcast(True)
+
+    def _resumes_its_own_folder(self, trainer: pl.Trainer) -> bool:
+        """A fit resumed from a checkpoint inside the folder it logs into (a sweep trial continued, a logger
+        with a fixed ``version``): that run, continued, whichever loggers write it."""
+        ckpt = self.config.get("ckpt_path") if hasattr(self.config, "get") else None
+        log_dir = trainer.log_dir
+        if not isinstance(ckpt, str | os.PathLike) or not ckpt or log_dir is None:
+            return False
+        try:
+            return Path(ckpt).resolve().is_relative_to(Path(log_dir).resolve())
+        except (OSError, ValueError):
+            return False
 
     def _save_beside(self, folder: Path) -> None:
         saved = saved_configs(folder)

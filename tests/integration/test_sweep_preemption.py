@@ -102,7 +102,7 @@ def test_a_stopped_trial_is_continued_from_its_checkpoint_to_the_uninterrupted_v
     assert sweep_cmd.main([*argv, "--until_complete", "2", *slow(0), *record]) == 0
     err = capsys.readouterr().err
     # trial 0 trained on from its checkpoint's step, not from 0; trial 1 from the start
-    assert (tmp_path / "start_steps.txt").read_text().split() == [str(saved_step), "0"]
+    assert (tmp_path / "start_steps.txt").read_text().split() == [str(saved_step), "0"], err[-6000:]
     why = "stopped by a signal" if sig != signal.SIGKILL else "its worker (pid"
     assert f"trial 0: continuing ({why}" in err and "version_0/checkpoints/last.ckpt" in err
     continued, reference = load(sweep_dir, "fixed").get_trials()
