@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import re
-import shutil
 import sys
-from pathlib import Path
+from importlib import metadata
 
 import tomllib
 from packaging.requirements import Requirement
@@ -28,9 +27,10 @@ def test_every_jupyter_command_of_the_docs_is_in_the_dev_extras_and_installed():
     assert "nbconvert" in used  # the docs show how to run a notebook from a shell
     dev = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
     names = {Requirement(r).name for r in dev}
-    bin_dir = Path(sys.executable).parent
     for sub in used:
         assert sub in JUPYTER_TOOLS, f"the docs run `jupyter {sub}`: name its distribution here"
         assert JUPYTER_TOOLS[sub] in names, f"jupyter {sub}: not in [dev]"
-        script = shutil.which(f"jupyter-{sub}", path=str(bin_dir)) or shutil.which(f"jupyter-{sub}")
-        assert script is not None, f"jupyter {sub} is not installed beside {sys.executable}"
+        # installed: its distribution in this interpreter with its console script (a venv that sees another
+        # venv's packages, as the lower-bound stage's does, has the script only there)
+        scripts = {ep.name for ep in metadata.distribution(JUPYTER_TOOLS[sub]).entry_points}
+        assert f"jupyter-{sub}" in scripts, f"jupyter {sub} is not installed for {sys.executable}"
