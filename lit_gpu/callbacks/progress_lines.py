@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 from typing import Any, Literal, NamedTuple, TextIO
 
@@ -42,7 +43,9 @@ _REPLACED_FLAGS = ("--ckpt_path", "--new_run")
 
 def resume_command(argv: list[str], checkpoint: str) -> str:
     """``lit-gpu <argv>`` with ``--ckpt_path checkpoint`` in place of any ``--ckpt_path`` it had
-    (shell-quoted; a ``--new_run`` left out: the resume continues the folder of ``checkpoint``)."""
+    (a ``--new_run`` left out: the resume continues the folder of ``checkpoint``), as one line that bash
+    reads back to the same words (:func:`command_word`). A command longer than :data:`RESUME_MAX_CHARS`
+    (the printed line would be cut) names the arguments instead of a cut, wrong command."""
     kept: list[str] = []
     skip = False
     for arg in argv:
@@ -55,7 +58,37 @@ def resume_command(argv: list[str], checkpoint: str) -> str:
         if arg.startswith(tuple(f"{flag}=" for flag in _REPLACED_FLAGS)):
             continue
         kept.append(arg)
-    return shlex.join(["lit-gpu", *kept, "--ckpt_path", checkpoint])
+    command = " ".join(command_word(word) for word in ["lit-gpu", *kept, "--ckpt_path", checkpoint])
+    if len(command) > RESUME_MAX_CHARS:
+        return f"lit-gpu <the same arguments> --ckpt_path {command_word(checkpoint)}"
+    return command
+
+
+#: the longest resume command printed whole (a stop line is cut at messages.LINE_MAX_CHARS)
+RESUME_MAX_CHARS = 3000
+
+
+def command_word(word: str) -> str:
+    """``word`` as a bash (and zsh) word that reads back as ``word`` and that :func:`~lit_gpu.messages.shown`
+    prints unchanged: ``shlex.quote``, or, where ``word`` holds a character ``shown`` would escape (a
+    newline, a control, a bidi or format character, an undecodable byte), ANSI-C quoting ``$'...'`` with
+    that character's bytes as ``\\xHH`` (bash's definition of ``$'...'``; ``!`` as ``\\x21``: no history
+    expansion)."""
+    if all(shown(char) == char for char in word):
+        return shlex.quote(word)
+    out = []
+    for char in word:
+        if char in "\\'":
+            out.append("\\" + char)
+        elif char == "!" or shown(char) != char:
+            try:
+                raw = os.fsencode(char)  # a lone surrogate: the undecodable byte it stands for
+            except UnicodeEncodeError:
+                raw = char.encode("utf-8", "surrogatepass")
+            out.append("".join(f"\\x{byte:02x}" for byte in raw))
+        else:
+            out.append(char)
+    return "$'" + "".join(out) + "'"
 
 
 def clock(seconds: float) -> str:
