@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash
 CORPUS = [
     ["fit", "--config", "configs/a b.yaml", "--model.lr", "1e-3"],
     ["fit", "--config=x.yaml", "--ckpt_path=runs/old/last.ckpt", "--new_run", "true"],
-    ["fit", "--config", "{trainer: {max_epochs: 2}, model: {name: \"it's\"}}"],
+    ["fit", "--config", '{trainer: {max_epochs: 2}, model: {name: "it\'s"}}'],
     ["fit", "--model.name", "$(touch /tmp/pwned) `id` ${HOME} !! ~ *"],
     ["fit", "--config", "a\nb.yaml", "--data.root", "tab\there"],
     ["fit", "--model.name", "\u202eevil\u200b", "--data.root", "données/ünï\u0085"],
