@@ -13,6 +13,7 @@ import json
 import math
 import os
 import shlex
+import sys
 from typing import Any, Literal, NamedTuple, TextIO
 
 from lit_gpu import messages, numbering
@@ -58,10 +59,22 @@ def resume_command(argv: list[str], checkpoint: str) -> str:
         if arg.startswith(tuple(f"{flag}=" for flag in _REPLACED_FLAGS)):
             continue
         kept.append(arg)
-    command = " ".join(command_word(word) for word in ["lit-gpu", *kept, "--ckpt_path", checkpoint])
+    program = " ".join(command_word(word) for word in _program(argv))
+    command = " ".join([program, *(command_word(word) for word in [*kept, "--ckpt_path", checkpoint])])
     if len(command) > RESUME_MAX_CHARS:
-        return f"lit-gpu <the same arguments> --ckpt_path {command_word(checkpoint)}"
+        return f"{program} <the same arguments> --ckpt_path {command_word(checkpoint)}"
     return command
+
+
+def _program(argv: list[str]) -> list[str]:
+    """The words that started this process before ``argv``: ``lit-gpu``, or, when ``argv`` is this process's
+    own command line run by another program (``python train.py`` with a LitGpuCLI of its own, ``python -m
+    lit_gpu``), those words as Python recorded them (``sys.orig_argv``): the resume runs the same CLI."""
+    own = sys.argv[1:]
+    if own != argv or os.path.basename(sys.argv[0]) == "lit-gpu" or not sys.argv[0]:
+        return ["lit-gpu"]
+    words = sys.orig_argv[: len(sys.orig_argv) - len(own)]
+    return words if words and own == sys.orig_argv[len(words) :] else ["lit-gpu"]
 
 
 #: the longest resume command printed whole (a stop line is cut at messages.LINE_MAX_CHARS)
