@@ -292,6 +292,13 @@ LOGGER_CALL_IGNORED = (
     "the CSV logger keeps no {method} (tag '{tag}') and ignores it (said once); the TensorBoard logger's "
     "event files keep it: tensorboard --logdir {folder}"
 )
+MEDIA_FULL = (
+    "the CSV logger's media folder {folder} holds {limit} now: it keeps no more images, figures or text "
+    "for this run (said once); the TensorBoard logger's event files still take them"
+)
+MEDIA_TOO_BIG = (
+    "the CSV logger keeps no image (tag '{tag}') of {pixels} pixels, over PIL's bound of {bound} (said once)"
+)
 
 # a resume whose training loader is not the checkpoint's (callbacks/rng_state.py, data/loader_order.py)
 LOADER_CHANGED = (
