@@ -326,6 +326,10 @@ class LitGpuCLI(CLIHooks):
 
     @override
     def _lit_gpu_trainer_built(self, trainer: pl.Trainer) -> None:
+        if not isinstance(trainer, pl.Trainer):  # a trainer_class factory's (LightningCLI calls its methods)
+            factory = getattr(self.trainer_class, "__qualname__", repr(self.trainer_class))
+            kind, run = type(trainer).__qualname__, self.subcommand or "fit"
+            raise LitGpuError(messages.NOT_A_TRAINER.format(factory=factory, kind=kind, subcommand=run))
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         install_guarantees(trainer)  # whatever trainer.callbacks holds; a user's instance of one replaces it
         configure_trainer(
