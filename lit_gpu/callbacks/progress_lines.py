@@ -44,21 +44,28 @@ _REPLACED_FLAGS = ("--ckpt_path", "--new_run")
 
 def resume_command(argv: list[str], checkpoint: str) -> str:
     """``lit-gpu <argv>`` with ``--ckpt_path checkpoint`` in place of any ``--ckpt_path`` it had
-    (a ``--new_run`` left out: the resume continues the folder of ``checkpoint``), as one line that bash
+    (a ``--new_run true`` left out: the resume continues the folder of ``checkpoint``; a last ``--new_run
+    false`` kept, as LitGpuCLI adds it where a config file set ``new_run: true``), as one line that bash
     reads back to the same words (:func:`command_word`). A command longer than :data:`RESUME_MAX_CHARS`
     (the printed line would be cut) names the arguments instead of a cut, wrong command."""
     kept: list[str] = []
-    skip = False
+    new_run: str | None = None  # the value of the last --new_run
+    skip: str | None = None  # a dropped flag whose value comes next
     for arg in argv:
-        if skip:
-            skip = False
+        if skip is not None:
+            new_run = arg if skip == "--new_run" else new_run
+            skip = None
             continue
-        if arg in _REPLACED_FLAGS:
-            skip = True
-            continue
-        if arg.startswith(tuple(f"{flag}=" for flag in _REPLACED_FLAGS)):
+        flag, equals, value = arg.partition("=")
+        if flag in _REPLACED_FLAGS:
+            if not equals:
+                skip = flag
+            elif flag == "--new_run":
+                new_run = value
             continue
         kept.append(arg)
+    if new_run is not None and new_run.strip().lower() == "false":  # a file may say new_run: true
+        kept += ["--new_run", "false"]
     program = " ".join(command_word(word) for word in _program(argv))
     command = " ".join([program, *(command_word(word) for word in [*kept, "--ckpt_path", checkpoint])])
     if len(command) > RESUME_MAX_CHARS:
@@ -71,7 +78,7 @@ def _program(argv: list[str]) -> list[str]:
     own command line run by another program (``python train.py`` with a LitGpuCLI of its own, ``python -m
     lit_gpu``), those words as Python recorded them (``sys.orig_argv``): the resume runs the same CLI."""
     own = sys.argv[1:]
-    if own != argv or os.path.basename(sys.argv[0]) == "lit-gpu" or not sys.argv[0]:
+    if argv[: len(own)] != own or os.path.basename(sys.argv[0]) == "lit-gpu" or not sys.argv[0]:
         return ["lit-gpu"]
     words = sys.orig_argv[: len(sys.orig_argv) - len(own)]
     return words if words and own == sys.orig_argv[len(words) :] else ["lit-gpu"]

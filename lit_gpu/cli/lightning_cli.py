@@ -339,11 +339,12 @@ class LitGpuCLI(CLIHooks):
         if self.resolution is not None and self.resolution.no_cluster_resume:
             no_cluster_resume(trainer)  # the store passed every hpc_ckpt over: Lightning must not take one
         own_cluster_saves(trainer, next_cluster_checkpoint)  # a requeue save numbered by the store's rules
+        new_run = config_value(config, "new_run", False)  # a file's new_run: true must not move the resume
         use_progress_log(  # plain lines (or JSON) in place of the live bar when stdout is not a terminal
             trainer,
             interval=config_value(config, "progress_interval", DEFAULT_INTERVAL),
             format=config_value(config, "progress_format", "text"),
-            command=self.command_line,
+            command=self.command_line + (["--new_run", "false"] if new_run else []),
         )
         lean_model_summary(trainer)  # no all-zero FLOPs column (after the bar chose the summary's kind)
         run_folders.adapt_checkpoint_monitor(trainer)  # default val/loss: last.ckpt only if never logged

@@ -43,3 +43,28 @@ def test_the_pasted_command_of_a_users_script_continues_its_run(tmp_path, cli_en
     last = Path(tmp_path, "runs", "lit_gpu", "version_0", "checkpoints", "last.ckpt")
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 8
     assert not Path(tmp_path, "runs", "lit_gpu", "version_1").exists()
+
+
+def test_a_configs_new_run_true_does_not_move_the_resume_to_a_new_folder(tmp_path, cli_env):
+    """``new_run: true`` in the config (fine-tuning into fresh folders): the stop line's command continues
+    the stopped run's folder (``--new_run false`` in it), where it started version_1 from version_0's step."""
+    import shlex
+
+    from tests.helpers.forked_cli import run_cli
+    from tests.helpers.simple_run import SIMPLE
+
+    (tmp_path / "fresh.yaml").write_text("new_run: true\n")
+    argv = ["fit", *SIMPLE, "--config", "fresh.yaml", "--trainer.enable_progress_bar", "false",
+            "--trainer.callbacks+=tests.helpers.stop_at.SigintAtStepFromEnv"]  # fmt: skip
+    first = run_cli(argv, tmp_path, dict(cli_env, **{ENV: "5"}), timeout=120)
+    assert first.returncode == 130, first.stderr[-3000:]
+    (stop,) = [ln for ln in first.stderr.splitlines() if "stopped by SIGINT" in ln]
+    words = shlex.split(stop.split("resume with: ", 1)[1])
+    assert words[-4:-2] == ["--new_run", "false"], words
+    resumed = run_cli(words[1:], tmp_path, cli_env, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "continuing the run in" in resumed.stderr and "from step 6" in resumed.stderr, resumed.stderr[
+        -2000:
+    ]
+    assert "fit done in" in resumed.stderr + resumed.stdout
+    assert not (tmp_path / "runs" / "lit_gpu" / "version_1").exists()

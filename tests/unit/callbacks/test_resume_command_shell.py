@@ -24,6 +24,8 @@ CORPUS = [
     ["fit", "--model.name", "\u202eevil\u200b", "--data.root", "données/ünï\u0085"],
     ["fit", "--data.root", "raw-\udce9-byte"],  # an undecodable byte of argv (surrogateescape)
     ["fit", "-c", "x.yaml", "--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor", "val/loss"],
+    ["fit", "--config", "new_run_true.yaml", "--new_run", "false"],  # kept: the file's true must not win
+    ["fit", "--new_run=False", "--ckpt_path", "a.ckpt", "--new_run", "true"],  # the last one decides: dropped
 ]
 
 
@@ -36,15 +38,18 @@ def _bash_words(command: str) -> list[str]:
 
 
 def _expected(argv: list[str], checkpoint: str) -> list[str]:
-    kept, skip = [], False
+    kept, skip, new_run = [], "", None
     for arg in argv:
         if skip:
-            skip = False
+            new_run, skip = (arg if skip == "--new_run" else new_run), ""
         elif arg in ("--ckpt_path", "--new_run"):
-            skip = True
-        elif not arg.startswith(("--ckpt_path=", "--new_run=")):
+            skip = arg
+        elif arg.startswith("--new_run="):
+            new_run = arg.partition("=")[2]
+        elif not arg.startswith("--ckpt_path="):
             kept.append(arg)
-    return [*kept, "--ckpt_path", checkpoint]
+    false = new_run is not None and new_run.strip().lower() == "false"
+    return [*kept, *(["--new_run", "false"] if false else []), "--ckpt_path", checkpoint]
 
 
 @pytest.mark.parametrize("argv", CORPUS)
@@ -70,3 +75,11 @@ def test_any_argv_reads_back(argv):
 def test_a_command_too_long_for_the_line_names_the_arguments_instead_of_a_cut_one():
     command = resume_command(["fit", "--config", "{" + "a: 1, " * 1000 + "}"], "runs/v/last.ckpt")
     assert command == "lit-gpu <the same arguments> --ckpt_path runs/v/last.ckpt"
+
+
+def test_a_false_new_run_is_kept_and_a_true_one_dropped():
+    assert (
+        resume_command(["fit", "--new_run", "false"], "l.ckpt")
+        == "lit-gpu fit --new_run false --ckpt_path l.ckpt"
+    )
+    assert resume_command(["fit", "--new_run=true"], "l.ckpt") == "lit-gpu fit --ckpt_path l.ckpt"
