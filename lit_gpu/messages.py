@@ -300,8 +300,9 @@ MEDIA_FULL = (
     "the CSV logger's media folder {folder} holds {limit} now: it keeps no more images, figures or text "
     "for this run (said once); the TensorBoard logger's event files still take them"
 )
-MEDIA_TOO_BIG = (
-    "the CSV logger keeps no image (tag '{tag}') of {pixels} pixels, over PIL's bound of {bound} (said once)"
+MEDIA_TOO_BIG = "the CSV logger skips image '{tag}': {pixels} pixels, over PIL's bound of {bound} (said once)"
+MISSING_REQUIREMENT = (
+    "the config names a class that needs {requirement}, not installed here: pip install -U '{requirement}'"
 )
 
 # a resume whose training loader is not the checkpoint's (callbacks/rng_state.py, data/loader_order.py)

@@ -36,7 +36,7 @@ from lit_gpu.cli.module_steps import check_has_step, runs_lightnings
 from lit_gpu.cli.needs_data import check_has_data
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
 from lit_gpu.cli.sanity import check_seed
-from lit_gpu.cli.too_big import explain_build_failure
+from lit_gpu.cli.too_big import explain_build_failure, missing_requirement
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import install_atomic_checkpoint_io
@@ -292,7 +292,7 @@ class LitGpuCLI(CLIHooks):
             config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
             groups = {"checkpoint": FreshLastCheckpoint, "speed": SpeedLevers, "nan_guard": NaNGuard}
             groups["trainer"] = pl.Trainer
-            message = explain_build_failure(err, config.as_dict(), groups)  # names the config key
+            message = explain_build_failure(err, config.as_dict(), groups) or missing_requirement(err)
             if message is None:
                 raise
             raise LitGpuError(message) from err

@@ -135,4 +135,4 @@ def test_an_image_over_pils_pixel_bound_is_one_line_not_an_encoding(writer, tmp_
     names = sorted(p.name for p in (tmp_path / "run" / "media").iterdir())
     assert names == ["grid-step000000.png", "hwc-step000000.png"]
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("lit-gpu:")]
-    assert len(err) == 1 and "1600 pixels, over PIL's bound of 1000" in err[0]
+    assert len(err) == 1 and "'big': 1600 pixels, over PIL's bound of 1000" in err[0]
