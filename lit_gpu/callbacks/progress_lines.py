@@ -78,7 +78,7 @@ def _program(argv: list[str]) -> list[str]:
     own command line run by another program (``python train.py`` with a LitGpuCLI of its own, ``python -m
     lit_gpu``), those words as Python recorded them (``sys.orig_argv``): the resume runs the same CLI."""
     own = sys.argv[1:]
-    if argv[: len(own)] != own or os.path.basename(sys.argv[0]) == "lit-gpu" or not sys.argv[0]:
+    if not own or argv[: len(own)] != own or os.path.basename(sys.argv[0]) == "lit-gpu" or not sys.argv[0]:
         return ["lit-gpu"]
     words = sys.orig_argv[: len(sys.orig_argv) - len(own)]
     return words if words and own == sys.orig_argv[len(words) :] else ["lit-gpu"]

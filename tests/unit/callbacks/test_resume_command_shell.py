@@ -83,3 +83,14 @@ def test_a_false_new_run_is_kept_and_a_true_one_dropped():
         == "lit-gpu fit --new_run false --ckpt_path l.ckpt"
     )
     assert resume_command(["fit", "--new_run=true"], "l.ckpt") == "lit-gpu fit --ckpt_path l.ckpt"
+
+
+def test_the_program_is_lit_gpu_unless_argv_is_this_process_own(monkeypatch):
+    monkeypatch.setattr("sys.argv", ["-c"])  # a pytest-xdist worker, a notebook: no command line of its own
+    assert resume_command(["fit"], "l.ckpt") == "lit-gpu fit --ckpt_path l.ckpt"
+    monkeypatch.setattr("sys.argv", ["train.py", "fit"])
+    monkeypatch.setattr("sys.orig_argv", ["python3", "-X", "dev", "train.py", "fit"])
+    assert resume_command(["fit"], "l.ckpt") == "python3 -X dev train.py fit --ckpt_path l.ckpt"
+    monkeypatch.setattr("sys.argv", ["/venv/bin/lit-gpu", "fit"])
+    monkeypatch.setattr("sys.orig_argv", ["/venv/bin/python", "/venv/bin/lit-gpu", "fit"])
+    assert resume_command(["fit"], "l.ckpt") == "lit-gpu fit --ckpt_path l.ckpt"
