@@ -12,21 +12,35 @@ so no such call crashes a run:
 * the rest (histograms, graphs, embeddings, audio, video, meshes, PR curves, custom layouts): ignored, with
   one line per method and run (the TensorBoard logger, on by default, keeps them).
 
-Tags name files only after :func:`media_name` (no folder, no dot file): a tag cannot write outside ``media/``.
+Tags name files only after :func:`media_name` (no folder, no dot file, no Windows device name; a tag that
+had to change keeps a short hash of itself, so two tags never share a file): a tag cannot write outside
+``media/``. The folder is bounded (:data:`MEDIA_MAX_BYTES`, :data:`MEDIA_MAX_FILES`; past either, one line
+and no more media) and an image over PIL's own bound of pixels (``PIL.Image.MAX_IMAGE_PIXELS``, its
+decompression-bomb limit) is one line, not an encoding that takes the memory.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import io
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lit_gpu.messages import LOGGER_CALL_IGNORED, shown, tell
+from lit_gpu.messages import LOGGER_CALL_IGNORED, MEDIA_FULL, MEDIA_TOO_BIG, shown, tell
 
 MEDIA_DIR = "media"
+#: the bytes and files one run's media folder may hold (what is past them is dropped with one line)
+MEDIA_MAX_BYTES = 1 << 30
+MEDIA_MAX_FILES = 100_000
+#: names Windows keeps for devices, with any extension (a run folder may be copied to Windows)
+_RESERVED = frozenset(
+    {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))}
+)
 
 
 @functools.cache
@@ -40,8 +54,12 @@ def summary_writer_methods() -> frozenset[str]:
 
 def media_name(tag: object) -> str:
     """``tag`` as one plain file name: letters, digits, ``.``, ``_``, ``-`` (others ``_``), no leading dot."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", str(tag)).strip("._")[:100]
-    return name or "media"
+    text = str(tag)
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._")[:100] or "media"
+    if name != text or name.split(".")[0].upper() in _RESERVED:  # a changed tag: its own hash, no collision
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        name = f"{name[:80]}-{digest}"
+    return "_" + name if name.split(".")[0].upper() in _RESERVED else name  # Windows: the part before a dot
 
 
 class MediaWriter:
@@ -57,17 +75,59 @@ class MediaWriter:
         folder = Path(self.log_dir) / MEDIA_DIR
         folder.mkdir(parents=True, exist_ok=True)
         name = media_name(tag)
-        if step is None:  # numbered in call order, as TensorBoard shows them
-            step = len(list(folder.glob(f"{name}-*{suffix}")))
+        if step is None:  # numbered in call order, as TensorBoard shows them (counted once per name)
+            counts: dict[str, int] = vars(self).setdefault("media_counts", {})
+            if name not in counts:
+                pattern = re.compile(re.escape(name) + r"-step\d+" + re.escape(suffix))
+                counts[name] = sum(1 for p in folder.iterdir() if pattern.fullmatch(p.name))
+            step = counts[name]
+            counts[name] += 1
         return folder / f"{name}-step{int(step):06d}{suffix}"
+
+    def _room_for(self, size: int, new_file: bool) -> bool:
+        """Whether the media folder takes ``size`` more bytes (and a new file); past a bound, one line."""
+        used = vars(self).get("media_used")
+        if used is None:  # a continued run's folder counts what it holds
+            folder = Path(self.log_dir) / MEDIA_DIR
+            files = [p for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
+            used = self.media_used = [sum(p.stat().st_size for p in files), len(files), False]
+        if used[0] + size <= MEDIA_MAX_BYTES and used[1] + new_file <= MEDIA_MAX_FILES:
+            used[0] += size
+            used[1] += new_file
+            return True
+        if not used[2]:
+            used[2] = True
+            limit = f"{MEDIA_MAX_BYTES >> 20} MiB or {MEDIA_MAX_FILES} files"
+            tell(MEDIA_FULL.format(folder=shown(Path(self.log_dir) / MEDIA_DIR), limit=limit))
+        return False
+
+    def _write_media(self, tag: object, step: int | None, data: bytes) -> None:
+        if self._room_for(len(data), new_file=True):
+            self._media_path(tag, step, ".png").write_bytes(data)
 
     def add_image(self, tag: str, img_tensor: Any, global_step: int | None = None, walltime: Any = None,
                   dataformats: str = "CHW") -> None:  # fmt: skip
         """One image as ``media/<tag>-step<N>.png`` (TensorBoard's encoding)."""
+        from PIL import Image
         from torch.utils.tensorboard.summary import image
 
-        png = image(tag, img_tensor, dataformats=dataformats).value[0].image.encoded_image_string
-        self._media_path(tag, global_step, ".png").write_bytes(png)
+        shape = tuple(getattr(img_tensor, "shape", ()))
+        letters = dataformats.upper()
+        pixels = math.prod(
+            n for n, c in zip(shape, letters, strict=False) if c != "C" or len(shape) != len(letters)
+        )
+        if Image.MAX_IMAGE_PIXELS and pixels > Image.MAX_IMAGE_PIXELS:
+            said: set[str] = vars(self).setdefault("ignored_methods", set())
+            if "image over the bound" not in said:  # once per writer: a flood of them is one line
+                said.add("image over the bound")
+                tell(MEDIA_TOO_BIG.format(tag=shown(tag), pixels=pixels, bound=Image.MAX_IMAGE_PIXELS))
+            return
+        if self._room_for(0, new_file=False):  # a full folder: nothing encoded
+            self._write_media(
+                tag,
+                global_step,
+                image(tag, img_tensor, dataformats=dataformats).value[0].image.encoded_image_string,
+            )
 
     def add_images(self, tag: str, img_tensor: Any, global_step: int | None = None, walltime: Any = None,
                    dataformats: str = "NCHW") -> None:  # fmt: skip
@@ -79,8 +139,9 @@ class MediaWriter:
         """A matplotlib figure (or a list of them) as PNG; closed afterwards unless ``close=False``."""
         figures = figure if isinstance(figure, list) else [figure]
         for index, fig in enumerate(figures):
-            path = self._media_path(tag if len(figures) == 1 else f"{tag}_{index}", global_step, ".png")
-            fig.savefig(path, format="png")
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format="png")
+            self._write_media(tag if len(figures) == 1 else f"{tag}_{index}", global_step, buffer.getvalue())
             if close:
                 import matplotlib.pyplot as plt
 
@@ -91,9 +152,11 @@ class MediaWriter:
         """Appended to ``media/<tag>.jsonl`` as ``{"step": N, "text": ...}`` (control characters escaped)."""
         folder = Path(self.log_dir) / MEDIA_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        record = json.dumps({"step": global_step, "text": str(text_string)})
-        with open(folder / f"{media_name(tag)}.jsonl", "a", encoding="utf-8") as f:
-            f.write(record + "\n")
+        record = json.dumps({"step": global_step, "text": str(text_string)}) + "\n"
+        path = folder / f"{media_name(tag)}.jsonl"
+        if self._room_for(len(record), new_file=not path.exists()):
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(record)
 
     def add_scalar(self, tag: str, scalar_value: Any, global_step: int | None = None, walltime: Any = None,
                    new_style: bool = False, double_precision: bool = False) -> None:  # fmt: skip

@@ -163,6 +163,12 @@ class RunLines(pl.Callback):
         self._lines.on_fit_start(trainer, pl_module)
 
     @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self._lines.count_batch()  # a resumed fit that trained is no "nothing to train" (finished_run.py)
+
+    @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._lines.on_fit_end(trainer, pl_module)
 

@@ -197,6 +197,9 @@ class ProgressLog(ProgressBar):
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._end(trainer, "fit")
 
+    def count_batch(self) -> None:  # one training batch done, for RunLines (no bar to call the hooks)
+        self._batches += 1
+
     def _end(self, trainer: pl.Trainer, stage: str) -> None:
         finished = finished_line(trainer) if stage == "fit" and not self._batches else None
         if finished is not None:  # resumed a run at its max_epochs/max_steps: not "fit done ... no metrics"

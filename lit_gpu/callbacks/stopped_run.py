@@ -10,7 +10,6 @@ keeps the run), the line that says where the run stopped and how to resume it, a
 from __future__ import annotations
 
 import contextlib
-import shlex
 import signal
 import threading
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
 from lit_gpu import messages, numbering
-from lit_gpu.callbacks.progress_lines import resume_command
+from lit_gpu.callbacks.progress_lines import command_word, resume_command
 from lit_gpu.run.layout import CHECKPOINTS
 
 __all__ = [
@@ -70,7 +69,7 @@ def resume_with(trainer: pl.Trainer, path: Path) -> str:
     which would take whatever run of the same model is newer in the root."""
     command = getattr(trainer.state, _COMMAND_ATTR, None)
     if command is None:
-        return RESUME_WITHOUT_COMMAND.format(path=shlex.quote(str(path)))
+        return RESUME_WITHOUT_COMMAND.format(path=command_word(str(path)))
     return resume_command(command, str(path))
 
 

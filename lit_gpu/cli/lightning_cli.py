@@ -36,7 +36,7 @@ from lit_gpu.cli.module_steps import check_has_step, runs_lightnings
 from lit_gpu.cli.needs_data import check_has_data
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
 from lit_gpu.cli.sanity import check_seed
-from lit_gpu.cli.too_big import explain_build_failure
+from lit_gpu.cli.too_big import explain_build_failure, missing_requirement
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import install_atomic_checkpoint_io
@@ -292,7 +292,7 @@ class LitGpuCLI(CLIHooks):
             config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
             groups = {"checkpoint": FreshLastCheckpoint, "speed": SpeedLevers, "nan_guard": NaNGuard}
             groups["trainer"] = pl.Trainer
-            message = explain_build_failure(err, config.as_dict(), groups)  # names the config key
+            message = explain_build_failure(err, config.as_dict(), groups) or missing_requirement(err)
             if message is None:
                 raise
             raise LitGpuError(message) from err
@@ -326,6 +326,10 @@ class LitGpuCLI(CLIHooks):
 
     @override
     def _lit_gpu_trainer_built(self, trainer: pl.Trainer) -> None:
+        if not isinstance(trainer, pl.Trainer):  # a trainer_class factory's (LightningCLI calls its methods)
+            factory = getattr(self.trainer_class, "__qualname__", repr(self.trainer_class))
+            kind, run = type(trainer).__qualname__, self.subcommand or "fit"
+            raise LitGpuError(messages.NOT_A_TRAINER.format(factory=factory, kind=kind, subcommand=run))
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         install_guarantees(trainer)  # whatever trainer.callbacks holds; a user's instance of one replaces it
         configure_trainer(
@@ -335,11 +339,12 @@ class LitGpuCLI(CLIHooks):
         if self.resolution is not None and self.resolution.no_cluster_resume:
             no_cluster_resume(trainer)  # the store passed every hpc_ckpt over: Lightning must not take one
         own_cluster_saves(trainer, next_cluster_checkpoint)  # a requeue save numbered by the store's rules
+        new_run = config_value(config, "new_run", False)  # a file's new_run: true must not move the resume
         use_progress_log(  # plain lines (or JSON) in place of the live bar when stdout is not a terminal
             trainer,
             interval=config_value(config, "progress_interval", DEFAULT_INTERVAL),
             format=config_value(config, "progress_format", "text"),
-            command=self.command_line,
+            command=self.command_line + (["--new_run", "false"] if new_run else []),
         )
         lean_model_summary(trainer)  # no all-zero FLOPs column (after the bar chose the summary's kind)
         run_folders.adapt_checkpoint_monitor(trainer)  # default val/loss: last.ckpt only if never logged

@@ -34,6 +34,7 @@ _REQUIRED = re.compile(
     r"the following arguments are required: ([\w., ]+)|Key \"([\w.]+)\" is required but not included"
 )
 _CLASS_PATH_VALUE = re.compile(r"class_path='([^']+)'")
+_GIVEN_CLASS = re.compile(r"Problem with given class_path '([^']+)'")
 _NOT_SUBCLASS = re.compile(r"does not correspond to a subclass of (\w+)")
 _CLASS_REPR = re.compile(r"<class '([\w.]+)'>")
 
@@ -126,7 +127,12 @@ def explain_cause(message: str) -> str | None:
     if match := _NO_ATTRIBUTE.search(message):
         return _no_attribute(key, match.group(1), match.group(2))
     if match := _NOT_ACCEPTED.search(message):
-        return _not_accepted(key, match.group(1), _class_after(message, match.end(), candidates))
+        class_path = _class_after(message, match.end(), candidates)
+        after = _CLASS_PATH_VALUE.search(message, match.end())
+        given = _GIVEN_CLASS.findall(message, 0, match.start())  # the class tried where it failed (+=Name)
+        if given and after is None:  # no class_path value after it: the NestedArg of a --key.name flag
+            class_path = given[-1]
+        return _not_accepted(key, match.group(1), class_path)
     if match := _REQUIRED.search(message):
         class_path = _class_after(message, match.end(), candidates)
         required = match.group(1) or match.group(2)
@@ -190,7 +196,9 @@ def concise_parse_error(message: str, prog: str, parser: Any = None) -> str:
 
 
 _UNRECOGNIZED = "unrecognized arguments:"
-_NOT_ACCEPTED_KEY = re.compile(r"^Subcommand '\w+' does not accept option '([^']+)'$", re.M)
+_NOT_ACCEPTED_KEY = re.compile(
+    r"^(?:Subcommand '\w+'|Group '([\w.]+)') does not accept option '([^']+)'$", re.M
+)  # a group's: a config file's key under trainer:, model:... (jsonargparse's wording)
 
 
 def unknown_flags(message: str, parser: Any, prog: str) -> str | None:
@@ -202,9 +210,15 @@ def unknown_flags(message: str, parser: Any, prog: str) -> str | None:
     """
     options = [option for action in parser_actions(parser) for option in action.option_strings]
     if match := _NOT_ACCEPTED_KEY.search(message):  # a key in a config file: named as the file names it
-        keys = [option.removeprefix("--") for option in options]
+        subparsers = next(
+            (a for a in parser_actions(parser) if hasattr(a, "choices") and a.nargs == "A..."), None
+        )
+        for sub in dict(getattr(subparsers, "choices", None) or {}).values():  # the subcommands' keys
+            options += [option for action in parser_actions(sub) for option in action.option_strings]
+        keys = sorted({option.removeprefix("--") for option in options})
         first = message.splitlines()[0].strip()
-        return f"{first}{_close(match.group(1), keys)}; run '{prog} --help' for the options"
+        key = f"{match.group(1)}.{match.group(2)}" if match.group(1) else match.group(2)  # a group's key
+        return f"{first}{_close(key, keys)}; run '{prog} --help' for the options"
     if not message.startswith(_UNRECOGNIZED):
         return None
     words = message[len(_UNRECOGNIZED) :].split()

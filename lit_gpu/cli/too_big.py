@@ -10,6 +10,7 @@ anything else keeps its traceback.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import types
 import typing
@@ -199,4 +200,22 @@ def explain_build_failure(
     refused = _lightning_refusal(err)
     if refused is not None and (entry := _built_by_config(refused, specs)) is not None:
         return REFUSED_SETTING.format(key=entry[0], reason=messages.shown(messages.first_line(refused)))
+    return None
+
+
+#: lightning_utilities' RequirementCache message (Lightning's optional loggers, profilers, strategies)
+_REQUIREMENT_HINT = re.compile(r"HINT: Try running `pip install -U '?([^'`\s]+)'?`")
+
+
+def missing_requirement(err: BaseException) -> str | None:
+    """One line when building a class failed on an optional package Lightning's requirement check found
+    missing (``WandbLogger`` without ``wandb``); jsonargparse keeps that error only in its message."""
+    current: BaseException | None = err
+    for _ in range(8):
+        if current is None:
+            break
+        found = _REQUIREMENT_HINT.search(str(current))
+        if found is not None:
+            return messages.MISSING_REQUIREMENT.format(requirement=messages.shown(found[1]))
+        current = current.__cause__ or current.__context__
     return None

@@ -15,6 +15,8 @@
   :meth:`~CLIHooks._lit_gpu_parsed` after the parse, :meth:`~CLIHooks._lit_gpu_before_instantiate` after the
   seed, :meth:`~CLIHooks._lit_gpu_trainer_config` / :meth:`~CLIHooks._lit_gpu_trainer_built` around the
   ``trainer_class(**config)`` call and :meth:`~CLIHooks._lit_gpu_before_run` after ``before_<subcommand>``.
+  A trainer a subclass built without ``_instantiate_trainer`` (``instantiate_trainer`` overridden without
+  ``super()``) gets :meth:`~CLIHooks._lit_gpu_trainer_built` just before the subcommand runs.
 """
 
 from __future__ import annotations
@@ -104,11 +106,17 @@ class CLIHooks(LightningCLI):
             self._lit_gpu_trainer_failed(err)
             raise
         self._lit_gpu_trainer_built(trainer)
+        self._lit_gpu_seen_trainer = trainer
         return trainer
 
     @override
     def _prepare_subcommand_kwargs(self, subcommand: str) -> dict[str, Any]:
         # Lightning calls it after before_<subcommand>, right before the subcommand runs
+        if getattr(self, "_lit_gpu_seen_trainer", None) is not self.trainer:
+            # a subclass built the trainer itself (instantiate_trainer or instantiate_classes overridden
+            # without super()): lit_gpu's steps for a built trainer still run, its guarantees with them
+            self._lit_gpu_trainer_built(self.trainer)
+            self._lit_gpu_seen_trainer = self.trainer
         self._lit_gpu_before_run(subcommand)
         return super()._prepare_subcommand_kwargs(subcommand)
 

@@ -88,3 +88,51 @@ def test_every_other_summary_writer_method_is_ignored_with_one_line_once(writer,
     assert not (tmp_path / "run" / "media").exists()
     with pytest.raises(AttributeError):
         writer.add_nothing  # noqa: B018 - not SummaryWriter's: a real AttributeError
+
+
+def test_tags_that_change_as_names_never_share_a_file_nor_name_a_windows_device(writer, tmp_path):
+    tags = ["a/b", "a_b", "a b", "损失", "精度", "CON", "nul.txt", "x" * 5000, "x" * 5001, "a\0b"]
+    for tag in tags:
+        writer.add_image(tag, torch.rand(1, 2, 2), 0)
+        writer.add_text(tag, "t", 0)
+    media = tmp_path / "run" / "media"
+    names = [p.name for p in media.iterdir()]
+    assert len(names) == 2 * len(tags)  # each tag its own files
+    assert all(p.parent == media for p in tmp_path.rglob("*") if p.is_file())
+    assert all(len(name) < 128 and name.split(".")[0].upper() not in {"CON", "NUL"} for name in names)
+    assert "a_b-step000000.png" in names  # a tag that is a plain name keeps it
+
+
+def test_images_numbered_in_call_order_per_tag_also_with_a_prefix_tag(writer, tmp_path):
+    for tag in ("a", "a/", "a", "a/", "a"):
+        writer.add_image(tag, torch.rand(1, 2, 2))
+    names = sorted(p.name for p in (tmp_path / "run" / "media").iterdir())
+    assert [n for n in names if n.startswith("a-step")] == [f"a-step00000{i}.png" for i in range(3)]
+    assert len(names) == 5
+
+
+def test_a_flood_of_media_stops_at_the_bound_with_one_line(writer, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(logger_media, "MEDIA_MAX_FILES", 5)
+    monkeypatch.setattr(logger_media, "MEDIA_MAX_BYTES", 4000)
+    for step in range(50):
+        writer.add_image("x", torch.rand(1, 4, 4), step)
+        writer.add_text("log", "y" * 100, step)
+    media = tmp_path / "run" / "media"
+    assert sum(p.stat().st_size for p in media.iterdir()) <= 4000 and len(list(media.iterdir())) <= 5
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("lit-gpu:")]
+    assert len(err) == 1 and "keeps no more images, figures or text" in err[0]
+
+
+def test_an_image_over_pils_pixel_bound_is_one_line_not_an_encoding(writer, tmp_path, capsys, monkeypatch):
+    from PIL import Image
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    big = torch.zeros(3, 40, 40).expand(3, 40, 40)
+    for _ in range(3):
+        writer.add_image("big", big, 0)
+    writer.add_images("grid", torch.zeros(2, 1, 20, 20), 0)  # 800 pixels: under
+    writer.add_image("hwc", torch.zeros(40, 20, 3), 0, dataformats="HWC")  # 800: under
+    names = sorted(p.name for p in (tmp_path / "run" / "media").iterdir())
+    assert names == ["grid-step000000.png", "hwc-step000000.png"]
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("lit-gpu:")]
+    assert len(err) == 1 and "'big': 1600 pixels, over PIL's bound of 1000" in err[0]

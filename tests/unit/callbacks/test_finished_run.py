@@ -62,3 +62,21 @@ def test_a_resume_that_trains_or_a_fresh_fit_keeps_the_end_line(tmp_path):
     trainer.save_checkpoint(ckpt)
     _, lines = _fit(tmp_path, ckpt_path=str(ckpt), max_epochs=2)  # one more epoch to train
     assert lines[-1].startswith("lit-gpu: fit done in ") and "nothing to train" not in "".join(lines)
+
+
+def test_a_resume_that_trains_with_the_progress_bar_off_keeps_the_end_line(tmp_path, capsys):
+    """RunLines (``enable_progress_bar: false``, every batch job's config) counts the batches it trained: a
+    resumed run that trained was "nothing to train: ... already reached max_epochs"."""
+    from lit_gpu.callbacks.progress import RunLines
+
+    data = SyntheticRegressionDataModule(in_features=4, out_features=2, num_samples=64, batch_size=16)
+    first = quiet_trainer(tmp_path, max_epochs=1, limit_val_batches=0)
+    first.fit(RegressionModule(SimpleModel(4, 2)), datamodule=data)
+    ckpt = tmp_path / "one.ckpt"
+    first.save_checkpoint(ckpt)
+    capsys.readouterr()
+    resumed = quiet_trainer(tmp_path, max_epochs=2, limit_val_batches=0, callbacks=[RunLines()])
+    resumed.fit(RegressionModule(SimpleModel(4, 2)), datamodule=data, ckpt_path=str(ckpt))
+    assert resumed.global_step == 2 * first.global_step  # it trained
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("lit-gpu: ")]
+    assert lines[-1].startswith("lit-gpu: fit done in "), lines

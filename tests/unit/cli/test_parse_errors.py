@@ -126,3 +126,37 @@ def test_unknown_flags_names_each_flag_with_the_closest_option():
         "run 'lit-gpu fit --help' for the options"
     )  # the same key in a config file
     assert unknown_flags('Parser key "x": Expected int', parser, "lit-gpu fit") is None
+
+
+def _cli_error(tmp_path, monkeypatch, capsys, args):
+    from lit_gpu.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            ["fit", "--model", "lightning.pytorch.demos.boring_classes.BoringModel", *args, "--print_config"]
+        )
+    assert exit_info.value.code == 2
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("lit-gpu: error:")]
+    return line
+
+
+def test_a_typo_in_an_appended_callbacks_argument_names_that_callback_and_the_closest(
+    tmp_path, monkeypatch, capsys
+):
+    """``--trainer.callbacks+=EarlyStopping --trainer.callbacks.monitr x`` named ``lightning.Callback`` (the
+    base, jsonargparse's last try) and no suggestion; the class is the one the error was given."""
+    for args in (["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitr", "x"],
+                 ["--trainer.callbacks+=lightning.pytorch.callbacks.EarlyStopping",
+                  "--trainer.callbacks.init_args.monitr", "x"]):  # fmt: skip
+        line = _cli_error(tmp_path, monkeypatch, capsys, args)
+        assert (
+            "lightning.pytorch.callbacks.EarlyStopping has no argument 'monitr' (did you mean monitor?)"
+            in line
+        )
+
+
+def test_a_typo_under_a_config_files_group_gets_the_closest_key(tmp_path, monkeypatch, capsys):
+    (tmp_path / "typo.yaml").write_text("trainer:\n  max_epoch: 3\n")
+    line = _cli_error(tmp_path, monkeypatch, capsys, ["--config", "typo.yaml"])
+    assert "does not accept option 'max_epoch' (did you mean trainer.max_epochs?)" in line
