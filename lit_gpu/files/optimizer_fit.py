@@ -36,6 +36,7 @@ import torch
 from lit_gpu import messages
 from lit_gpu.files.contracts import ContractError, holds
 from lit_gpu.files.optimizer_dry import _stand_in, dry_state, settings_problem
+from lit_gpu.files.scheduler_dry import step_problem
 from lit_gpu.files.state_kinds import MAX_INT, keys_problem, kind, value_problem
 from lit_gpu.upstream.torch_hooks import scheduler_children
 
@@ -265,7 +266,7 @@ def scheduler_problem(saved: Any, built: Any) -> str | None:
     for child_saved, child in scheduler_children(saved, built):  # SequentialLR's, ChainedScheduler's
         if problem := scheduler_problem(child_saved, child):
             return problem
-    return None
+    return step_problem(saved, built)
 
 
 def _is_nan(value: Any) -> bool:
