@@ -182,7 +182,9 @@ def _group_problem(group: Mapping[str, Any], mine: Mapping[str, Any], filled: se
     """A saved param group against the built one: every key the optimizer reads is there (or filled in by
     its class, as torch does), each of the built value's kind; keys the built one lacks are kept, as torch
     keeps them (an optimizer reads only its own)."""
-    missing = sorted(set(mine) - set(group) - filled - {"params"})
+    # param_names is optional in torch's load_state_dict: a saved group without it keeps the optimizer's (a
+    # checkpoint of an optimizer built from parameters(), or by torch < 2.6, resumed with named_parameters())
+    missing = sorted(set(mine) - set(group) - filled - {"params", "param_names"})
     if missing:
         extra = sorted(map(str, set(group) - set(mine)))[:4]
         held = f"holds {', '.join(extra)} and " if extra else ""

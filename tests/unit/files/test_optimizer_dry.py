@@ -114,3 +114,20 @@ def test_the_probe_of_lbfgs_with_a_larger_max_iter_runs_at_the_configs():
     saved = copy.deepcopy(lbfgs.state_dict())
     saved["param_groups"][0].update(max_iter=10**9, tolerance_grad=-1.0, tolerance_change=-1.0)
     assert optimizer_problem(saved, _stepped(torch.optim.LBFGS)[1]) is None  # in well under a second
+
+
+@pytest.mark.parametrize(
+    ("saved_from", "built_from"), [("parameters", "named_parameters"), ("named_parameters", "parameters")]
+)
+def test_param_names_are_optional_as_torch_loads_them(saved_from, built_from):
+    """Before: an optimizer saved from ``parameters()`` (or by torch < 2.6) resumed by a config that builds
+    it from ``named_parameters()`` was refused ("lacks param_names"); torch's ``load_state_dict`` keeps the
+    optimizer's own names when the saved group has none (torch/optim/optimizer.py, ``param_names``)."""
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 3)
+    saved = torch.optim.Adam(getattr(net, saved_from)(), lr=0.01)
+    net(torch.ones(2, 4)).sum().backward()
+    saved.step()
+    built = torch.optim.Adam(getattr(net, built_from)(), lr=0.01)
+    assert optimizer_problem(saved.state_dict(), built) is None
+    built.load_state_dict(saved.state_dict())  # and torch loads it
