@@ -163,6 +163,17 @@ class RunLines(pl.Callback):
         self._lines.on_fit_start(trainer, pl_module)
 
     @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._lines.on_train_start(trainer, pl_module)
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        # counted: the end line of a resumed fit that trained says "fit done", not "nothing to train"
+        self._lines.on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._lines.on_fit_end(trainer, pl_module)
 

@@ -62,3 +62,26 @@ def test_a_resume_that_trains_or_a_fresh_fit_keeps_the_end_line(tmp_path):
     trainer.save_checkpoint(ckpt)
     _, lines = _fit(tmp_path, ckpt_path=str(ckpt), max_epochs=2)  # one more epoch to train
     assert lines[-1].startswith("lit-gpu: fit done in ") and "nothing to train" not in "".join(lines)
+
+
+def test_a_resume_that_trains_without_a_progress_bar_keeps_the_end_line(tmp_path):
+    """Red team wt-rt2. Before: with the progress bar off (``enable_progress_bar: false``, configs/debug.yaml)
+    ``RunLines`` counted no batch, so a resume that trained an epoch ended in "nothing to train"."""
+    from lit_gpu.callbacks.progress import RunLines
+
+    def fit(ckpt_path=None, max_epochs=1):
+        out = io.StringIO()
+        lines = RunLines()
+        lines._lines = ProgressLog(interval=0, stream=out)
+        trainer = quiet_trainer(
+            tmp_path, enable_progress_bar=False, callbacks=[lines], limit_val_batches=0, max_epochs=max_epochs
+        )
+        data = SyntheticRegressionDataModule(in_features=4, out_features=2, num_samples=64, batch_size=16)
+        trainer.fit(RegressionModule(SimpleModel(4, 2)), datamodule=data, ckpt_path=ckpt_path)
+        return trainer, [ln for ln in out.getvalue().splitlines() if ln.startswith("lit-gpu: ")]
+
+    trainer, _ = fit()
+    trainer.save_checkpoint(tmp_path / "one.ckpt")
+    resumed, lines = fit(str(tmp_path / "one.ckpt"), max_epochs=2)
+    assert resumed.global_step > trainer.global_step
+    assert lines[-1].startswith("lit-gpu: fit done in ") and "nothing to train" not in "".join(lines)
