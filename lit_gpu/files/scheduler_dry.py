@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from lit_gpu import messages
+from lit_gpu.upstream.torch_hooks import has_scheduler_children
 
 __all__ = ["step_problem"]
 
@@ -38,7 +39,7 @@ def step_problem(saved: Mapping[str, Any], built: Any) -> str | None:
     """What ends the first ``step()`` of ``built``'s class from ``saved`` (``None``: it steps, to finite
     learning rates). Schedulers of schedulers (``SequentialLR``) are stepped child by child by the caller."""
     optimizer = getattr(built, "optimizer", None)
-    if not isinstance(optimizer, torch.optim.Optimizer) or getattr(built, "_schedulers", None) is not None:
+    if not isinstance(optimizer, torch.optim.Optimizer) or has_scheduler_children(built):
         return None
     clone = copy.copy(built)
     own = {k: v for k, v in vars(built).items() if k != "optimizer"}
