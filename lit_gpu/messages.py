@@ -217,6 +217,11 @@ OPTIMIZER_CHANGED = (
     "{built} ({problem}); to keep the weights and the progress and start the optimizers and schedulers "
     "fresh, add --fresh_optimizer true (docs/checkpoints.md), or resume with the config it was saved with"
 )
+OPTIMIZER_STATE_MISSING = (
+    "{what}: holds the weights and the progress but no optimizer or scheduler state (saved with "
+    "save_weights_only); to continue from it with the optimizers and schedulers started fresh, add "
+    "--fresh_optimizer true (docs/checkpoints.md)"
+)
 
 # ---- progress lines (printed with tell) ---------------------------------------------------------
 RESUMING_FROM = "resuming from {path} ({why})"

@@ -184,3 +184,15 @@ def test_a_forged_setting_in_a_plain_lightning_checkpoint_is_one_line(tmp_path):
     with pytest.raises(ContractError, match=r"refused by AdamW: Invalid beta parameter at index 1: 1\.5"):
         _resume("named groups, OneCycleLR per step", path, fresh=False)
     assert _resume("named groups, OneCycleLR per step", path, fresh=True).global_step == 6
+
+
+def test_a_weights_only_checkpoint_is_one_line_or_resumes_with_fresh_optimizers(tmp_path):
+    """Before: ``ModelCheckpoint(save_weights_only=True)``'s file ended the fit in Lightning's KeyError
+    ("checkpoint contains only the model"), with ``--fresh_optimizer`` too."""
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    trainer = _trainer(tmp_path, 2)
+    trainer.fit(Module("plateau"), _data(), _data())
+    trainer.save_checkpoint(tmp_path / "weights.ckpt", weights_only=True)
+    with pytest.raises(ContractError, match=r"no optimizer or scheduler state .* add --fresh_optimizer true"):
+        _resume("plateau", tmp_path / "weights.ckpt", fresh=False)
+    assert _resume("plateau", tmp_path / "weights.ckpt", fresh=True).global_step == 6
