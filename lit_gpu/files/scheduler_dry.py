@@ -41,6 +41,8 @@ def step_problem(saved: Mapping[str, Any], built: Any) -> str | None:
     optimizer = getattr(built, "optimizer", None)
     if not isinstance(optimizer, torch.optim.Optimizer) or has_scheduler_children(built):
         return None
+    if getattr(type(built).step, "__module__", None) != torch.optim.lr_scheduler.__name__:
+        return None  # a step() of the user's own (it may log or save): not run for a probe
     clone = copy.copy(built)
     own = {k: v for k, v in vars(built).items() if k != "optimizer"}
     try:  # two levels of copies, never deep: a lr_lambda that is a module's bound method is not copied

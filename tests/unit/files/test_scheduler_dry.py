@@ -80,3 +80,18 @@ def test_a_schedule_of_a_modules_bound_method_steps_without_copying_the_module(m
     assert scheduler_problem(scheduler.state_dict(), built) is None
     assert not copied
     assert math.isclose(built.get_last_lr()[0], 0.1)
+
+
+def test_a_users_own_step_is_not_run_for_the_probe():
+    """A scheduler whose ``step()`` is the user's (it may log or write) is not stepped by the check."""
+    calls = []
+
+    class Logged(S.StepLR):
+        def step(self, epoch=None):
+            calls.append(epoch)
+            super().step()
+
+    optimizer = _optimizer()
+    saved = Logged(optimizer, 2).state_dict()
+    assert scheduler_problem(saved, Logged(_optimizer(), 2)) is None
+    assert len(calls) == 2  # the two constructors' own first steps, none for the probe
