@@ -196,18 +196,6 @@ DISK_FULL = (
     "free space on that disk or point --checkpoint.dirpath (or --trainer.default_root_dir) at a disk "
     "with room, then resume with --ckpt_path last"
 )
-OOM_RECOVERY_MANUAL_OPTIMIZATION = (
-    "--oom_recovery splits batches under automatic optimization, but {module} uses manual optimization; "
-    "catch torch.OutOfMemoryError in its training_step instead"
-)
-OOM_RECOVERY_STRATEGY = (
-    "--oom_recovery works with one device, ddp and dp, not {strategy}; drop --oom_recovery, or use "
-    "--trainer.strategy ddp"
-)
-OOM_RECOVERY_SYNC_BATCHNORM = (
-    "--oom_recovery cannot be combined with SyncBatchNorm (--trainer.sync_batchnorm true): it exchanges "
-    "statistics inside the forward pass, so an OOM on one process would hang the others"
-)
 GUARANTEES_SWITCH_INVALID = (
     "{name}={value!r} is neither true nor false; unset it (lit_gpu's guarantees on) or set it to false "
     "(off: a run behaves as Lightning's, with no stop checkpoint on SIGINT/SIGTERM)"
@@ -216,6 +204,11 @@ OPTIMIZER_CHANGED = (
     "{what}: its optimizer state does not fit the config: the checkpoint holds {held}, the config builds "
     "{built} ({problem}); to keep the weights and the progress and start the optimizers and schedulers "
     "fresh, add --fresh_optimizer true (docs/checkpoints.md), or resume with the config it was saved with"
+)
+OPTIMIZER_STATE_MISSING = (
+    "{what}: holds the weights and the progress but no optimizer or scheduler state (saved with "
+    "save_weights_only); to continue from it with the optimizers and schedulers started fresh, add "
+    "--fresh_optimizer true (docs/checkpoints.md)"
 )
 
 # ---- progress lines (printed with tell) ---------------------------------------------------------
@@ -253,13 +246,6 @@ CUDA_GRAPH_ASIDE = "whole-step capture (speed.cuda_graph) stands aside, steps ru
 BATCH_SIZE_FOUND = "batch-size finder chose data.batch_size={size}; set it in your config to skip tuning"
 INTERRUPTED_OUTSIDE_RUN = "interrupted"
 REMOVED_STALE_TEMP = "removed {file}, left by a killed save"
-OOM_ADAPTED = "out of memory at step {step} ({point}) with {was} -> micro-batch {micro} x {count}"
-OOM_ADAPTED_EVAL = "out of memory during {loop} at batch {index} with {was} -> micro-batch {micro} x {count}"
-OOM_ADAPTED_PROCESSES = " on all {world} processes ({failed} ran out)"
-OOM_ADAPTED_BATCHNORM = " (BatchNorm layers now compute batch statistics over {micro} samples, not {total})"
-MICRO_BATCH_FROM_CHECKPOINT = (
-    "micro-batch {micro} x {count} from the checkpoint (found by out-of-memory recovery)"
-)
 WROTE_PREDICTIONS = "wrote {rows} predictions to {path}"
 EXPORTED = "exported {weights} (metadata: {sidecar})"
 WROTE_PLOT = "wrote {path} ({width}x{height} px)"

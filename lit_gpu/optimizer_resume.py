@@ -11,12 +11,13 @@ schedulers start as the config builds them; the weights and the loops' progress 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import lightning.pytorch as pl
 from typing_extensions import override
 
 from lit_gpu import messages
+from lit_gpu.files.contracts import ContractError
 from lit_gpu.files.optimizer_fit import check_optimizers
 
 __all__ = ["OptimizerFit", "check_at_fit_start", "fit_optimizers"]
@@ -61,11 +62,15 @@ def check_at_fit_start(trainer: pl.Trainer, checkpoint: Any, what: str) -> None:
     """Check ``checkpoint`` (just read for ``trainer``'s fit) once the optimizers are built: now where the
     strategy restores after its set-up, else at ``on_fit_start``. Nothing for validate, test and predict:
     Lightning restores optimizers for a fit only."""
-    if trainer.state.fn != "fit" or not (
-        isinstance(checkpoint, Mapping) and "optimizer_states" in checkpoint
-    ):
+    if trainer.state.fn != "fit" or not isinstance(checkpoint, Mapping):
         return
     fresh = getattr(trainer.strategy.checkpoint_io, "fresh_optimizer", False) is True
+    if not ("optimizer_states" in checkpoint and "lr_schedulers" in checkpoint):
+        # a weights-only checkpoint (ModelCheckpoint(save_weights_only=True)): Lightning's restore ends in
+        # a KeyError ("checkpoint contains only the model"); with --fresh_optimizer the built states fill in
+        if not fresh:
+            raise ContractError(messages.OPTIMIZER_STATE_MISSING.format(what=what))
+        checkpoint = cast("dict[str, Any]", checkpoint)
     if trainer.strategy.restore_checkpoint_after_setup:
         fit_optimizers(trainer, checkpoint, what, fresh)  # type: ignore[arg-type]
         return

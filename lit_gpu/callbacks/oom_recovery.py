@@ -51,7 +51,7 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor, nn
 from typing_extensions import override
 
-from lit_gpu import messages, numbering
+from lit_gpu import messages, numbering, oom_lines
 from lit_gpu.errors import LitGpuError
 from lit_gpu.strategies.dp import DataParallelStrategy
 from lit_gpu.translate import is_out_of_memory
@@ -145,11 +145,11 @@ class OOMRecovery(OOMLoopName):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         strategy = trainer.strategy
         if not isinstance(strategy, SingleDeviceStrategy | DDPStrategy | DataParallelStrategy):
-            raise LitGpuError(messages.OOM_RECOVERY_STRATEGY.format(strategy=type(strategy).__name__))
+            raise LitGpuError(oom_lines.OOM_RECOVERY_STRATEGY.format(strategy=type(strategy).__name__))
         if stage == "fit":
             if not pl_module.automatic_optimization:
                 raise LitGpuError(
-                    messages.OOM_RECOVERY_MANUAL_OPTIMIZATION.format(module=type(pl_module).__name__)
+                    oom_lines.OOM_RECOVERY_MANUAL_OPTIMIZATION.format(module=type(pl_module).__name__)
                 )
             self._wrap(pl_module, "training_step", self._step, trainer)
         for name in EVAL_STEPS.get(stage, ()):
@@ -184,7 +184,7 @@ class OOMRecovery(OOMLoopName):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # after strategy.setup, when trainer.sync_batchnorm has converted the layers
         if trainer.world_size > 1 and any(isinstance(m, nn.SyncBatchNorm) for m in pl_module.modules()):
-            raise LitGpuError(messages.OOM_RECOVERY_SYNC_BATCHNORM)
+            raise LitGpuError(oom_lines.OOM_RECOVERY_SYNC_BATCHNORM)
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -362,19 +362,19 @@ class OOMRecovery(OOMLoopName):
         was = f"batch {total}" if before >= total else f"batch {total} (micro-batch {before})"
         count = math.ceil(total / micro)
         if evaluating:
-            line = messages.OOM_ADAPTED_EVAL.format(
+            line = oom_lines.OOM_ADAPTED_EVAL.format(
                 loop=loop_words(trainer), index=batch_idx, was=was, micro=micro, count=count
             )
         else:
             batch = trainer.fit_loop.epoch_loop.batch_idx + 1  # the batch in progress, counted from 1
             point = numbering.fit_point(trainer, batch)
-            line = messages.OOM_ADAPTED.format(
+            line = oom_lines.OOM_ADAPTED.format(
                 step=trainer.global_step, point=point, was=was, micro=micro, count=count
             )
         if trainer.world_size > 1:
-            line += messages.OOM_ADAPTED_PROCESSES.format(world=trainer.world_size, failed=failures)
+            line += oom_lines.OOM_ADAPTED_PROCESSES.format(world=trainer.world_size, failed=failures)
         if not evaluating and has_batchnorm(module):  # evaluation uses the running statistics
-            line += messages.OOM_ADAPTED_BATCHNORM.format(micro=micro, total=total)
+            line += oom_lines.OOM_ADAPTED_BATCHNORM.format(micro=micro, total=total)
         messages.tell(line)
 
     def _announce_restored(self, total: int) -> None:
@@ -384,5 +384,5 @@ class OOMRecovery(OOMLoopName):
         micro = self.micro_batch_size
         if self._restored and micro and micro < total:
             messages.tell(
-                messages.MICRO_BATCH_FROM_CHECKPOINT.format(micro=micro, count=math.ceil(total / micro))
+                oom_lines.MICRO_BATCH_FROM_CHECKPOINT.format(micro=micro, count=math.ceil(total / micro))
             )

@@ -120,7 +120,7 @@ def check_replay_state(state: Any, sizes: list[int]) -> str | None:
     version = state.get("replay_state") if isinstance(state, dict) else None
     if not isinstance(state, dict) or not {"replay_state", "generators", "batches"} <= set(state):
         return "not a replay state (keys replay_state, generators, batches)"
-    if isinstance(version, bool) or version not in _KEYS:
+    if type(version) is not int or version not in _KEYS:  # a list or dict read from a file is unhashable
         return f"replay state version {version!r}, not {REPLAY_STATE_VERSION}"
     if set(state) != _KEYS[version]:
         return f"not a version {version} replay state (keys {', '.join(sorted(_KEYS[version]))})"

@@ -14,6 +14,7 @@ import torch
 
 from lit_gpu import messages
 from lit_gpu.files.contracts import _MAX_INT, EACH, Contract, checked, holds, integer
+from lit_gpu.files.scaler_state import SCALER_STATE_KEYS, scaler_problem
 from lit_gpu.upstream.loops import saved_batches_that_stepped, saved_loop_counters
 
 __all__ = ["counters_problem", "lightning_contract"]
@@ -137,6 +138,12 @@ def lightning_contract() -> list[Contract]:
         Contract(("lr_schedulers",), plain_list, owner=owner),
         Contract(("lr_schedulers", EACH), plain_dict, owner="the learning-rate scheduler"),
         Contract(("hyper_parameters",), plain_dict, owner=owner),
+        *(
+            Contract(
+                (key,), checked("a GradScaler's state_dict", scaler_problem), owner="the precision plugin"
+            )
+            for key in SCALER_STATE_KEYS
+        ),
         Contract(
             (),
             checked("top-level counters equal to its loops' (where it resumes)", counters_problem),

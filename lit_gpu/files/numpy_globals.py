@@ -21,7 +21,6 @@ __all__ = ["SCALAR_NAMES", "dtype_args", "dtype_class_names", "safe_globals", "v
 #: the function a numpy scalar's pickle calls, under numpy >= 2's and numpy < 2's module name
 SCALAR_NAMES = ("numpy._core.multiarray.scalar", "numpy.core.multiarray.scalar")
 DTYPE_NAME = "numpy.dtype"
-_BYTE_ORDERS = ("<", ">", "|", "=")
 
 
 @functools.cache
@@ -49,16 +48,18 @@ def dtype_class_names() -> frozenset[str]:
     return frozenset(f"{type(d).__module__}.{type(d).__qualname__}" for d in _numeric_dtypes())
 
 
+@functools.cache
+def _dtype_states() -> frozenset[tuple[Any, ...]]:
+    """What numpy's ``dtype.__reduce__()[2]`` is for a numeric dtype: ``(3, order, None, None, None, -1,
+    -1, 0)`` (no subarray, fields, metadata; elsize and alignment -1; flags 0)."""
+    return frozenset(dtype.__reduce__()[2] for dtype in _numeric_dtypes())
+
+
 def valid_dtype_state(items: tuple[Any, ...]) -> bool:
-    """Whether ``items`` is the state numpy's ``dtype.__reduce__`` gives a numeric dtype: ``(3, order,
-    None, None, None, -1, -1, flags)`` (no subarray, fields or metadata)."""
-    return (
-        len(items) == 8
-        and items[0] == 3
-        and items[1] in _BYTE_ORDERS
-        and items[2:5] == (None, None, None)
-        and all(type(i) is int and -1 <= i < 2**31 for i in items[5:8])
-    )
+    """Whether ``items`` is a state numpy's ``dtype.__reduce__`` gives a numeric dtype, exactly: other
+    flags make a "float64" that claims to hold Python objects (``NPY_ITEM_REFCOUNT``: numpy reads its
+    values as object pointers; ``Internal error, get_clear_loop not set``) or list-pickled fields."""
+    return all(type(i) in (int, str) or i is None for i in items) and tuple(items) in _dtype_states()
 
 
 def _scalar_function() -> Any:

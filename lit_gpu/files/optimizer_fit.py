@@ -28,7 +28,6 @@ import functools
 import inspect
 import math
 import numbers
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,12 +35,13 @@ import torch
 
 from lit_gpu import messages
 from lit_gpu.files.contracts import ContractError, holds
+from lit_gpu.files.optimizer_dry import _stand_in, dry_state, settings_problem
+from lit_gpu.files.scheduler_dry import step_problem
 from lit_gpu.files.state_kinds import MAX_INT, keys_problem, kind, value_problem
 from lit_gpu.upstream.torch_hooks import scheduler_children
 
 __all__ = ["check_optimizers", "dry_state", "optimizer_problem", "scheduler_problem", "saved_optimizer_name"]
 
-_PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)  # stand-in sizes: each dimension its own
 _MAX_LIST = 2**16
 
 
@@ -76,45 +76,6 @@ def saved_optimizer_name(saved: Any) -> str:
     return " or ".join(n for size, n in fits if size == best)
 
 
-def _stand_in(shape: torch.Size) -> tuple[int, ...]:
-    return tuple(1 if d == 1 else _PRIMES[i % len(_PRIMES)] for i, d in enumerate(shape))
-
-
-def dry_state(built: torch.optim.Optimizer) -> list[list[dict[str, Any]]] | None:
-    """Each parameter's state after one step of ``built``'s class with ``built``'s param-group settings, on
-    small stand-ins of its parameters (group by group, in order); ``None`` when that class cannot be made
-    again from its groups (a user's optimizer with required arguments). Runs no random number generator."""
-    groups, params = [], []
-    for group in built.param_groups:
-        made = [
-            torch.zeros(_stand_in(p.shape), dtype=p.dtype, device=p.device, requires_grad=True)
-            for p in group["params"]
-        ]
-        params.append(made)
-        groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": made})
-    flat = [p for ps in params for p in ps]
-    sparse = isinstance(built, torch.optim.SparseAdam)
-
-    try:
-        clone = type(built)(groups)
-
-        def closure() -> torch.Tensor:
-            clone.zero_grad()
-            loss = sum(((p - 1).abs() ** 2).sum().float() for p in flat)  # complex parameters too
-            loss.backward()
-            if sparse:
-                for p in flat:
-                    p.grad = p.grad.to_sparse()
-            return loss
-
-        with torch.enable_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the probe's, not the run's
-            clone.step(closure)
-    except Exception:  # a foreign optimizer that cannot run on stand-ins: its names are not compared
-        return None
-    return [[dict(clone.state.get(p, {})) for p in ps] for ps in params]
-
-
 def _dims(
     value: torch.Tensor, stand_in: tuple[int, ...], real: tuple[int, ...], totals: tuple[int, int]
 ) -> tuple[int, ...]:
@@ -139,7 +100,11 @@ def _state_problem(
     stand: tuple[int, ...],
     totals: tuple[int, int],
     name: str,
+    nones: Mapping[str, Any],
 ) -> str | None:
+    """``nones``: the state one step with the checkpoint's own settings gives (a ``None`` there is one the
+    optimizer reads: SGD's ``momentum_buffer`` with ``momentum=0``); a ``None`` elsewhere is a forgery the
+    optimizer's step ends on (``'NoneType' object has no attribute 'lerp_'``)."""
     if not isinstance(saved, Mapping):
         return f"{name} = {holds(saved)}, not a dict"
     if not saved:
@@ -149,7 +114,8 @@ def _state_problem(
     for key, value in dry.items():
         where = f"{name}[{messages.shown(repr(key), limit=30)}]"
         got = saved[key]
-        if kind(got) != kind(value) and not (value is None or got is None):
+        none_read = value is None or key in nones and nones[key] is None
+        if kind(got) != kind(value) and not (value is None or got is None and none_read):
             return f"{where} is {kind(got)}, where the config's optimizer keeps {kind(value)}"
         items = (
             list(zip(got, value, strict=False))
@@ -180,6 +146,9 @@ def _tensor_problem(
     like = value if isinstance(value, torch.Tensor) else torch.zeros(())  # a number: a float scalar
     if (got.is_complex(), got.dtype.is_floating_point) != (like.is_complex(), like.dtype.is_floating_point):
         return f"{where}: {holds(got)}, where the config's optimizer keeps a {like.dtype} tensor"
+    if (got.is_floating_point() or got.is_complex()) and not bool(torch.isfinite(got).all()):
+        # what one step of the optimizer keeps is finite; a NaN or inf here is in every weight after it
+        return f"{where} holds NaN or infinite values (a step from it makes every weight NaN)"
     if where.endswith("'step']") and got.dim() == 0 and not 0 <= float(got) < MAX_INT:
         return f"{where} = {holds(got)}, not a count"
     if isinstance(value, torch.Tensor) and value.dim() > 0:
@@ -213,7 +182,9 @@ def _group_problem(group: Mapping[str, Any], mine: Mapping[str, Any], filled: se
     """A saved param group against the built one: every key the optimizer reads is there (or filled in by
     its class, as torch does), each of the built value's kind; keys the built one lacks are kept, as torch
     keeps them (an optimizer reads only its own)."""
-    missing = sorted(set(mine) - set(group) - filled - {"params"})
+    # param_names is optional in torch's load_state_dict: a saved group without it keeps the optimizer's (a
+    # checkpoint of an optimizer built from parameters(), or by torch < 2.6, resumed with named_parameters())
+    missing = sorted(set(mine) - set(group) - filled - {"params", "param_names"})
     if missing:
         extra = sorted(map(str, set(group) - set(mine)))[:4]
         held = f"holds {', '.join(extra)} and " if extra else ""
@@ -247,6 +218,9 @@ def optimizer_problem(
             return f"param group {n} of {counts[0]} parameters, where the config builds {counts[1]}"
         if problem := _group_problem(group, mine, filled[n] if filled else set(), n):
             return problem
+    problem, saved_dry = settings_problem(groups, built)
+    if problem:
+        return problem
     state = saved["state"]
     if not isinstance(state, Mapping):
         return "a per-parameter state that is not a dict"
@@ -261,7 +235,8 @@ def optimizer_problem(
         params = built.param_groups[n]["params"]
         real, stand = tuple(params[j].shape), _stand_in(params[j].shape)
         totals = (sum(math.prod(_stand_in(p.shape)) for p in params), sum(p.numel() for p in params))
-        if problem := _state_problem(values, dry[n][j], real, stand, totals, f"state[{pid}]"):
+        nones = saved_dry[n][j] if saved_dry else {}
+        if problem := _state_problem(values, dry[n][j], real, stand, totals, f"state[{pid}]", nones):
             return problem
     return None
 
@@ -293,7 +268,7 @@ def scheduler_problem(saved: Any, built: Any) -> str | None:
     for child_saved, child in scheduler_children(saved, built):  # SequentialLR's, ChainedScheduler's
         if problem := scheduler_problem(child_saved, child):
             return problem
-    return None
+    return step_problem(saved, built)
 
 
 def _is_nan(value: Any) -> bool:

@@ -54,6 +54,12 @@ def unpickler_rebuild_names() -> set[str]:
     return {f"torch._utils.{n}" for n in vars(torch._utils) if n.startswith("_rebuild_")}
 
 
+def has_scheduler_children(scheduler: Any) -> bool:
+    """Whether ``scheduler`` is a scheduler of schedulers (``SequentialLR``, ``ChainedScheduler``: torch keeps
+    them in ``_schedulers``), whichever way the gate reads their states."""
+    return getattr(scheduler, "_schedulers", None) is not None
+
+
 def scheduler_children(saved: Any, scheduler: Any) -> list[tuple[Any, Any]]:
     """``(saved state, scheduler)`` of each child of a ``SequentialLR`` or ``ChainedScheduler`` (torch keeps
     them in ``_schedulers``, and their states under that key of its ``state_dict``); ``[]`` for others."""
@@ -70,6 +76,7 @@ def scheduler_children(saved: Any, scheduler: Any) -> list[tuple[Any, Any]]:
 
 __all__ = [
     "has_own_worker_start",
+    "has_scheduler_children",
     "scheduler_children",
     "install_dataloader_sigchld_handler",
     "set_allocator_settings",

@@ -149,3 +149,14 @@ def test_an_invalid_generator_state_is_refused_by_the_static_contract_before_any
     state["generators"] = [b"\xff" * len(state["generators"][0])]
     with pytest.raises(ContractError, match="torch refuses"):
         check_contracts(checkpoint, loader.restore_contract(), "x")
+
+
+@pytest.mark.parametrize("version", [[], {}, [2], {"a": 1}])
+def test_an_unhashable_replay_state_version_is_a_problem_not_a_type_error(version):
+    """Red team wt-rt2 (a seeded fuzz of the saved state). Before: ``replay_state: []`` ended the contract
+    check in ``TypeError: unhashable type: 'list'`` (a traceback) instead of its one line."""
+    from lit_gpu.data.replay import saved_replay_problem
+
+    state = {"replay_state": version, "generators": [], "batches": 1}
+    assert "replay state version" in saved_replay_problem(state)
+    assert "replay state version" in check_replay_state(state, [])

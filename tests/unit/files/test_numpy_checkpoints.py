@@ -126,3 +126,25 @@ def test_a_numpy_scalar_of_more_bytes_than_any_number_is_refused() -> None:
     torch.save({"x": Wide()}, buf)
     with pytest.raises(Exception, match="a numpy scalar of 100 bytes"):
         check_buffer(buf.getvalue(), where="forged")
+
+
+@pytest.mark.parametrize("flags", [1, 2, 0x3F, 2**31 - 1])
+def test_a_numeric_dtype_with_flags_numpy_does_not_write_is_refused(flags: int) -> None:
+    """Red team wt-rt2. Before: ``numpy.dtype("f8")`` BUILT with flags 1 (``NPY_ITEM_REFCOUNT``) loaded: a
+    float64 dtype that claims to hold Python objects (``hasobject`` True; an array of it ends in numpy's
+    ``Internal error``). The accepted state is numpy's own ``dtype.__reduce__()[2]`` for a numeric dtype."""
+
+    class Flagged:
+        def __reduce__(self) -> tuple:
+            return (np.dtype, ("f8", False, True), (3, "<", None, None, None, -1, -1, flags))
+
+    data = _saved({"x": Flagged()})
+    with pytest.raises(CheckpointError, match="BUILD of a numpy dtype"):
+        read_checkpoint(data)
+
+
+def test_the_dtype_states_numpy_writes_load() -> None:
+    """The byte orders numpy writes (``<``, ``>``, ``|``) for every numeric dtype, as a dtype and a scalar."""
+    dtypes = [np.dtype(k) for k in NUMERIC] + [np.dtype(k).newbyteorder() for k in NUMERIC]
+    loaded = read_checkpoint(_saved({"d": dtypes, "s": [d.type(1) for d in dtypes[: len(NUMERIC)]]}))
+    assert loaded["d"] == dtypes and not any(d.hasobject for d in loaded["d"])
