@@ -20,7 +20,12 @@ from lit_gpu import messages, numbering
 from lit_gpu.data.replay import ReplayDataLoader, make_replayable, why_not_replayable
 from lit_gpu.data.stateful import GlobalPosition
 from lit_gpu.errors import LitGpuError
-from lit_gpu.upstream.loops import load_pending_loader_states, open_accumulation, train_combined_loader
+from lit_gpu.upstream.loops import (
+    load_pending_loader_states,
+    open_accumulation,
+    start_next_epoch_after_a_finished_one,
+    train_combined_loader,
+)
 from lit_gpu.upstream.train_loaders import prepare_train_loaders, release_train_loaders, train_loaders
 
 _MT_WORDS = 624  # Mersenne Twister state: 624 32-bit words and a position 0..624 (Python's and numpy's)
@@ -220,6 +225,7 @@ class RNGStateCallback(Callback):
             (cb for cb in trainer.callbacks if isinstance(cb, CheckpointOnInterrupt)), None
         )
         sync_resumed_train_loader(trainer)
+        start_next_epoch_after_a_finished_one(trainer)  # Lightning's counters after an epoch-end resume
         if trainer.ckpt_path is not None and (done := open_accumulation(trainer)):
             point = numbering.fit_point(trainer, trainer.fit_loop.epoch_loop.batch_progress.current.processed)
             messages.tell(
