@@ -23,6 +23,7 @@ from lit_gpu.errors import LitGpuError
 from lit_gpu.upstream.loops import (
     load_pending_loader_states,
     open_accumulation,
+    repair_unstarted_epoch,
     start_next_epoch_after_a_finished_one,
     train_combined_loader,
 )
@@ -262,6 +263,15 @@ class RNGStateCallback(Callback):
 
         spec = c.checked("the torch, numpy and Python generator states as RNGStateCallback saves them", fits)
         return [c.Contract(("callbacks", self.state_key), spec), *position_contract()]
+
+    @override
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # before Lightning restores the loops: an older lit_gpu's epoch counters (and no logged aggregates)
+        fit_loop = checkpoint["loops"].get("fit_loop") if isinstance(checkpoint.get("loops"), dict) else None
+        if isinstance(fit_loop, dict) and repair_unstarted_epoch(fit_loop):
+            messages.tell(messages.RESUMED_UNSTARTED_EPOCH)
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
