@@ -246,9 +246,9 @@ RESUMED_BETWEEN_MICRO_BATCHES = (
     " (lit_gpu writes last.ckpt and a stop's checkpoint only at a step's end)"
 )
 RESUMED_UNSTARTED_EPOCH = (
-    "the checkpoint was written by an older lit_gpu in a fit that itself resumed at an epoch's last batch:"
-    " its epoch counters are repaired (steps continue exactly), but this epoch's aggregates (*_epoch in"
-    " metrics.csv) hold only its batches from here"
+    "the checkpoint was written by a fit that itself resumed at an epoch's last batch without lit_gpu's"
+    " fix (an older lit_gpu): its epoch counters are repaired (steps continue exactly), but this epoch's"
+    " aggregates (*_epoch in metrics.csv) hold only its batches from here"
 )
 MONITOR_FALLBACK = (
     "{model} does not log {monitor!r} ({logged}); keeping last.ckpt only; "
