@@ -238,6 +238,11 @@ RESUMED_BETWEEN_MICRO_BATCHES = (
     " a checkpoint holds no accumulated gradients, so this run differs from an uninterrupted one"
     " (lit_gpu writes last.ckpt and a stop's checkpoint only at a step's end)"
 )
+RESUMED_UNSTARTED_EPOCH = (
+    "the checkpoint was written by a fit that itself resumed at an epoch's last batch without lit_gpu's"
+    " fix (an older lit_gpu): its epoch counters are repaired (steps continue exactly), but this epoch's"
+    " aggregates (*_epoch in metrics.csv) hold only its batches from here"
+)
 MONITOR_FALLBACK = (
     "{model} does not log {monitor!r} ({logged}); keeping last.ckpt only; "
     "pick best checkpoints with --checkpoint.monitor NAME"

@@ -20,7 +20,13 @@ from lit_gpu import messages, numbering
 from lit_gpu.data.replay import ReplayDataLoader, make_replayable, why_not_replayable
 from lit_gpu.data.stateful import GlobalPosition
 from lit_gpu.errors import LitGpuError
-from lit_gpu.upstream.loops import load_pending_loader_states, open_accumulation, train_combined_loader
+from lit_gpu.upstream.loops import (
+    load_pending_loader_states,
+    open_accumulation,
+    repair_unstarted_epoch,
+    start_next_epoch_after_a_finished_one,
+    train_combined_loader,
+)
 from lit_gpu.upstream.train_loaders import prepare_train_loaders, release_train_loaders, train_loaders
 
 _MT_WORDS = 624  # Mersenne Twister state: 624 32-bit words and a position 0..624 (Python's and numpy's)
@@ -220,6 +226,7 @@ class RNGStateCallback(Callback):
             (cb for cb in trainer.callbacks if isinstance(cb, CheckpointOnInterrupt)), None
         )
         sync_resumed_train_loader(trainer)
+        start_next_epoch_after_a_finished_one(trainer)  # Lightning's counters after an epoch-end resume
         if trainer.ckpt_path is not None and (done := open_accumulation(trainer)):
             point = numbering.fit_point(trainer, trainer.fit_loop.epoch_loop.batch_progress.current.processed)
             messages.tell(
@@ -256,6 +263,15 @@ class RNGStateCallback(Callback):
 
         spec = c.checked("the torch, numpy and Python generator states as RNGStateCallback saves them", fits)
         return [c.Contract(("callbacks", self.state_key), spec), *position_contract()]
+
+    @override
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # before Lightning restores the loops: an older lit_gpu's epoch counters (and no logged aggregates)
+        fit_loop = checkpoint["loops"].get("fit_loop") if isinstance(checkpoint.get("loops"), dict) else None
+        if trainer.state.fn == "fit" and isinstance(fit_loop, dict) and repair_unstarted_epoch(fit_loop):
+            messages.tell(messages.RESUMED_UNSTARTED_EPOCH)
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -153,6 +153,8 @@ FEATURES: dict[str, Feature] = {
             "lightning.pytorch.loops.fit_loop:_FitLoop._combined_loader": None,
             "lightning.pytorch.loops.fit_loop:_FitLoop._combined_loader_states_to_load": None,
             "lightning.pytorch.loops.fit_loop:_FitLoop._load_combined_loader_states": "(self) -> None",
+            "lightning.pytorch.loops.fit_loop:_FitLoop.restarted_mid_epoch": None,
+            "lightning.pytorch.loops.fit_loop:_FitLoop.reset_restart_stage": "(self) -> None",
         },
         promise="an exact resume (the checkpoint's sample next)",
     ),

@@ -27,6 +27,44 @@ def load_pending_loader_states(trainer: Any) -> None:
         fit_loop._load_combined_loader_states()
 
 
+def start_next_epoch_after_a_finished_one(trainer: Any) -> bool:
+    """Resumed from a save at an epoch's last batch (before its end hooks), Lightning's ``_FitLoop.reset``
+    counts that epoch done (``epoch_progress`` processed and completed) but leaves its restart stage at
+    ``RESTARTED_MID_EPOCH``: the next epoch's ``on_advance_start`` then skips its ``increment_ready`` and
+    ``increment_started`` (and ``on_train_epoch_start``), so every later save reads as an epoch already
+    finished and a resume from one logs a step lower. Clear the stage (``reset_restart_stage``) so the next
+    epoch starts as in an uninterrupted run; True when it did. Call after the fit loop's ``reset``."""
+    stands_aside("exact resume")  # cannot stand aside: on a mismatch the line says so, and it runs
+    fit_loop = trainer.fit_loop
+    current = fit_loop.epoch_progress.current
+    if not fit_loop.restarted_mid_epoch or current.processed != current.started:
+        return False
+    fit_loop.reset_restart_stage()
+    return True
+
+
+def repair_unstarted_epoch(fit_loop_state: Any) -> bool:
+    """Count the running epoch started in a checkpoint's ``loops.fit_loop`` written before
+    :func:`start_next_epoch_after_a_finished_one` (by a fit that resumed at an epoch's last batch): its
+    ``epoch_progress`` has ready and started one short (the epoch reads as finished while its batches are
+    mid-epoch, or processed ahead of started), and Lightning would resume it a step lower. True when it
+    did."""
+    try:
+        epoch, batches = fit_loop_state["epoch_progress"], fit_loop_state["epoch_loop.batch_progress"]
+        current, batch = epoch["current"], batches["current"]
+        mid_epoch = current["ready"] == current["started"] == current["processed"]
+        last = batches.get("is_last_batch")  # then ambiguous: left as is
+        mid_epoch = mid_epoch and batch["processed"] == batch["completed"] + 1 >= 1 and last is False
+        epoch_end = current["ready"] == current["started"] == current["processed"] - 1
+        if not (mid_epoch or epoch_end):
+            return False
+        for counts in (current, epoch["total"]):
+            counts["ready"], counts["started"] = counts["ready"] + 1, counts["started"] + 1
+    except (KeyError, TypeError):  # not Lightning's loop state: its contract names what is wrong
+        return False
+    return True
+
+
 # ---- the signal flag and handlers (CheckpointOnInterrupt) -----------------------------------------
 def request_sigterm_stop(trainer: Any) -> None:
     """Set Lightning's SIGTERM flag (``trainer._signal_connector.received_sigterm``): the loops stop at

@@ -339,6 +339,25 @@ def test_fit_loop_loader_state_internals_used_by_exact_resume():
 
 
 @pins("lightning")
+def test_fit_loop_restart_stage_after_a_save_at_an_epochs_last_batch():
+    """lit_gpu.upstream.loops.start_next_epoch_after_a_finished_one: ``_FitLoop.reset`` counts the epoch of a
+    save at its last batch done but keeps ``RESTARTED_MID_EPOCH``, which makes ``on_advance_start`` skip the
+    next epoch's ready/started counts. Behaviour: tests/unit/data/test_resume_property.py
+    (test_a_second_resume_after_one_from_an_epochs_last_batch)."""
+    from lightning.pytorch.loops.fit_loop import _FitLoop
+
+    source = inspect.getsource
+    reset = source(_FitLoop.reset)
+    stage, last = "and self.restarted_mid_epoch\n", "and self.epoch_loop.batch_progress.is_last_batch"
+    assert stage in reset and last in reset
+    assert "self.epoch_progress.increment_processed()" in reset
+    assert "if not self.restarted_mid_epoch and not self.restarted_on_epoch_end:" in source(
+        _FitLoop.on_advance_start
+    )
+    assert "self._restart_stage = RestartStage.NONE" in source(_FitLoop.reset_restart_stage)
+
+
+@pins("lightning")
 def test_trainer_step_and_epoch_counters_read_directly():
     """lit_gpu.callbacks.fresh_last and the lean step read ``trainer.max_steps``, ``global_step`` (automatic
     optimization) and ``current_epoch`` from the loop objects those properties read."""
