@@ -332,7 +332,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             del held  # the bytes go back now
         trainer = None if self._trainer is None else self._trainer()
         if trainer is not None:
-            _check_for(trainer, checkpoint, f"checkpoint {path}")
+            _check_for(trainer, checkpoint, f"checkpoint {path}", path)
         return checkpoint
 
     @override
@@ -376,13 +376,15 @@ def check_restored_state(checkpoint: Any, module: Any, owners: Iterable[Any], wh
     check_contracts(checkpoint, contracts, what)  # the optimizers': optimizer_resume, once built
 
 
-def _check_for(trainer: pl.Trainer, checkpoint: Any, what: str) -> None:
-    """:func:`check_restored_state` for the fit of ``trainer``: its module, data module and callbacks."""
+def _check_for(trainer: pl.Trainer, checkpoint: Any, what: str, path: Any) -> None:
+    """:func:`check_restored_state` for ``trainer``'s fit; the optimizers' states only for the fit's resume
+    (``trainer.ckpt_path``), not Lightning's own reads (``ddp_spawn``'s weights-only hand-back file)."""
     from lit_gpu.optimizer_resume import check_at_fit_start
 
     owners = [getattr(trainer, "datamodule", None), *trainer.callbacks]
     check_restored_state(checkpoint, trainer.lightning_module, owners, what)
-    check_at_fit_start(trainer, checkpoint, what)  # against the optimizers the config builds
+    if trainer.ckpt_path is not None and os.fspath(trainer.ckpt_path) == os.fspath(path):
+        check_at_fit_start(trainer, checkpoint, what)  # against the optimizers the config builds
 
 
 def install_atomic_checkpoint_io(trainer: pl.Trainer) -> bool:
