@@ -270,7 +270,8 @@ class RNGStateCallback(Callback):
     ) -> None:
         # before Lightning restores the loops: an older lit_gpu's epoch counters (and no logged aggregates)
         fit_loop = checkpoint["loops"].get("fit_loop") if isinstance(checkpoint.get("loops"), dict) else None
-        if trainer.state.fn == "fit" and isinstance(fit_loop, dict) and repair_unstarted_epoch(fit_loop):
+        fitting = getattr(getattr(trainer, "state", None), "fn", None) == "fit"
+        if fitting and isinstance(fit_loop, dict) and repair_unstarted_epoch(fit_loop):
             messages.tell(messages.RESUMED_UNSTARTED_EPOCH)
 
     @override
