@@ -39,6 +39,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
 from lit_gpu.data import SyntheticImageDataModule
+from lit_gpu.data.images import normalize_images
 from lit_gpu.data.stateful import ResumableSampler
 from lit_gpu.nets import ResNet18, ResNet50
 
@@ -235,6 +236,7 @@ def raw_loop(
                 y = y.to(device, non_blocking=True)
             else:
                 x, y = x.to(device), y.to(device)
+            x = normalize_images(x)  # the loader's uint8 pixels, normalized on the device (as lit_gpu's data)
             if whole_step is not None:
                 whole_step(x, y)
             else:
@@ -278,8 +280,10 @@ def lit_gpu_fit(
 ) -> dict[str, Any]:
     """``lit-gpu fit --config lit_gpu:resnet_gpu`` with sizes and steps set (and ``more``), timed.
 
-    The CLI builds its own objects; its data module gets the images ``data`` made (same arguments,
-    same seed: the same images), so each contestant does not make them again.
+        The CLI builds its own objects; its data module gets the images ``data`` made (same arguments,
+        same seed: the same images), so each contestant does not make them again. Every contestant's loader
+    carries uint8 pixels, normalized on the device after the copy (the data module's ``on_after_batch_transfer``;
+    ``normalize_images`` in the hand-written loops).
     """
     from lit_gpu.cli import LitGpuCLI
 

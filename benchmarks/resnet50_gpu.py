@@ -4,8 +4,9 @@
     python benchmarks/resnet50_gpu.py --device cpu --image-size 32 --batch-size 2 --steps 1 --warmup 1
 
 torchvision's ResNet-50 (:class:`lit_gpu.nets.ResNet50`, ImageNet stem) on synthetic 224x224 images
-(:class:`lit_gpu.data.SyntheticImageDataModule`: uint8 in host memory, crop/flip augmentation and
-normalization in the loader's workers), bf16 autocast, channels-last, fused AdamW, OneCycle, one epoch.
+(:class:`lit_gpu.data.SyntheticImageDataModule`: uint8 in host memory, crop/flip augmentation in the
+loader's workers, uint8 batches copied to the GPU and normalized there), bf16 autocast, channels-last,
+fused AdamW, OneCycle, one epoch.
 Contestants (``benchmarks/_contestants.py``): ``tuned`` (the hand-written eager loop), ``lit_gpu``
 (``lit-gpu fit --config lit_gpu:resnet_gpu`` with ``--model.net lit_gpu.nets.ResNet50`` and
 ``--data.image_size 224``: the recipe, whole-step capture included); ``hand_graph`` and
@@ -40,7 +41,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _contestants import interleaved, make_data, make_net, rate, steady  # noqa: E402
-from _recipe import machine  # noqa: E402
+from _recipe import machine, sync  # noqa: E402
 
 #: dense (no sparsity) bf16 tensor-core peak in TFLOP/s, by a part of ``torch.cuda.get_device_name``.
 #: NVIDIA's datasheets give the figure "with sparsity"; dense is half of it: H100 SXM 1,979 -> 989 and
@@ -111,7 +112,8 @@ def batch_by_rule(args: argparse.Namespace) -> tuple[int, str]:
 
 
 def loader_limit(data, args: argparse.Namespace) -> float:
-    """Images/s of lit_gpu's training loader alone (its workers, pinned memory on CUDA), first batch aside."""
+    """Images/s of lit_gpu's data path alone, first batch aside: its training loader (workers, pinned memory
+    on CUDA), the copy to the device and the normalization there (``on_after_batch_transfer``)."""
     from lit_gpu.data import SyntheticImageDataModule
 
     probe = SyntheticImageDataModule(
@@ -123,12 +125,16 @@ def loader_limit(data, args: argparse.Namespace) -> float:
         seed=data.seed,
     )
     probe.train_set = data.train_set  # the same images; setup() then makes none
+    device = torch.device(args.device)
     batches = iter(probe.train_dataloader())
     next(batches)  # workers started, their first batches under way
     n = min(args.loader_batches, len(data.train_set) // data.batch_size - 1)
     t0 = time.perf_counter()
     for _ in range(n):
-        next(batches)
+        x, y = next(batches)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        probe.on_after_batch_transfer([x, y], 0)
+    sync(args.device)
     seconds = time.perf_counter() - t0
     del batches
     return n * data.batch_size / seconds

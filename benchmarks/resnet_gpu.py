@@ -5,7 +5,8 @@
 
 Every contestant trains torchvision's ResNet-18 (:class:`lit_gpu.nets.ResNet18`, CIFAR stem) on the same
 images (:class:`lit_gpu.data.SyntheticImageDataModule`: uint8 in host memory, per-sample crop/flip
-augmentation, float normalization) in the same order (lit_gpu's loader's first-epoch order). The
+augmentation of the uint8 pixels, normalized on the device after the copy) in the same order (lit_gpu's
+loader's first-epoch order). The
 contestants (``benchmarks/_contestants.py`` says each): ``tuned`` (eager, every lever), ``hand_graph``
 (the tuned loop with its whole step captured as one CUDA graph), ``compile`` (``torch.compile(mode=
 "max-autotune")``), ``lit_gpu`` (``lit-gpu fit --config lit_gpu:resnet_gpu``: whole-step capture),

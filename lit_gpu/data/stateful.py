@@ -43,6 +43,7 @@ __all__ = [
     "SeededSamples",
     "epoch_order",
     "sample_seed",
+    "sample_seeds",
     "shard_positions",
 ]
 
@@ -122,6 +123,15 @@ def sample_seed(seed: int, epoch: int, position: int) -> int:
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
     return (x ^ (x >> 31)) >> 1
+
+
+def sample_seeds(seed: int, epoch: int, positions: torch.Tensor) -> list[int]:
+    """:func:`sample_seed` of every position at once (numpy's uint64 arithmetic wraps as ``& _MASK64``)."""
+    base = np.uint64((seed * 0x9E3779B97F4A7C15 + epoch * 0xBF58476D1CE4E5B9) & _MASK64)
+    x = base + positions.numpy().astype(np.uint64)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return ((x ^ (x >> np.uint64(31))) >> np.uint64(1)).tolist()
 
 
 def _seed_all(seed: int) -> None:
@@ -308,10 +318,10 @@ class ResumableSampler(GlobalPosition, DistributedSampler):
         return self.shard_size(0)
 
     def __iter__(self) -> Iterator[tuple[int, int]]:  # type: ignore[override]
-        order = self.order().tolist()
-        n = self.num_items
-        for pos in self.positions().tolist():
-            yield order[pos % n], sample_seed(self.seed, self.epoch, pos)
+        positions = self.positions()
+        indices = self.order()[positions % self.num_items].tolist()
+        # the keys made for the whole pass at once: the DataLoader's batching then takes them at C speed
+        yield from zip(indices, sample_seeds(self.seed, self.epoch, positions), strict=True)
 
 
 class ResumableDataLoader(DataLoader):

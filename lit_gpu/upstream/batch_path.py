@@ -29,7 +29,7 @@ import torch
 from lightning.fabric.utilities import apply_func
 from typing_extensions import override
 
-from lit_gpu.upstream.blockers import TRANSFER_HOOKS, lean_batch_blocker
+from lit_gpu.upstream.blockers import TRANSFER_HOOKS, lean_batch_blocker, transfer_hooks_overridden
 from lit_gpu.upstream.gate import fast_path_problem
 from lit_gpu.upstream.lean_log import LeanLog
 from lit_gpu.upstream.step_path import FitPatch, HookDispatch
@@ -88,6 +88,7 @@ class _LeanBatch:
         from lightning.pytorch.loops.loop import _Loop
         from lightning.pytorch.loops.progress import _ProcessedTracker
         from lightning.pytorch.loops.training_epoch_loop import RestartStage, _TrainingEpochLoop
+        from lightning.pytorch.trainer.call import _call_strategy_hook
 
         self.trainer, self.loop = trainer, loop
         self.module = trainer.lightning_module
@@ -95,6 +96,9 @@ class _LeanBatch:
         self.connector = trainer._logger_connector
         self.device = self.strategy.root_device
         self.non_blocking = self.device.type not in _BLOCKING_DEVICE_TYPES
+        #: a transfer hook of the module or data module (GPU augmentation): Lightning's calls, not _to_device
+        self.own_transfer = transfer_hooks_overridden(trainer, self.module) is not None
+        self.call_strategy_hook = _call_strategy_hook
         self.plain_fetcher = _PrefetchDataFetcher
         self.advance_lightning = _TrainingEpochLoop.advance.__get__(loop)
         self.on_advance_end_lightning = _TrainingEpochLoop.on_advance_end.__get__(loop)
@@ -215,7 +219,13 @@ class _LeanBatch:
         total, current = progress.total, progress.current
         batch_idx = current.ready  # Lightning's self.batch_idx + 1
         progress.is_last_batch = data_fetcher.done
-        batch = self._to_device(batch)  # convert_input: the identity here (lean_batch_blocker)
+        # convert_input: the identity here (lean_batch_blocker); then Lightning's transfer calls, or, where
+        # the module and data module keep Lightning's transfer hooks, the move they make
+        if self.own_transfer:
+            batch = self.module._on_before_batch_transfer(batch, dataloader_idx=0)
+            batch = self.call_strategy_hook(trainer, "batch_to_device", batch, dataloader_idx=0)
+        else:
+            batch = self._to_device(batch)
         total.ready += 1  # progress.increment_ready()
         current.ready += 1
         connector, results = self.connector, loop._results

@@ -57,17 +57,32 @@ def lean_step_blocker(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str
 TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
 
+def transfer_hooks_overridden(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str | None:
+    """The first of :data:`TRANSFER_HOOKS` the module or data module overrides ("Owner.hook"), or None.
+
+    Where one is, the lean batch makes Lightning's own transfer calls (its defaults only move the batch).
+    """
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    selector = trainer._data_connector._datahook_selector  # private (pinned)
+    for hook in TRANSFER_HOOKS:
+        owner = selector.get_instance(hook) if selector is not None else pl_module
+        if is_overridden(hook, owner) or replaced_on_instance(owner, hook):
+            return f"{type(owner).__name__}.{hook}"
+    return None
+
+
 def lean_batch_blocker(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str | None:
     """Why :class:`LeanTrainingBatch` must leave this fit to Lightning's loop, or None if it need not.
 
     It covers one device (``SingleDeviceStrategy``), no profiler, automatic optimization, a precision
-    plugin that leaves inputs as they are, Lightning's batch-transfer hooks (neither the module nor the
-    data module overrides them), and the Lightning release whose loop it mirrors.
+    plugin that leaves inputs as they are, and the Lightning release whose loop it mirrors. Batch-transfer
+    hooks a module or data module overrides (GPU augmentation in ``on_after_batch_transfer``) it calls as
+    Lightning's loop does.
     """
     from lightning.fabric.plugins.precision.precision import Precision as FabricPrecision
     from lightning.pytorch.profilers import PassThroughProfiler
     from lightning.pytorch.strategies import SingleDeviceStrategy, Strategy
-    from lightning.pytorch.utilities.model_helpers import is_overridden
 
     strategy = trainer.strategy
     if type(strategy) is not SingleDeviceStrategy or (
@@ -80,12 +95,7 @@ def lean_batch_blocker(trainer: pl.Trainer, pl_module: pl.LightningModule) -> st
         return f"profiler {type(trainer.profiler).__name__}"
     if not pl_module.automatic_optimization:
         return "manual optimization"
-    selector = trainer._data_connector._datahook_selector  # private (pinned)
-    for hook in TRANSFER_HOOKS:
-        owner = selector.get_instance(hook) if selector is not None else pl_module
-        if is_overridden(hook, owner) or replaced_on_instance(owner, hook):
-            return f"{type(owner).__name__} overrides {hook}"
     return None
 
 
-__all__ = ["TRANSFER_HOOKS", "lean_batch_blocker", "lean_step_blocker"]
+__all__ = ["TRANSFER_HOOKS", "lean_batch_blocker", "lean_step_blocker", "transfer_hooks_overridden"]

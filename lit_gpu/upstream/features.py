@@ -105,6 +105,13 @@ FEATURES: dict[str, Feature] = {
             "lightning.pytorch.trainer.connectors.data_connector:_DataConnector._datahook_selector": None,
             "lightning.pytorch.trainer.trainer:Trainer._signal_connector": None,
             "lightning.pytorch.core.module:LightningModule._current_fx_name": None,
+            # Lightning's advance's transfer calls, made as it makes them where a transfer hook is the user's
+            "lightning.pytorch.core.module:LightningModule._on_before_batch_transfer": (
+                "(self, batch: Any, dataloader_idx: int = 0) -> Any"
+            ),
+            "lightning.pytorch.trainer.call:_call_strategy_hook": (
+                "(trainer: 'pl.Trainer', hook_name: str, *args: Any, **kwargs: Any) -> Any"
+            ),
             "torch._C:_set_grad_enabled": None,
         },
     ),

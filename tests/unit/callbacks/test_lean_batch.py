@@ -248,8 +248,66 @@ def test_resuming_mid_epoch_runs_the_same_batches(tmp_path):
 
 
 class OwnTransfer(Module):
+    """Every transfer hook its own: scales inputs before, moves them itself, and shifts them after."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, str | None]] = []
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        self.seen.append(("before", self._current_fx_name))
+        return (batch[0] * 2, batch[1]) if self.trainer.training else batch
+
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        self.seen.append(("transfer", self._current_fx_name))
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        self.seen.append(("after", self._current_fx_name))
+        return (batch[0] + 1, batch[1]) if self.trainer.training else batch
+
+
+def test_a_modules_own_transfer_hooks_run_in_the_lean_batch_as_in_lightnings(tmp_path):
+    seen = {}
+
+    class Keep(Callback):
+        def on_train_end(self, trainer, pl_module) -> None:
+            seen[len(seen)] = list(pl_module.seen)
+
+    lean = _fit(tmp_path, True, module_cls=OwnTransfer, callbacks=(Keep(),))
+    plain = _fit(tmp_path, False, module_cls=OwnTransfer, callbacks=(Keep(),))
+    _same(lean, plain)
+    assert lean["blocker"] is None and all(lean["lean_seen"])
+    assert seen[0] == seen[1] and ("after", "on_after_batch_transfer") in seen[0]
+
+
+def test_a_data_modules_gpu_style_normalization_runs_in_the_lean_batch(tmp_path):
+    from lit_gpu.data import SyntheticImageDataModule
+    from lit_gpu.modules import ClassificationModule
+
+    def fit(lean: bool) -> tuple[Any, ...]:
+        pl.seed_everything(0)
+        net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 6 * 6, 4))
+        module = ClassificationModule(net, num_classes=4)
+        batch = LeanTrainingBatch()
+        shapes: list[tuple[torch.dtype, float]] = []
+
+        class Look(Callback):
+            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+                shapes.append((batch[0].dtype, round(float(batch[0].mean()), 6)))
+
+        callbacks = [Look(), *([LeanOptimizerStep(), batch] if lean else [])]
+        trainer = quiet_trainer(tmp_path, max_steps=4, limit_val_batches=0, callbacks=callbacks)
+        data = SyntheticImageDataModule(
+            num_samples=32, num_classes=4, image_size=6, batch_size=8, num_workers=0
+        )
+        trainer.fit(module, datamodule=data)
+        return batch.blocker, shapes, module.state_dict()
+
+    lean, plain = fit(True), fit(False)
+    assert lean[0] is None and lean[1] == plain[1] and {dtype for dtype, _ in lean[1]} == {torch.float32}
+    for key, value in lean[2].items():
+        assert torch.equal(value, plain[2][key]), key
 
 
 class Manual(Module):
@@ -271,7 +329,6 @@ class Manual(Module):
     [
         (Module, {"profiler": "simple"}, "profiler SimpleProfiler"),
         (Module, {"precision": "bf16-true"}, "precision plugin HalfPrecision converts inputs"),
-        (OwnTransfer, {}, "OwnTransfer overrides transfer_batch_to_device"),
         (Manual, {}, "manual optimization"),
     ],
 )

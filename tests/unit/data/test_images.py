@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
 from lit_gpu.data import SyntheticImageDataModule
-from lit_gpu.data.images import IMAGE_MEAN, IMAGE_STD, ImageTensors, make_images
+from lit_gpu.data.images import IMAGE_MEAN, IMAGE_STD, ImageTensors, crop_and_flip, make_images
 from lit_gpu.data.stateful import ResumableDataLoader, SeededSamples
 from lit_gpu.nets import ResNet18
 
@@ -36,6 +37,45 @@ def test_each_sample_is_cropped_and_flipped_as_its_seed_says():
     # the same seed gives the same sample, whatever batch it is fetched in
     alone = data.getitems_seeded([5], [0])
     assert torch.equal(alone[0][0], got[1][0])
+
+
+def _crops_by_index_arithmetic(x: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+    """The specification of crop_and_flip as one gather over the padded batch (the previous formulation)."""
+    n, c, h, w = x.shape
+    padded = F.pad(x, (4, 4, 4, 4))
+    top, left = (seeds & 0xFF) % 9, ((seeds >> 8) & 0xFF) % 9
+    flip = ((seeds >> 16) & 1).bool()
+    rows = top[:, None] + torch.arange(h)
+    cols = left[:, None] + torch.arange(w)
+    cols = torch.where(flip[:, None], cols.flip(1), cols)
+    batch, channel = torch.arange(n)[:, None, None, None], torch.arange(c)[None, :, None, None]
+    return padded[batch, channel, rows[:, None, :, None], cols[:, None, None, :]]
+
+
+@pytest.mark.parametrize("size", [1, 3, 5, 8, 32])
+def test_the_slice_crops_are_the_gathered_crops_for_every_offset_and_flip(size):
+    images, _ = make_images(20, 10, 3, size, torch.Generator().manual_seed(size))
+    seeds = [top | (left << 8) | (flip << 16) for top in range(9) for left in range(9) for flip in (0, 1)]
+    seeds += torch.randint(0, 2**62, (50,), generator=torch.Generator().manual_seed(1)).tolist()
+    indices = [k % 20 for k in range(len(seeds))]
+    want = _crops_by_index_arithmetic(images[torch.tensor(indices)], torch.tensor(seeds))
+    assert torch.equal(crop_and_flip(images, indices, seeds), want)
+
+
+def test_the_data_module_carries_uint8_and_normalizes_after_the_transfer():
+    dm = SyntheticImageDataModule(num_samples=32, batch_size=8, num_workers=0, image_size=8, seed=2)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert batch[0].dtype == torch.uint8 and isinstance(batch, list)
+    x, y = dm.on_after_batch_transfer(batch, 0)
+    assert torch.equal(x, _norm(batch[0])) and x.dtype == torch.float32 and torch.equal(y, batch[1])
+    last = x.contiguous(memory_format=torch.channels_last)  # a float batch passes as it is
+    assert dm.on_after_batch_transfer((last, y), 0)[0] is last
+    layout = batch[0].contiguous(memory_format=torch.channels_last)  # the layout is kept
+    assert dm.on_after_batch_transfer([layout, y], 0)[0].is_contiguous(memory_format=torch.channels_last)
+    plain = next(iter(dm.val_dataloader()))[0]
+    want = ImageTensors(dm.val_set.images, dm.val_set.labels)[0][0]  # normalize=True: float from the fetch
+    assert torch.equal(dm.on_after_batch_transfer([plain, y], 0)[0][0], want)
 
 
 def test_without_augmentation_a_sample_is_the_normalized_image():
@@ -71,7 +111,7 @@ def test_the_data_module_trains_resnet18_a_step_on_cpu():
     dm = SyntheticImageDataModule(num_samples=64, batch_size=8, num_workers=0, image_size=32)
     dm.setup("fit")
     assert len(dm.train_set) == 64 and len(dm.val_set) == 6 and len(dm.test_set) == 6
-    x, y = next(iter(dm.train_dataloader()))
+    x, y = dm.on_after_batch_transfer(next(iter(dm.train_dataloader())), 0)
     assert x.shape == (8, 3, 32, 32) and y.shape == (8,)
     net = ResNet18(num_classes=10)
     assert net(x).shape == (8, 10)

@@ -8,10 +8,18 @@ import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lightning.pytorch.trainer.states import RunningStage
 from torch.utils.data import Dataset, TensorDataset
 
-from lit_gpu.data.stateful import ResumableDataLoader, ResumableSampler, shard_positions
+from lit_gpu.data.stateful import (
+    ResumableDataLoader,
+    ResumableSampler,
+    sample_seed,
+    sample_seeds,
+    shard_positions,
+)
 from lit_gpu.data.tensor_loader import TensorLoader
 
 N = 50
@@ -167,3 +175,16 @@ def test_lightning_leaves_the_sampler_alone_under_ddp():
     loader = ResumableDataLoader(Augmented(), batch_size=4, rank=1, world_size=2)
     prepared = trainer._data_connector._prepare_dataloader(loader, shuffle=True, mode=RunningStage.TRAINING)
     assert prepared is loader and isinstance(prepared.sampler, ResumableSampler)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**63 - 1),
+    epoch=st.integers(0, 2**31),
+    positions=st.lists(st.integers(0, 2**48), min_size=1, max_size=40),
+)
+def test_the_whole_pass_seeds_are_the_one_at_a_time_seeds(seed, epoch, positions):
+    """sample_seeds (numpy's wrapping uint64) gives what sample_seed (Python's masked ints) gives."""
+    want = [sample_seed(seed, epoch, p) for p in positions]
+    assert sample_seeds(seed, epoch, torch.tensor(positions)) == want
+    assert all(0 <= s < 2**63 for s in want)
