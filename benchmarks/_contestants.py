@@ -282,8 +282,8 @@ def lit_gpu_fit(
 
         The CLI builds its own objects; its data module gets the images ``data`` made (same arguments,
         same seed: the same images), so each contestant does not make them again. Every contestant's loader
-    carries uint8 pixels, normalized on the device after the copy (the data module's ``on_after_batch_transfer``;
-    ``normalize_images`` in the hand-written loops).
+    carries uint8 pixels, normalized on the device after the copy (the data module's
+    ``on_after_batch_transfer``; ``normalize_images`` in the hand-written loops).
     """
     from lit_gpu.cli import LitGpuCLI
 
