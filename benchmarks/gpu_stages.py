@@ -42,9 +42,12 @@ STAGES: dict[str, Callable[[list[str]], None]] = {
 #: each stage's arguments on a GPU: sized for a few minutes in all
 ON_GPU = {
     "glue": ["--steps", "100", "--warmup", "20"],
-    "resnet50": ["--steps", "20", "--warmup", "8", "--repeats", "2"],
-    "resnet18": ["--steps", "150", "--warmup", "30", "--repeats", "2"],
-}
+    # issue 59: one interleaved run per figure, rounds enough for a median (a step here varies by 10-30 %
+    # from round to round on a shared host); torch.compile (211 s to its first step) on request only
+    "resnet50": ["--steps", "30", "--warmup", "8", "--repeats", "3", "--loader-batches", "24"],
+    "resnet18": ["--steps", "300", "--warmup", "30", "--repeats", "4", "--num-samples", "90000",
+                 "--only", "tuned", "hand_graph", "lit_gpu", "lit_gpu_eager"],
+}  # fmt: skip
 _CPU = ["--device", "cpu", "--workers", "1"]
 #: the same stages on a CPU at tiny sizes (the capture and compile contestants skipped with their reasons)
 TINY = {

@@ -11,7 +11,9 @@
 # each MNIST GPU recipe), graph_overhead (the step path with --speed.cuda_graph against a raw loop); and
 # issue 52's, in one process (benchmarks/gpu_stages.py: `import lightning` once): issue52 (the glue profile of
 # lit_gpu's eager step, ResNet-50 at 224 px against the chip's peak, ResNet-18 against the hand-written
-# whole-step graph and torch.compile(max-autotune)); its files are $OUT/issue52/{glue,resnet50,resnet18}.txt.
+# whole-step graph and torch.compile(max-autotune)); its files are $OUT/issue52/{glue,resnet50,resnet18}.txt;
+# issue59 (`bash benchmarks/on_device.sh gpu_tests issue59`): the ResNet-50 and ResNet-18 stages alone, more
+# rounds, no compile ($OUT/issue59/{resnet50,resnet18}.txt).
 # Each has its own time limit, so a slow one leaves the others' figures.
 set -uo pipefail
 out=${OUT:-device_out}
@@ -24,7 +26,7 @@ stage() {
   case " ${stages} " in *" $name "*) ;; *) return 0 ;; esac
   echo "== $name: $*"; timeout "$limit" "$@" 2>&1 | tee "$out/$name.txt"
 }
-stages=${*:-paired_cpu whole_cpu nan_guard cuda gpu_tests gpu_recipe graph_recipe resnet warmup graph_overhead issue52}
+stages=${*:-paired_cpu whole_cpu nan_guard cuda gpu_tests gpu_recipe graph_recipe resnet warmup graph_overhead issue52 issue59}
 stage gpu_tests 170 python -m pytest -o addopts="" -m gpu -q -p no:cacheprovider
 stage nan_guard 60 python benchmarks/nan_guard_gpu.py
 stage cuda 150 python benchmarks/overhead.py --device cuda --steps 300 --repeats 5 --components nan_guard
@@ -40,4 +42,5 @@ stage warmup 240 python benchmarks/warmup.py --config configs/mnist_gpu_graph.ya
 stage graph_overhead 150 python benchmarks/overhead.py --device cuda --steps 300 --repeats 3 --components none \
   --lit-flags "--speed.cuda_graph true"
 stage issue52 480 python benchmarks/gpu_stages.py --out "$out/issue52" --budget-s 300
+stage issue59 420 python benchmarks/gpu_stages.py --out "$out/issue59" --stages resnet50 resnet18 --budget-s 240
 cat /proc/loadavg | tee "$out/load_end.txt"
