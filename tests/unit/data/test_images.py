@@ -11,6 +11,7 @@ from lit_gpu.data import SyntheticImageDataModule
 from lit_gpu.data.images import IMAGE_MEAN, IMAGE_STD, ImageTensors, crop_and_flip, make_images
 from lit_gpu.data.stateful import ResumableDataLoader, SeededSamples
 from lit_gpu.nets import ResNet18
+from tests.helpers.run_if import RunIf
 
 
 def _norm(x: torch.Tensor) -> torch.Tensor:
@@ -135,3 +136,39 @@ def test_image_sizes_are_checked_at_init(monkeypatch):
     monkeypatch.setattr(_checks, "host_memory_bytes", lambda: 10**6)
     with pytest.raises(LitGpuError, match=r"^data.num_samples=50000, .* make data.num_samples smaller"):
         SyntheticImageDataModule()
+
+
+@pytest.mark.gpu
+@RunIf(min_cuda_gpus=1)
+def test_on_a_gpu_the_pixels_travel_as_uint8_and_normalize_there_as_on_the_host(tmp_path):
+    """The pinned uint8 batch is copied and normalized on the GPU to the host's values, and a fit with
+    lit_gpu's lean batch on the GPU sees float batches."""
+    from lightning.pytorch.callbacks import Callback
+
+    from lit_gpu.modules import ClassificationModule
+    from lit_gpu.upstream.batch_path import LeanTrainingBatch
+    from lit_gpu.upstream.step_path import LeanOptimizerStep
+    from tests.helpers.trainers import quiet_trainer
+
+    dm = SyntheticImageDataModule(
+        num_samples=64, batch_size=16, num_workers=2, image_size=32, pin_memory=True
+    )
+    dm.setup("fit")
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.dtype == torch.uint8 and x.is_pinned()
+    on_gpu, _ = dm.on_after_batch_transfer([x.cuda(non_blocking=True), y.cuda()], 0)
+    assert torch.equal(on_gpu.cpu(), _norm(x))
+    seen = []
+
+    class Look(Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            seen.append((batch[0].dtype, batch[0].device.type))
+
+    lean = LeanTrainingBatch()
+    trainer = quiet_trainer(
+        tmp_path, accelerator="gpu", devices=1, max_steps=3, limit_val_batches=0,
+        callbacks=[Look(), LeanOptimizerStep(), lean],
+    )  # fmt: skip
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 10))
+    trainer.fit(ClassificationModule(net, num_classes=10), datamodule=dm)
+    assert lean.blocker is None and seen == [(torch.float32, "cuda")] * 3
