@@ -129,10 +129,24 @@ class Window:
             }
 
 
+class OneLayer(torch.nn.Module):
+    """A linear classifier of the flattened image: a step whose arithmetic is negligible, so that the host
+    CPU a step is the loop's own glue (``resnet_gpu.py --net one_layer``)."""
+
+    def __init__(self, num_classes: int = 10, image_size: int = 32) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(3 * image_size * image_size, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.flatten(1))  # (N, 3, H, W) -> (N, num_classes)
+
+
 def make_net(args: argparse.Namespace) -> torch.nn.Module:
-    """The workload's network: ResNet-18 (CIFAR stem) or ResNet-50 (ImageNet stem above 64 px)."""
+    """The workload's network: ResNet-18 (CIFAR stem), ResNet-50 (ImageNet stem above 64 px) or OneLayer."""
     if args.net == "resnet50":
         return ResNet50(num_classes=10, cifar_stem=args.image_size <= 64)
+    if args.net == "one_layer":
+        return OneLayer(10, args.image_size)
     return ResNet18(num_classes=10)
 
 

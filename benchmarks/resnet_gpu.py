@@ -2,6 +2,8 @@
 
     python benchmarks/resnet_gpu.py                         # on a GPU: batch 256, 6 workers
     python benchmarks/resnet_gpu.py --device cpu --steps 3 --warmup 1 --batch-size 8 --num-samples 256
+    python benchmarks/resnet_gpu.py --device cpu --net one_layer --workers 2 --steps 150 --warmup 20 \
+        --repeats 5 --only tuned lit_gpu_eager       # the host glue a step: compare the CPU column
 
 Every contestant trains torchvision's ResNet-18 (:class:`lit_gpu.nets.ResNet18`, CIFAR stem) on the same
 images (:class:`lit_gpu.data.SyntheticImageDataModule`: uint8 in host memory, per-sample crop/flip
@@ -50,6 +52,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=6, help="DataLoader workers of the tuned loops and lit_gpu")
     p.add_argument("--num-samples", type=int, default=50000)
     p.add_argument("--only", nargs="+", default=DEFAULT, choices=["naive", *DEFAULT])
+    p.add_argument(
+        "--net", choices=["resnet18", "one_layer"], default="resnet18",
+        help="one_layer: a linear classifier, so the host CPU a step is the loop's glue",
+    )  # fmt: skip
     p.add_argument("lit_args", nargs="*", help="more lit-gpu flags after --, e.g. -- --speed.cuda_graph true")
     return p
 
@@ -57,14 +63,17 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     p = parser()
     args = p.parse_args(argv)
-    args.net, args.image_size = "resnet18", 32
+    args.image_size = 32
+    if args.net == "one_layer":  # lit_gpu builds the same net from its class path
+        args.lit_args = [*args.lit_args, "--model.net", "_contestants.OneLayer"]
     needed = (args.warmup + args.steps) * args.batch_size
     if needed > args.num_samples:
         p.error(f"--num-samples must hold the {needed} images of warmup + steps (one epoch)")
     print(f"# {machine()}")
     steps = f"{args.warmup} + {args.steps} steps"
     print(
-        f"# ResNet-18, 32x32, batch {args.batch_size}, {args.workers} workers, {steps}, "
+        f"# {'ResNet-18' if args.net == 'resnet18' else 'one layer'}, 32x32, "
+        f"batch {args.batch_size}, {args.workers} workers, {steps}, "
         f"x{args.repeats} interleaved"
     )
     data = make_data(args, args.num_samples)

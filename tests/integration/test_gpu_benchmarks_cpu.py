@@ -39,6 +39,18 @@ def test_the_resnet_benchmark_times_its_contestants_on_cpu():
     assert "goal (lit_gpu_eager >= 0.97x tuned)" in out and "load average before" in out
 
 
+@pytest.mark.full
+def test_the_image_loader_benchmark_compares_its_contestants_on_cpu():
+    """Every data path runs to a float batch on the host (``--device cpu``) and the table compares them."""
+    out = _run(
+        "benchmarks/image_loader.py", "--device", "cpu", "--image-size", "16", "--batch-size", "4",
+        "--workers", "1", "--batches", "2", "--warmup", "1", "--repeats", "1",
+    )  # fmt: skip
+    for name in ("lit_gpu", "tv_float", "tv_uint8"):
+        assert f"# round 0: {name}: " in out and f"| {name} | " in out
+    assert "| lit_gpu | " in out and "1.00x |" in out and "load average before" in out
+
+
 @pytest.mark.slow
 def test_issue_52s_stages_run_in_one_process_on_cpu(tmp_path):
     """benchmarks/gpu_stages.py --tiny: the glue profile, ResNet-50 and ResNet-18 stages, a file each."""
