@@ -80,17 +80,23 @@ def settings_problem(
     Nesterov needs zero dampening; ``Rprop``'s etas). The upstream's own definition of a valid setting is
     that: each saved group's settings go through the class's ``__init__`` (as its arguments) and one dry
     step of the class (:func:`dry_state`: ``capturable`` on a CPU, an lr that overflows the parameters'
-    dtype), on stand-ins. An integer setting above the config's (LBFGS's ``max_iter``) is probed at the
-    config's, so the probe stays one small step. Not checked where the class cannot be made again from
-    the config's own settings (a user's optimizer with required arguments)."""
+    dtype), on stand-ins. lit_gpu's bound on top: an integer setting (LBFGS's ``max_iter``, ``max_eval``,
+    ``history_size``: the evaluations a step runs, the history it keeps) is at most the config's, so a file
+    cannot make a step run for hours or keep a history that fills the memory (and the probe stays one small
+    step). Not checked where the class cannot be made again from the config's own settings (a user's
+    optimizer with required arguments)."""
     cls, names = type(built), _init_names(type(built))
     plain = []
-    for group, mine in zip(groups, built.param_groups, strict=True):
+    for n, (group, mine) in enumerate(zip(groups, built.param_groups, strict=True)):
         values = {k: v for k, v in group.items() if k != "params"}
         for key, value in values.items():
             own = mine.get(key)
             if type(value) is int and type(own) is int and value > own:
-                values[key] = own  # the probe's bound, not the run's
+                shown = messages.shown(repr(key), limit=40)
+                return (
+                    f"param group {n} has {shown[1:-1]}={value} above the config's {own} (lit_gpu bounds a "
+                    f"checkpoint's integer settings by the config's: raise it there to run as it ran)"
+                ), None
         plain.append(values)
     for n, values in enumerate(plain):
         first = built.param_groups[n]["params"][:1]

@@ -108,12 +108,25 @@ def test_sgd_without_momentum_keeps_a_none_buffer_the_config_with_momentum_reads
     assert optimizer_problem(plain.state_dict(), _stepped(torch.optim.SGD, momentum=0.9)[1]) is None
 
 
-def test_the_probe_of_lbfgs_with_a_larger_max_iter_runs_at_the_configs():
-    """The dry step stays one small step (the run itself takes the saved settings, as torch does)."""
+@pytest.mark.parametrize("key", ["max_iter", "max_eval", "history_size"])
+def test_lbfgs_integer_settings_above_the_configs_are_refused(key):
+    """A file's max_iter=10**9 would make each step run 10**9 evaluations (torch loads the saved group): the
+    config's value bounds it; at or below it (a config raised since) LBFGS resumes."""
     _, lbfgs = _stepped(torch.optim.LBFGS)
     saved = copy.deepcopy(lbfgs.state_dict())
-    saved["param_groups"][0].update(max_iter=10**9, tolerance_grad=-1.0, tolerance_change=-1.0)
-    assert optimizer_problem(saved, _stepped(torch.optim.LBFGS)[1]) is None  # in well under a second
+    saved["param_groups"][0][key] = 10**9
+    problem = optimizer_problem(saved, _stepped(torch.optim.LBFGS)[1])
+    assert problem is not None and f"{key}=1000000000 above the config's" in problem
+    saved["param_groups"][0][key] = lbfgs.param_groups[0][key]
+    assert optimizer_problem(saved, _stepped(torch.optim.LBFGS, **{key: 200})[1]) is None
+
+
+def test_lbfgs_negative_tolerances_run_every_iteration_within_the_bound():
+    """Negative tolerances only turn LBFGS's early exits off: its iterations stay the config's max_iter."""
+    _, lbfgs = _stepped(torch.optim.LBFGS)
+    saved = copy.deepcopy(lbfgs.state_dict())
+    saved["param_groups"][0].update(tolerance_grad=-1.0, tolerance_change=-1.0)
+    assert optimizer_problem(saved, _stepped(torch.optim.LBFGS)[1]) is None
 
 
 @pytest.mark.parametrize(
