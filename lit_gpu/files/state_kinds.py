@@ -44,7 +44,8 @@ def kind(value: Any) -> str:
 
 
 def _number_problem(saved: Any, built: Any, name: str) -> str | None:
-    """A saved scalar where the built one is: finite where the built one is; torch's scheduler counters
+    """A saved scalar where the built one is: finite where the built one is, not NaN where it is not (an
+    infinite one may be: ``ReduceLROnPlateau``'s ``best`` starts at ``inf``); torch's scheduler counters
     (``LRScheduler.last_epoch`` >= -1, ``_step_count`` >= 0) in range."""
     if isinstance(saved, torch.Tensor):
         if saved.is_meta or saved.is_complex() or saved.dtype == torch.bool:
@@ -58,9 +59,13 @@ def _number_problem(saved: Any, built: Any, name: str) -> str | None:
         if not low <= saved <= MAX_INT:
             return f"{name} = {holds(saved)}, where the config builds {holds(built)}"
         return None
-    finite = not isinstance(built, torch.Tensor) or not built.is_meta
-    if finite and math.isfinite(float(built)) and not math.isfinite(float(saved)):
+    if isinstance(built, torch.Tensor) and built.is_meta:
+        return None
+    mine, held = float(built), float(saved)
+    if math.isfinite(mine) and not math.isfinite(held):
         return f"{name} = {holds(saved)}, not a finite number"
+    if math.isnan(held) and not math.isnan(mine):  # ReduceLROnPlateau's best: inf at first, never NaN
+        return f"{name} = {holds(saved)}, not a number"
     return None
 
 

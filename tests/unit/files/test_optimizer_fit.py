@@ -158,3 +158,16 @@ def test_complex_parameters_keep_complex_state():
     assert optimizer_problem(saved, adam()) is None
     saved["state"][0]["exp_avg"] = saved["state"][0]["exp_avg"].real.contiguous()
     assert "keeps a torch.complex64 tensor" in optimizer_problem(saved, adam())
+
+
+def test_a_plateau_schedulers_nan_best_is_refused_its_inf_best_kept():
+    """``best`` starts at inf and a NaN metric never replaces it (``is_better`` is False): a NaN ``best`` is
+    a forgery after which every epoch counts as bad and the learning rate falls whatever the metric."""
+    optimizer = torch.optim.SGD(_net("SGD").parameters(), lr=0.1)
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+    plateau.step(float("nan"))  # a NaN metric, as a diverged validation gives
+    built = torch.optim.lr_scheduler.ReduceLROnPlateau(torch.optim.SGD(_net("SGD").parameters(), lr=0.1))
+    state = plateau.state_dict()
+    assert state["best"] == float("inf") and scheduler_problem(state, built) is None
+    state["best"] = float("nan")
+    assert "'best'] = nan, not a number" in scheduler_problem(state, built)
