@@ -12,7 +12,9 @@ here, before the restore:
   them: Adafactor's ``eps=(None, 1e-3)``); each parameter's state has the names and kinds of values
   (tensors shaped after the parameter, numbers, lists: LBFGS's ``old_dirs``) that one step of the built
   optimizer's class, with the built groups' settings, gives a parameter of its shape (a dry run on small
-  stand-ins: :func:`dry_state`);
+  stand-ins: :func:`dry_state`); and one step of the class from that state, on copies of the parameters,
+  keeps them finite (:func:`~lit_gpu.files.optimizer_first_step.first_step_problem`: a negative second
+  moment);
 * **the scheduler** (:func:`scheduler_problem`): the built scheduler's state keys, values of its kinds,
   and its settings (the ``__init__`` parameters it keeps under their own names: ``total_steps``,
   ``milestones``) equal to the config's.
@@ -36,6 +38,7 @@ import torch
 from lit_gpu import messages
 from lit_gpu.files.contracts import ContractError, holds
 from lit_gpu.files.optimizer_dry import _stand_in, dry_state, settings_problem
+from lit_gpu.files.optimizer_first_step import first_step_problem
 from lit_gpu.files.scheduler_dry import step_problem
 from lit_gpu.files.state_kinds import MAX_INT, keys_problem, kind, value_problem
 from lit_gpu.upstream.torch_hooks import scheduler_children
@@ -238,7 +241,7 @@ def optimizer_problem(
         nones = saved_dry[n][j] if saved_dry else {}
         if problem := _state_problem(values, dry[n][j], real, stand, totals, f"state[{pid}]", nones):
             return problem
-    return None
+    return first_step_problem(saved, built)
 
 
 # ---- the scheduler --------------------------------------------------------------------------------------

@@ -171,3 +171,44 @@ def test_a_plateau_schedulers_nan_best_is_refused_its_inf_best_kept():
     assert state["best"] == float("inf") and scheduler_problem(state, built) is None
     state["best"] = float("nan")
     assert "'best'] = nan, not a number" in scheduler_problem(state, built)
+
+
+#: each optimizer's state under a square root (a sum of squares: torch never writes a negative one)
+SECOND_MOMENTS = {
+    "Adam": "exp_avg_sq", "AdamW": "exp_avg_sq", "NAdam": "exp_avg_sq", "RAdam": "exp_avg_sq",
+    "Adagrad": "sum", "RMSprop": "square_avg", "Adadelta": "square_avg",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(SECOND_MOMENTS))
+def test_a_negative_second_moment_is_refused_before_it_reaches_the_weights(name):
+    """One step from it makes weights NaN (sqrt of a negative): the file is refused, and the probe leaves the
+    checkpoint's tensors as they were. (RAdam reads it from its 6th step on: before, its step is momentum
+    alone, and a negative one shows a few steps later as a NaN loss, which NaNGuard stops.)"""
+    _, optimizer = _stepped(name, steps=10)
+    saved = optimizer.state_dict()
+    key = SECOND_MOMENTS[name]
+    saved["state"][1][key] = -saved["state"][1][key].abs() - 1.0
+    before = {
+        pid: {k: v.clone() for k, v in s.items() if torch.is_tensor(v)} for pid, s in saved["state"].items()
+    }
+    problem = optimizer_problem(saved, _optimizer(name, _net(name).parameters()))
+    assert problem == (
+        f"state[1]: one step of {name} from it makes weights NaN or infinite (a value no step of it writes: "
+        "a negative second moment)"
+    )
+    for pid, values in before.items():
+        assert all(torch.equal(v, saved["state"][pid][k]) for k, v in values.items())
+
+
+def test_a_large_parameter_is_stepped_in_slices_of_rows(monkeypatch):
+    """A parameter past CHUNK values steps a slice of rows at a time: a bad value in the last one is found."""
+    from lit_gpu.files import optimizer_first_step
+
+    monkeypatch.setattr(optimizer_first_step, "CHUNK", 6)  # (4, 3) weight: 2 rows a slice
+    _, optimizer = _stepped("Adam")
+    saved = optimizer.state_dict()
+    built = _optimizer("Adam", _net("Adam").parameters())
+    assert optimizer_problem(saved, built) is None
+    saved["state"][0]["exp_avg_sq"][3, 2] = -1.0  # the (4, 3) weight's last row
+    assert optimizer_problem(saved, built).startswith("state[0]: one step of Adam")
