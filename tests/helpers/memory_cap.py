@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
@@ -33,6 +34,9 @@ def capped(size: int, job: Callable[[], Any]) -> dict[str, str]:
             try:
                 os.dup2(err.fileno(), 2)
                 sys.stderr = open(err.fileno(), "w", closefd=False)  # noqa: SIM115 - the child's own
+                # garbage of earlier tests (tensors in reference cycles, batches in shared memory) collected
+                # now, not inside the job: its freed address space would otherwise be room under the cap
+                gc.collect()
                 cap = _address_space() + CheckpointLimits().budget(size) + SLACK
                 resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
                 try:
