@@ -13,7 +13,7 @@ import torch
 
 from lit_gpu import messages
 
-__all__ = ["dry_state", "settings_problem"]
+__all__ = ["dry_state", "early_keys", "settings_problem"]
 
 _PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)  # stand-in sizes: each dimension its own
 
@@ -23,12 +23,17 @@ def _stand_in(shape: torch.Size) -> tuple[int, ...]:
 
 
 def dry_state(
-    built: torch.optim.Optimizer, settings: list[Mapping[str, Any]] | None = None, strict: bool = False
+    built: torch.optim.Optimizer,
+    settings: list[Mapping[str, Any]] | None = None,
+    strict: bool = False,
+    steps: int = 1,
+    gradient: float = 1.0,
 ) -> list[list[dict[str, Any]]] | None:
-    """Each parameter's state after one step of ``built``'s class with ``built``'s param-group settings (or
-    ``settings``, a checkpoint's), on small stand-ins of its parameters (group by group, in order); ``None``
-    when that class cannot be made again from its groups (a user's optimizer with required arguments), or
-    ``strict``: the exception. Runs no random number generator."""
+    """Each parameter's state after ``steps`` steps of ``built``'s class with ``built``'s param-group settings
+    (or ``settings``, a checkpoint's), on small stand-ins of its parameters (group by group, in order), from
+    a quadratic loss scaled by ``gradient`` (0: a zero gradient); ``None`` when that class cannot be made
+    again from its groups (a user's optimizer with required arguments), or ``strict``: the exception. Runs no
+    random number generator."""
     groups, params = [], []
     for n, group in enumerate(built.param_groups):
         made = [
@@ -46,7 +51,7 @@ def dry_state(
 
         def closure() -> torch.Tensor:
             clone.zero_grad()
-            loss = sum(((p - 1).abs() ** 2).sum().float() for p in flat)  # complex parameters too
+            loss = sum(((p - 1).abs() ** 2).sum().float() * gradient for p in flat)  # complex ones too
             loss.backward()
             if sparse:
                 for p in flat:
@@ -55,12 +60,27 @@ def dry_state(
 
         with torch.enable_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the probe's, not the run's
-            clone.step(closure)
+            for _ in range(steps):
+                clone.step(closure)
     except Exception:  # a foreign optimizer that cannot run on stand-ins: its names are not compared
         if strict:
             raise
         return None
     return [[dict(clone.state.get(p, {})) for p in ps] for ps in params]
+
+
+def early_keys(built: torch.optim.Optimizer) -> list[list[set[frozenset[str]]]] | None:
+    """Each parameter's state names (besides those of two steps: :func:`dry_state` with ``steps=2``) that
+    torch writes before they settle: one step from a zero gradient (LBFGS: ``func_evals`` and ``n_iter``
+    alone, its first gradient within ``tolerance_grad``) and one step (LBFGS's ``al`` comes from its second
+    iteration on: ``max_iter=1``); ``None`` as :func:`dry_state`."""
+    runs = [dry_state(built, gradient=0.0), dry_state(built)]
+    if runs[0] is None or runs[1] is None:
+        return None
+    return [
+        [{frozenset(a), frozenset(b)} for a, b in zip(*groups, strict=True)]
+        for groups in zip(runs[0], runs[1], strict=True)
+    ]
 
 
 def _init_names(cls: type) -> frozenset[str]:

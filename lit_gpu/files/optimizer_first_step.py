@@ -17,6 +17,7 @@ checks above it. A step that raises is not taken as a verdict (the settings' own
 from __future__ import annotations
 
 import copy
+import math
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -39,11 +40,26 @@ def _slices(
         if param.numel() <= CHUNK:
             yield None, state
         return
-    per_row = max(1, param[0].numel())
+    per_row = max(1, math.prod(param.shape[1:]))  # a zero-size dimension: no row to index
     rows = max(1, CHUNK // per_row)
     for start in range(0, param.shape[0], rows):
         part = slice(start, start + rows)
         yield part, {k: v[part] if isinstance(v, torch.Tensor) and v.dim() else v for k, v in state.items()}
+
+
+def _blank(param: torch.Tensor, state: Mapping[str, Any]) -> torch.Tensor:
+    """The elements of ``param`` whose every state value is zero: the state torch writes before a step
+    (Adagrad's ``sum`` and ``step`` at construction, kept by a parameter that never gets a gradient) or for
+    zero gradients. From it the probe's zero gradient is ``0/0`` where ``eps`` is 0 in the parameter's dtype
+    (Adagrad's 1e-10 in float16), as torch's own step is: not a verdict on the state."""
+    blank = torch.ones(param.shape, dtype=torch.bool, device=param.device)
+    for value in state.values():
+        if isinstance(value, torch.Tensor) and tuple(value.shape) == tuple(param.shape):
+            blank &= (value == 0).to(blank.device)
+            continue
+        if bool(value.any()) if isinstance(value, torch.Tensor) else isinstance(value, int | float) and value:
+            return torch.zeros_like(blank)
+    return blank
 
 
 def _step_is_finite(
@@ -60,7 +76,7 @@ def _step_is_finite(
             optimizer.step(lambda: torch.zeros(()))
     except Exception:  # a probe the class does not take (not a verdict on the state): other checks stand
         return True
-    return bool(torch.isfinite(probe).all())
+    return bool((torch.isfinite(probe) | _blank(param, state)).all())
 
 
 def first_step_problem(saved: Mapping[str, Any], built: torch.optim.Optimizer) -> str | None:

@@ -37,7 +37,7 @@ import torch
 
 from lit_gpu import messages
 from lit_gpu.files.contracts import ContractError, holds
-from lit_gpu.files.optimizer_dry import _stand_in, dry_state, settings_problem
+from lit_gpu.files.optimizer_dry import _stand_in, dry_state, early_keys, settings_problem
 from lit_gpu.files.optimizer_first_step import first_step_problem
 from lit_gpu.files.scheduler_dry import step_problem
 from lit_gpu.files.state_kinds import MAX_INT, keys_problem, kind, value_problem
@@ -104,17 +104,21 @@ def _state_problem(
     totals: tuple[int, int],
     name: str,
     nones: Mapping[str, Any],
+    early: set[frozenset[str]] | None = None,
 ) -> str | None:
     """``nones``: the state one step with the checkpoint's own settings gives (a ``None`` there is one the
     optimizer reads: SGD's ``momentum_buffer`` with ``momentum=0``); a ``None`` elsewhere is a forgery the
-    optimizer's step ends on (``'NoneType' object has no attribute 'lerp_'``)."""
+    optimizer's step ends on (``'NoneType' object has no attribute 'lerp_'``). ``early``: the names torch
+    writes before they settle to ``dry``'s (:func:`~lit_gpu.files.optimizer_dry.early_keys`)."""
     if not isinstance(saved, Mapping):
         return f"{name} = {holds(saved)}, not a dict"
     if not saved:
         return None  # a parameter that never had a gradient
-    if set(saved) != set(dry):
+    if set(saved) != set(dry) and frozenset(saved) not in (early or set()):
         return keys_problem(saved, dict.fromkeys(dry), name)
     for key, value in dry.items():
+        if key not in saved:
+            continue
         where = f"{name}[{messages.shown(repr(key), limit=30)}]"
         got = saved[key]
         none_read = value is None or key in nones and nones[key] is None
@@ -228,7 +232,8 @@ def optimizer_problem(
     if not isinstance(state, Mapping):
         return "a per-parameter state that is not a dict"
     place = {pid: (n, j) for n, g in enumerate(groups) for j, pid in enumerate(g["params"])}
-    dry = dry_state(built) if dry is None else dry
+    dry = dry_state(built, steps=2) if dry is None else dry
+    early = early_keys(built) if dry is not None else None
     for pid, values in state.items():
         if pid not in place:
             return f"state for param id {holds(pid)}, which no param group names"
@@ -239,7 +244,8 @@ def optimizer_problem(
         real, stand = tuple(params[j].shape), _stand_in(params[j].shape)
         totals = (sum(math.prod(_stand_in(p.shape)) for p in params), sum(p.numel() for p in params))
         nones = saved_dry[n][j] if saved_dry else {}
-        if problem := _state_problem(values, dry[n][j], real, stand, totals, f"state[{pid}]", nones):
+        known = early[n][j] if early else None
+        if problem := _state_problem(values, dry[n][j], real, stand, totals, f"state[{pid}]", nones, known):
             return problem
     return first_step_problem(saved, built)
 

@@ -144,3 +144,47 @@ def test_param_names_are_optional_as_torch_loads_them(saved_from, built_from):
     built = torch.optim.Adam(getattr(net, built_from)(), lr=0.01)
     assert optimizer_problem(saved.state_dict(), built) is None
     built.load_state_dict(saved.state_dict())  # and torch loads it
+
+
+def _lbfgs_run(steps: int, target: float, **settings: Any) -> torch.optim.LBFGS:
+    torch.manual_seed(0)
+    weight = torch.nn.Parameter(torch.ones(3, 4))
+    lbfgs = torch.optim.LBFGS([weight], **settings)
+
+    def closure() -> torch.Tensor:
+        lbfgs.zero_grad()
+        loss = (weight - target).pow(2).sum()
+        loss.backward()
+        return loss
+
+    for _ in range(steps):
+        lbfgs.step(closure)
+    return lbfgs
+
+
+@pytest.mark.parametrize(
+    ("steps", "target", "settings", "keys"),
+    [
+        (3, 2.0, {"max_iter": 1}, {"al"}),  # al from its second iteration: the second step's
+        (1, 2.0, {"max_iter": 1}, set()),
+        (2, 1.0, {}, set()),  # its first gradient is 0: func_evals and n_iter alone
+        (4, 2.0, {"max_iter": 2, "line_search_fn": "strong_wolfe"}, {"al"}),
+    ],
+)
+def test_lbfgs_states_written_before_their_names_settle_fit(steps, target, settings, keys):
+    """Before: LBFGS(max_iter=1) resumed after its second step was refused ("holds al, unlike the config's":
+    the dry run's one step had one iteration), and a run whose first gradient was within tolerance_grad
+    ("lacks d, t, ..."). Its state names come with its iterations: one step, two, or none from a zero
+    gradient are all torch's."""
+    saved = _lbfgs_run(steps, target, **settings).state_dict()
+    assert keys <= set(saved["state"][0])
+    assert optimizer_problem(saved, _lbfgs_run(0, target, **settings)) is None
+    _lbfgs_run(0, target, **settings).load_state_dict(saved)
+
+
+def test_a_state_lacking_a_name_its_first_step_writes_is_still_refused():
+    """What a zero gradient or one step leaves out is LBFGS's only: Adam without exp_avg_sq stays refused."""
+    _, adam = _stepped(torch.optim.Adam)
+    saved = copy.deepcopy(adam.state_dict())
+    del saved["state"][0]["exp_avg_sq"]
+    assert "lacks exp_avg_sq" in optimizer_problem(saved, _stepped(torch.optim.Adam)[1])
