@@ -19,6 +19,7 @@ from typing_extensions import override
 from lit_gpu import messages
 from lit_gpu.files.contracts import ContractError
 from lit_gpu.files.optimizer_fit import check_optimizers
+from lit_gpu.upstream.loops import saved_loop_counters
 
 __all__ = ["OptimizerFit", "check_at_fit_start", "fit_optimizers"]
 
@@ -39,7 +40,15 @@ def fit_optimizers(trainer: pl.Trainer, checkpoint: dict[str, Any], what: str, f
             )
         )
         return
-    check_optimizers(checkpoint, optimizers, schedulers, what)
+    check_optimizers(checkpoint, optimizers, schedulers, what, steps=_will_step(trainer, checkpoint))
+
+
+def _will_step(trainer: pl.Trainer, checkpoint: Mapping[str, Any]) -> bool:
+    """Whether the resumed fit takes an optimizer step: not where the checkpoint's loops (what Lightning
+    continues from) are at ``trainer.max_steps`` already, a finished run resumed with its own settings."""
+    loops = checkpoint.get("loops")
+    counters = saved_loop_counters(loops.get("fit_loop")) if isinstance(loops, Mapping) else None
+    return counters is None or trainer.max_steps == -1 or counters[0] < trainer.max_steps
 
 
 class OptimizerFit(pl.Callback):

@@ -263,8 +263,12 @@ def _settings(scheduler: Any) -> frozenset[str]:
     return frozenset(names) - _PROGRESS_ARGS
 
 
-def scheduler_problem(saved: Any, built: Any) -> str | None:
-    """What in ``saved`` (a scheduler's ``state_dict()``) does not fit ``built`` (``None``: it fits)."""
+def scheduler_problem(saved: Any, built: Any, steps: bool = True) -> str | None:
+    """What in ``saved`` (a scheduler's ``state_dict()``) does not fit ``built`` (``None``: it fits).
+
+    ``steps``: whether the fit will step it; a fit that takes no step (a finished run resumed with its own
+    ``max_steps``) does not run its first step, so that step is not probed (a ``OneCycleLR`` at its
+    ``total_steps`` cannot step again, and need not)."""
     mine = built.state_dict()
     if not isinstance(saved, Mapping):
         return f"holds {holds(saved)}, not a scheduler's state_dict"
@@ -275,9 +279,9 @@ def scheduler_problem(saved: Any, built: Any) -> str | None:
             name = type(built).__name__
             return f"{key}={holds(saved[key])}, where the config's {name} has {key}={holds(mine[key])}"
     for child_saved, child in scheduler_children(saved, built):  # SequentialLR's, ChainedScheduler's
-        if problem := scheduler_problem(child_saved, child):
+        if problem := scheduler_problem(child_saved, child, steps):
             return problem
-    return step_problem(saved, built)
+    return step_problem(saved, built) if steps else None
 
 
 def _is_nan(value: Any) -> bool:
@@ -286,10 +290,11 @@ def _is_nan(value: Any) -> bool:
 
 # ---- all of a fit's -------------------------------------------------------------------------------------
 def check_optimizers(
-    checkpoint: Any, optimizers: Sequence[Any], schedulers: Sequence[Any], what: str
+    checkpoint: Any, optimizers: Sequence[Any], schedulers: Sequence[Any], what: str, steps: bool = True
 ) -> None:
     """Raise :class:`ContractError` (one line) where ``checkpoint``'s optimizer or scheduler states do not fit
-    ``optimizers`` and ``schedulers`` (what the config built, in Lightning's order)."""
+    ``optimizers`` and ``schedulers`` (what the config built, in Lightning's order); ``steps``: whether the
+    fit will take an optimizer step (:func:`scheduler_problem`)."""
     saved_optimizers = checkpoint.get("optimizer_states", [])
     saved_schedulers = checkpoint.get("lr_schedulers", [])
     held = built = problem = ""
@@ -306,7 +311,7 @@ def check_optimizers(
                 break
         else:
             for saved, scheduler in zip(saved_schedulers, schedulers, strict=True):
-                if problem := scheduler_problem(saved, scheduler) or "":
+                if problem := scheduler_problem(saved, scheduler, steps) or "":
                     held, built = "a scheduler state", type(scheduler).__name__
                     break
     if held:

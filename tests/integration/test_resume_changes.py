@@ -129,3 +129,21 @@ def test_a_checkpoint_plain_lightning_wrote_with_numpy_numbers_is_read(tmp_path)
     assert read_checkpoint(path)["global_step"] == 3
     restored = read_for_resume(path)
     assert type(restored["optimizer_states"][0]["param_groups"][0]["lr"]) is np.float64
+
+
+def test_a_finished_one_cycle_run_resumed_as_it_was_has_nothing_to_train_not_a_refusal(tmp_path):
+    """A requeued job (or the same command again) after the run reached max_steps = total_steps: Lightning
+    stops at once and the schedule never steps, so its full schedule is no refusal; a larger max_steps would
+    step it past total_steps, which stays one line."""
+    finished = ["--trainer.max_steps", "8"]
+    code, out = fit(tmp_path, _args("SGD", "OneCycleLR", *finished))
+    assert code == 0, out[-3000:]
+    code, out = fit(tmp_path, _args("SGD", "OneCycleLR", *finished, "--ckpt_path", "last"))
+    assert code == 0 and "lit-gpu: nothing to train: " in out and "lit-gpu: error" not in out, out[-3000:]
+    _refused(
+        tmp_path,
+        _args("SGD", "OneCycleLR", "--trainer.max_steps", "9", "--ckpt_path", "last"),
+        "a scheduler state",
+        "OneCycleLR",
+        "Tried to step 9 times",
+    )

@@ -212,3 +212,17 @@ def test_a_large_parameter_is_stepped_in_slices_of_rows(monkeypatch):
     assert optimizer_problem(saved, built) is None
     saved["state"][0]["exp_avg_sq"][3, 2] = -1.0  # the (4, 3) weight's last row
     assert optimizer_problem(saved, built).startswith("state[0]: one step of Adam")
+
+
+def test_a_schedule_at_its_end_fits_a_fit_that_takes_no_step():
+    """OneCycleLR at total_steps cannot step again: refused where the fit steps it, not where it does not."""
+    optimizer = torch.optim.SGD(_net("SGD").parameters(), lr=0.1)
+    done = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, total_steps=3)
+    for _ in range(3):
+        optimizer.step()
+        done.step() if done.last_epoch < 3 else None
+    built = torch.optim.lr_scheduler.OneCycleLR(
+        torch.optim.SGD(_net("SGD").parameters(), lr=0.1), 0.1, total_steps=3
+    )
+    assert "Tried to step" in scheduler_problem(done.state_dict(), built)
+    assert scheduler_problem(done.state_dict(), built, steps=False) is None
