@@ -3,9 +3,11 @@ for tests of the run store's choices (``--ckpt_path last|best|FILE``) without a 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
+import yaml
 from jsonargparse import Namespace
 
 MODEL = "lit_gpu.modules.RegressionModule"
@@ -33,3 +35,39 @@ def subcommand(root: Path, ckpt_path: str, command: str = "fit") -> Namespace:
         checkpoint=Namespace(dirpath=None),
     )
     return Namespace(subcommand=command, **{command: sub})
+
+
+#: two saved run configs (the parsed form config.yaml holds) that match different sub-commands
+SIMPLE = {
+    "model": {
+        "class_path": "lit_gpu.modules.RegressionModule",
+        "init_args": {
+            "net": {"class_path": "lit_gpu.nets.SimpleModel", "init_args": {"in_features": 10}},
+            "optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.05}},
+        },
+    },
+    "data": {"class_path": "lit_gpu.data.SyntheticRegressionDataModule", "init_args": {}},
+}
+FOONET = {
+    "model": {
+        "class_path": "lit_gpu.modules.RegressionModule",
+        "init_args": {
+            "net": {"class_path": "lit_gpu.nets.FooNet"},
+            "optimizer": {"class_path": "torch.optim.Adam"},
+        },
+    },
+    "data": {"class_path": "lit_gpu.data.SyntheticRegressionDataModule"},
+}
+
+
+def version_folder(parent: Path, n: int, config: dict | None, ckpts: dict[str, float] | None = None) -> Path:
+    """``parent/version_N``: ``config`` as its config.yaml (None: none), checkpoints of those mtimes."""
+    folder = parent / f"version_{n}"
+    (folder / "checkpoints").mkdir(parents=True)
+    if config is not None:
+        (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    for name, mtime in (ckpts or {}).items():
+        path = folder / "checkpoints" / name
+        path.write_bytes(b"x")
+        os.utime(path, (mtime, mtime))
+    return folder

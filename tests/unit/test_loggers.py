@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from lit_gpu import loggers
 from lit_gpu.run import claim as claims
@@ -17,39 +16,7 @@ from lit_gpu.run import folder as folders
 from lit_gpu.run import header as run_header
 from lit_gpu.run import layout, store
 from lit_gpu.run.config import config_of_checkpoint
-
-SIMPLE = {
-    "model": {
-        "class_path": "lit_gpu.modules.RegressionModule",
-        "init_args": {
-            "net": {"class_path": "lit_gpu.nets.SimpleModel", "init_args": {"in_features": 10}},
-            "optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.05}},
-        },
-    },
-    "data": {"class_path": "lit_gpu.data.SyntheticRegressionDataModule", "init_args": {}},
-}
-FOONET = {
-    "model": {
-        "class_path": "lit_gpu.modules.RegressionModule",
-        "init_args": {
-            "net": {"class_path": "lit_gpu.nets.FooNet"},
-            "optimizer": {"class_path": "torch.optim.Adam"},
-        },
-    },
-    "data": {"class_path": "lit_gpu.data.SyntheticRegressionDataModule"},
-}
-
-
-def _run(parent: Path, n: int, config: dict | None, ckpts: dict[str, float] | None = None) -> Path:
-    folder = parent / f"version_{n}"
-    (folder / "checkpoints").mkdir(parents=True)
-    if config is not None:
-        (folder / "config.yaml").write_text(yaml.safe_dump(config))
-    for name, mtime in (ckpts or {}).items():
-        path = folder / "checkpoints" / name
-        path.write_bytes(b"x")
-        os.utime(path, (mtime, mtime))
-    return folder
+from tests.helpers.run_store import SIMPLE, version_folder
 
 
 # ---- claiming ---------------------------------------------------------------------------------------
@@ -155,7 +122,7 @@ def test_resume_log_step_is_where_lightning_logs_again():
 
 
 def test_continuation_is_found_from_where_the_checkpoint_is(tmp_path):
-    folder = _run(tmp_path / "copied" / "lit_gpu", 4, SIMPLE)
+    folder = version_folder(tmp_path / "copied" / "lit_gpu", 4, SIMPLE)
     ckpt = folder / "checkpoints" / "last.ckpt"
     # paths inside the checkpoint name another machine's folder; only the file's place counts
     torch.save({**_header(5, True, 6), "callbacks": {"dirpath": "/other/machine/runs"}}, ckpt)
@@ -189,7 +156,7 @@ def _scalars(folder: Path, tag: str) -> list[tuple[int, float]]:
 def test_continued_run_folder_appends_to_its_metrics(tmp_path, capsys):
     from torch.utils.tensorboard import SummaryWriter
 
-    folder = _run(tmp_path / "lit_gpu", 2, SIMPLE)
+    folder = version_folder(tmp_path / "lit_gpu", 2, SIMPLE)
     (folder / "metrics.csv").write_text(METRICS)
     killed = SummaryWriter(str(folder))  # the stopped attempt logged steps 0..3
     for step, value in enumerate((1.0, 0.9, 0.8, 0.7)):
@@ -217,7 +184,7 @@ def test_continued_run_folder_appends_to_its_metrics(tmp_path, capsys):
 
 
 def test_saved_configs_and_changes(tmp_path):
-    folder = _run(tmp_path, 0, {"trainer": {"max_epochs": 3}, "ckpt_path": None})
+    folder = version_folder(tmp_path, 0, {"trainer": {"max_epochs": 3}, "ckpt_path": None})
     ckpt = folder / "checkpoints" / "last.ckpt"
     ckpt.write_bytes(b"x")
     assert run_config.next_config_path(folder) == folder / "config.1.yaml"
@@ -310,7 +277,7 @@ def test_another_users_folders_are_never_taken_over_continued_or_written(tmp_pat
 
 
 def test_each_evaluation_gets_its_own_folder_in_its_run_and_logs_at_the_checkpoints_step(tmp_path):
-    folder = _run(tmp_path / "lit_gpu", 0, SIMPLE)
+    folder = version_folder(tmp_path / "lit_gpu", 0, SIMPLE)
     ckpt = folder / "checkpoints" / "last.ckpt"
     torch.save({"global_step": 12}, ckpt)
     for k in range(2):
@@ -364,7 +331,7 @@ def test_a_planted_lit_gpu_folder_in_a_shared_root_is_refused_and_nothing_writte
 def test_the_run_a_resolution_found_is_used_not_looked_up_again(tmp_path, monkeypatch):
     """The CLI hands on the run folder its ``--ckpt_path`` resolution found: continuing the run or placing
     an evaluation looks at the layout no second time."""
-    folder = _run(tmp_path / "lit_gpu", 2, SIMPLE)
+    folder = version_folder(tmp_path / "lit_gpu", 2, SIMPLE)
     ckpt = folder / "checkpoints" / "last.ckpt"
     torch.save(_header(5, True, 6), ckpt)
     found = layout.run_of_checkpoint(ckpt)

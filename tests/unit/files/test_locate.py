@@ -14,39 +14,7 @@ from jsonargparse import dict_to_namespace
 from lit_gpu.errors import LitGpuError
 from lit_gpu.run import claim, layout, rebuild, store
 from lit_gpu.run.config import Signature, config_of_checkpoint, root_of_checkpoint
-
-SIMPLE = {
-    "model": {
-        "class_path": "lit_gpu.modules.RegressionModule",
-        "init_args": {
-            "net": {"class_path": "lit_gpu.nets.SimpleModel", "init_args": {"in_features": 10}},
-            "optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.05}},
-        },
-    },
-    "data": {"class_path": "lit_gpu.data.SyntheticRegressionDataModule", "init_args": {}},
-}
-FOONET = {
-    "model": {
-        "class_path": "lit_gpu.modules.RegressionModule",
-        "init_args": {
-            "net": {"class_path": "lit_gpu.nets.FooNet"},
-            "optimizer": {"class_path": "torch.optim.Adam"},
-        },
-    },
-    "data": {"class_path": "lit_gpu.data.SyntheticRegressionDataModule"},
-}
-
-
-def _run(parent: Path, n: int, config: dict | None, ckpts: dict[str, float] | None = None) -> Path:
-    folder = parent / f"version_{n}"
-    (folder / "checkpoints").mkdir(parents=True)
-    if config is not None:
-        (folder / "config.yaml").write_text(yaml.safe_dump(config))
-    for name, mtime in (ckpts or {}).items():
-        path = folder / "checkpoints" / name
-        path.write_bytes(b"x")
-        os.utime(path, (mtime, mtime))
-    return folder
+from tests.helpers.run_store import FOONET, SIMPLE, version_folder
 
 
 # ---- matching runs by their saved config ---------------------------------------------------------
@@ -81,14 +49,14 @@ def _resolve(parent: Path, config: dict, which: str, sub: str = "test", **where)
 
 def test_last_is_the_highest_step_of_the_newest_matching_run_never_the_newest_file(tmp_path):
     parent = tmp_path / "lit_gpu"
-    old = _run(parent, 0, SIMPLE)
+    old = version_folder(parent, 0, SIMPLE)
     _ckpt(old / "checkpoints" / "last.ckpt", 40, mtime=9e9)  # touched later: times do not choose
-    run = _run(parent, 1, SIMPLE)
+    run = version_folder(parent, 1, SIMPLE)
     _ckpt(run / "checkpoints" / "last.ckpt", 8, mtime=300)
     _ckpt(run / "checkpoints" / "last-v1.ckpt", 12, mtime=100)  # the higher step, written earlier
     (run / "checkpoints" / "last-v2.ckpt").write_bytes(b"PK\x03\x04 truncated")  # a save cut short
-    _ckpt(_run(parent, 2, FOONET) / "checkpoints" / "last.ckpt", 99)  # newer, other model
-    _run(parent, 3, SIMPLE)  # newer, no checkpoint yet
+    _ckpt(version_folder(parent, 2, FOONET) / "checkpoints" / "last.ckpt", 99)  # newer, other model
+    version_folder(parent, 3, SIMPLE)  # newer, no checkpoint yet
     got = _resolve(parent, SIMPLE, "last")
     assert got.path == str(run / "checkpoints" / "last-v1.ckpt") and got.header.step == 12
     assert got.run is not None and got.run.path == run and got.run.mine  # the run, found once and handed on
@@ -104,7 +72,7 @@ def test_last_is_the_highest_step_of_the_newest_matching_run_never_the_newest_fi
 
 @pytest.mark.parametrize(("mode", "expected"), [("min", "best-b.ckpt"), ("max", "best-a.ckpt")])
 def test_best_is_the_best_monitored_value_by_the_configs_mode(tmp_path, mode, expected):
-    run = _run(tmp_path / "lit_gpu", 0, SIMPLE)
+    run = version_folder(tmp_path / "lit_gpu", 0, SIMPLE)
     _ckpt(run / "checkpoints" / "best-a.ckpt", 4, score=0.5)
     _ckpt(run / "checkpoints" / "best-b.ckpt", 8, score=0.3)
     got = _resolve(tmp_path / "lit_gpu", SIMPLE, "best", mode=mode, monitor="val/loss")
@@ -113,8 +81,8 @@ def test_best_is_the_best_monitored_value_by_the_configs_mode(tmp_path, mode, ex
 
 def test_no_match_lists_what_is_there(tmp_path):
     parent = tmp_path / "lit_gpu"
-    _ckpt(_run(parent, 0, FOONET) / "checkpoints" / "last.ckpt", 4)
-    _run(parent, 1, SIMPLE)
+    _ckpt(version_folder(parent, 0, FOONET) / "checkpoints" / "last.ckpt", 4)
+    version_folder(parent, 1, SIMPLE)
     (parent / "version_2").mkdir()
     (parent / "version_2" / "config.yaml").write_text("model: [unclosed")  # unreadable: listed, not matched
     mnist = {"model": {"class_path": "lit_gpu.modules.ClassificationModule"}}
@@ -131,10 +99,10 @@ def test_no_match_lists_what_is_there(tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a folder to another user")
 def test_another_users_newer_run_in_a_shared_root_is_never_chosen_and_the_line_says_why(tmp_path):
     parent = tmp_path / "lit_gpu"
-    mine = _run(parent, 0, SIMPLE)
+    mine = version_folder(parent, 0, SIMPLE)
     _ckpt(mine / "checkpoints" / "last.ckpt", 4)
     _ckpt(mine / "checkpoints" / "best-x.ckpt", 4, score=0.9)
-    theirs = _run(parent, 1, SIMPLE)
+    theirs = version_folder(parent, 1, SIMPLE)
     _ckpt(theirs / "checkpoints" / "last.ckpt", 400)
     _ckpt(theirs / "checkpoints" / "best-y.ckpt", 400, score=0.1)
     for path in [theirs, *theirs.rglob("*")]:
@@ -156,7 +124,7 @@ def test_names_lit_gpu_did_not_make_are_ignored_never_fatal(tmp_path):
     ):
         (parent / name[:250]).mkdir(parents=True)
     (parent / "version_7").write_text("")  # an empty file where a run would be
-    run = _run(parent, 3, SIMPLE)
+    run = version_folder(parent, 3, SIMPLE)
     _ckpt(run / "checkpoints" / "last.ckpt", 4)
     assert [r.name for r in layout.list_runs(parent)] == ["version_3"]
     assert _resolve(parent, SIMPLE, "last").path == str(run / "checkpoints" / "last.ckpt")
@@ -174,7 +142,7 @@ def test_names_lit_gpu_did_not_make_are_ignored_never_fatal(tmp_path):
 
 
 def test_a_file_name_cannot_forge_a_line(tmp_path):
-    run = _run(tmp_path / "lit_gpu", 0, SIMPLE)
+    run = version_folder(tmp_path / "lit_gpu", 0, SIMPLE)
     _ckpt(run / "checkpoints" / "last\n\x1b[2Klit-gpu: forged.ckpt", 4)
     got = _resolve(tmp_path / "lit_gpu", SIMPLE, "last")
     assert "\n" not in got.line and "\x1b" not in got.line and "\\x1b[2Klit-gpu: forged" in got.line
@@ -182,7 +150,7 @@ def test_a_file_name_cannot_forge_a_line(tmp_path):
 
 # ---- the config of a checkpoint's run ----------------------------------------------------------
 def test_config_and_root_only_in_the_runs_own_version_folder(tmp_path):
-    folder = _run(tmp_path / "exp1" / "lit_gpu", 3, SIMPLE, {"last.ckpt": 1})
+    folder = version_folder(tmp_path / "exp1" / "lit_gpu", 3, SIMPLE, {"last.ckpt": 1})
     ckpt = folder / "checkpoints" / "last.ckpt"
     assert config_of_checkpoint(ckpt) == folder / "config.yaml"
     assert root_of_checkpoint(ckpt) == tmp_path / "exp1"
@@ -199,7 +167,7 @@ def test_args_with_saved_config_takes_model_and_data_only(tmp_path):
     saved["data"]["init_args"] = {"data_dir": "/elsewhere", "batch_size": 8, "download": True}
     saved.update(weights_only=False, predict_out="/tmp/x.csv", ckpt_path="/tmp/evil.ckpt")
     saved["trainer"] = {"logger": {"class_path": "x.Y"}, "callbacks": [{"class_path": "this.Anything"}]}
-    folder = _run(tmp_path / "exp1" / "lit_gpu", 3, saved, {"last.ckpt": 1})
+    folder = version_folder(tmp_path / "exp1" / "lit_gpu", 3, saved, {"last.ckpt": 1})
     ckpt = str(folder / "checkpoints" / "last.ckpt")
     argv, used = rebuild.args_with_saved_config(["fit", "--ckpt_path", ckpt, "--trainer.max_epochs", "3"])
     assert used.source == folder / "config.yaml"
@@ -267,7 +235,7 @@ def test_links_leading_out_of_a_run_folder_are_found(tmp_path):
 def test_symlinked_last_ckpt_leaving_its_run_is_refused_naming_the_target(tmp_path, how):
     """``last.ckpt`` planted as a link to a file elsewhere is not read, whichever way it is named."""
     parent = tmp_path / "runs" / "lit_gpu"
-    run = _run(parent, 0, SIMPLE)
+    run = version_folder(parent, 0, SIMPLE)
     elsewhere = tmp_path / "elsewhere.ckpt"
     elsewhere.write_bytes(b"not read")
     link = run / "checkpoints" / "last.ckpt"
@@ -286,7 +254,7 @@ def test_a_version_folder_planted_as_a_link_elsewhere_is_not_a_run_here(tmp_path
     """Found attacking the doors: ``runs/lit_gpu/version_0 -> /elsewhere`` was continued and written."""
     from lit_gpu.run.links import escaping_links
 
-    elsewhere = _run(tmp_path / "elsewhere", 0, SIMPLE, {"last.ckpt": 1000.0})
+    elsewhere = version_folder(tmp_path / "elsewhere", 0, SIMPLE, {"last.ckpt": 1000.0})
     parent = tmp_path / "runs" / "lit_gpu"
     parent.mkdir(parents=True)
     (parent / "version_0").symlink_to(elsewhere)
@@ -301,7 +269,7 @@ def test_a_hard_linked_file_in_a_run_folder_is_named(tmp_path):
     """Found attacking the doors: Lightning writes hparams.yaml in place, so through a hard link too."""
     from lit_gpu.run.links import escaping_links
 
-    run = _run(tmp_path / "runs" / "lit_gpu", 0, SIMPLE)
+    run = version_folder(tmp_path / "runs" / "lit_gpu", 0, SIMPLE)
     victim = tmp_path / "victim.txt"
     victim.write_text("x")
     os.link(victim, run / "hparams.yaml")
