@@ -48,7 +48,13 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from lit_gpu import messages
-from lit_gpu.callbacks.stopped_run import JOB_SIGNALS, checkpoint_folder, save_stopped_run, start_clean
+from lit_gpu.callbacks.stopped_run import (
+    JOB_SIGNALS,
+    checkpoint_folder,
+    delegate_signal,
+    save_stopped_run,
+    start_clean,
+)
 from lit_gpu.data.workers import protect_workers
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import clean_stale_temp_files
@@ -244,12 +250,7 @@ class CheckpointOnInterrupt(Callback):
         return self._signal
 
     def _delegate(self, signum: int, frame: FrameType | None) -> None:
-        previous = self._previous.get(signum, signal.SIG_DFL)
-        if callable(previous):
-            previous(signum, frame)
-        elif previous == signal.SIG_DFL:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
+        delegate_signal(self._previous.get(signum, signal.SIG_DFL), signum, frame)
 
     def _request_stop(self) -> None:
         trainer = self._trainer

@@ -10,10 +10,13 @@ keeps the run), the line that says where the run stopped and how to resume it, a
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -43,6 +46,18 @@ SIGTERM_EXIT_CODE = 128 + signal.SIGTERM  # 143
 
 #: the signals a scheduler, a spot instance or Ctrl+C stops a job with
 JOB_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def delegate_signal(previous: Any, signum: int, frame: FrameType | None) -> None:
+    """Hand ``signum`` to the handler that was installed before one's own: call it, or for ``SIG_DFL`` put
+    the default back and send the signal again (the process ends as it would have); ``SIG_IGN``: nothing."""
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
 _EXIT_CODE_ATTR = "lit_gpu_exit_code"  # on trainer.state: how a run stopped by a signal should exit
 _STOPPED_BY_WORKER_ATTR = "lit_gpu_stop_by_worker"  # on trainer.state: the stop came as a worker's death
 _COMMAND_ATTR = "lit_gpu_command"  # on trainer.state: the command line (after ``lit-gpu``) of this run

@@ -12,6 +12,7 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from lit_gpu.callbacks.stopped_run import delegate_signal
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import RegressionModule
 
@@ -74,12 +75,7 @@ class SignalWatch:
             for sig, original in self._wrapped.items():
                 if signal.getsignal(sig) is noting:
                     signal.signal(sig, original)
-            original = self._wrapped.get(signum, signal.SIG_DFL)
-            if callable(original):
-                original(signum, frame)
-            elif original == signal.SIG_DFL:
-                signal.signal(signum, signal.SIG_DFL)
-                os.kill(os.getpid(), signum)
+            delegate_signal(self._wrapped.get(signum, signal.SIG_DFL), signum, frame)
 
         self._noting = noting
 
