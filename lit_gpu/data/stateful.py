@@ -42,7 +42,6 @@ __all__ = [
     "ResumableSampler",
     "SeededSamples",
     "epoch_order",
-    "sample_seed",
     "sample_seeds",
     "shard_positions",
 ]
@@ -117,16 +116,9 @@ def _shard_total(n: int, start: int, world_size: int, drop_last: bool) -> int:
     return per_rank * world_size
 
 
-def sample_seed(seed: int, epoch: int, position: int) -> int:
-    """A 63-bit seed for the sample at ``position`` of epoch ``epoch`` (splitmix64 of the triple)."""
-    x = (seed * 0x9E3779B97F4A7C15 + epoch * 0xBF58476D1CE4E5B9 + position) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return (x ^ (x >> 31)) >> 1
-
-
 def sample_seeds(seed: int, epoch: int, positions: torch.Tensor) -> list[int]:
-    """:func:`sample_seed` of every position at once (numpy's uint64 arithmetic wraps as ``& _MASK64``)."""
+    """A 63-bit seed for the sample at each of ``positions`` of epoch ``epoch``: splitmix64 of ``(seed, epoch,
+    position)``, in numpy's uint64 arithmetic (which wraps modulo 2**64)."""
     base = np.uint64((seed * 0x9E3779B97F4A7C15 + epoch * 0xBF58476D1CE4E5B9) & _MASK64)
     x = base + positions.numpy().astype(np.uint64)
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)

@@ -16,7 +16,6 @@ from torch.utils.data import Dataset, TensorDataset
 from lit_gpu.data.stateful import (
     ResumableDataLoader,
     ResumableSampler,
-    sample_seed,
     sample_seeds,
     shard_positions,
 )
@@ -175,6 +174,17 @@ def test_lightning_leaves_the_sampler_alone_under_ddp():
     loader = ResumableDataLoader(Augmented(), batch_size=4, rank=1, world_size=2)
     prepared = trainer._data_connector._prepare_dataloader(loader, shuffle=True, mode=RunningStage.TRAINING)
     assert prepared is loader and isinstance(prepared.sampler, ResumableSampler)
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def sample_seed(seed: int, epoch: int, position: int) -> int:
+    """sample_seeds' specification: one position in Python's masked ints (the one-at-a-time original)."""
+    x = (seed * 0x9E3779B97F4A7C15 + epoch * 0xBF58476D1CE4E5B9 + position) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (x ^ (x >> 31)) >> 1
 
 
 @settings(max_examples=60, deadline=None)
