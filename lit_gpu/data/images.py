@@ -202,7 +202,8 @@ class SyntheticImageDataModule(pl.LightningDataModule):
         x, *rest = batch  # (images, labels) as the default collate makes it: a list
         if not isinstance(x, torch.Tensor) or x.dtype != torch.uint8:
             return batch
-        return (normalize_images(x), *rest) if isinstance(batch, tuple) else [normalize_images(x), *rest]
+        parts = [normalize_images(x), *rest]
+        return tuple(parts) if isinstance(batch, tuple) else parts
 
     def _kwargs(self) -> dict:
         return dict(

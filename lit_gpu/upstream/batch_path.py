@@ -97,7 +97,7 @@ class _LeanBatch:
         self.device = self.strategy.root_device
         self.non_blocking = self.device.type not in _BLOCKING_DEVICE_TYPES
         #: a transfer hook of the module or data module (GPU augmentation): Lightning's calls, not _to_device
-        self.own_transfer = transfer_hooks_overridden(trainer, self.module) is not None
+        self.own_transfer = transfer_hooks_overridden(trainer, self.module)
         self.call_strategy_hook = _call_strategy_hook
         self.plain_fetcher = _PrefetchDataFetcher
         self.advance_lightning = _TrainingEpochLoop.advance.__get__(loop)

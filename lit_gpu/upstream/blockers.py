@@ -57,10 +57,10 @@ def lean_step_blocker(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str
 TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
 
-def transfer_hooks_overridden(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str | None:
-    """The first of :data:`TRANSFER_HOOKS` the module or data module overrides ("Owner.hook"), or None.
+def transfer_hooks_overridden(trainer: pl.Trainer, pl_module: pl.LightningModule) -> bool:
+    """Whether the module or data module overrides one of :data:`TRANSFER_HOOKS`.
 
-    Where one is, the lean batch makes Lightning's own transfer calls (its defaults only move the batch).
+    Where one does, the lean batch makes Lightning's own transfer calls (its defaults only move the batch).
     """
     from lightning.pytorch.utilities.model_helpers import is_overridden
 
@@ -68,8 +68,8 @@ def transfer_hooks_overridden(trainer: pl.Trainer, pl_module: pl.LightningModule
     for hook in TRANSFER_HOOKS:
         owner = selector.get_instance(hook) if selector is not None else pl_module
         if is_overridden(hook, owner) or replaced_on_instance(owner, hook):
-            return f"{type(owner).__name__}.{hook}"
-    return None
+            return True
+    return False
 
 
 def lean_batch_blocker(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str | None:
