@@ -41,7 +41,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _contestants import interleaved, make_data, make_net, rate, steady  # noqa: E402
-from _recipe import machine, sync  # noqa: E402
+from _recipe import machine  # noqa: E402
+from image_loader import images_per_s  # noqa: E402
 
 #: dense (no sparsity) bf16 tensor-core peak in TFLOP/s, by a part of ``torch.cuda.get_device_name``.
 #: NVIDIA's datasheets give the figure "with sparsity"; dense is half of it: H100 SXM 1,979 -> 989 and
@@ -125,19 +126,9 @@ def loader_limit(data, args: argparse.Namespace) -> float:
         seed=data.seed,
     )
     probe.train_set = data.train_set  # the same images; setup() then makes none
-    device = torch.device(args.device)
-    batches = iter(probe.train_dataloader())
-    next(batches)  # workers started, their first batches under way
     n = min(args.loader_batches, len(data.train_set) // data.batch_size - 1)
-    t0 = time.perf_counter()
-    for _ in range(n):
-        x, y = next(batches)
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        probe.on_after_batch_transfer([x, y], 0)
-    sync(args.device)
-    seconds = time.perf_counter() - t0
-    del batches
-    return n * data.batch_size / seconds
+    timing = argparse.Namespace(device=args.device, warmup=1, batches=n, batch_size=data.batch_size)
+    return images_per_s("lit_gpu", probe, timing)
 
 
 def parser() -> argparse.ArgumentParser:
