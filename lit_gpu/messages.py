@@ -388,3 +388,30 @@ def tell_error(text: str) -> None:
     the terminal through an error.
     """
     print(f"{PREFIX}error: {one_line(text)}", file=sys.stderr, flush=True)
+
+
+# ---- how a printed command starts ------------------------------------------------------------------
+#: set by the CLI once it has built the model (every CLI sets it anew): the program that runs it (``lit-gpu``,
+#: ``python train.py``) and the variables the run needed to find the user's code (``PYTHONPATH`` of a
+#: ``lit-gpu init`` project), which a printed command (the stop line's) sets again
+_COMMAND_PROGRAM: list[list[str]] = []  # [] or [words]
+_COMMAND_ENV: dict[str, str] = {}
+
+
+def command_starts(program: list[str] | None, env: dict[str, str]) -> None:
+    """Commands printed from now on run ``program`` (None: the printer's own guess) with ``env`` set."""
+    _COMMAND_PROGRAM[:] = [] if program is None else [list(program)]
+    _COMMAND_ENV.clear()
+    _COMMAND_ENV.update(env)
+
+
+def command_program() -> list[str] | None:
+    """The words of the program a printed command runs, or None (the printer guesses)."""
+    return list(_COMMAND_PROGRAM[0]) if _COMMAND_PROGRAM else None
+
+
+def command_env() -> str:
+    """``PYTHONPATH=. `` (bash's per-command assignments, a trailing space) or ``""``."""
+    import shlex
+
+    return "".join(f"{name}={shlex.quote(value)} " for name, value in _COMMAND_ENV.items())

@@ -66,7 +66,8 @@ def resume_command(argv: list[str], checkpoint: str) -> str:
         kept.append(arg)
     if new_run is not None and new_run.strip().lower() == "false":  # a file may say new_run: true
         kept += ["--new_run", "false"]
-    program = " ".join(command_word(word) for word in _program(argv))
+    program = " ".join(command_word(word) for word in messages.command_program() or _program(argv))
+    program = messages.command_env() + program  # PYTHONPATH=. where the run needed it
     command = " ".join([program, *(command_word(word) for word in [*kept, "--ckpt_path", checkpoint])])
     if len(command) > RESUME_MAX_CHARS:
         return f"{program} <the same arguments> --ckpt_path {command_word(checkpoint)}"

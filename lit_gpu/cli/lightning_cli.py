@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI, SaveConfigCallback
 from typing_extensions import override
 
 from lit_gpu import messages, recipes
@@ -45,6 +45,7 @@ from lit_gpu.run.config_saver import RunConfigSaver
 from lit_gpu.run.folder import RunFolder
 from lit_gpu.run.layout import next_cluster_checkpoint
 from lit_gpu.run.store import Resolution
+from lit_gpu.translate import explain
 from lit_gpu.upstream.batch_path import LeanTrainingBatch
 from lit_gpu.upstream.cli import CLIHooks
 from lit_gpu.upstream.cluster import no_cluster_resume, own_cluster_saves
@@ -188,6 +189,76 @@ def maybe_tune_batch_size(
     messages.tell(messages.BATCH_SIZE_FOUND.format(size=found))
 
 
+#: switches that act once, on the run they start: the printed resume command leaves them out
+ONE_TIME_SWITCHES = ("--fresh_optimizer",)
+
+
+def resume_argv(argv: list[str], config: Any, subcommand: str | None) -> list[str]:
+    """The arguments that continue this run (the stop line's command, ``--ckpt_path`` added there).
+
+    ``fit`` first where the CLI ran none (``run=False``, then ``cli.trainer.fit(...)``: the notebook way);
+    one-time switches left out (typed) or turned off (set by a file: ``--fresh_optimizer false``).
+    ``config`` is the subcommand's parsed config.
+    """
+    words: list[str] = []
+    typed, skip = False, False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        flag, equals, _ = arg.partition("=")
+        if flag in ONE_TIME_SWITCHES:
+            typed, skip = True, not equals
+            continue
+        words.append(arg)
+    if subcommand is None:
+        words.insert(0, "fit")
+    if config_value(config, fresh_optimizer.FLAG, False) and not typed:
+        words += [f"--{fresh_optimizer.FLAG}", "false"]
+    return words
+
+
+def needed_import_path(classes: Sequence[type]) -> str | None:
+    """``PYTHONPATH`` as the user set it, where a class the run built (not lit_gpu's) was found only through
+    it (a ``lit-gpu init`` project's module beside the config); else None."""
+    value = os.environ.get("PYTHONPATH")
+    if not value:
+        return None
+    named = {os.path.realpath(entry or ".") for entry in value.split(os.pathsep)}
+    for cls in classes:
+        if cls.__module__.partition(".")[0] in ("lit_gpu", "builtins"):
+            continue
+        file = getattr(sys.modules.get(cls.__module__), "__file__", None)
+        if not file:
+            continue
+        file = os.path.realpath(file)
+        roots = {os.path.realpath(entry or ".") for entry in sys.path}
+        roots = {root for root in roots if file.startswith(root + os.sep)}
+        if roots and roots <= named:
+            return value
+    return None
+
+
+def program_words() -> list[str]:
+    """The words that started this process before its arguments, as Python recorded them (``python
+    train.py``, ``python -m lit_gpu``); ``lit-gpu`` for the console script or where they cannot be told."""
+    own = sys.argv[1:]
+    if os.path.basename(sys.argv[0]) == "lit-gpu":
+        return ["lit-gpu"]
+    words = sys.orig_argv[: len(sys.orig_argv) - len(own)]
+    return words if words and sys.orig_argv[len(words) :] == own else ["lit-gpu"]
+
+
+def runs_as_the_program() -> bool:
+    """Whether this process runs a program whose command line (``sys.argv``) is the CLI's: ``lit-gpu``,
+    ``python -m lit_gpu``, a user's ``python train.py``; not a test or a notebook that set ``sys.argv``."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path or not sys.argv or not sys.argv[0]:
+        return False
+    return os.path.realpath(path) == os.path.realpath(sys.argv[0])
+
+
 # what Trainer(...) raises for settings it refuses; explain_trainer_error decides which are the user's
 _TRAINER_ERRORS = (MisconfigurationException, ValueError, TypeError, ImportError)
 
@@ -207,13 +278,27 @@ class LitGpuCLI(CLIHooks):
     docs/lightning_cli.md lists where it differs from LightningCLI by design.
     """
 
-    def __init__(self, args: Sequence[str] | None = None, **kwargs) -> None:
+    def __init__(  # LightningCLI's parameters in LightningCLI's order, lit_gpu's defaults
+        self,
+        model_class: type[pl.LightningModule] | Callable[..., pl.LightningModule] | None = None,
+        datamodule_class: type[pl.LightningDataModule] | Callable[..., pl.LightningDataModule] | None = None,
+        save_config_callback: type[SaveConfigCallback] | None = RunConfigSaver,  # keeps config.yaml
+        save_config_kwargs: dict[str, Any] | None = None,
+        trainer_class: type[pl.Trainer] | Callable[..., pl.Trainer] = pl.Trainer,
+        trainer_defaults: dict[str, Any] | None = None,
+        seed_everything_default: bool | int = 42,
+        parser_kwargs: dict[str, Any] | dict[str, dict[str, Any]] | None = None,
+        parser_class: type[LightningArgumentParser] = ConciseErrorParser,  # one-line config errors
+        subclass_mode_model: bool = False,
+        subclass_mode_data: bool = False,
+        args: ArgsType = None,
+        run: bool = True,
+        auto_configure_optimizers: bool = True,
+        load_from_checkpoint_support: bool = True,
+    ) -> None:
         quiet.drop_tips()  # Lightning's cloud-service adverts, also from Python (notebooks)
-        kwargs.setdefault("model_class", None)  # None: --model picks any LightningModule (class_path)
-        kwargs.setdefault("datamodule_class", None)
-        kwargs.setdefault("seed_everything_default", 42)
-        kwargs.setdefault("parser_class", ConciseErrorParser)  # one-line config errors
-        kwargs.setdefault("save_config_callback", RunConfigSaver)  # a continued run keeps its config.yaml
+        as_program = args is None and runs_as_the_program()  # `lit-gpu ...`, `python train.py ...`
+        self.program = program_words() if as_program else ["lit-gpu"]  # what a printed command runs
         # the command line as the user typed it (lit_gpu:NAME kept): the resume line in the log
         self.command_line = as_argv(sys.argv[1:] if args is None else args)
         self._args_are_a_dict = isinstance(args, dict)  # settings from Python: no file switched anything
@@ -227,15 +312,35 @@ class LitGpuCLI(CLIHooks):
         named = self.argv[0] if self.argv else None
         self.only_subcommand = named if named in LightningCLI.subcommands() else None
         try:
-            super().__init__(args=args, **kwargs)
+            super().__init__(
+                model_class=model_class,
+                datamodule_class=datamodule_class,
+                save_config_callback=save_config_callback,
+                save_config_kwargs=save_config_kwargs,
+                trainer_class=trainer_class,
+                trainer_defaults=trainer_defaults,
+                seed_everything_default=seed_everything_default,
+                parser_kwargs=parser_kwargs,
+                parser_class=parser_class,
+                subclass_mode_model=subclass_mode_model,
+                subclass_mode_data=subclass_mode_data,
+                args=args,
+                run=run,
+                auto_configure_optimizers=auto_configure_optimizers,
+                load_from_checkpoint_support=load_from_checkpoint_support,
+            )
         except BaseException as err:
             if self.run_folder is not None:  # a failed start leaves no empty version_N behind
                 self.run_folder.remove_if_unused()  # and lets go of the run's lock
             code = signal_stop_code(getattr(self, "trainer", None), err)
             if code is not None:  # stopped by SIGINT/SIGTERM, last.ckpt saved: exit 130 / 143
                 raise SystemExit(code) from err
-            raise
-        if self.run_folder is not None and kwargs.get("run", True) is not False:
+            message = explain(err) if as_program and isinstance(err, Exception) else None
+            if message is None:  # a lit_gpu bug keeps its traceback, and Python callers get the exception
+                raise
+            messages.tell_error(message)  # a user's mistake: one line, exit 2, from any script
+            raise SystemExit(2) from err
+        if self.run_folder is not None and run is not False:
             self.run_folder.release()  # the run ended here: its folder is no abandoned start
 
     # ---- lit_gpu's steps, on its own path (CLIHooks): the public hooks stay the user's --------------------
@@ -311,11 +416,22 @@ class LitGpuCLI(CLIHooks):
             )
             if loggers is not None:
                 config["logger"] = loggers
-        if "callbacks" in config:
+        if "callbacks" in config and not self._defaults_hold(pl.callbacks.ProgressBar):
             callbacks = run_folders.progress_bar_callbacks({"trainer": config})  # redrawn 4x a second
             if callbacks is not None:
                 config["callbacks"] = callbacks
         return config
+
+    def _defaults_hold(self, kind: type[pl.Callback]) -> bool:
+        """Whether ``trainer_defaults``' callbacks (on every trainer, as in LightningCLI) hold a ``kind``."""
+        value = (self.trainer_defaults or {}).get("callbacks") or []
+        return any(isinstance(callback, kind) for callback in (value if isinstance(value, list) else [value]))
+
+    @override
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
+        if self._defaults_hold(pl.callbacks.ModelCheckpoint):  # the user's checkpoint replaces lit_gpu's
+            callbacks = [c for c in callbacks if not isinstance(c, FreshLastCheckpoint)]
+        return super()._instantiate_trainer(config, callbacks)
 
     @override
     def _lit_gpu_trainer_failed(self, err: Exception) -> None:
@@ -340,11 +456,15 @@ class LitGpuCLI(CLIHooks):
             no_cluster_resume(trainer)  # the store passed every hpc_ckpt over: Lightning must not take one
         own_cluster_saves(trainer, next_cluster_checkpoint)  # a requeue save numbered by the store's rules
         new_run = config_value(config, "new_run", False)  # a file's new_run: true must not move the resume
+        built = [type(getattr(self, name, None)) for name in ("model", "datamodule")]
+        path = needed_import_path(built)  # the stop line's command sets it again
+        messages.command_starts(self.program, {} if path is None else {"PYTHONPATH": path})
         use_progress_log(  # plain lines (or JSON) in place of the live bar when stdout is not a terminal
             trainer,
             interval=config_value(config, "progress_interval", DEFAULT_INTERVAL),
             format=config_value(config, "progress_format", "text"),
-            command=self.command_line + (["--new_run", "false"] if new_run else []),
+            command=resume_argv(self.command_line, config, self.subcommand)
+            + (["--new_run", "false"] if new_run else []),
         )
         lean_model_summary(trainer)  # no all-zero FLOPs column (after the bar chose the summary's kind)
         run_folders.adapt_checkpoint_monitor(trainer)  # default val/loss: last.ckpt only if never logged

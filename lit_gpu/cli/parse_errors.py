@@ -133,7 +133,7 @@ def explain_cause(message: str) -> str | None:
         if given and after is None:  # no class_path value after it: the NestedArg of a --key.name flag
             class_path = given[-1]
         return _not_accepted(key, match.group(1), class_path)
-    if match := _REQUIRED.search(message):
+    if (match := _REQUIRED.search(message)) and _key_path(message):  # else argparse's own: plain
         class_path = _class_after(message, match.end(), candidates)
         required = match.group(1) or match.group(2)
         names = [n.strip().rpartition(".")[2] for n in required.split(",") if n.strip()]

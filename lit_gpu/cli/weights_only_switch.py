@@ -16,6 +16,7 @@ from typing import Any
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files.text import BadFileError, read_yaml
 
 FLAG = "--weights_only"
 _CONFIG_FLAGS = ("--config", "-c")
@@ -30,11 +31,36 @@ def _last_position(argv: Sequence[str], flags: Sequence[str]) -> int:
     return found
 
 
+def _configs_after(argv: Sequence[str]) -> list[str]:
+    """The paths of the ``--config``/``-c`` files in ``argv``, in order."""
+    paths = []
+    for i, arg in enumerate(argv):
+        flag, equals, value = arg.partition("=")
+        if flag in _CONFIG_FLAGS and equals:
+            paths.append(value)
+        elif arg in _CONFIG_FLAGS and i + 1 < len(argv):
+            paths.append(argv[i + 1])
+    return paths
+
+
+def _sets_weights_only(path: str) -> bool:
+    """Whether the config file at ``path`` holds ``weights_only`` (at its top or in a subcommand's section);
+    a file that cannot be read counts as holding it (its parse fails later, with its own line)."""
+    try:
+        data = read_yaml(path)
+    except (OSError, BadFileError):
+        return True
+    if not isinstance(data, dict):
+        return False
+    sections = [data, *(value for value in data.values() if isinstance(value, dict))]
+    return any("weights_only" in section for section in sections)
+
+
 def typed_on_command_line(argv: Sequence[str]) -> bool:
     """Whether the last word on ``weights_only`` is the command line's ``--weights_only``: given, and no
-    ``--config`` after it (a later config file would set it again)."""
+    ``--config`` after it that sets it again (as jsonargparse reads them: a later file sets only its keys)."""
     flag = _last_position(argv, (FLAG,))
-    return flag >= 0 and _last_position(argv, _CONFIG_FLAGS) < flag
+    return flag >= 0 and not any(_sets_weights_only(path) for path in _configs_after(argv[flag + 1 :]))
 
 
 def check(config: Any, argv: Sequence[str], *, from_command_line: bool) -> None:

@@ -34,6 +34,7 @@ class Limits:
         max_depth: Nesting of lists and mappings (JSON, YAML).
         max_nodes: Values a YAML document expands to, aliases counted each time they are used.
         encoding: The text encoding (strict: a byte that does not decode is an error).
+        int_bound: Integers (YAML) within ``[-int_bound - 1, int_bound]``; None: any Python reads from text.
     """
 
     max_bytes: int = 1 * MiB
@@ -43,10 +44,11 @@ class Limits:
     max_depth: int = 64
     max_nodes: int = 1_000_000
     encoding: str = "utf-8"
+    int_bound: int | None = INT_MAX
 
 
 #: config.yaml, hparams.yaml, a search space, the user's --config files
-YAML_LIMITS = Limits(max_bytes=8 * MiB)
+YAML_LIMITS = Limits(max_bytes=8 * MiB, int_bound=None)  # integers: as jsonargparse and PyYAML read them
 #: owner records, trial results, GPU leases, environment variables set by a parent lit-gpu
 JSON_LIMITS = Limits(max_bytes=1 * MiB)
 #: a sweep journal: streamed, one JSON value per line

@@ -62,7 +62,8 @@ def _check_plain(value: Any, limits: Limits) -> None:
         if isinstance(item, bool):
             continue
         if isinstance(item, int):
-            if not INT_MIN <= item <= INT_MAX:
+            bound = limits.int_bound
+            if bound is not None and not -bound - 1 <= item <= bound:
                 raise _Bad(f"the integer {str(item)[:24]} is out of range (at most 2**63 - 1 in size)")
         elif isinstance(item, dict | list | tuple | set | frozenset):
             if id(item) in open_:

@@ -82,7 +82,7 @@ class RunConfigSaver(SaveConfigCallback):
             self.parser.save(self.config, folder / self.config_filename, skip_none=False, overwrite=True)
             return
         old = read_plain(saved[-1]) or {}
-        new = yaml.safe_load(self.parser.dump(self.config)) or {}  # None values read as missing ones
+        new = yaml.safe_load(self.parser.dump(self.config, skip_none=False)) or {}  # as config.yaml is saved
         changes = config_changes(old if isinstance(old, dict) else {}, new)
         if not changes:
             return

@@ -3,8 +3,9 @@
 Loaded into *Lightning's own* test suite by ``.ci/lightning_tests.py --tier cli``
 (``-p tests.lightning_suite.cli_plugin``), so that Lightning's tests judge whether ``lit-gpu`` is still
 LightningCLI (issue 55). Before the test modules are imported, ``lightning.pytorch.cli.LightningCLI`` becomes
-:class:`LightningCLIThroughLitGpu` (a ``LitGpuCLI`` taking LightningCLI's constructor arguments: the ones a
-test passes are passed on, the others are lit_gpu's defaults) and ``LightningArgumentParser`` becomes
+:class:`LightningCLIThroughLitGpu` (a ``LitGpuCLI``: LightningCLI's constructor, parameters in the same
+order; the arguments a test passes reach it as the test passes them, positionally where it does, the others
+are lit_gpu's defaults) and ``LightningArgumentParser`` becomes
 lit_gpu's parser (:class:`~lit_gpu.cli.lightning_cli.ConciseErrorParser`).
 
 The routing is checked, not assumed: every CLI a test builds is counted by its kind (``lit_gpu`` for a
@@ -16,7 +17,6 @@ The routing is checked, not assumed: every CLI a test builds is counted by its k
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -55,19 +55,11 @@ def _route() -> type:
 
 @functools.cache
 def _through_lit_gpu() -> type:
-    """``LitGpuCLI`` with ``LightningCLI``'s constructor: the arguments given are passed on by name."""
-    import lightning.pytorch.cli as cli
-
+    """``LitGpuCLI`` as ``LightningCLI``: the same constructor (parameters and their order), so every
+    argument reaches it as the test passes it, positionally where the test does."""
     from lit_gpu.cli.lightning_cli import LitGpuCLI
 
-    signature = inspect.signature(cli.LightningCLI.__init__)
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        given = signature.bind(self, *args, **kwargs).arguments
-        given.pop("self")
-        LitGpuCLI.__init__(self, given.pop("args", None), **given)
-
-    built = type("LightningCLIThroughLitGpu", (LitGpuCLI,), {"__init__": __init__, "__module__": __name__})
+    built = type("LightningCLIThroughLitGpu", (LitGpuCLI,), {"__module__": __name__})
     built.__qualname__ = "LightningCLIThroughLitGpu"
     return built
 

@@ -36,3 +36,14 @@ def test_only_a_false_from_a_file_is_refused():
         weights_only_switch.check(_config(value), file_argv, from_command_line=True)
     weights_only_switch.check(_config(False), [*file_argv, "--weights_only", "false"], from_command_line=True)
     weights_only_switch.check(_config(False), [], from_command_line=False)  # LitGpuCLI(args={...}) in Python
+
+
+def test_a_later_config_without_weights_only_leaves_the_typed_flag_the_last_word(tmp_path, monkeypatch):
+    """As jsonargparse reads them: a later ``--config`` after ``--weights_only=false`` sets its keys only."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "b.yaml").write_text("trainer:\n  max_epochs: 2\n")
+    (tmp_path / "c.yaml").write_text("fit:\n  weights_only: false\n")
+    argv = ["fit", "--config", "a.yaml", "--weights_only=false", "--config", "b.yaml"]
+    assert weights_only_switch.typed_on_command_line(argv) is True
+    weights_only_switch.check(_config(False), argv, from_command_line=True)
+    assert weights_only_switch.typed_on_command_line([*argv, "-c=c.yaml"]) is False  # this one sets it
