@@ -302,16 +302,16 @@ class LitGpuCLI(CLIHooks):
         # the command line as the user typed it (lit_gpu:NAME kept): the resume line in the log
         self.command_line = as_argv(sys.argv[1:] if args is None else args)
         self._args_are_a_dict = isinstance(args, dict)  # settings from Python: no file switched anything
-        args = recipes.resolve_args(args)  # --config lit_gpu:NAME -> the shipped file's path
-        # the command line, so that a device error can name the flag or file that asked for a GPU
-        self.argv = as_argv(sys.argv[1:] if args is None else args)
-        args = run_folders.with_saved_config(args)  # --ckpt_path FILE alone: config.yaml beside it first
         self.run_folder: RunFolder | None = None
         self.resolution: Resolution | None = None  # what --ckpt_path resolved to, with its header
-        # `fit ...`: only fit's parser is built (the other three cost ~0.12 s together: cli_construct.py)
-        named = self.argv[0] if self.argv else None
-        self.only_subcommand = named if named in LightningCLI.subcommands() else None
         try:
+            args = recipes.resolve_args(args)  # --config lit_gpu:NAME -> the shipped file's path
+            # the command line, so that a device error can name the flag or file that asked for a GPU
+            self.argv = as_argv(sys.argv[1:] if args is None else args)
+            args = run_folders.with_saved_config(args)  # --ckpt_path FILE alone: config.yaml beside it first
+            # `fit ...`: only fit's parser is built (the other three cost ~0.12 s together: cli_construct.py)
+            named = self.argv[0] if self.argv else None
+            self.only_subcommand = named if named in LightningCLI.subcommands() else None
             super().__init__(
                 model_class=model_class,
                 datamodule_class=datamodule_class,
