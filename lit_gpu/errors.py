@@ -2,7 +2,7 @@
 
 Raise it where the mistake is found, with one line saying what went wrong, where, and the fix;
 ``lit-gpu`` prints it as ``lit-gpu: error: ...`` and exits 2. Recognising other failures (out of
-memory, a state_dict that does not fit...) is :mod:`lit_gpu.translate`'s job.
+memory, a state_dict that does not fit...) is :mod:`lit_gpu.explain`'s job.
 """
 
 from __future__ import annotations

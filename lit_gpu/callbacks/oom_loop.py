@@ -13,7 +13,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import RunningStage
 from typing_extensions import override
 
-from lit_gpu.translate import is_out_of_memory
+from lit_gpu.explain import is_out_of_memory
 
 __all__ = ["LOOP_ATTRIBUTE", "OOMLoopName", "loop_words"]
 

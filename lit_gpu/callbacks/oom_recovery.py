@@ -53,8 +53,8 @@ from typing_extensions import override
 
 from lit_gpu import messages, numbering, oom_lines
 from lit_gpu.errors import LitGpuError
+from lit_gpu.explain import is_out_of_memory
 from lit_gpu.strategies.dp import DataParallelStrategy
-from lit_gpu.translate import is_out_of_memory
 
 __all__ = ["LOOP_ATTRIBUTE", "OOMLoopName", "OOMRecovery", "has_batchnorm", "loop_words"]
 

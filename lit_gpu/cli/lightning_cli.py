@@ -39,13 +39,13 @@ from lit_gpu.cli.sanity import check_seed
 from lit_gpu.cli.too_big import explain_build_failure, missing_requirement
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
+from lit_gpu.explain import explain
 from lit_gpu.io import install_atomic_checkpoint_io
 from lit_gpu.profilers import skip_idle_profiler
 from lit_gpu.run.config_saver import RunConfigSaver
 from lit_gpu.run.folder import RunFolder
 from lit_gpu.run.layout import next_cluster_checkpoint
 from lit_gpu.run.store import Resolution
-from lit_gpu.translate import explain
 from lit_gpu.upstream.batch_path import LeanTrainingBatch
 from lit_gpu.upstream.cli import CLIHooks
 from lit_gpu.upstream.cluster import no_cluster_resume, own_cluster_saves

@@ -146,10 +146,10 @@ def _run(args: list[str], from_python: bool) -> int | None:
 
 
 def _explain(err: BaseException) -> str | None:
-    """:func:`lit_gpu.translate.explain`; a LitGpuError (``configs``, ``init``) without importing torch."""
+    """:func:`lit_gpu.explain.explain`; a LitGpuError (``configs``, ``init``) without importing torch."""
     if isinstance(err, LitGpuError):
         return str(err)
-    from lit_gpu.translate import explain
+    from lit_gpu.explain import explain
 
     return explain(err)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
-from lit_gpu.translate import allocation_refused, host_memory_bytes, human_bytes
+from lit_gpu.explain import allocation_refused, host_memory_bytes, human_bytes
 
 TOO_BIG_TO_BUILD = (
     "{key}: {class_path}({init_args}) asks for {asked} while it is built, more than this machine's {have} "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
-from lit_gpu.translate import host_memory_bytes, human_bytes
+from lit_gpu.explain import host_memory_bytes, human_bytes
 
 
 def check_loader_args(batch_size: int, num_workers: int) -> None:

@@ -24,11 +24,11 @@ import torchmetrics
 from lit_gpu.callbacks import LoggingStateCallback, RNGStateCallback
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.errors import LitGpuError
+from lit_gpu.explain import explain
 from lit_gpu.files.optimizer_fit import check_optimizers
 from lit_gpu.io import check_restored_state, install_atomic_checkpoint_io
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
-from lit_gpu.translate import explain
 from lit_gpu.upstream.logging_state import LOGGING_STATE_KEY, _restore_metrics
 
 
@@ -211,7 +211,7 @@ _SUBJECTS: dict[str, Subject] = {}
 def restore_in_memory(checkpoint: dict[str, Any], kind: str) -> str:
     """The contract check, then every restore a resume makes (``"refused"`` or ``"restored"``).
 
-    An error that is a ``LitGpuError`` or one line of :func:`lit_gpu.translate.explain` counts as refused;
+    An error that is a ``LitGpuError`` or one line of :func:`lit_gpu.explain.explain` counts as refused;
     any other exception propagates (a traceback: the fuzz fails).
     """
     if kind not in _SUBJECTS:

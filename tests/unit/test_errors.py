@@ -11,7 +11,7 @@ from torch import nn
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
-from lit_gpu.translate import TRANSLATORS, explain, net_input_mismatch
+from lit_gpu.explain import TRANSLATORS, explain, net_input_mismatch
 
 
 def _load_error(target: nn.Module, state: dict) -> RuntimeError:
@@ -186,7 +186,7 @@ def test_a_monitor_the_model_never_logs_lists_what_it_logs():
 
 
 def test_only_lightnings_own_trainer_argument_errors_become_one_line():
-    from lit_gpu.translate import trainer_argument_error
+    from lit_gpu.explain import trainer_argument_error
 
     # same text, raised outside Lightning's trainer/loops: a lit_gpu or user bug, keeps its traceback
     assert trainer_argument_error(ValueError("`val_check_interval` (5000) must be <= 4")) is None

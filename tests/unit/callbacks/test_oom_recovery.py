@@ -368,7 +368,7 @@ def _classifier_of(cls: type) -> pl.LightningModule:
 @pytest.mark.parametrize("loop", ["train", "validation", "test", "predict"])
 def test_without_recovery_the_error_names_its_loop(loop):
     from lit_gpu.callbacks.oom_recovery import OOMLoopName
-    from lit_gpu.translate import explain
+    from lit_gpu.explain import explain
 
     fn = {"train": "fit", "validation": "validate", "test": "test", "predict": "predict"}[loop]
     with pytest.raises(torch.OutOfMemoryError) as caught:

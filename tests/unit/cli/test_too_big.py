@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from lit_gpu.cli.too_big import explain_build_failure
-from lit_gpu.translate import explain
+from lit_gpu.explain import explain
 
 CONFIG = {
     "model": {
