@@ -52,7 +52,7 @@ TOO_FEW_GPUS = (
     "{source} asks for GPUs {requested}, but only {count} {verb} visible {available}; "
     "use --trainer.devices {count} (or 'free:N'), or " + CPU_FIX
 )
-# config and class_path mistakes (lit_gpu.cli.parse_errors)
+# config and class_path mistakes (lit_gpu.cli.errors)
 MODULE_NOT_ON_PATH = (
     "{key}: cannot import {class_path}: No module named '{module}'; if {module} is your own code, "
     "put the folder that holds it on the Python path (from that folder: PYTHONPATH=. lit-gpu ...), "

@@ -4,7 +4,8 @@
 * :mod:`lit_gpu.cli.lightning_cli`: LitGpuCLI, its parser, default callbacks and the extra arguments.
 * :mod:`lit_gpu.cli.ckpt_path`: ``--ckpt_path last|best|FILE`` mapped to one call of :mod:`lit_gpu.run.store`.
 * :mod:`lit_gpu.cli.run_folders`: loggers under ``trainer.default_root_dir``, rebuild from a checkpoint.
-* :mod:`lit_gpu.cli.sanity`: a seed or a model Lightning would refuse deep inside a run, refused first.
+* :mod:`lit_gpu.cli.errors`: a user's mistake as one line: parse and build errors, a module without the
+  step or the data a command needs, a seed Lightning would refuse deep inside a run.
 * :mod:`lit_gpu.cli.trainer`: ``devices: free:N``, ``precision: auto``, device errors.
 * :mod:`lit_gpu.cli.quiet`: the warning/logging filters ``main`` installs.
 * :mod:`lit_gpu.cli.completion`: ``lit-gpu completion bash|zsh`` and the answers to each TAB.

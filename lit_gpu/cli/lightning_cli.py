@@ -31,12 +31,17 @@ from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.callbacks.stopped_run import signal_stop_code
 from lit_gpu.cli import config_files, fresh_optimizer, quiet, run_folders, weights_only_switch
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, hand_over, resolve_ckpt_path
+from lit_gpu.cli.errors import (
+    check_has_data,
+    check_has_step,
+    check_seed,
+    concise_parse_error,
+    explain_build_failure,
+    missing_requirement,
+    runs_lightnings,
+    yaml_error,
+)
 from lit_gpu.cli.extra_arguments import add_extra_arguments, has_option
-from lit_gpu.cli.module_steps import check_has_step, runs_lightnings
-from lit_gpu.cli.needs_data import check_has_data
-from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
-from lit_gpu.cli.sanity import check_seed
-from lit_gpu.cli.too_big import explain_build_failure, missing_requirement
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
 from lit_gpu.explain import explain

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from lit_gpu.cli import LitGpuCLI, main
-from lit_gpu.cli.needs_data import check_has_data
+from lit_gpu.cli.errors import check_has_data
 from lit_gpu.errors import LitGpuError
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel

@@ -7,8 +7,8 @@ import importlib.util
 
 import pytest
 
+from lit_gpu.cli.errors import missing_requirement
 from lit_gpu.cli.lightning_cli import LitGpuCLI
-from lit_gpu.cli.too_big import missing_requirement
 from lit_gpu.errors import LitGpuError
 
 BORING = "lightning.pytorch.demos.boring_classes.BoringModel"

@@ -1,4 +1,4 @@
-"""``lit_gpu.cli.parse_errors``: jsonargparse's real reason survives the one-line answer."""
+"""``lit_gpu.cli.errors``: jsonargparse's real reason survives the one-line answer."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
 from lit_gpu import messages
-from lit_gpu.cli.parse_errors import concise_parse_error, explain_cause, yaml_error
+from lit_gpu.cli.errors import concise_parse_error, explain_cause, yaml_error
 
 
 def _parse_error(args: list[str]) -> str:
@@ -108,7 +108,7 @@ def test_unknown_flags_names_each_flag_with_the_closest_option():
     """argparse's ``unrecognized arguments`` as one line: each flag, its closest real option, exact flags."""
     import argparse
 
-    from lit_gpu.cli.parse_errors import unknown_flags
+    from lit_gpu.cli.errors import unknown_flags
 
     parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--trainer.max_epochs")

@@ -1,10 +1,10 @@
-"""A class in the config too big to build: one line naming its config key (lit_gpu.cli.too_big)."""
+"""A class in the config too big to build: one line naming its config key (lit_gpu.cli.errors)."""
 
 from __future__ import annotations
 
 from torch import nn
 
-from lit_gpu.cli.too_big import explain_build_failure
+from lit_gpu.cli.errors import explain_build_failure
 from lit_gpu.explain import explain
 
 CONFIG = {
