@@ -1,7 +1,8 @@
 """The ``lit-gpu`` command line: :func:`main` (entry point) and :class:`LitGpuCLI` (LightningCLI).
 
 * :mod:`lit_gpu.cli.main`: the command table, ``--help``/``--version``, dispatch, error lines, exit codes.
-* :mod:`lit_gpu.cli.lightning_cli`: LitGpuCLI, its parser, default callbacks and the extra arguments.
+* :mod:`lit_gpu.cli.lightning_cli`: LitGpuCLI, its parser, default callbacks and the extra arguments
+  (``--fresh_optimizer``, the ``--weights_only`` switch, ``--predict_out``...).
 * :mod:`lit_gpu.cli.ckpt_path`: ``--ckpt_path last|best|FILE`` mapped to one call of :mod:`lit_gpu.run.store`.
 * :mod:`lit_gpu.cli.run_folders`: loggers under ``trainer.default_root_dir``, rebuild from a checkpoint.
 * :mod:`lit_gpu.cli.errors`: a user's mistake as one line: parse and build errors, a module without the

@@ -10,7 +10,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -29,7 +29,7 @@ from lit_gpu.callbacks.progress import use_progress_log
 from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.callbacks.stopped_run import signal_stop_code
-from lit_gpu.cli import config_files, fresh_optimizer, quiet, run_folders, weights_only_switch
+from lit_gpu.cli import config_files, quiet, run_folders
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, hand_over, resolve_ckpt_path
 from lit_gpu.cli.errors import (
     check_has_data,
@@ -41,10 +41,10 @@ from lit_gpu.cli.errors import (
     runs_lightnings,
     yaml_error,
 )
-from lit_gpu.cli.extra_arguments import add_extra_arguments, has_option
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
 from lit_gpu.explain import explain
+from lit_gpu.files.text import BadFileError, read_yaml
 from lit_gpu.io import install_atomic_checkpoint_io
 from lit_gpu.profilers import skip_idle_profiler
 from lit_gpu.run.config_saver import RunConfigSaver
@@ -148,6 +148,170 @@ def default_callbacks() -> list[dict[str, str]]:
 PREDICTIONS_NAME = "predictions.csv"
 
 
+# ---- lit_gpu's extra arguments -----------------------------------------------------------------------
+# The arguments ``lit-gpu`` adds to LightningCLI's: ``--nan_guard.*``, ``--predict_out``, ``--loggers``...
+#
+# Added on lit_gpu's own path (:meth:`LitGpuCLI._lit_gpu_arguments`), not in ``add_arguments_to_parser``,
+# which stays the user's: a subclass overriding it without ``super()`` still gets them.
+def has_option(parser: LightningArgumentParser, key: str) -> bool:
+    """Whether ``parser`` has the option ``key`` (``"trainer.callbacks"``): a ``trainer_class`` (a factory, a
+    Trainer subclass with a narrower ``__init__``) decides which ``trainer.*`` options exist."""
+    try:
+        parser.get_default(key)
+    except KeyError:  # jsonargparse's NSKeyError: "No action for key ..."
+        return False
+    return True
+
+
+def add_extra_arguments(parser: LightningArgumentParser) -> None:
+    """Add ``nan_guard``, ``--predict_out``, ``--tune_batch_size``, ``--oom_recovery`` and ``free_gpus``."""
+    parser.add_lightning_class_args(NaNGuard, "nan_guard")
+    parser.add_argument(
+        "--predict_out",
+        type=str | None,
+        default=None,
+        help="predict only: CSV file for the predictions (index,prediction,probability for classifiers); "
+        "default: predictions.csv in the evaluation's folder (RUN/evaluations/predict_K/), or in the "
+        "working folder without lit_gpu's loggers",
+    )
+    parser.add_argument(
+        "--tune_batch_size",
+        type=bool,
+        default=False,
+        help="fit only: find the largest data.batch_size that fits in memory (Lightning's Tuner) first",
+    )
+    parser.add_argument(
+        "--oom_recovery",
+        type=bool,
+        default=False,
+        help="on out of memory in any loop (training, sanity check, validation, test, predict), halve the "
+        "micro-batch and retry the step (same effective batch, same metrics)",
+    )
+    parser.add_argument(
+        "--progress_interval",
+        type=float,
+        default=DEFAULT_INTERVAL,
+        help="when the output is not a terminal (a batch job's log): seconds between progress lines "
+        "(0: one line at each epoch end only)",
+    )
+    parser.add_argument(
+        "--progress_format",
+        type=Literal["text", "json"],
+        default="text",
+        help="progress lines when the output is not a terminal: text, or json (one JSON object a line, "
+        "also on a terminal)",
+    )
+    parser.add_argument(
+        "--free_gpus",
+        type=list[dict[str, int | str]] | None,
+        default=None,
+        help="written by lit-gpu (ignored on input): the physical GPUs 'devices: free:N' chose, "
+        "one per local rank",
+    )
+    add_fresh_optimizer_argument(parser)  # --fresh_optimizer
+
+
+# ---- --fresh_optimizer -------------------------------------------------------------------------------
+# ``--fresh_optimizer``: resume the weights and the progress, start the optimizers and schedulers fresh.
+#
+# For a resume whose config changed the optimizer (SGD -> Adam), its param groups or the schedule
+# (``OneCycleLR`` ``total_steps`` 8 -> 16): the checkpoint's optimizer and scheduler states no longer fit
+# (:mod:`lit_gpu.files.optimizer_fit` says so in one line); with this flag they are replaced by the states
+# of the ones the config built (:mod:`lit_gpu.optimizer_resume`). ``docs/checkpoints.md``.
+FRESH_OPTIMIZER = "fresh_optimizer"
+
+
+def add_fresh_optimizer_argument(parser: Any) -> None:
+    """Add ``--fresh_optimizer`` (fit only; off by default)."""
+    parser.add_argument(
+        f"--{FRESH_OPTIMIZER}",
+        type=bool,
+        default=False,
+        help="fit only, with --ckpt_path: keep the checkpoint's weights and progress, start the optimizers "
+        "and learning-rate schedulers fresh as the config builds them (after changing them)",
+    )
+
+
+def apply_fresh_optimizer(trainer: pl.Trainer, config: Any, subcommand: str | None) -> None:
+    """Tell ``trainer``'s checkpoint reader that the user asked for fresh optimizers (``fit`` only)."""
+    if subcommand == "fit" and config_value(config, f"fit.{FRESH_OPTIMIZER}", False):
+        trainer.strategy.checkpoint_io.fresh_optimizer = True  # read by optimizer_resume
+
+
+# ---- --weights_only: typed on the command line only --------------------------------------------------
+# ``weights_only: false`` is the switch that turns the weights-only checkpoint load off (a pickled checkpoint
+# then runs its code); it is honoured from the command line only, never from a file.
+#
+# LightningCLI reads ``weights_only`` like any other key, from ``--config`` files too (Lightning 2.6,
+# ``Trainer.fit(weights_only=...)``), so a downloaded config holding ``weights_only: false`` and
+# ``ckpt_path: model.ckpt`` ran the code pickled in that checkpoint. The house rule: a file never switches a
+# safety setting; the one documented switch is ``--weights_only false`` typed on the command line
+# (docs/checkpoints.md). Settings handed over from Python (``LitGpuCLI(args={...})``, a notebook) are the
+# caller's own code and pass.
+WEIGHTS_ONLY_FLAG = "--weights_only"
+_CONFIG_FLAGS = ("--config", "-c")
+
+
+def _last_position(argv: Sequence[str], flags: Sequence[str]) -> int:
+    """Index of the last ``FLAG VALUE`` or ``FLAG=VALUE`` in ``argv`` for any of ``flags``; -1 if none."""
+    found = -1
+    for i, arg in enumerate(argv):
+        if arg in flags or any(arg.startswith(flag + "=") for flag in flags):
+            found = i
+    return found
+
+
+def _configs_after(argv: Sequence[str]) -> list[str]:
+    """The paths of the ``--config``/``-c`` files in ``argv``, in order."""
+    paths = []
+    for i, arg in enumerate(argv):
+        flag, equals, value = arg.partition("=")
+        if flag in _CONFIG_FLAGS and equals:
+            paths.append(value)
+        elif arg in _CONFIG_FLAGS and i + 1 < len(argv):
+            paths.append(argv[i + 1])
+    return paths
+
+
+def _sets_weights_only(path: str) -> bool:
+    """Whether the config file at ``path`` holds ``weights_only`` (at its top or in a subcommand's section);
+    a file that cannot be read counts as holding it (its parse fails later, with its own line)."""
+    try:
+        data = read_yaml(path)
+    except (OSError, BadFileError):
+        return True
+    if not isinstance(data, dict):
+        return False
+    sections = [data, *(value for value in data.values() if isinstance(value, dict))]
+    return any("weights_only" in section for section in sections)
+
+
+def typed_on_command_line(argv: Sequence[str]) -> bool:
+    """Whether the last word on ``weights_only`` is the command line's ``--weights_only``: given, and no
+    ``--config`` after it that sets it again (as jsonargparse reads them: a later file sets only its keys)."""
+    flag = _last_position(argv, (WEIGHTS_ONLY_FLAG,))
+    return flag >= 0 and not any(_sets_weights_only(path) for path in _configs_after(argv[flag + 1 :]))
+
+
+def check_weights_only(config: Any, argv: Sequence[str], *, from_command_line: bool) -> None:
+    """Refuse a ``weights_only: false`` that came from a config file (one line, exit 2; nothing loaded).
+
+    Args:
+        config: The parsed config (the subcommand's section holds ``weights_only``).
+        argv: The command line as parsed.
+        from_command_line: Whether the CLI parsed a command line (not settings given from Python).
+    """
+    if not from_command_line:
+        return
+    subcommand = config.get("subcommand") if hasattr(config, "get") else None
+    section = config.get(subcommand) if subcommand else config
+    if section is None or not hasattr(section, "get") or section.get("weights_only") is not False:
+        return
+    if typed_on_command_line(argv):
+        return
+    raise LitGpuError(messages.WEIGHTS_ONLY_FROM_A_FILE)
+
+
 # ---- around the trainer ---------------------------------------------------------------------------
 def configure_trainer(
     trainer: pl.Trainer, config: Any, subcommand: str | None, run_folder: RunFolder | None = None
@@ -158,7 +322,7 @@ def configure_trainer(
     (``run_folder``), or into the working folder when lit_gpu's loggers are off.
     """
     install_atomic_checkpoint_io(trainer)
-    fresh_optimizer.apply(trainer, config, subcommand)  # read by the atomic IO's resume check
+    apply_fresh_optimizer(trainer, config, subcommand)  # read by the atomic IO's resume check
     skip_idle_profiler(trainer)  # Lightning's default profiles nothing but costs ~8 calls per hook
     if subcommand == "fit":
         clean_run_folders(config[subcommand])  # temp files of saves killed in earlier runs
@@ -195,7 +359,7 @@ def maybe_tune_batch_size(
 
 
 #: switches that act once, on the run they start: the printed resume command leaves them out
-ONE_TIME_SWITCHES = ("--fresh_optimizer",)
+ONE_TIME_SWITCHES = (f"--{FRESH_OPTIMIZER}",)
 
 
 def resume_argv(argv: list[str], config: Any, subcommand: str | None) -> list[str]:
@@ -218,8 +382,8 @@ def resume_argv(argv: list[str], config: Any, subcommand: str | None) -> list[st
         words.append(arg)
     if subcommand is None:
         words.insert(0, "fit")
-    if config_value(config, fresh_optimizer.FLAG, False) and not typed:
-        words += [f"--{fresh_optimizer.FLAG}", "false"]
+    if config_value(config, FRESH_OPTIMIZER, False) and not typed:
+        words += [f"--{FRESH_OPTIMIZER}", "false"]
     return words
 
 
@@ -380,7 +544,7 @@ class LitGpuCLI(CLIHooks):
 
     @override
     def _lit_gpu_parsed(self) -> None:
-        weights_only_switch.check(self.config, self.argv, from_command_line=not self._args_are_a_dict)
+        check_weights_only(self.config, self.argv, from_command_line=not self._args_are_a_dict)
         # last/best/FILE -> one checkpoint, read once (weights-only; never switched off by a file)
         self.resolution = resolve_ckpt_path(self.config)
         check_seed(self.config)  # out of numpy's range: one line, not a ValueError from seed_everything
