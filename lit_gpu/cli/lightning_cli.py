@@ -388,17 +388,18 @@ def resume_argv(argv: list[str], config: Any, subcommand: str | None) -> list[st
 
 
 def needed_import_path(classes: Sequence[type]) -> str | None:
-    """``PYTHONPATH`` as the user set it, where a class the run built (not lit_gpu's) was found only through
-    it (a ``lit-gpu init`` project's module beside the config); else None."""
+    """``PYTHONPATH`` as the user set it, where a class the run built (not lit_gpu's) lies in the working
+    folder and was found only through it (a ``lit-gpu init`` project's module: ``PYTHONPATH=.``); or None."""
     value = os.environ.get("PYTHONPATH")
     if not value:
         return None
     named = {os.path.realpath(entry or ".") for entry in value.split(os.pathsep)}
+    here = os.path.realpath(".")
     for cls in classes:
         if cls.__module__.partition(".")[0] in ("lit_gpu", "builtins"):
             continue
         file = getattr(sys.modules.get(cls.__module__), "__file__", None)
-        if not file:
+        if not file or not os.path.realpath(file).startswith(here + os.sep):
             continue
         file = os.path.realpath(file)
         roots = {os.path.realpath(entry or ".") for entry in sys.path}
@@ -467,7 +468,8 @@ class LitGpuCLI(CLIHooks):
     ) -> None:
         quiet.drop_tips()  # Lightning's cloud-service adverts, also from Python (notebooks)
         as_program = args is None and runs_as_the_program()  # `lit-gpu ...`, `python train.py ...`
-        self.program = program_words() if as_program else ["lit-gpu"]  # what a printed command runs
+        # what a printed command runs: this process's program; from Python (None) the printer guesses
+        self.program = program_words() if as_program else None
         # the command line as the user typed it (lit_gpu:NAME kept): the resume line in the log
         self.command_line = as_argv(sys.argv[1:] if args is None else args)
         self._args_are_a_dict = isinstance(args, dict)  # settings from Python: no file switched anything
