@@ -599,12 +599,6 @@ class LitGpuCLI(CLIHooks):
         return any(isinstance(callback, kind) for callback in (value if isinstance(value, list) else [value]))
 
     @override
-    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
-        if self._defaults_hold(pl.callbacks.ModelCheckpoint):  # the user's checkpoint replaces lit_gpu's
-            callbacks = [c for c in callbacks if not isinstance(c, FreshLastCheckpoint)]
-        return super()._instantiate_trainer(config, callbacks)
-
-    @override
     def _lit_gpu_trainer_failed(self, err: Exception) -> None:
         if isinstance(err, _TRAINER_ERRORS):  # no GPU, devices 0, max_epochs -5, strategy typo...
             message = explain_trainer_error(err, self.argv)  # names the setting that asked for it
@@ -617,6 +611,8 @@ class LitGpuCLI(CLIHooks):
             factory = getattr(self.trainer_class, "__qualname__", repr(self.trainer_class))
             kind, run = type(trainer).__qualname__, self.subcommand or "fit"
             raise LitGpuError(messages.NOT_A_TRAINER.format(factory=factory, kind=kind, subcommand=run))
+        if self._defaults_hold(pl.callbacks.ModelCheckpoint):  # the user's checkpoint replaces lit_gpu's
+            trainer.callbacks[:] = [c for c in trainer.callbacks if not isinstance(c, FreshLastCheckpoint)]
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         install_guarantees(trainer)  # whatever trainer.callbacks holds; a user's instance of one replaces it
         configure_trainer(
