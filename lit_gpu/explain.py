@@ -22,6 +22,44 @@ import torch
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 
+# ---- texts (this module's alone) ------------------------------------------------------------------------
+STATE_DICT_MISMATCH = (
+    "the checkpoint does not fit {target}: {summary}; it is a checkpoint of another model or config: "
+    "pass the matching --config, or another --ckpt_path"
+)
+OUT_OF_MEMORY = (
+    "out of memory during {what}{detail}. Next steps: (1) a smaller batch, e.g. --data.batch_size {half}; "
+    "(2) keep the effective batch with --trainer.accumulate_grad_batches 2 (or more); "
+    "(3) mixed precision: --config lit_gpu:trainer/amp (or lit_gpu:trainer/bf16); "
+    "(4) a model too big for one GPU: --config lit_gpu:trainer/fsdp; "
+    "(5) let Lightning find the largest batch that fits: lit-gpu fit ... --tune_batch_size true; "
+    "(6) recover instead of stopping: --oom_recovery true halves the micro-batch and retries the step"
+)
+DATALOADER_WORKER_DIED = (
+    "a DataLoader worker process died ({reason}); usual causes: out of host or shared memory "
+    "(/dev/shm; in Docker use --shm-size 8g or --ipc host) or a crash in native dataset code; "
+    "retry with fewer workers, or --data.num_workers 0 to see the real error"
+)
+DATASET_RAISED_IN_WORKER = (
+    "the dataset raised {kind} in a DataLoader worker ({reason}); "
+    "rerun with --data.num_workers 0 to get the full traceback"
+)
+MONITOR_NOT_LOGGED = (
+    "--checkpoint.monitor {monitor}: the model never logs this metric (logged: {logged}); "
+    "set --checkpoint.monitor to one of them (and --checkpoint.mode min or max)"
+)
+NET_INPUT_MISMATCH = (
+    "the net {net} does not fit the data: it got a batch of shape {got}, but its first layer "
+    "({layer}) expects {expects} ({reason}); {fix}"
+)
+NET_INPUT_FIX = (
+    "use a net built for this data or set the net's input size (--model.net.init_args.*) to match it"
+)
+NET_INPUT_FIX_IMAGES = (
+    "this net starts with a Linear layer and takes flat (B, features) inputs, not images: use an image net "
+    "(e.g. --model.net lit_gpu.nets.MnistCNN) or flatten the input first (nn.Flatten())"
+)
+
 
 def is_out_of_memory(err: BaseException) -> bool:
     """Whether ``err`` is a CUDA (or host) out-of-memory error: ``torch.OutOfMemoryError`` or its text."""
@@ -42,7 +80,7 @@ def out_of_memory(err: BaseException, batch_size: int | None = None) -> str | No
     detail = f" (tried to allocate {match.group(1)})" if match else ""
     half = max(1, batch_size // 2) if batch_size else "<half the current value>"
     what = getattr(err, "lit_gpu_loop", "training")  # set by lit_gpu.callbacks.oom_recovery.OOMLoopName
-    return messages.OUT_OF_MEMORY.format(what=what, detail=detail, half=half)
+    return OUT_OF_MEMORY.format(what=what, detail=detail, half=half)
 
 
 _KEYS = re.compile(r'"([^"]+)"')
@@ -72,7 +110,7 @@ def state_dict_mismatch(err: BaseException) -> str | None:
         elif match := _SIZE_MISMATCH.match(line):
             report.shape_mismatches[match.group(1)] = (_shape(match.group(2)), _shape(match.group(3)))
     target = re.search(r"loading state_dict for (\w+)", text)
-    return messages.STATE_DICT_MISMATCH.format(
+    return STATE_DICT_MISMATCH.format(
         target=target.group(1) if target else "the model", summary=report.summary()
     )
 
@@ -97,7 +135,7 @@ def dataloader_worker_died(err: BaseException) -> str | None:
         text = str(raised)
         died = "exited unexpectedly" in text or "killed by signal" in text
         if isinstance(raised, RuntimeError) and "DataLoader worker" in text and died:
-            return messages.DATALOADER_WORKER_DIED.format(reason=messages.first_line(raised))
+            return DATALOADER_WORKER_DIED.format(reason=messages.first_line(raised))
     return None
 
 
@@ -132,7 +170,7 @@ def dataset_raised_in_worker(err: BaseException) -> str | None:
         return None
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     reason = lines[-1].strip() if lines else messages.first_line(err)
-    return messages.DATASET_RAISED_IN_WORKER.format(kind=type(err).__name__, reason=reason)
+    return DATASET_RAISED_IN_WORKER.format(kind=type(err).__name__, reason=reason)
 
 
 _SHAPE_ERRORS = re.compile(
@@ -176,13 +214,13 @@ def net_input_mismatch(net: torch.nn.Module, inputs: object, err: BaseException)
         expects = f"inputs of shape ({dims})"
         described = f"{name}: {type(layer).__name__}, in_channels={layer.in_channels}"
     images = isinstance(layer, torch.nn.Linear) and inputs.dim() > 2
-    return messages.NET_INPUT_MISMATCH.format(
+    return NET_INPUT_MISMATCH.format(
         net=type(net).__name__,
         got=shape,
         layer=described,
         expects=expects,
         reason=messages.first_line(err),
-        fix=messages.NET_INPUT_FIX_IMAGES if images else messages.NET_INPUT_FIX,
+        fix=NET_INPUT_FIX_IMAGES if images else NET_INPUT_FIX,
     )
 
 
@@ -199,7 +237,7 @@ def monitor_not_logged(err: BaseException) -> str | None:
     logged = ", ".join(
         k.strip(" '") for k in match.group(2).split(",") if k.strip(" '") not in ("epoch", "step")
     )
-    return messages.MONITOR_NOT_LOGGED.format(monitor=match.group(1), logged=logged)
+    return MONITOR_NOT_LOGGED.format(monitor=match.group(1), logged=logged)
 
 
 def _raised_in_lightning_trainer(err: BaseException) -> bool:

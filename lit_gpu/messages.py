@@ -26,59 +26,10 @@ SAVED_ON_GPU = (
     "{what} was saved on a GPU and this machine has none; load it with map_location='cpu' "
     "(lit_gpu.checkpoints.load_into does this by default)"
 )
-STATE_DICT_MISMATCH = (
-    "the checkpoint does not fit {target}: {summary}; it is a checkpoint of another model or config: "
-    "pass the matching --config, or another --ckpt_path"
-)
-OUT_OF_MEMORY = (
-    "out of memory during {what}{detail}. Next steps: (1) a smaller batch, e.g. --data.batch_size {half}; "
-    "(2) keep the effective batch with --trainer.accumulate_grad_batches 2 (or more); "
-    "(3) mixed precision: --config lit_gpu:trainer/amp (or lit_gpu:trainer/bf16); "
-    "(4) a model too big for one GPU: --config lit_gpu:trainer/fsdp; "
-    "(5) let Lightning find the largest batch that fits: lit-gpu fit ... --tune_batch_size true; "
-    "(6) recover instead of stopping: --oom_recovery true halves the micro-batch and retries the step"
-)
-DATALOADER_WORKER_DIED = (
-    "a DataLoader worker process died ({reason}); usual causes: out of host or shared memory "
-    "(/dev/shm; in Docker use --shm-size 8g or --ipc host) or a crash in native dataset code; "
-    "retry with fewer workers, or --data.num_workers 0 to see the real error"
-)
-DATASET_RAISED_IN_WORKER = (
-    "the dataset raised {kind} in a DataLoader worker ({reason}); "
-    "rerun with --data.num_workers 0 to get the full traceback"
-)
 NO_GPU = "{source} asks for a GPU, but none is available{why}; " + CPU_FIX + " (details: lit-gpu env)"
 TOO_FEW_GPUS = (
     "{source} asks for GPUs {requested}, but only {count} {verb} visible {available}; "
     "use --trainer.devices {count} (or 'free:N'), or " + CPU_FIX
-)
-# config and class_path mistakes (lit_gpu.cli.errors)
-MODULE_NOT_ON_PATH = (
-    "{key}: cannot import {class_path}: No module named '{module}'; if {module} is your own code, "
-    "put the folder that holds it on the Python path (from that folder: PYTHONPATH=. lit-gpu ...), "
-    "else install the package that provides it (pip install ...)"
-)
-MODULE_HERE_NOT_ON_PATH = (
-    "{key}: cannot import {class_path}: No module named '{module}', but {found} is in this folder, "
-    "which is not on the Python path; run PYTHONPATH=. lit-gpu ... (or pip install -e . for a package)"
-)
-DEPENDENCY_MISSING = (
-    "{key}: importing {class_path} failed: No module named '{module}'; "
-    "install the package that provides {module} (pip install ...)"
-)
-NO_SUCH_MODULE = (
-    "{key}: cannot import {class_path}: No module named '{module}'{suggestion}; "
-    "check the spelling of the module path"
-)
-NO_SUCH_CLASS = (
-    "{key}: module '{module}' has no attribute '{name}'{suggestion}; check the spelling of the class name"
-)
-UNKNOWN_ARGUMENT = (
-    "{key}: {class_path} has no argument '{option}'{suggestion}; check the spelling of the init_args key"
-)
-MISSING_INIT_ARGS = (
-    "{key}: {class_path} needs {names}, which the config does not give; "
-    "set it under init_args (e.g. {example} VALUE)"
 )
 CKPT_IS_DIRECTORY = (
     "--ckpt_path {path} is a directory, not a checkpoint file; pass a .ckpt file in it{example}, "
@@ -91,25 +42,9 @@ NUM_CLASSES_MISMATCH = (
     "the net {net} outputs {outputs} classes but model.num_classes is {num_classes}; "
     "set --model.num_classes {outputs} or change the net's output size to {num_classes}"
 )
-PREDICT_OUT_IS_DIRECTORY = "--predict_out {path} is a directory; give a file name, e.g. {example}"
 BAD_OPTIMIZER_SETTING = "{key}: {reason}; fix its init_args on the command line or in your config"
-MONITOR_NOT_LOGGED = (
-    "--checkpoint.monitor {monitor}: the model never logs this metric (logged: {logged}); "
-    "set --checkpoint.monitor to one of them (and --checkpoint.mode min or max)"
-)
 BAD_DATA_CHOICE = (
     "data.{name} must be one of {choices}, got {value!r}; set --data.{name} (or {name}: in your config)"
-)
-NOT_A_SUBCLASS = "{key}: {class_path} is not a {base}; give the class_path of a {base} subclass"
-CONFIG_NOT_A_MAPPING = (
-    "{path} is not a config: a config file is a YAML mapping of settings (e.g. trainer:, model:, data:), "
-    "this one holds {content}; fix or remove it"
-)
-YAML_SYNTAX = "{path}, line {line}, column {column}: YAML syntax error: {problem}; fix the YAML there"
-WEIGHTS_ONLY_FROM_A_FILE = (
-    "weights_only: false comes from a config file, and a file cannot switch the weights-only checkpoint load "
-    "off (a pickled checkpoint runs code when loaded); to trust this checkpoint pass --weights_only false on "
-    "the command line, or remove weights_only from the config"
 )
 SWEEP_SPACE_SETS_A_SWITCH = (
     "a search space cannot set what a trial resumes from or a safety switch (config, ckpt_path, "
@@ -130,18 +65,6 @@ NOT_AN_IDX_FILE = (
     "{path} is not an IDX file (magic number {magic:#010x}); delete it and download MNIST again "
     "(--data.download true) or copy the real file there"
 )
-NET_INPUT_MISMATCH = (
-    "the net {net} does not fit the data: it got a batch of shape {got}, but its first layer "
-    "({layer}) expects {expects} ({reason}); {fix}"
-)
-NET_INPUT_FIX = (
-    "use a net built for this data or set the net's input size (--model.net.init_args.*) to match it"
-)
-NET_INPUT_FIX_IMAGES = (
-    "this net starts with a Linear layer and takes flat (B, features) inputs, not images: use an image net "
-    "(e.g. --model.net lit_gpu.nets.MnistCNN) or flatten the input first (nn.Flatten())"
-)
-TUNE_NEEDS_BATCH_SIZE = "--tune_batch_size needs a data module with a batch_size argument"
 NO_CONFIG_BESIDE = (
     "no config.yaml for {ckpt} ({looked}) to rebuild its run from; pass the run's settings with --config FILE"
 )
@@ -150,7 +73,6 @@ PICKLE_REFUSED = (
     "it; use a checkpoint that holds weights only (any lit-gpu fit writes one), or, only if you trust the "
     "file and where it came from, {opt_out}"
 )
-UNKNOWN_FLAG = "{flags}; flags are exact (no abbreviations): run '{prog} --help' for the options"
 BUILD_REFUSED = "{source}: refusing to build {key}: {what}; nothing was run; {fix}"
 
 SWEEP_BAD_SPACE = (
@@ -248,8 +170,6 @@ MONITOR_FALLBACK = (
     "pick best checkpoints with --checkpoint.monitor NAME"
 )
 CUDA_GRAPH_ASIDE = "whole-step capture (speed.cuda_graph) stands aside, steps run as usual: {reason}"
-BATCH_SIZE_FOUND = "batch-size finder chose data.batch_size={size}; set it in your config to skip tuning"
-INTERRUPTED_OUTSIDE_RUN = "interrupted"
 REMOVED_STALE_TEMP = "removed {file}, left by a killed save"
 WROTE_PREDICTIONS = "wrote {rows} predictions to {path}"
 EXPORTED = "exported {weights} (metadata: {sidecar})"
@@ -260,7 +180,6 @@ OPTIMIZER_FRESH = (
     "(--fresh_optimizer)"
 )
 DEPENDENCY_OUT_OF_RANGE = "{name} {found}: lit-gpu supports {supported}; pip install '{requirement}'"
-BAD_VARIABLE_IGNORED = "warning: {problem}; left out for this --help"
 CUDA_READS_PART = (
     "CUDA_VISIBLE_DEVICES={value}: CUDA reads it as {listed} (the list ends at the first entry that is not a "
     "GPU index or UUID); give GPU indices or UUIDs separated by commas"
@@ -283,18 +202,11 @@ LOGGER_CALL_IGNORED = (
     "the CSV logger keeps no {method} (tag '{tag}') and ignores it (said once); the TensorBoard logger's "
     "event files keep it: tensorboard --logdir {folder}"
 )
-NOT_A_TRAINER = (
-    "trainer_class {factory} returned {kind}, not a lightning.pytorch.Trainer: LightningCLI runs a Trainer's "
-    "{subcommand}(), and lit_gpu's guarantees go on its callbacks; return a Trainer (or a subclass) from it"
-)
 MEDIA_FULL = (
     "the CSV logger's media folder {folder} holds {limit} now: it keeps no more images, figures or text "
     "for this run (said once); the TensorBoard logger's event files still take them"
 )
 MEDIA_TOO_BIG = "the CSV logger skips image '{tag}': {pixels} pixels, over PIL's bound of {bound} (said once)"
-MISSING_REQUIREMENT = (
-    "the config names a class that needs {requirement}, not installed here: pip install -U '{requirement}'"
-)
 
 # a resume whose training loader is not the checkpoint's (callbacks/rng_state.py, data/loader_order.py)
 LOADER_CHANGED = (

@@ -32,6 +32,41 @@ from lit_gpu.explain import allocation_refused, host_memory_bytes, human_bytes
 from lit_gpu.messages import shown
 from lit_gpu.upstream.tools import parser_actions
 
+# ---- texts (this module's alone) ------------------------------------------------------------------------
+MODULE_NOT_ON_PATH = (
+    "{key}: cannot import {class_path}: No module named '{module}'; if {module} is your own code, "
+    "put the folder that holds it on the Python path (from that folder: PYTHONPATH=. lit-gpu ...), "
+    "else install the package that provides it (pip install ...)"
+)
+MODULE_HERE_NOT_ON_PATH = (
+    "{key}: cannot import {class_path}: No module named '{module}', but {found} is in this folder, "
+    "which is not on the Python path; run PYTHONPATH=. lit-gpu ... (or pip install -e . for a package)"
+)
+DEPENDENCY_MISSING = (
+    "{key}: importing {class_path} failed: No module named '{module}'; "
+    "install the package that provides {module} (pip install ...)"
+)
+NO_SUCH_MODULE = (
+    "{key}: cannot import {class_path}: No module named '{module}'{suggestion}; "
+    "check the spelling of the module path"
+)
+NO_SUCH_CLASS = (
+    "{key}: module '{module}' has no attribute '{name}'{suggestion}; check the spelling of the class name"
+)
+UNKNOWN_ARGUMENT = (
+    "{key}: {class_path} has no argument '{option}'{suggestion}; check the spelling of the init_args key"
+)
+MISSING_INIT_ARGS = (
+    "{key}: {class_path} needs {names}, which the config does not give; "
+    "set it under init_args (e.g. {example} VALUE)"
+)
+NOT_A_SUBCLASS = "{key}: {class_path} is not a {base}; give the class_path of a {base} subclass"
+YAML_SYNTAX = "{path}, line {line}, column {column}: YAML syntax error: {problem}; fix the YAML there"
+UNKNOWN_FLAG = "{flags}; flags are exact (no abbreviations): run '{prog} --help' for the options"
+MISSING_REQUIREMENT = (
+    "the config names a class that needs {requirement}, not installed here: pip install -U '{requirement}'"
+)
+
 # ---- parse errors ----------------------------------------------------------------------------------------
 # jsonargparse reports a bad ``class_path`` as a tree: the outer key (``model``), every Union branch it
 # tried (``Expected a NoneType``...) and, nested inside, the reason the class could not be used
@@ -92,24 +127,24 @@ def _missing_module(key: str, module: str, candidates: list[str]) -> str:
     parent, _, leaf = module.rpartition(".")
     if parent and _loaded(parent) is not None:  # a typo in a submodule of a package that exists
         names = [m.name for m in pkgutil.iter_modules(getattr(_loaded(parent), "__path__", []))]
-        return messages.NO_SUCH_MODULE.format(
+        return NO_SUCH_MODULE.format(
             key=key, class_path=class_path, module=module, suggestion=_close(leaf, names, parent + ".")
         )
     if class_path.split(".")[0] == module.split(".")[0]:  # the class's own top-level module
         top = module.split(".")[0]
         here = [p for p in (f"{top}.py", f"{top}/") if os.path.exists(p)]
         if here:  # `lit-gpu` (a console script) does not put the working folder on sys.path
-            return messages.MODULE_HERE_NOT_ON_PATH.format(
+            return MODULE_HERE_NOT_ON_PATH.format(
                 key=key, class_path=class_path, module=module, found=here[0]
             )
-        return messages.MODULE_NOT_ON_PATH.format(key=key, class_path=class_path, module=module)
-    return messages.DEPENDENCY_MISSING.format(key=key, class_path=class_path, module=module)
+        return MODULE_NOT_ON_PATH.format(key=key, class_path=class_path, module=module)
+    return DEPENDENCY_MISSING.format(key=key, class_path=class_path, module=module)
 
 
 def _no_attribute(key: str, module: str, name: str) -> str:
     loaded = _loaded(module)
     options = [n for n in dir(loaded) if not n.startswith("_")] if loaded is not None else []
-    return messages.NO_SUCH_CLASS.format(
+    return NO_SUCH_CLASS.format(
         key=key, module=module, name=name, suggestion=_close(name, options, module + ".")
     )
 
@@ -131,7 +166,7 @@ def _not_accepted(key: str, option: str, class_path: str) -> str:
         params = [p for p in inspect.signature(target).parameters if p != "self"] if target else []
     except (TypeError, ValueError):
         params = []
-    return messages.UNKNOWN_ARGUMENT.format(
+    return UNKNOWN_ARGUMENT.format(
         key=key, class_path=class_path, option=option, suggestion=_close(option, params)
     )
 
@@ -155,12 +190,12 @@ def explain_cause(message: str) -> str | None:
         class_path = _class_after(message, match.end(), candidates)
         required = match.group(1) or match.group(2)
         names = [n.strip().rpartition(".")[2] for n in required.split(",") if n.strip()]
-        return messages.MISSING_INIT_ARGS.format(
+        return MISSING_INIT_ARGS.format(
             key=key, class_path=class_path, names=", ".join(names), example=f"--{key}.init_args.{names[0]}"
         )
     if match := _NOT_SUBCLASS.search(message):
         class_path = candidates[-1] if candidates else "the class_path given"
-        return messages.NOT_A_SUBCLASS.format(key=key, class_path=class_path, base=match.group(1))
+        return NOT_A_SUBCLASS.format(key=key, class_path=class_path, base=match.group(1))
     return None
 
 
@@ -245,7 +280,7 @@ def unknown_flags(message: str, parser: Any, prog: str) -> str | None:
         return None
     named = "; ".join(f"unknown flag {flag}{_close(flag, options)}" for flag in flags[:3])
     more = f"; and {len(flags) - 3} more" if len(flags) > 3 else ""
-    return messages.UNKNOWN_FLAG.format(flags=named + more, prog=prog)
+    return UNKNOWN_FLAG.format(flags=named + more, prog=prog)
 
 
 def yaml_error(err: BaseException | None, path: str) -> str | None:
@@ -259,7 +294,7 @@ def yaml_error(err: BaseException | None, path: str) -> str | None:
     context_mark = getattr(cause, "context_mark", None)
     if context and context_mark is not None:
         problem += f" ({context} started at line {context_mark.line + 1})"
-    return messages.YAML_SYNTAX.format(path=path, line=mark.line + 1, column=mark.column + 1, problem=problem)
+    return YAML_SYNTAX.format(path=path, line=mark.line + 1, column=mark.column + 1, problem=problem)
 
 
 # ---- build failures --------------------------------------------------------------------------------------
@@ -463,7 +498,7 @@ def missing_requirement(err: BaseException) -> str | None:
             break
         found = _REQUIREMENT_HINT.search(str(current))
         if found is not None:
-            return messages.MISSING_REQUIREMENT.format(requirement=messages.shown(found[1]))
+            return MISSING_REQUIREMENT.format(requirement=messages.shown(found[1]))
         current = current.__cause__ or current.__context__
     return None
 

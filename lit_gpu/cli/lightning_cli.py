@@ -56,6 +56,24 @@ from lit_gpu.upstream.cli import CLIHooks
 from lit_gpu.upstream.cluster import no_cluster_resume, own_cluster_saves
 from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks
 
+# ---- texts (this module's alone) ------------------------------------------------------------------------
+PREDICT_OUT_IS_DIRECTORY = "--predict_out {path} is a directory; give a file name, e.g. {example}"
+CONFIG_NOT_A_MAPPING = (
+    "{path} is not a config: a config file is a YAML mapping of settings (e.g. trainer:, model:, data:), "
+    "this one holds {content}; fix or remove it"
+)
+WEIGHTS_ONLY_FROM_A_FILE = (
+    "weights_only: false comes from a config file, and a file cannot switch the weights-only checkpoint load "
+    "off (a pickled checkpoint runs code when loaded); to trust this checkpoint pass --weights_only false on "
+    "the command line, or remove weights_only from the config"
+)
+TUNE_NEEDS_BATCH_SIZE = "--tune_batch_size needs a data module with a batch_size argument"
+BATCH_SIZE_FOUND = "batch-size finder chose data.batch_size={size}; set it in your config to skip tuning"
+NOT_A_TRAINER = (
+    "trainer_class {factory} returned {kind}, not a lightning.pytorch.Trainer: LightningCLI runs a Trainer's "
+    "{subcommand}(), and lit_gpu's guarantees go on its callbacks; return a Trainer (or a subclass) from it"
+)
+
 # ---- parser ---------------------------------------------------------------------------------------
 # the --config file being read, so that a YAML syntax error can name it (jsonargparse says "<unicode string>")
 _config_path = config_files.reading
@@ -82,7 +100,7 @@ class ConciseErrorParser(LightningArgumentParser):
         elif path and message.startswith("Unexpected config"):
             content = message.partition(":")[2].strip()[:60]
             what = repr(content) if content else "nothing"
-            text = messages.CONFIG_NOT_A_MAPPING.format(path=path, content=what)
+            text = CONFIG_NOT_A_MAPPING.format(path=path, content=what)
         messages.tell_error(text or concise_parse_error(message, prog, parser))
         self.exit(2)  # argparse's error exits through exit(), which a caller may replace
 
@@ -309,7 +327,7 @@ def check_weights_only(config: Any, argv: Sequence[str], *, from_command_line: b
         return
     if typed_on_command_line(argv):
         return
-    raise LitGpuError(messages.WEIGHTS_ONLY_FROM_A_FILE)
+    raise LitGpuError(WEIGHTS_ONLY_FROM_A_FILE)
 
 
 # ---- around the trainer ---------------------------------------------------------------------------
@@ -332,7 +350,7 @@ def configure_trainer(
     predict_out = config_value(config, f"{subcommand}.predict_out") if subcommand else None
     if subcommand == "predict" and predict_out and os.path.isdir(predict_out):
         example = os.path.join(predict_out, "predictions.csv")
-        raise LitGpuError(messages.PREDICT_OUT_IS_DIRECTORY.format(path=predict_out, example=example))
+        raise LitGpuError(PREDICT_OUT_IS_DIRECTORY.format(path=predict_out, example=example))
     if subcommand == "predict" and predict_out:
         trainer.callbacks.append(CSVPredictionWriter(predict_out))
     elif subcommand == "predict":
@@ -353,9 +371,9 @@ def maybe_tune_batch_size(
     from lightning.pytorch.tuner import Tuner
 
     if datamodule is None or not hasattr(datamodule, "batch_size"):
-        raise LitGpuError(messages.TUNE_NEEDS_BATCH_SIZE)
+        raise LitGpuError(TUNE_NEEDS_BATCH_SIZE)
     found = Tuner(trainer).scale_batch_size(model, datamodule=datamodule, mode="power")
-    messages.tell(messages.BATCH_SIZE_FOUND.format(size=found))
+    messages.tell(BATCH_SIZE_FOUND.format(size=found))
 
 
 #: switches that act once, on the run they start: the printed resume command leaves them out
@@ -467,6 +485,8 @@ class LitGpuCLI(CLIHooks):
         load_from_checkpoint_support: bool = True,
     ) -> None:
         quiet.drop_tips()  # Lightning's cloud-service adverts, also from Python (notebooks)
+        if isinstance(model_class, list | tuple | dict) and args is None:  # LitGpuCLI([...]): args came first
+            model_class, args = None, model_class  # before LightningCLI's order (a list is never a class)
         as_program = args is None and runs_as_the_program()  # `lit-gpu ...`, `python train.py ...`
         # what a printed command runs: this process's program; from Python (None) the printer guesses
         self.program = program_words() if as_program else None
@@ -610,7 +630,7 @@ class LitGpuCLI(CLIHooks):
         if not isinstance(trainer, pl.Trainer):  # a trainer_class factory's (LightningCLI calls its methods)
             factory = getattr(self.trainer_class, "__qualname__", repr(self.trainer_class))
             kind, run = type(trainer).__qualname__, self.subcommand or "fit"
-            raise LitGpuError(messages.NOT_A_TRAINER.format(factory=factory, kind=kind, subcommand=run))
+            raise LitGpuError(NOT_A_TRAINER.format(factory=factory, kind=kind, subcommand=run))
         if self._defaults_hold(pl.callbacks.ModelCheckpoint):  # the user's checkpoint replaces lit_gpu's
             trainer.callbacks[:] = [c for c in trainer.callbacks if not isinstance(c, FreshLastCheckpoint)]
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init

@@ -22,6 +22,10 @@ from collections.abc import Sequence
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 
+# ---- texts (this module's alone) ------------------------------------------------------------------------
+INTERRUPTED_OUTSIDE_RUN = "interrupted"
+BAD_VARIABLE_IGNORED = "warning: {problem}; left out for this --help"
+
 # LightningCLI's own subcommands (run by LitGpuCLI), then lit_gpu's tools (module path + main(argv)).
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
@@ -174,7 +178,7 @@ def check_launch_env(args: list[str]) -> None:
     if args[0] in DIAGNOSTICS:
         return  # lit-gpu env reports them itself (launch_env.problems), Lightning is not imported
     for name, line in bad.items():
-        messages.tell(messages.BAD_VARIABLE_IGNORED.format(problem=line))
+        messages.tell(BAD_VARIABLE_IGNORED.format(problem=line))
         del os.environ[name]
 
 
@@ -197,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
     except KeyboardInterrupt:  # Ctrl+C outside a run (parsing, setup): nothing to save
-        messages.tell(messages.INTERRUPTED_OUTSIDE_RUN)
+        messages.tell(INTERRUPTED_OUTSIDE_RUN)
         sys.exit(INTERRUPT_EXIT_CODE)
     except Exception as err:
         message = _explain(err)

@@ -254,3 +254,10 @@ def test_a_swa_run_stopped_mid_averaging_resumes_with_its_own_command(tmp_path, 
     resumed = _swa_stop_and_resume(tmp_path, cli_env, start=1)  # averaging from epoch index 0, stopped in 2
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "config differs" not in resumed.stderr
+
+
+def test_a_command_line_given_first_as_before_still_runs(tmp_path, monkeypatch):
+    """``LitGpuCLI([...])``, written when ``args`` came first: a list is never a model class."""
+    monkeypatch.chdir(tmp_path)
+    cli = LitGpuCLI(["fit", "--model", "lightning.pytorch.demos.boring_classes.BoringModel", *SHORT])
+    assert type(cli.model) is BoringModel and cli.trainer.global_step == 2

@@ -11,7 +11,17 @@ from torch import nn
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
-from lit_gpu.explain import TRANSLATORS, explain, net_input_mismatch
+from lit_gpu.explain import (
+    DATALOADER_WORKER_DIED,
+    DATASET_RAISED_IN_WORKER,
+    MONITOR_NOT_LOGGED,
+    NET_INPUT_FIX,
+    NET_INPUT_FIX_IMAGES,
+    OUT_OF_MEMORY,
+    TRANSLATORS,
+    explain,
+    net_input_mismatch,
+)
 
 
 def _load_error(target: nn.Module, state: dict) -> RuntimeError:
@@ -30,7 +40,7 @@ def test_lit_gpu_error_is_its_own_message():
 def test_cuda_oom_gives_next_steps_with_the_allocation():
     err = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total)")
     line = explain(err)
-    assert line == messages.OUT_OF_MEMORY.format(
+    assert line == OUT_OF_MEMORY.format(
         what="training", detail=" (tried to allocate 2.00 GiB)", half="<half the current value>"
     )
 
@@ -45,7 +55,7 @@ def test_state_dict_mismatch_lists_the_keys():
 
 def test_dead_dataloader_worker_names_shared_memory():
     err = RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed. ")
-    assert explain(err) == messages.DATALOADER_WORKER_DIED.format(
+    assert explain(err) == DATALOADER_WORKER_DIED.format(
         reason="DataLoader worker (pid 4242) is killed by signal: Killed."
     )
 
@@ -60,7 +70,7 @@ def test_dead_worker_reported_in_the_middle_of_a_save_is_still_found():
             raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 13952 vs 13904")
     except RuntimeError as err:
         line = explain(err)
-    assert line == messages.DATALOADER_WORKER_DIED.format(
+    assert line == DATALOADER_WORKER_DIED.format(
         reason="DataLoader worker (pid 7836) is killed by signal: Killed."
     )
 
@@ -95,7 +105,7 @@ def test_dataset_error_in_a_worker_keeps_the_dataset_reason():
     err = ValueError(
         "Caught ValueError in DataLoader worker process 0.\nTraceback ...\nValueError: bad sample 7\n"
     )
-    assert explain(err) == messages.DATASET_RAISED_IN_WORKER.format(
+    assert explain(err) == DATASET_RAISED_IN_WORKER.format(
         kind="ValueError", reason="ValueError: bad sample 7"
     )
 
@@ -142,9 +152,9 @@ def test_a_batch_that_does_not_fit_the_first_linear_names_net_shape_and_expectat
     assert line is not None and line.startswith("the net SimpleModel does not fit the data")
     assert "batch of shape (4, 1, 28, 28)" in line and "fc: Linear, in_features=10" in line
     assert "(B, 10)" in line and "mat1 and mat2 shapes cannot be multiplied" in line
-    assert line.endswith(messages.NET_INPUT_FIX_IMAGES)
+    assert line.endswith(NET_INPUT_FIX_IMAGES)
     flat = torch.zeros(4, 7)
-    assert net_input_mismatch(net, flat, _forward_error(net, flat)).endswith(messages.NET_INPUT_FIX)
+    assert net_input_mismatch(net, flat, _forward_error(net, flat)).endswith(NET_INPUT_FIX)
 
 
 def test_a_batch_with_the_wrong_channels_for_the_first_conv():
@@ -179,9 +189,7 @@ def test_a_monitor_the_model_never_logs_lists_what_it_logs():
         "`ModelCheckpoint(monitor='val/accc')` could not find the monitored key in the returned metrics: "
         "['train/loss', 'val/loss', 'epoch', 'step']. HINT: Did you call `log('val/accc', value)`?"
     )
-    assert explain(err) == messages.MONITOR_NOT_LOGGED.format(
-        monitor="val/accc", logged="train/loss, val/loss"
-    )
+    assert explain(err) == MONITOR_NOT_LOGGED.format(monitor="val/accc", logged="train/loss, val/loss")
     assert explain(RuntimeError(str(err))) is None  # only Lightning's own configuration error
 
 

@@ -8,8 +8,7 @@ from jsonargparse import ArgumentError, ArgumentParser
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
-from lit_gpu import messages
-from lit_gpu.cli.errors import concise_parse_error, explain_cause, yaml_error
+from lit_gpu.cli.errors import DEPENDENCY_MISSING, concise_parse_error, explain_cause, yaml_error
 
 
 def _parse_error(args: list[str]) -> str:
@@ -65,7 +64,7 @@ def test_a_missing_dependency_of_the_users_module_names_that_dependency(tmp_path
     (tmp_path / "usermod_needs_dep.py").write_text("import not_installed_pkg_xyz\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     line = explain_cause(_parse_error(["--model", "usermod_needs_dep.MyModule"]))
-    assert line == messages.DEPENDENCY_MISSING.format(
+    assert line == DEPENDENCY_MISSING.format(
         key="model", class_path="usermod_needs_dep.MyModule", module="not_installed_pkg_xyz"
     )
 
