@@ -30,7 +30,7 @@ from lit_gpu.callbacks.logging_state import LoggingStateCallback
 from lit_gpu.callbacks.oom_loop import OOMLoopName
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.errors import LitGpuError
-from lit_gpu.loggers import RunFolderSync
+from lit_gpu.run.loggers import RunFolderSync
 
 __all__ = [
     "GUARANTEES",

@@ -3,7 +3,7 @@
 A module may write to every logger in ``self.loggers`` (Lightning's GAN example calls
 ``logger.experiment.add_image`` on each); lit-gpu adds a CSV logger beside TensorBoard's, whose experiment
 takes TensorBoard ``SummaryWriter``'s calls: images and figures land in the run's ``media/``, the rest is
-ignored with one line, nothing crashes (lit_gpu/logger_media.py).
+ignored with one line, nothing crashes (lit_gpu/run/loggers.py).
 """
 
 from __future__ import annotations

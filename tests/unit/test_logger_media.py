@@ -1,4 +1,4 @@
-"""The CSV logger's experiment takes TensorBoard ``SummaryWriter``'s calls (lit_gpu/logger_media.py)."""
+"""The CSV logger's experiment takes TensorBoard ``SummaryWriter``'s calls (lit_gpu/run/loggers.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from lit_gpu import logger_media
-from lit_gpu.loggers import MetricsWriter
+from lit_gpu.run import loggers as logger_media
+from lit_gpu.run.loggers import MetricsWriter
 
 
 @pytest.fixture
