@@ -43,7 +43,7 @@ from lit_gpu.profilers import skip_idle_profiler
 from lit_gpu.run import loggers as run_loggers
 from lit_gpu.run.folder import RunConfigSaver, RunFolder
 from lit_gpu.run.layout import config_value, next_cluster_checkpoint
-from lit_gpu.run.store import Resolution, clean_run_folders, hand_over, resolve_ckpt_path
+from lit_gpu.run.store import Resolution, built_classes, clean_run_folders, hand_over, resolve_ckpt_path
 from lit_gpu.upstream.batch_path import LeanTrainingBatch
 from lit_gpu.upstream.cli import CLIHooks
 from lit_gpu.upstream.cluster import no_cluster_resume, own_cluster_saves
@@ -271,7 +271,7 @@ class LitGpuCLI(CLIHooks):
     def _lit_gpu_parsed(self) -> None:
         weights_only_switch.check(self.config, self.argv, from_command_line=not self._args_are_a_dict)
         # last/best/FILE -> one checkpoint, read once (weights-only; never switched off by a file)
-        self.resolution = resolve_ckpt_path(self.config)
+        self.resolution = resolve_ckpt_path(self.config, built_classes(self))  # model_class= too
         check_seed(self.config)  # out of numpy's range: one line, not a ValueError from seed_everything
 
     @override
@@ -306,7 +306,7 @@ class LitGpuCLI(CLIHooks):
         parsed = self.config[self.subcommand] if self.subcommand else self.config
         if "logger" in config and config["logger"] in (None, True):
             loggers, self.run_folder = run_loggers.trainer_loggers(  # CSV + TB, one folder
-                init, self.subcommand, self.resolution, parsed
+                init, self.subcommand, self.resolution, parsed, built_classes(self)
             )
             if loggers is not None:
                 config["logger"] = loggers
@@ -348,7 +348,8 @@ class LitGpuCLI(CLIHooks):
         lean_model_summary(trainer)  # no all-zero FLOPs column (after the bar chose the summary's kind)
         run_folders.adapt_checkpoint_monitor(trainer)  # default val/loss: last.ckpt only if never logged
         parsed = self.config[self.subcommand] if self.subcommand else self.config
-        trainer.callbacks.append(run_loggers.RecordModelSpec(parsed.get("model")))  # for lit-gpu export
+        spec = run_loggers.RecordModelSpec(parsed.get("model"), built_classes(self))  # for lit-gpu export
+        trainer.callbacks.append(spec)
 
     @override
     def _lit_gpu_before_run(self, subcommand: str) -> None:

@@ -38,6 +38,7 @@ from lit_gpu.messages import shown
 from lit_gpu.run import layout
 from lit_gpu.run.layout import (
     CHECKPOINTS,
+    CLASSES_NAME,
     CONFIG_N_RE,
     CONFIG_NAME,
     RunLock,
@@ -243,6 +244,8 @@ class RunFolder:
             come from where that folder is.
         same_model: The model and data this run trains, to take over an abandoned start of it.
         evaluates: The evaluation this run is (:func:`evaluation`).
+        classes: The classes the CLI was built with where its config names none
+            (:func:`~lit_gpu.run.store.built_classes`): recorded in the run's ``classes.yaml``.
     """
 
     def __init__(
@@ -252,6 +255,7 @@ class RunFolder:
         continues: Continuation | None = None,
         same_model: Signature | None = None,
         evaluates: Evaluation | None = None,
+        classes: Mapping[str, str] | None = None,
     ) -> None:
         if continues is not None:
             root, name = continues.folder.parent.parent, continues.folder.parent.name
@@ -263,6 +267,7 @@ class RunFolder:
         self.continues = continues
         self.same_model = same_model
         self.evaluates = evaluates
+        self.classes = dict(classes or {})
         self.claimed: Path | None = None  # the folder this process created
         self.lock: RunLock | None = None
         self._version: str | None = None
@@ -291,7 +296,16 @@ class RunFolder:
                 self._version = claim.folder.name
                 if claim.taken_over:
                     messages.tell(TAKING_OVER.format(folder=shown(claim.folder)))
+            if self.evaluates is None:
+                self._record_classes(self.path)
         return self._version
+
+    def _record_classes(self, folder: Path) -> None:
+        """``classes.yaml``: the classes a ``model_class=`` CLI was built with (its config.yaml names none),
+        so that ``--ckpt_path last|best`` finds the run and export rebuilds it."""
+        if self.classes and not os.path.lexists(folder / CLASSES_NAME):
+            with atomic_file(folder / CLASSES_NAME, "w") as f:
+                yaml.safe_dump(self.classes, f)
 
     def _continue(self, continues: Continuation) -> None:
         folder, step = continues.folder, continues.step
@@ -342,7 +356,11 @@ class RunFolder:
 
 
 def of_command(
-    command: str | None, config: Any, resolution: Resolution | None, parsed: Any = None
+    command: str | None,
+    config: Any,
+    resolution: Resolution | None,
+    parsed: Any = None,
+    classes: Mapping[str, str] | None = None,
 ) -> RunFolder:
     """The folder the loggers of ``command`` share, from its config and its resolved ``--ckpt_path``.
 
@@ -351,6 +369,7 @@ def of_command(
     (:func:`continuation`) unless ``--new_run true``; otherwise a new run, which may take over the folder
     of a start of the same model (``parsed``: the parsed config naming it; ``config`` if not given) that
     died before its first checkpoint. One call hands the resolution on (docs/architecture.md, the route).
+    ``classes``: the classes the CLI was built with (:func:`~lit_gpu.run.store.built_classes`).
     """
     root = root_dir(config)
     if command in ("validate", "test", "predict"):
@@ -358,8 +377,8 @@ def of_command(
     continues = None
     if command == "fit" and not config_value(config, "new_run", False):
         continues = continuation(resolution)
-    same_model = Signature.of_parsed(config if parsed is None else parsed)
-    return RunFolder(root, layout.NAME, continues=continues, same_model=same_model)
+    same_model = Signature.of_parsed(config if parsed is None else parsed, classes)
+    return RunFolder(root, layout.NAME, continues=continues, same_model=same_model, classes=classes)
 
 
 TAKING_OVER = "taking over {folder}: its start stopped before its first checkpoint"

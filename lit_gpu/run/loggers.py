@@ -447,6 +447,7 @@ def trainer_loggers(
     subcommand: str | None = None,
     resolution: Resolution | None = None,
     parsed: Any = None,
+    classes: Mapping[str, str] | None = None,
 ) -> tuple[list[Any] | None, RunFolder | None]:
     """lit_gpu's loggers for this run and their shared folder, or ``(None, None)`` for the user's own.
 
@@ -468,7 +469,7 @@ def trainer_loggers(
     ckpt_path = config_value(config, "ckpt_path")
     if resolution is None or resolution.path != ckpt_path:  # not resolved here (a special value, a URL)
         resolution = None
-    folder = of_command(subcommand, config, resolution, parsed)  # the resolution handed on: one call
+    folder = of_command(subcommand, config, resolution, parsed, classes)  # the resolution handed on: one call
     return make_loggers(kinds, folder), folder
 
 
@@ -494,7 +495,11 @@ class RecordModelSpec(pl.Callback):
     so a researcher's own LightningModule (or Lightning's ``BoringModel``) can be exported too.
     """
 
-    def __init__(self, model_config: Any) -> None:
+    def __init__(self, model_config: Any, classes: Mapping[str, str] | None = None) -> None:
+        fixed = (classes or {}).get("model")  # a model_class= CLI: the config holds init args only
+        if fixed is not None and plain_spec(model_config) is None:
+            args = model_config.as_dict() if hasattr(model_config, "as_dict") else model_config
+            model_config = {"class_path": fixed, "init_args": args if isinstance(args, Mapping) else {}}
         self.model_spec = plain_spec(model_config)
 
     @override

@@ -282,8 +282,9 @@ class Signature:
         )
 
     @classmethod
-    def of_parsed(cls, config: Any) -> Signature:
-        """From a sub-command's parsed config (Namespaces or dicts): its ``model`` and ``data``."""
+    def of_parsed(cls, config: Any, classes: Mapping[str, str] | None = None) -> Signature:
+        """From a sub-command's parsed config (Namespaces or dicts): its ``model`` and ``data``, named by
+        ``classes`` (:func:`built_classes`) where the config names none."""
 
         def plain(key: str) -> Any:
             try:
@@ -292,7 +293,7 @@ class Signature:
                 return None
             return node.as_dict() if hasattr(node, "as_dict") else node
 
-        return cls.of({"model": plain("model"), "data": plain("data")})
+        return cls.of(named({"model": plain("model"), "data": plain("data")}, classes))
 
     def matches(self, other: Signature) -> bool:
         """Same model classes, and same data class when both name one."""
@@ -307,6 +308,43 @@ class Signature:
         names = [p.rsplit(".", 1)[-1][:60] for p in self.model]
         text = names[0] + (f"({', '.join(names[1:])})" if len(names) > 1 else "")
         return text + (f" + {self.data.rsplit('.', 1)[-1][:60]}" if self.data else "")
+
+
+def built_classes(cli: Any) -> dict[str, str]:
+    """The model and data classes a CLI was built with where its config names none: ``LitGpuCLI(MyModel,
+    MyData)`` (``model_class=``, ``datamodule_class=``, not in subclass mode) parses init args only, so its
+    runs record the classes (``classes.yaml``) to be found by ``--ckpt_path last|best`` and exported."""
+    found = {}
+    for key, given, subclass_mode in (
+        ("model", "model_class", "subclass_mode_model"),
+        ("data", "datamodule_class", "subclass_mode_data"),
+    ):
+        cls = getattr(cli, given, None)
+        if isinstance(cls, type) and getattr(cli, subclass_mode, True) is False:
+            found[key] = f"{cls.__module__}.{cls.__qualname__}"
+    return found
+
+
+def named(config: dict[str, Any], classes: Mapping[str, str] | None) -> dict[str, Any]:
+    """``config`` with its ``model``/``data`` entries that name no class put under the class ``classes``
+    names (``{"class_path": ..., "init_args": entry}``), as a config of a class-path CLI holds them."""
+    for key, class_path in (classes or {}).items():
+        entry = config.get(key)
+        if key in ("model", "data") and not (
+            isinstance(entry, Mapping) and isinstance(entry.get("class_path"), str)
+        ):
+            config[key] = {
+                "class_path": class_path,
+                "init_args": dict(entry) if isinstance(entry, Mapping) else {},
+            }
+    return config
+
+
+def recorded_classes(folder: str | os.PathLike) -> dict[str, str]:
+    """The classes a run's ``classes.yaml`` records (:func:`built_classes`); ``{}``: none, or a link."""
+    path = Path(folder) / layout.CLASSES_NAME
+    saved = None if path.is_symlink() else _read_config(path)
+    return {k: v for k, v in (saved or {}).items() if k in ("model", "data") and isinstance(v, str)}
 
 
 def _read_config(path: Path) -> dict[str, Any] | None:
@@ -331,7 +369,7 @@ def run_signature(folder: str | os.PathLike) -> Signature | None:
     and a run is chosen by its own files only)."""
     path = Path(folder) / CONFIG_NAME
     saved = None if path.is_symlink() else _read_config(path)
-    return Signature.of(saved) if saved is not None else None
+    return Signature.of(named(saved, recorded_classes(folder))) if saved is not None else None
 
 
 # ---- the config of a checkpoint's run ---------------------------------------------------------------------
@@ -438,6 +476,7 @@ def rebuild_fields(config: str | os.PathLike, trust_modules: Iterable[str] = ())
     saved = _read_config(path)
     if saved is None:
         raise LitGpuError(messages.RUN_CONFIG_REFUSED.format(config=path, what="not a readable YAML mapping"))
+    saved = named(saved, recorded_classes(path.parent))  # a CLI built with model_class=
     model = saved.get("model")
     if not (isinstance(model, Mapping) and isinstance(model.get("class_path"), str)):
         raise LitGpuError(
@@ -624,6 +663,12 @@ CKPT_MODEL_CLASS_DIFFERS = (
     "checkpoint was trained with (its run's config.yaml) or a checkpoint of this model"
 )
 NO_MATCHING_RUN_FIT = "; training from scratch"
+UNKNOWN_RUNS = (
+    "; your {runs} hold a {which}*.ckpt but name no model class (runs of a model_class= CLI before runs "
+    "recorded it): pass --ckpt_path FILE of the one to continue"
+)
+NO_MATCHING_RUN_NEW = ", or leave --ckpt_path out to start a new run"
+_UNKNOWN = Signature((), None).describe()
 
 
 def of_file(path: str | os.PathLike, trust: bool = False) -> Resolution:
@@ -778,7 +823,9 @@ def _listing(runs: Sequence[layout.Run], limit: int = 4) -> str:
 
 
 # ---- the one call -----------------------------------------------------------------------------------------
-def resolve(config: Any, where: Where | None = None) -> Resolution | None:
+def resolve(
+    config: Any, where: Where | None = None, classes: Mapping[str, str] | None = None
+) -> Resolution | None:
     """What ``ckpt_path: last|best|FILE`` of the sub-command means, checked; nothing is changed or printed.
 
     ``last`` / ``best``: the run and the file chosen by :mod:`lit_gpu.run.choice` from what the runs and
@@ -820,9 +867,10 @@ def resolve(config: Any, where: Where | None = None) -> Resolution | None:
         return Resolution(
             key, str(chosen.path), found, line, layout.run_of_checkpoint(chosen.path), data=data
         )
-    wanted = Signature.of_parsed(sub)
+    wanted = Signature.of_parsed(sub, classes)
     runs = [run for parent in where.parents for run in layout.list_runs(parent)]
-    usable, skipped = order_runs([_candidate(run, wanted, which) for run in runs], which)
+    candidates = [_candidate(run, wanted, which) for run in runs]
+    usable, skipped = order_runs(candidates, which)
     for run in usable:
         files, passed = _yours(run.run.checkpoints(which))
         chosen, headers, data = _read_files(files, which, where)
@@ -842,9 +890,14 @@ def resolve(config: Any, where: Where | None = None) -> Resolution | None:
         where=" or ".join(str(p) for p in where.parents),
         listing=_listing(runs),
     )
-    if subcommand == "fit":
-        return Resolution(key, None, None, message + NO_MATCHING_RUN_FIT)
-    raise LitGpuError(message + NO_MATCHING_RUN_FIX)
+    unknown = [c.name for c in candidates if c.mine and c.files and c.model == _UNKNOWN]
+    if unknown:  # runs a model_class= CLI wrote before runs recorded its classes: maybe this model's
+        message += UNKNOWN_RUNS.format(runs=", ".join(shown(n) for n in unknown[-3:]), which=which)
+    if subcommand != "fit":
+        raise LitGpuError(message + NO_MATCHING_RUN_FIX)
+    if unknown and classes:  # never from scratch beside a stopped run that may be this model's
+        raise LitGpuError(message + NO_MATCHING_RUN_NEW)
+    return Resolution(key, None, None, message + NO_MATCHING_RUN_FIT)
 
 
 # ---- Lightning's cluster checkpoints ----------------------------------------------------------------------
@@ -910,12 +963,13 @@ def checkpoint_dirs(config: Any) -> list[str]:
     )
 
 
-def resolve_ckpt_path(config: Any) -> Resolution | None:
+def resolve_ckpt_path(config: Any, classes: Mapping[str, str] | None = None) -> Resolution | None:
     """``ckpt_path: last|best|FILE`` of the sub-command, resolved by the run store and applied.
 
     The resolved path replaces the config's value, ``weights_only`` left unset becomes ``True``
     (Lightning would read ``http(s)://`` checkpoints with ``False``), and the resolution line is printed.
     Returns the resolution (with the checkpoint's header, read once) for the run folder to use.
+    ``classes``: the model and data classes the CLI was built with (:func:`built_classes`).
     """
     subcommand = config_value(config, "subcommand")
     if not subcommand:
@@ -923,7 +977,7 @@ def resolve_ckpt_path(config: Any) -> Resolution | None:
     sub = config[subcommand]
     if "weights_only" in sub and config_value(sub, "weights_only") is None:
         sub["weights_only"] = True
-    resolution = resolve(config)  # where the runs live: from the config (lit_gpu.run.where)
+    resolution = resolve(config, classes=classes)  # where the runs live: from the config
     if resolution is None:
         return None
     config[resolution.key] = resolution.path
