@@ -279,19 +279,10 @@ TORCHVISION_MISMATCH = (
     "torchvision {vision} does not fit torch {torch} ({why}): they come from different builds; install the "
     "pair from one index: pip install --force-reinstall 'torch=={base}' '{wanted}'{index}"
 )
-LOGGER_CALL_IGNORED = (
-    "the CSV logger keeps no {method} (tag '{tag}') and ignores it (said once); the TensorBoard logger's "
-    "event files keep it: tensorboard --logdir {folder}"
-)
 NOT_A_TRAINER = (
     "trainer_class {factory} returned {kind}, not a lightning.pytorch.Trainer: LightningCLI runs a Trainer's "
     "{subcommand}(), and lit_gpu's guarantees go on its callbacks; return a Trainer (or a subclass) from it"
 )
-MEDIA_FULL = (
-    "the CSV logger's media folder {folder} holds {limit} now: it keeps no more images, figures or text "
-    "for this run (said once); the TensorBoard logger's event files still take them"
-)
-MEDIA_TOO_BIG = "the CSV logger skips image '{tag}': {pixels} pixels, over PIL's bound of {bound} (said once)"
 MISSING_REQUIREMENT = (
     "the config names a class that needs {requirement}, not installed here: pip install -U '{requirement}'"
 )

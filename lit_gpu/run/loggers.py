@@ -6,8 +6,8 @@ continuation and evaluations are :class:`lit_gpu.run.folder.RunFolder`'s. Here:
 * :func:`make_loggers`: lit_gpu's loggers (``--loggers csv tensorboard``) over one :class:`RunFolder`;
   :func:`trainer_loggers`: the CLI's call (``--loggers``, ``--new_run``: :func:`add_arguments`);
 * :class:`MetricsWriter`: ``metrics.csv`` appended to (a continued run keeps its rows); as the CSV logger's
-  ``experiment`` it answers TensorBoard ``SummaryWriter``'s calls (:class:`MediaWriter`: images as PNG in
-  the run's ``media/``, text as JSON lines, the rest ignored with one line), so a module looping over
+  ``experiment`` it answers TensorBoard ``SummaryWriter``'s calls (:class:`MediaWriter`: scalars as rows,
+  the rest ignored with one line: TensorBoard's logger keeps them), so a module looping over
   ``self.loggers`` calling ``experiment.add_image`` (Lightning's GAN example) runs;
 * :class:`RunFolderSync`: every rank adopts rank 0's folder at setup (a default callback; old
   ``config.yaml`` files name it ``lit_gpu.runs.RunFolderSync``, new ones ``lit_gpu.callbacks.RunFolderSync``);
@@ -18,12 +18,7 @@ from __future__ import annotations
 
 import csv
 import functools
-import hashlib
-import io
-import json
-import math
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -42,7 +37,7 @@ from typing_extensions import override
 from lit_gpu import messages
 from lit_gpu.files.text import METRICS_FIX, csv_header, read_csv
 from lit_gpu.io import atomic_file
-from lit_gpu.messages import LOGGER_CALL_IGNORED, MEDIA_FULL, MEDIA_TOO_BIG, shown, tell
+from lit_gpu.messages import shown, tell
 from lit_gpu.net_spec import MODEL_SPEC_KEY, NET_SPEC_KEY, plain_spec
 from lit_gpu.run import layout
 from lit_gpu.run.folder import RunFolder, args_with_saved_config, of_command
@@ -52,14 +47,10 @@ from lit_gpu.run.store import Resolution
 if TYPE_CHECKING:
     from lightning.pytorch.cli import LightningArgumentParser
 
-# ---- what a module sends to a logger's experiment (SummaryWriter calls), kept in the run ----
-MEDIA_DIR = "media"
-#: the bytes and files one run's media folder may hold (what is past them is dropped with one line)
-MEDIA_MAX_BYTES = 1 << 30
-MEDIA_MAX_FILES = 100_000
-#: names Windows keeps for devices, with any extension (a run folder may be copied to Windows)
-_RESERVED = frozenset(
-    {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))}
+# ---- what a module sends to a logger's experiment (SummaryWriter calls) -----------------------------------
+LOGGER_CALL_IGNORED = (
+    "the CSV logger keeps no {method} (tag '{tag}') and ignores it (said once); the TensorBoard logger's "
+    "event files keep it: tensorboard --logdir {folder}"
 )
 
 
@@ -72,128 +63,25 @@ def summary_writer_methods() -> frozenset[str]:
     return frozenset(n for n in names if callable(getattr(SummaryWriter, n)))
 
 
-def media_name(tag: object) -> str:
-    """``tag`` as one plain file name: letters, digits, ``.``, ``_``, ``-`` (others ``_``), no leading dot."""
-    text = str(tag)
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._")[:100] or "media"
-    if name != text or name.split(".")[0].upper() in _RESERVED:  # a changed tag: its own hash, no collision
-        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-        name = f"{name[:80]}-{digest}"
-    return "_" + name if name.split(".")[0].upper() in _RESERVED else name  # Windows: the part before a dot
-
-
 class MediaWriter:
-    """Mixin for an experiment object with a ``log_dir`` and ``log_metrics``/``log_hparams``/``save``:
-    answers ``SummaryWriter``'s calls (see the module docstring)."""
+    """Mixin for the CSV logger's experiment: the whole surface of TensorBoard's ``SummaryWriter`` (read from
+    the class), so that a module writing to every logger's ``experiment`` runs. Scalars are rows of
+    ``metrics.csv``; images, figures, text, histograms and the rest are TensorBoard's (its logger is on by
+    default): ignored here, with one line per method and run."""
 
     log_dir: str
     log_metrics: Callable[..., None]
-    log_hparams: Callable[..., None]
     save: Callable[[], None]
 
-    def _media_path(self, tag: object, step: int | None, suffix: str) -> Path:
-        folder = Path(self.log_dir) / MEDIA_DIR
-        folder.mkdir(parents=True, exist_ok=True)
-        name = media_name(tag)
-        if step is None:  # numbered in call order, as TensorBoard shows them (counted once per name)
-            counts: dict[str, int] = vars(self).setdefault("media_counts", {})
-            if name not in counts:
-                pattern = re.compile(re.escape(name) + r"-step\d+" + re.escape(suffix))
-                counts[name] = sum(1 for p in folder.iterdir() if pattern.fullmatch(p.name))
-            step = counts[name]
-            counts[name] += 1
-        return folder / f"{name}-step{int(step):06d}{suffix}"
-
-    def _room_for(self, size: int, new_file: bool) -> bool:
-        """Whether the media folder takes ``size`` more bytes (and a new file); past a bound, one line."""
-        used = vars(self).get("media_used")
-        if used is None:  # a continued run's folder counts what it holds
-            folder = Path(self.log_dir) / MEDIA_DIR
-            files = [p for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
-            used = self.media_used = [sum(p.stat().st_size for p in files), len(files), False]
-        if used[0] + size <= MEDIA_MAX_BYTES and used[1] + new_file <= MEDIA_MAX_FILES:
-            used[0] += size
-            used[1] += new_file
-            return True
-        if not used[2]:
-            used[2] = True
-            limit = f"{MEDIA_MAX_BYTES >> 20} MiB or {MEDIA_MAX_FILES} files"
-            tell(MEDIA_FULL.format(folder=shown(Path(self.log_dir) / MEDIA_DIR), limit=limit))
-        return False
-
-    def _write_media(self, tag: object, step: int | None, data: bytes) -> None:
-        if self._room_for(len(data), new_file=True):
-            self._media_path(tag, step, ".png").write_bytes(data)
-
-    def add_image(self, tag: str, img_tensor: Any, global_step: int | None = None, walltime: Any = None,
-                  dataformats: str = "CHW") -> None:  # fmt: skip
-        """One image as ``media/<tag>-step<N>.png`` (TensorBoard's encoding)."""
-        from PIL import Image
-        from torch.utils.tensorboard.summary import image
-
-        shape = tuple(getattr(img_tensor, "shape", ()))
-        letters = dataformats.upper()
-        pixels = math.prod(
-            n for n, c in zip(shape, letters, strict=False) if c != "C" or len(shape) != len(letters)
-        )
-        if Image.MAX_IMAGE_PIXELS and pixels > Image.MAX_IMAGE_PIXELS:
-            said: set[str] = vars(self).setdefault("ignored_methods", set())
-            if "image over the bound" not in said:  # once per writer: a flood of them is one line
-                said.add("image over the bound")
-                tell(MEDIA_TOO_BIG.format(tag=shown(tag), pixels=pixels, bound=Image.MAX_IMAGE_PIXELS))
-            return
-        if self._room_for(0, new_file=False):  # a full folder: nothing encoded
-            self._write_media(
-                tag,
-                global_step,
-                image(tag, img_tensor, dataformats=dataformats).value[0].image.encoded_image_string,
-            )
-
-    def add_images(self, tag: str, img_tensor: Any, global_step: int | None = None, walltime: Any = None,
-                   dataformats: str = "NCHW") -> None:  # fmt: skip
-        """A batch of images as one grid PNG (TensorBoard's layout)."""
-        self.add_image(tag, img_tensor, global_step, walltime, dataformats=dataformats)
-
-    def add_figure(self, tag: str, figure: Any, global_step: int | None = None, close: bool = True,
-                   walltime: Any = None) -> None:  # fmt: skip
-        """A matplotlib figure (or a list of them) as PNG; closed afterwards unless ``close=False``."""
-        figures = figure if isinstance(figure, list) else [figure]
-        for index, fig in enumerate(figures):
-            buffer = io.BytesIO()
-            fig.savefig(buffer, format="png")
-            self._write_media(tag if len(figures) == 1 else f"{tag}_{index}", global_step, buffer.getvalue())
-            if close:
-                import matplotlib.pyplot as plt
-
-                plt.close(fig)
-
-    def add_text(self, tag: str, text_string: str, global_step: int | None = None, walltime: Any = None
-                 ) -> None:  # fmt: skip
-        """Appended to ``media/<tag>.jsonl`` as ``{"step": N, "text": ...}`` (control characters escaped)."""
-        folder = Path(self.log_dir) / MEDIA_DIR
-        folder.mkdir(parents=True, exist_ok=True)
-        record = json.dumps({"step": global_step, "text": str(text_string)}) + "\n"
-        path = folder / f"{media_name(tag)}.jsonl"
-        if self._room_for(len(record), new_file=not path.exists()):
-            with open(path, "a", encoding="utf-8") as f:
-                f.write(record)
-
-    def add_scalar(self, tag: str, scalar_value: Any, global_step: int | None = None, walltime: Any = None,
-                   new_style: bool = False, double_precision: bool = False) -> None:  # fmt: skip
+    def add_scalar(self, tag: str, scalar_value: Any, global_step: int | None = None, *args: Any,
+                   **kwargs: Any) -> None:  # fmt: skip
         """A row of ``metrics.csv``: ``tag`` at ``global_step``."""
         self.log_metrics({tag: _number(scalar_value)}, global_step)
 
     def add_scalars(self, main_tag: str, tag_scalar_dict: Mapping[str, Any], global_step: int | None = None,
-                    walltime: Any = None) -> None:  # fmt: skip
+                    *args: Any, **kwargs: Any) -> None:  # fmt: skip
         """A row of ``metrics.csv`` with ``main_tag/key`` columns."""
         self.log_metrics({f"{main_tag}/{k}": _number(v) for k, v in tag_scalar_dict.items()}, global_step)
-
-    def add_hparams(self, hparam_dict: Mapping[str, Any], metric_dict: Mapping[str, Any], *args: Any,
-                    **kwargs: Any) -> None:  # fmt: skip
-        """``hparams.yaml``, and the metrics as a row."""
-        self.log_hparams(dict(hparam_dict))
-        if metric_dict:
-            self.log_metrics({k: _number(v) for k, v in metric_dict.items()}, kwargs.get("global_step"))
 
     def flush(self) -> None:
         """Write the rows recorded so far."""
@@ -271,7 +159,7 @@ class MetricsWriter(MediaWriter):
     What Lightning's CSV experiment writer does, except that an existing ``metrics.csv`` (a continued
     run's) is kept and appended to, with its columns; a new column rewrites the file atomically.
     As the CSV logger's ``experiment``, it also answers TensorBoard ``SummaryWriter``'s calls
-    (``add_image`` & co, :mod:`lit_gpu.logger_media`): a module that writes to every logger runs.
+    (``add_image`` & co, :class:`MediaWriter`): a module that writes to every logger runs.
 
     Args:
         log_dir: The run folder.
