@@ -271,7 +271,7 @@ class LitGpuCLI(CLIHooks):
     def _lit_gpu_parsed(self) -> None:
         weights_only_switch.check(self.config, self.argv, from_command_line=not self._args_are_a_dict)
         # last/best/FILE -> one checkpoint, read once (weights-only; never switched off by a file)
-        self.resolution = resolve_ckpt_path(self.config, built_classes(self))  # model_class= too
+        self.resolution = resolve_ckpt_path(self.config, self)  # its model_class= too
         check_seed(self.config)  # out of numpy's range: one line, not a ValueError from seed_everything
 
     @override

@@ -963,13 +963,13 @@ def checkpoint_dirs(config: Any) -> list[str]:
     )
 
 
-def resolve_ckpt_path(config: Any, classes: Mapping[str, str] | None = None) -> Resolution | None:
+def resolve_ckpt_path(config: Any, cli: Any = None) -> Resolution | None:
     """``ckpt_path: last|best|FILE`` of the sub-command, resolved by the run store and applied.
 
     The resolved path replaces the config's value, ``weights_only`` left unset becomes ``True``
     (Lightning would read ``http(s)://`` checkpoints with ``False``), and the resolution line is printed.
     Returns the resolution (with the checkpoint's header, read once) for the run folder to use.
-    ``classes``: the model and data classes the CLI was built with (:func:`built_classes`).
+    ``cli``: the CLI, whose classes (:func:`built_classes`) name the model where its config names none.
     """
     subcommand = config_value(config, "subcommand")
     if not subcommand:
@@ -977,7 +977,7 @@ def resolve_ckpt_path(config: Any, classes: Mapping[str, str] | None = None) -> 
     sub = config[subcommand]
     if "weights_only" in sub and config_value(sub, "weights_only") is None:
         sub["weights_only"] = True
-    resolution = resolve(config, classes=classes)  # where the runs live: from the config
+    resolution = resolve(config, classes=built_classes(cli))  # where the runs live: from the config
     if resolution is None:
         return None
     config[resolution.key] = resolution.path

@@ -11,7 +11,20 @@ from lit_gpu.run import store
 from lit_gpu.run.store import resolve_ckpt_path
 from tests.helpers.run_store import run_folder
 
-CLASSES = {"model": "mymodels.MyModel", "data": "mymodels.MyData"}
+
+class MyModel:  # the classes a script's CLI fixed (never built here)
+    pass
+
+
+class MyData:
+    pass
+
+
+MyModel.__module__ = MyData.__module__ = "mymodels"
+#: a CLI as LightningCLI keeps what it was built with
+CLI = Namespace(
+    model_class=MyModel, subclass_mode_model=False, datamodule_class=MyData, subclass_mode_data=False
+)
 
 
 def _fixed(root, ckpt_path: str, command: str = "fit") -> Namespace:
@@ -45,7 +58,7 @@ def test_built_classes_are_those_a_cli_fixed():
 @pytest.mark.parametrize("command", ["fit", "test"])
 def test_last_finds_the_run_by_the_classes_it_recorded(tmp_path, command):
     run = _script_run(tmp_path)
-    resolution = resolve_ckpt_path(_fixed(tmp_path, "last", command), CLASSES)
+    resolution = resolve_ckpt_path(_fixed(tmp_path, "last", command), CLI)
     assert resolution is not None and resolution.path == str(run / "checkpoints" / "last.ckpt")
     assert "MyModel + MyData" in resolution.line
 
@@ -53,9 +66,9 @@ def test_last_finds_the_run_by_the_classes_it_recorded(tmp_path, command):
 def test_a_stopped_run_that_names_no_class_is_said_and_never_trained_over(tmp_path):
     _script_run(tmp_path, recorded=False)  # written before runs recorded the classes
     with pytest.raises(LitGpuError, match="name no model class.*leave --ckpt_path out"):
-        resolve_ckpt_path(_fixed(tmp_path, "last"), CLASSES)
+        resolve_ckpt_path(_fixed(tmp_path, "last"), CLI)
     with pytest.raises(LitGpuError, match="version_0 hold a last.*name no model class"):
-        resolve_ckpt_path(_fixed(tmp_path, "last", "test"), CLASSES)
+        resolve_ckpt_path(_fixed(tmp_path, "last", "test"), CLI)
     # a class-path CLI (another model, surely): a new run, with the line saying what is there
     resolution = resolve_ckpt_path(_fixed(tmp_path, "last"))
     assert resolution is not None and resolution.path is None
