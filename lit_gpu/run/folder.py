@@ -219,23 +219,13 @@ def _rank() -> int:
 class RunFolder:
     """The folder lit_gpu's loggers share; claimed on first use, on global rank 0 only.
 
-    Not a second run type: a run on disk is a :class:`~lit_gpu.run.layout.Run`. This is the loggers'
-    handle on the folder a starting run *will* write, before it exists: Lightning's ``(root, name,
-    version)`` triple, claimed lazily on rank 0 and adopted by the other ranks, and which may be an
-    evaluation's folder (``evaluations/<command>_<k>``, not a run).
-
-    The claim happens when a logger first needs its folder (Lightning creates the loggers'
-    experiments on rank 0 when a run starts), so building a Trainer claims nothing, and other ranks
-    never create folders: :class:`RunFolderSync` hands them rank 0's folder at setup.
-
-    * a new run: :func:`lit_gpu.files.claim_run` (with ``same_model``, the folder of a start of
-      the same model that died before its first checkpoint is taken over); the run's lock is held
-      until :meth:`release`;
-    * ``continues``: a fit resumed from a checkpoint of one of your run folders uses that folder:
-      rank 0 drops the ``metrics.csv`` rows logged after the checkpoint (:func:`continue_run`), and
-      the TensorBoard logger purges those events;
-    * ``evaluates``: a new ``evaluations/<command>_<k>`` in the evaluated run (or in
-      ``ROOT/lit_gpu/evaluations/``), where metrics are logged at the checkpoint's step.
+    Not a second run type (a run on disk is a :class:`~lit_gpu.run.layout.Run`): the loggers' handle on
+    the folder a starting run *will* write, Lightning's ``(root, name, version)``, claimed when a logger
+    first needs it (building a Trainer claims nothing) and adopted by the other ranks at setup
+    (:class:`~lit_gpu.run.loggers.RunFolderSync`). A new run: :func:`~lit_gpu.run.layout.claim_run` (an
+    abandoned start of ``same_model`` taken over), its lock held until :meth:`release`; ``continues``:
+    the checkpoint's run, its ``metrics.csv`` rows after the checkpoint dropped (:func:`continue_run`)
+    and TensorBoard's events purged; ``evaluates``: a new ``evaluations/<command>_<k>``.
 
     Args:
         root: ``trainer.default_root_dir``.

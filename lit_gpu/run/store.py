@@ -828,12 +828,13 @@ def resolve(
 ) -> Resolution | None:
     """What ``ckpt_path: last|best|FILE`` of the sub-command means, checked; nothing is changed or printed.
 
-    ``last`` / ``best``: the run and the file chosen by :mod:`lit_gpu.run.choice` from what the runs and
-    checkpoints say. With no such run, ``fit --ckpt_path last`` starts from scratch (as Lightning does;
-    the line lists what is there); ``test``/``validate``/``predict`` need a checkpoint, so it is an
-    error. ``fit --ckpt_path best`` is Lightning's. ``FILE``: checked, its header read once. No
-    ``--ckpt_path`` under SLURM: :func:`cluster_resolution`. ``where``: where the runs live, by default
-    from the sub-command's config (:func:`lit_gpu.run.where.of_config`).
+    ``last`` / ``best``: the run and the file chosen by :func:`order_runs` and :func:`choose_file`. With no
+    such run, ``fit --ckpt_path last`` starts from scratch (as Lightning does; the line lists what is
+    there) unless a run naming no model may be this one (``classes`` given: :data:`UNKNOWN_RUNS`);
+    ``test``/``validate``/``predict`` need a checkpoint: an error. ``fit --ckpt_path best`` is
+    Lightning's. ``FILE``: checked, its header read once. No ``--ckpt_path`` under SLURM:
+    :func:`cluster_resolution`. ``where``: by default from the sub-command's config (:func:`of_config`);
+    ``classes``: the CLI's own (:func:`built_classes`).
 
     Raises:
         LitGpuError: No matching checkpoint for ``test``/``validate``/``predict``, a symlink leaving its
@@ -1007,7 +1008,7 @@ def clean_run_folders(config: Any) -> None:
 
     A fit starts a new ``version_N``; the litter is in the earlier runs' folders. Only files whose
     writer is gone are removed (:func:`lit_gpu.io.clean_stale_temp_files`), only in this user's runs
-    (:func:`lit_gpu.run.where.checkpoint_folders`: lit_gpu deletes nothing outside a run; the user's own
+    (:func:`~lit_gpu.run.layout.checkpoint_folders`: lit_gpu deletes nothing outside a run; the user's own
     ``--checkpoint.dirpath`` is theirs to place anywhere).
     """
     from lit_gpu.io import clean_stale_temp_files
