@@ -69,6 +69,7 @@ if TYPE_CHECKING:
 #: moved: ``lit_gpu/callbacks/{step_path,batch_path}.py`` are gone) -> the public name
 MOVED: Mapping[str, str] = {
     "lit_gpu.runs.RunFolderSync": "lit_gpu.callbacks.RunFolderSync",
+    "lit_gpu.loggers.RunFolderSync": "lit_gpu.callbacks.RunFolderSync",
     "lit_gpu.callbacks.rng_state.RNGStateCallback": "lit_gpu.callbacks.RNGStateCallback",
     "lit_gpu.callbacks.logging_state.LoggingStateCallback": "lit_gpu.callbacks.LoggingStateCallback",
     "lit_gpu.callbacks.interrupt.CheckpointOnInterrupt": "lit_gpu.callbacks.CheckpointOnInterrupt",
@@ -81,7 +82,7 @@ MOVED: Mapping[str, str] = {
     "lit_gpu.upstream.batch_path.LeanTrainingBatch": "lit_gpu.callbacks.LeanTrainingBatch",
 }
 
-_MAX_NODES = 2_000_000  # containers one walk visits at most (parsed configs are bounded far below)
+_MAX_WALK = 2_000_000  # containers one walk over a config visits at most (parsed configs are far below)
 
 
 def current(tree: Any) -> Any:
@@ -90,7 +91,7 @@ def current(tree: Any) -> Any:
     Iterative and bounded: a walk over data never recurses on its shape.
     """
     stack, walked = [tree], 0
-    while stack and walked < _MAX_NODES:
+    while stack and walked < _MAX_WALK:
         node = stack.pop()
         walked += 1
         if isinstance(node, dict):
@@ -224,10 +225,6 @@ _PATH_NAMES = re.compile(
     re.IGNORECASE,
 )
 _MAX_BYTES = 1 << 20  # a config.yaml is a few KB; a bigger one is not a run's
-
-
-# ---- which model a config describes -----------------------------------------------------------------------
-_MAX_WALK = 2_000_000  # containers one signature walk visits at most
 
 
 def _class_paths(node: Any, skip_key: str = "") -> list[str]:
