@@ -142,9 +142,6 @@ NET_INPUT_FIX_IMAGES = (
     "(e.g. --model.net lit_gpu.nets.MnistCNN) or flatten the input first (nn.Flatten())"
 )
 TUNE_NEEDS_BATCH_SIZE = "--tune_batch_size needs a data module with a batch_size argument"
-NO_CONFIG_BESIDE = (
-    "no config.yaml for {ckpt} ({looked}) to rebuild its run from; pass the run's settings with --config FILE"
-)
 PICKLE_REFUSED = (
     "{path} holds pickled Python objects, which can run code when loaded, so weights-only loading refused "
     "it; use a checkpoint that holds weights only (any lit-gpu fit writes one), or, only if you trust the "
@@ -212,22 +209,12 @@ OPTIMIZER_STATE_MISSING = (
 )
 
 # ---- progress lines (printed with tell) ---------------------------------------------------------
-RESUMING_FROM = "resuming from {path} ({why})"
-USING_CHECKPOINT = "using {path} ({why})"
-REBUILDING_FROM = "rebuilding the run from {config}: took {taken}; nothing else is read from it{left_out}"
 STATE_PATHS_DROPPED = (
     "{ckpt}: ignored {count} path(s) in its callback state that lead outside {folder} ({fields}); "
     "nothing outside the run is touched"
 )
 REMOVE_OUTSIDE_REFUSED = (
     "not removing {path}: it is not a checkpoint file inside {dirpath} (resolved: {real}); left as it is"
-)
-RUN_CONFIG_REFUSED = "{config}: {what}; nothing was read from it; pass the run's settings with --config FILE"
-CONFIG_CHANGED = "the config differs from {old} ({changes}); saved it beside as {new}"
-CONFIG_EXISTS = (
-    "{path} exists: an earlier run saved its config into the same folder. Aborting to avoid overwriting it "
-    "(nothing ran); give this run its own folder (--trainer.default_root_dir DIR, or lit_gpu's loggers: "
-    "a version_N folder per run), or remove the file"
 )
 COUNTERS_DISAGREE = (
     "{path} holds {problem}: it was edited or put together from two checkpoints, so it names no one step to"

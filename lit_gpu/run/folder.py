@@ -64,6 +64,15 @@ from lit_gpu.run.store import (
     saved_configs,
 )
 
+CONFIG_CHANGED = "the config differs from {old} ({changes}); saved it beside as {new}"
+CONFIG_EXISTS = (
+    "{path} exists: an earlier run saved its config into the same folder. Aborting to avoid overwriting it "
+    "(nothing ran); give this run its own folder (--trainer.default_root_dir DIR, or lit_gpu's loggers: "
+    "a version_N folder per run), or remove the file"
+)
+NO_CONFIG_BESIDE = (
+    "no config.yaml for {ckpt} ({looked}) to rebuild its run from; pass the run's settings with --config FILE"
+)
 CONTINUING_RUN = (
     "continuing the run in {folder} from step {step}{dropped}; --new_run true starts a new folder"
 )
@@ -442,7 +451,7 @@ class RunConfigSaver(SaveConfigCallback):
                 if "Aborting to avoid overwriting" not in str(err):
                     raise
                 path = os.path.join(str(trainer.log_dir), self.config_filename)
-                raise LitGpuError(messages.CONFIG_EXISTS.format(path=path)) from err
+                raise LitGpuError(CONFIG_EXISTS.format(path=path)) from err
             return
         log_dir = trainer.log_dir  # broadcast from rank 0, as Lightning's saver does
         if trainer.is_global_zero:
@@ -475,9 +484,7 @@ class RunConfigSaver(SaveConfigCallback):
             return
         path = next_config_path(folder)
         self.parser.save(self.config, path, skip_none=False, overwrite=False, multifile=self.multifile)
-        messages.tell(
-            messages.CONFIG_CHANGED.format(old=saved[-1].name, changes="; ".join(changes), new=path.name)
-        )
+        messages.tell(CONFIG_CHANGED.format(old=saved[-1].name, changes="; ".join(changes), new=path.name))
 
 
 # ---- SUBCOMMAND --ckpt_path FILE alone: the model and data of the checkpoint's run put before the flags ----
@@ -524,7 +531,7 @@ def args_with_saved_config(
     if config is None:
         beside = Path(ckpt).parent.parent / CONFIG_NAME
         looked = f"looked for {beside} in a ROOT/NAME/version_N/{CHECKPOINTS} layout"
-        raise LitGpuError(messages.NO_CONFIG_BESIDE.format(ckpt=ckpt, looked=looked))
+        raise LitGpuError(NO_CONFIG_BESIDE.format(ckpt=ckpt, looked=looked))
     fields = rebuild_fields(config, trust_modules)
     inserted = ["--model", json.dumps(fields.model, default=str)]
     if fields.data is not None:

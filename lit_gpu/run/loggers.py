@@ -117,6 +117,7 @@ def _number(value: Any) -> Any:
     return item() if callable(item) else value
 
 
+REBUILDING_FROM = "rebuilding the run from {config}: took {taken}; nothing else is read from it{left_out}"
 LOGGER_KINDS = ("csv", "tensorboard")
 
 
@@ -370,9 +371,7 @@ def with_saved_config(args: Any) -> Any:
     if used is None:
         return args
     left_out = f" (left out: {', '.join(used.left_out[:6])}; pass them as flags)" if used.left_out else ""
-    messages.tell(
-        messages.REBUILDING_FROM.format(config=used.source, taken=used.describe(), left_out=left_out)
-    )
+    messages.tell(REBUILDING_FROM.format(config=used.source, taken=used.describe(), left_out=left_out))
     return new
 
 

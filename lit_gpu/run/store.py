@@ -472,13 +472,11 @@ def rebuild_fields(config: str | os.PathLike, trust_modules: Iterable[str] = ())
     path = Path(config)
     saved = _read_config(path)
     if saved is None:
-        raise LitGpuError(messages.RUN_CONFIG_REFUSED.format(config=path, what="not a readable YAML mapping"))
+        raise LitGpuError(RUN_CONFIG_REFUSED.format(config=path, what="not a readable YAML mapping"))
     saved = named(saved, recorded_classes(path.parent))  # a CLI built with model_class=
     model = saved.get("model")
     if not (isinstance(model, Mapping) and isinstance(model.get("class_path"), str)):
-        raise LitGpuError(
-            messages.RUN_CONFIG_REFUSED.format(config=path, what="no model with a class_path in it")
-        )
+        raise LitGpuError(RUN_CONFIG_REFUSED.format(config=path, what="no model with a class_path in it"))
     left_out: list[str] = []
     specs: dict[str, dict[str, Any] | None] = {}
     for key, entry in (("model", model), ("data", saved.get("data"))):
@@ -649,6 +647,9 @@ class Resolution:
     data: io.BytesIO | None = field(default=None, repr=False, compare=False)
 
 
+RESUMING_FROM = "resuming from {path} ({why})"
+USING_CHECKPOINT = "using {path} ({why})"
+RUN_CONFIG_REFUSED = "{config}: {what}; nothing was read from it; pass the run's settings with --config FILE"
 NO_MATCHING_RUN = (
     "--ckpt_path {which}: no run of {model} with a {which}*.ckpt under {where} (there: {listing})"
 )
@@ -853,7 +854,7 @@ def resolve(
         return Resolution(key, str(which), found, run=layout.run_of_checkpoint(which), data=data)
     if which == "best" and subcommand == "fit":
         return None
-    text = messages.RESUMING_FROM if subcommand == "fit" else messages.USING_CHECKPOINT
+    text = RESUMING_FROM if subcommand == "fit" else USING_CHECKPOINT
     if where.dirpath:
         files, passed = _yours(layout.checkpoints_in(where.dirpath, which))
         chosen, headers, data = _read_files(files, which, where)
@@ -949,7 +950,7 @@ def cluster_resolution(key: str, where: Where, sub: Any) -> Resolution | None:
         )
     found_header, data = _held(mine[-1], sub, where.trust)
     why = f"step {shown(found_header.step)}; {CLUSTER_RESUMING.format(root=root)}{note}"
-    line = messages.RESUMING_FROM.format(path=shown(mine[-1]), why=why)
+    line = RESUMING_FROM.format(path=shown(mine[-1]), why=why)
     return Resolution(key, str(mine[-1]), found_header, line, None, data=data)
 
 
