@@ -219,7 +219,7 @@ class LitGpuCLI(CLIHooks):
         args = recipes.resolve_args(args)  # --config lit_gpu:NAME -> the shipped file's path
         # the command line, so that a device error can name the flag or file that asked for a GPU
         self.argv = as_argv(sys.argv[1:] if args is None else args)
-        args = run_loggers.with_saved_config(args)  # --ckpt_path FILE alone: config.yaml beside it first
+        args = run_loggers.with_saved_config(args, kwargs)  # --ckpt_path FILE alone: its config.yaml first
         self.run_folder: RunFolder | None = None
         self.resolution: Resolution | None = None  # what --ckpt_path resolved to, with its header
         # `fit ...`: only fit's parser is built (the other three cost ~0.12 s together: cli_construct.py)

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import csv
-import json
 import os
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
@@ -503,7 +502,7 @@ def _option_value(argv: Sequence[str], option: str) -> str | None:
 
 
 def args_with_saved_config(
-    argv: Sequence[str], trust_modules: Iterable[str] = ()
+    argv: Sequence[str], trust_modules: Iterable[str] = (), fixed: Mapping[str, str] | None = None
 ) -> tuple[list[str], RebuildFields | None]:
     """Put the model and data of the checkpoint's run config in front of the user's flags.
 
@@ -511,6 +510,7 @@ def args_with_saved_config(
     ``--data`` from ``version_N/config.yaml`` (checked, path-like init args left out) and
     ``--trainer.default_root_dir ROOT`` from where the checkpoint lies; flags given on the command line
     come later, so they override. Returns the new argv and what was taken (``None``: argv unchanged).
+    ``fixed``: the classes the CLI was built with (``model_class=``): their init args only are taken.
 
     Raises:
         LitGpuError: The checkpoint is not in a run folder with a ``config.yaml``, or the config names
@@ -532,10 +532,8 @@ def args_with_saved_config(
         beside = Path(ckpt).parent.parent / CONFIG_NAME
         looked = f"looked for {beside} in a ROOT/NAME/version_N/{CHECKPOINTS} layout"
         raise LitGpuError(NO_CONFIG_BESIDE.format(ckpt=ckpt, looked=looked))
-    fields = rebuild_fields(config, trust_modules)
-    inserted = ["--model", json.dumps(fields.model, default=str)]
-    if fields.data is not None:
-        inserted += ["--data", json.dumps(fields.data, default=str)]
+    fields = rebuild_fields(config, trust_modules, fixed)
+    inserted = fields.argv()
     root = root_of_checkpoint(ckpt)
     if root is not None:
         inserted += ["--trainer.default_root_dir", str(root)]

@@ -22,6 +22,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Literal
 
 import lightning.pytorch as pl
@@ -42,7 +43,7 @@ from lit_gpu.net_spec import MODEL_SPEC_KEY, NET_SPEC_KEY, plain_spec
 from lit_gpu.run import layout
 from lit_gpu.run.folder import RunFolder, args_with_saved_config, of_command
 from lit_gpu.run.layout import HPARAMS_NAME, METRICS_NAME, config_value
-from lit_gpu.run.store import Resolution
+from lit_gpu.run.store import Resolution, built_classes
 
 if TYPE_CHECKING:
     from lightning.pytorch.cli import LightningArgumentParser
@@ -362,12 +363,17 @@ def trainer_loggers(
     return make_loggers(kinds, folder), folder
 
 
-def with_saved_config(args: Any) -> Any:
-    """``args`` with the ``config.yaml`` beside ``--ckpt_path FILE`` put first (when no config is given)."""
+def with_saved_config(args: Any, cli_kwargs: Mapping[str, Any] | None = None) -> Any:
+    """``args`` with the ``config.yaml`` beside ``--ckpt_path FILE`` put first (when no config is given).
+
+    ``cli_kwargs``: the CLI's arguments (``model_class=``...), whose fixed classes take init args only.
+    """
     if args is not None and not isinstance(args, list | tuple):
         return args
     argv = list(sys.argv[1:] if args is None else args)
-    new, used = args_with_saved_config(argv)
+    modes = {"subclass_mode_model": False, "subclass_mode_data": False}  # LightningCLI's defaults
+    fixed = built_classes(SimpleNamespace(**{**modes, **(cli_kwargs or {})}))
+    new, used = args_with_saved_config(argv, fixed=fixed)
     if used is None:
         return args
     left_out = f" (left out: {', '.join(used.left_out[:6])}; pass them as flags)" if used.left_out else ""

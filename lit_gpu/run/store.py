@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import math
 import os
 import re
@@ -413,6 +414,16 @@ class RebuildFields:
     model: dict[str, Any]
     data: dict[str, Any] | None
     left_out: list[str] = field(default_factory=list)
+    fixed: tuple[str, ...] = ()  # the entries whose class the CLI fixed: passed as init args only
+
+    def argv(self) -> list[str]:
+        """``--model SPEC [--data SPEC]`` (the init args alone for a class the CLI fixed)."""
+        found = []
+        for key, spec in (("model", self.model), ("data", self.data)):
+            if spec is not None:
+                value = spec.get("init_args") or {} if key in self.fixed else spec
+                found += [f"--{key}", json.dumps(value, default=str)]
+        return found
 
     def describe(self) -> str:
         """``model RegressionModule(SimpleModel) and data SyntheticRegressionDataModule``."""
@@ -460,8 +471,13 @@ def _plain_spec(node: Any, key: str, left_out: list[str]) -> dict[str, Any]:
     return spec
 
 
-def rebuild_fields(config: str | os.PathLike, trust_modules: Iterable[str] = ()) -> RebuildFields:
+def rebuild_fields(
+    config: str | os.PathLike, trust_modules: Iterable[str] = (), fixed: Mapping[str, str] | None = None
+) -> RebuildFields:
     """The model and data of a run's ``config.yaml``, checked before anything is imported or built.
+
+    ``fixed``: the classes the CLI itself was built with (:func:`built_classes`): for those the file gives
+    init args only (its class is neither taken nor checked).
 
     Raises:
         LitGpuError: The file is unreadable, has no ``model`` spec, or names a class the build policy
@@ -473,7 +489,12 @@ def rebuild_fields(config: str | os.PathLike, trust_modules: Iterable[str] = ())
     saved = _read_config(path)
     if saved is None:
         raise LitGpuError(RUN_CONFIG_REFUSED.format(config=path, what="not a readable YAML mapping"))
-    saved = named(saved, recorded_classes(path.parent))  # a CLI built with model_class=
+    fixed = dict(fixed or {})
+    for key, class_path in fixed.items():  # the CLI's own class: the file gives its init args only
+        entry = saved.get(key)
+        args = entry.get("init_args") if isinstance(entry, Mapping) and "class_path" in entry else entry
+        saved[key] = {"class_path": class_path, "init_args": dict(args) if isinstance(args, Mapping) else {}}
+    saved = named(saved, recorded_classes(path.parent))  # a run of a CLI built with model_class=
     model = saved.get("model")
     if not (isinstance(model, Mapping) and isinstance(model.get("class_path"), str)):
         raise LitGpuError(RUN_CONFIG_REFUSED.format(config=path, what="no model with a class_path in it"))
@@ -486,6 +507,8 @@ def rebuild_fields(config: str | os.PathLike, trust_modules: Iterable[str] = ())
                 left_out.append(key)
             continue
         specs[key] = _plain_spec(entry, key, left_out)
+        if key in fixed:
+            continue
         build.check(
             specs[key],
             build.lightning_base(key),
@@ -495,7 +518,7 @@ def rebuild_fields(config: str | os.PathLike, trust_modules: Iterable[str] = ())
             loader=True,
         )
     model_spec, data_spec = specs["model"], specs["data"]
-    return RebuildFields(path, model_spec, data_spec, left_out)
+    return RebuildFields(path, model_spec, data_spec, left_out, tuple(fixed))
 
 
 # ---- the choice: pure functions of what the runs and checkpoints say --------------------------------------

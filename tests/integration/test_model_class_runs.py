@@ -135,6 +135,12 @@ def test_a_model_class_script_continues_evaluates_and_exports_its_run(tmp_path, 
         done = _run(["train.py", command, "--ckpt_path", "last"], tmp_path, cli_env)
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
         assert (run / "evaluations" / f"{command}_0").is_dir()
+    # the checkpoint alone: its run's init args under the script's own classes (no class read from a file)
+    alone = _run(
+        ["train.py", "test", "--ckpt_path", str(run / "checkpoints" / "last.ckpt")], tmp_path, cli_env
+    )
+    assert alone.returncode == 0, (alone.stdout + alone.stderr)[-3000:]
+    assert "rebuilding the run from" in alone.stderr and (run / "evaluations" / "test_1").is_dir()
 
     export = ["-m", "lit_gpu", "export", str(run / "checkpoints" / "last.ckpt"), "--out", "model.pt"]
     trusted = ["--trust_module", "mymodels"]  # a user's module, trusted as for a class-path config's

@@ -83,3 +83,13 @@ def test_export_and_rebuild_read_the_recorded_classes(tmp_path):
     fields = store.rebuild_fields(run / "config.yaml")
     assert fields.model == {"class_path": f"{boring}.BoringModel", "init_args": {}}
     assert fields.data == {"class_path": f"{boring}.BoringDataModule", "init_args": {}}
+
+
+def test_a_checkpoint_alone_gives_a_model_class_cli_the_init_args_only(tmp_path):
+    from lit_gpu.run.folder import args_with_saved_config
+
+    run = _script_run(tmp_path)
+    ckpt = str(run / "checkpoints" / "last.ckpt")
+    argv, used = args_with_saved_config(["test", "--ckpt_path", ckpt], fixed=store.built_classes(CLI))
+    assert argv[:5] == ["test", "--model", '{"hidden": 8}', "--data", '{"batch_size": 4}']
+    assert used is not None and used.describe() == "model MyModel and data MyData"
