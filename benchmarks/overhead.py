@@ -76,10 +76,10 @@ from lit_gpu.callbacks.nan_guard import NaNGuard  # noqa: E402
 from lit_gpu.callbacks.rng_state import RNGStateCallback  # noqa: E402
 from lit_gpu.callbacks.speed import SpeedLevers  # noqa: E402
 from lit_gpu.data.tensor_loader import TensorLoader  # noqa: E402
+from lit_gpu.fastpath.batch import LeanTrainingBatch  # noqa: E402
+from lit_gpu.fastpath.step import LeanOptimizerStep, SkipIdleHooks  # noqa: E402
 from lit_gpu.loggers import RunFolderSync  # noqa: E402
 from lit_gpu.nets import FastMnistNet  # noqa: E402
-from lit_gpu.upstream.batch_path import LeanTrainingBatch  # noqa: E402
-from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks  # noqa: E402
 
 BATCH = 128
 

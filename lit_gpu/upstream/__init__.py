@@ -82,43 +82,9 @@ def detect_anomaly(trainer: Any) -> bool:
     return bool(getattr(trainer, "_detect_anomaly", False))
 
 
-def own_hook(obj: object, hook: str, base: type) -> Any:
-    """``obj``'s bound ``hook`` if it is callable and not ``base``'s empty method, else None."""
-    fn = getattr(obj, hook, None)
-    if callable(fn) and getattr(fn, "__func__", None) is not getattr(base, hook, None):
-        return fn
-    return None
-
-
-def _hook_name_aside() -> bool:
-    from lit_gpu.upstream.gate import stands_aside
-
-    return stands_aside("hook name")
-
-
-class PlainHookName:
-    """LightningModule mixin: Lightning's ``_current_fx_name`` set without ``nn.Module``'s attribute checks.
-
-    Lightning's dispatch sets ``module._current_fx_name`` (the hook now running, which ``self.log``
-    reads) before and after every hook call, some 30 times a training step; ``nn.Module.__setattr__``
-    checks each value against ``Parameter``, ``Buffer`` and ``Module`` (Python-level instance checks).
-    The name is a ``str`` or ``None``, never one of them: it is stored as a plain attribute, where
-    ``nn.Module.__setattr__`` puts it too. Pinned by test_lightning_module__current_fx_name; behind the
-    gate's "hook name" (aside: ``nn.Module.__setattr__`` stores it).
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "_current_fx_name" and not _hook_name_aside():
-            object.__setattr__(self, name, value)
-        else:
-            super().__setattr__(name, value)
-
-
 __all__ = [
-    "PlainHookName",
     "detect_anomaly",
     "given_hyperparameters",
     "loggers_record_this_step",
-    "own_hook",
     "restricted_classmethod",
 ]

@@ -64,12 +64,13 @@ def class_names(tree: ast.AST) -> dict[str, set[str]]:
 
 def files_inside() -> list[Path]:
     """Every module of the room (lit_gpu/upstream/)."""
-    return sorted((PACKAGE / "upstream").glob("*.py"))
+    return sorted((PACKAGE / "upstream").glob("*.py")) + sorted((PACKAGE / "fastpath").glob("*.py"))
 
 
 def files_outside() -> list[Path]:
     """Every module of lit_gpu outside the room."""
-    return [p for p in sorted(PACKAGE.rglob("*.py")) if p.relative_to(PACKAGE).parts[0] != "upstream"]
+    rooms = ("upstream", "fastpath")
+    return [p for p in sorted(PACKAGE.rglob("*.py")) if p.relative_to(PACKAGE).parts[0] not in rooms]
 
 
 def reaches(path: Path, defined: dict[str, set[str]]) -> list[str]:

@@ -25,7 +25,7 @@ def test_lint_imports_keeps_every_contract():
 
 UPSTREAM = ("lightning", "jsonargparse", "optuna", "torchmetrics", "torch")
 #: where private upstream APIs may be used: the one room (tests/unit/upstream/test_one_room.py scans the rest)
-ROOMS = ("upstream",)
+ROOMS = ("upstream", "fastpath")
 
 
 def _private_upstream_imports(path: Path) -> list[str]:

@@ -3,16 +3,15 @@ source (its syntax tree) against ``features.FEATURES``."""
 
 from __future__ import annotations
 
-from lit_gpu.upstream.features import FEATURES
-from lit_gpu.upstream.gate import FIT_PRIVATE_NAMES
+from lit_gpu.upstream.table import FEATURES, FIT_PRIVATE_NAMES
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.private_names import defined_names, files_inside, files_outside, names_in, reaches
 
 #: private names lit_gpu's own classes define (not upstream's), read on an object that is not ``self``
 ROOM_OWN = {
-    "_seen": "upstream/hooks.py's hook dispatch: the callback list it has seen",
-    "_seen_len": "upstream/hooks.py's hook dispatch: that list's length",
-    "_restore": "upstream/hooks.py's fit patches: undo what they set on a fit's objects",
+    "_seen": "fastpath/hooks.py's hook dispatch: the callback list it has seen",
+    "_seen_len": "fastpath/hooks.py's hook dispatch: that list's length",
+    "_restore": "fastpath/hooks.py's fit patches: undo what they set on a fit's objects",
     "_forward_batch": "LitModule's forward on a batch (lit_gpu/modules/base.py), which the capture calls",
     "_record_step": "LitModule's per-step record (lit_gpu/modules/base.py), which the lean step calls",
 }
@@ -43,7 +42,7 @@ def _used() -> dict[str, list[str]]:
 def test_every_private_upstream_name_the_room_reaches_is_declared_by_a_feature():
     declared = _declared() | set(ROOM_OWN)
     undeclared = {name: where for name, where in _used().items() if name not in declared}
-    assert undeclared == {}, "declare it in lit_gpu/upstream/features.py (the feature that reaches it)"
+    assert undeclared == {}, "declare it in lit_gpu/upstream/table.py (the feature that reaches it)"
 
 
 def test_the_own_names_are_lit_gpu_s():
@@ -88,7 +87,7 @@ def test_an_earlier_release_s_digest_is_accepted_for_its_function_alone(monkeypa
     """A digest in EARLIER (a release in pyproject.toml's range that differs outside what lit_gpu mirrors) is
     accepted for its function; any other source still is not."""
     from lit_gpu.upstream import gate
-    from lit_gpu.upstream.digests import DIGESTS, EARLIER
+    from lit_gpu.upstream.table import DIGESTS, EARLIER
 
     assert set(EARLIER) <= set(DIGESTS)  # only functions lit_gpu mirrors
     for where, releases in EARLIER.items():
