@@ -25,8 +25,7 @@ from lit_gpu.callbacks.model_summary import lean_model_summary
 from lit_gpu.callbacks.nan_guard import NaNGuard
 from lit_gpu.callbacks.oom_recovery import OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
-from lit_gpu.callbacks.progress import use_progress_log
-from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
+from lit_gpu.callbacks.progress import DEFAULT_INTERVAL, use_progress_log
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.callbacks.stopped_run import signal_stop_code
 from lit_gpu.cli import config_files, fresh_optimizer, quiet, run_folders, weights_only_switch
