@@ -38,6 +38,10 @@ class Feature:
     torch: tuple[tuple[str, str], ...] | None = None
     #: set where it cannot stand aside: the promise it keeps
     promise: str | None = None
+    #: the lit_gpu modules that may reach its private names ("lit_gpu.x.y"; "lit_gpu.x.*": a whole package)
+    users: tuple[str, ...] = ()
+    #: the tests that pin its upstream behaviour ("path/under/tests.py::test_name")
+    pins: tuple[str, ...] = ()
 
 
 DIGESTS: dict[str, str] = {
@@ -172,6 +176,7 @@ FEATURES: dict[str, Feature] = {
         mirrored=BATCH_MIRRORED + STEP_MIRRORED,
         private={
             f"{_AUTO}.run": None,
+            f"{_LOGGER}._first_loop_iter": None,
             "lightning.pytorch.loops.optimization.closure:AbstractClosure.consume_result": None,
             f"{_EPOCH}._batches_that_stepped": None,
             f"{_RESULT}:_ResultMetric.to": None,
@@ -213,6 +218,17 @@ FEATURES: dict[str, Feature] = {
             ),
             "torch._C:_set_grad_enabled": None,
         },
+        users=("lit_gpu.fastpath.*",),
+        pins=(
+            "unit/test_upstream_pins.py::test_automatic_optimization__run__build_kwargs__optim_progress",
+            "unit/test_upstream_pins.py::test_enable_grad_is_set_grad_enabled_true_and_back",
+            "unit/test_upstream_pins.py::test_strategy_training_step_with_plain_precision_is_the_modules_training_step",
+            "unit/test_upstream_pins.py::test_strategy__lightning_optimizers__on_before_step_do_nothing",
+            "unit/test_upstream_pins.py::test_training_epoch_loop__advance__as_lean_training_batch_mirrors_it",
+            "unit/test_upstream_pins.py::test_callback_and_model_hooks_batch_hooks_are_empty",
+            "unit/test_upstream_pins.py::test_abstract_closure__consume_result_raises_when_not_run",
+            "unit/test_upstream_pins.py::test_call_callback_hooks__call_lightning_module_hook__skip_a_non_callable_hook",
+        ),
     ),
     "capture": Feature(
         "whole-step capture (speed.cuda_graph)",
@@ -223,6 +239,11 @@ FEATURES: dict[str, Feature] = {
         # CUDA graphs and the optimizers' `capturable`, as verified: 2.14 by the CPU tiers, 2.11.0+cu130 on an
         # H200 (pytest -m gpu's replayed-steps-equal-ordinary-steps test, issue 59)
         torch=(("2.11.0", "2.11.0"), ("2.14.0", "2.14.1")),
+        users=("lit_gpu.fastpath.graph", "lit_gpu.fastpath.step"),
+        pins=(
+            "unit/callbacks/test_step_graph.py::test_captured_steps_train_exactly_as_ordinary_steps",
+            "unit/callbacks/test_step_graph.py::test_a_checkpoint_written_during_the_fit_holds_floats_and_the_optimizers_own_settings",
+        ),
     ),
     "fresh last": Feature(
         "FreshLastCheckpoint's fresh last.ckpt",
@@ -238,12 +259,20 @@ FEATURES: dict[str, Feature] = {
             f"{_CKPT}._last_time_checked": None,
             f"{_CKPT}._last_global_step_saved": None,
         },
+        users=("lit_gpu.callbacks.fresh_last",),
+        pins=(
+            "unit/test_upstream_pins.py::test_model_checkpoint__save_topk_checkpoint__save_last_checkpoint__last_global_step_saved",
+            "unit/test_upstream_pins.py::test_model_checkpoint_trigger_state_used_by_fresh_last",
+            "unit/test_upstream_pins.py::test_model_checkpoint__on_train_batch_end_without_a_step_or_time_trigger_changes_nothing",
+        ),
     ),
     "removal guard": Feature(
         "FreshLastCheckpoint's removal guard",
         "",
         private={f"{_CKPT}._remove_checkpoint": f"(self, trainer: '{_TRAINER}', filepath: str) -> None"},
         promise="nothing outside the checkpoint folder deleted",
+        users=("lit_gpu.callbacks.fresh_last",),
+        pins=("unit/files/test_inside.py::test_a_checkpoint_link_named_with_tilde_is_not_removed",),
     ),
     "whole steps": Feature(
         "checkpoints only at optimizer step boundaries under gradient accumulation (FreshLastCheckpoint, "
@@ -251,6 +280,10 @@ FEATURES: dict[str, Feature] = {
         "",
         private={f"{_EPOCH}._should_accumulate": "(self) -> bool"},
         promise="no last.ckpt between the micro-batches of one optimizer step",
+        users=("lit_gpu.upstream.loops",),
+        pins=(
+            "unit/callbacks/test_whole_steps.py::test_a_validation_between_micro_batches_saves_last_at_the_next_step",
+        ),
     ),
     "exact resume": Feature(
         "the resumed loader's position (RNGStateCallback)",
@@ -263,6 +296,11 @@ FEATURES: dict[str, Feature] = {
             "lightning.pytorch.loops.fit_loop:_FitLoop.reset_restart_stage": "(self) -> None",
         },
         promise="an exact resume (the checkpoint's sample next)",
+        users=("lit_gpu.upstream.loops", "lit_gpu.upstream.train_loaders"),
+        pins=(
+            "unit/test_upstream_pins.py::test_fit_loop_loader_state_internals_used_by_exact_resume",
+            "unit/test_upstream_pins.py::test_fit_loop_restart_stage_after_a_save_at_an_epochs_last_batch",
+        ),
     ),
     "logging state": Feature(
         "the epoch's logged aggregates across a resume (LoggingStateCallback)",
@@ -279,21 +317,31 @@ FEATURES: dict[str, Feature] = {
             "torchmetrics.metric:Metric._computed": None,
             "torchmetrics.metric:Metric._forward_cache": None,
         },
+        users=("lit_gpu.upstream.logging_state",),
+        pins=(
+            "unit/test_upstream_pins.py::test_result_collection__result_metric__metadata__sync__first_loop_iter",
+        ),
     ),
     "validation steps": Feature(
         "the per-step validation rows' steps across a resume (LoggingStateCallback)",
         "they start again at 0 after a resume, as in Lightning",
         private={f"{_EVAL}._seen_batches_per_dataloader": None},
+        users=("lit_gpu.upstream.logging_state",),
+        pins=("unit/test_upstream_pins.py::test_evaluation_loop__seen_batches_per_dataloader",),
     ),
     "hook name": Feature(
         "PlainHookName's plain _current_fx_name",
         "nn.Module's __setattr__ stores it",
         private={"lightning.pytorch.core.module:LightningModule._current_fx_name": None},
+        users=("lit_gpu.fastpath.*",),
+        pins=("unit/test_upstream_pins.py::test_lightning_module__current_fx_name",),
     ),
     "anomaly check": Feature(
         "the NaN guard's deferral to Trainer(detect_anomaly=True)",
         "the NaN guard runs whatever detect_anomaly says",
         private={"lightning.pytorch.trainer.trainer:Trainer._detect_anomaly": None},
+        users=("lit_gpu.upstream",),
+        pins=("unit/test_upstream_pins.py::test_trainer__detect_anomaly",),
     ),
     "allocator setting": Feature(
         "OOMRecovery's allocator setting (expandable segments)",
@@ -302,6 +350,10 @@ FEATURES: dict[str, Feature] = {
             "torch._C:_accelerator_setAllocatorSettings": None,
             "torch.cuda.memory:_set_allocator_settings": None,
         },
+        users=("lit_gpu.upstream.torch_hooks",),
+        pins=(
+            "unit/test_upstream_pins.py::test_allocator_settings_at_run_time_as_oom_recovery_sets_them",
+        ),
     ),
     "scheduler children": Feature(
         "the resume check of SequentialLR's and ChainedScheduler's children (torch_hooks.scheduler_children)",
@@ -310,6 +362,10 @@ FEATURES: dict[str, Feature] = {
             "torch.optim.lr_scheduler:SequentialLR._schedulers": None,
             "torch.optim.lr_scheduler:ChainedScheduler._schedulers": None,
         },
+        users=("lit_gpu.upstream.torch_hooks",),
+        pins=(
+            "unit/test_upstream_pins.py::test_torch_chained_schedulers_keep_their_children_in__schedulers",
+        ),
     ),
     "interrupt": Feature(
         "the interrupt callback's signal handling (CheckpointOnInterrupt, data/workers.py)",
@@ -321,6 +377,11 @@ FEATURES: dict[str, Feature] = {
             "torch.utils.data.dataloader:DataLoader._get_iterator": "(self) -> '_BaseDataLoaderIter'",
         },
         promise="a loadable checkpoint on a signal (the main process answers it, not a loader's worker)",
+        users=("lit_gpu.upstream.loops", "lit_gpu.upstream.torch_hooks"),
+        pins=(
+            "unit/test_upstream_pins.py::test_trainer__signal_connector_received_sigterm_and_original_handlers",
+            "unit/test_upstream_pins.py::test_dataloader_get_iterator__set_sigchld_handler",
+        ),
     ),
     "loader replay": Feature(
         "a plain training DataLoader made replayable on a resume (upstream/train_loaders.py)",
@@ -337,6 +398,8 @@ FEATURES: dict[str, Feature] = {
             "torch.utils.data.dataloader:_BaseDataLoaderIter._num_yielded": None,
         },
         promise="an exact resume of a plain DataLoader (the checkpoint's sample next)",
+        users=("lit_gpu.upstream.train_loaders", "lit_gpu.upstream.loops"),
+        pins=("unit/test_upstream_pins.py::test_fit_loop__setup_data__load_combined_loader_states",),
     ),
     "cluster resume": Feature(
         "the run store's choice of a cluster checkpoint (upstream/cluster.py)",
@@ -346,12 +409,16 @@ FEATURES: dict[str, Feature] = {
             f"{_CONNECTORS}.checkpoint_connector:_CheckpointConnector._hpc_resume_path": None,
         },
         promise="no resume from a cluster checkpoint the owner rules passed over",
+        users=("lit_gpu.upstream.cluster",),
+        pins=("unit/test_upstream_pins.py::test_checkpoint_connector__hpc_resume_path",),
     ),
     "torch zip reader": Feature(
         "the checkpoint reader's view through torch's zip reader (upstream/torch_reader.py)",
         "",
         private={"torch._C:PyTorchFileReader": None},
         promise="a checkpoint read once, within its memory bound, as torch.load reads it",
+        users=("lit_gpu.upstream.torch_reader",),
+        pins=("unit/test_upstream_pins.py::test_torch_pytorch_file_reader",),
     ),
     "config reading": Feature(
         "the bounded config reader's jsonargparse hooks (upstream/tools.py)",
@@ -367,12 +434,21 @@ FEATURES: dict[str, Feature] = {
             "argparse:_SubParsersAction": None,
         },
         promise="a config file read once, within its size bound, as jsonargparse reads it",
+        users=("lit_gpu.upstream.tools",),
+        pins=(
+            "unit/test_upstream_pins.py::test_loaders_dumpers__get_yaml_default_loader",
+            "unit/test_upstream_pins.py::test_core__parse_path_contexts",
+            "unit/test_upstream_pins.py::test_paths__path_read_text_and_std_io",
+            "unit/test_upstream_pins.py::test_jsonargparse_action__typehint",
+        ),
     ),
     "sweep trial ids": Feature(
         "the sweep's trial ids (optuna's Trial._trial_id)",
         "",
         private={"optuna.trial:Trial._trial_id": None},
         promise="each trial's run matched to its optuna storage row",
+        users=("lit_gpu.upstream.tools",),
+        pins=("unit/test_upstream_pins.py::test_optuna_trial__trial_id",),
     ),
     "step log check": Feature(
         "the per-step logger check (LitModule's train/loss_step)",
@@ -382,6 +458,8 @@ FEATURES: dict[str, Feature] = {
             f"{_EPOCH}._batches_that_stepped": None,
             "lightning.pytorch.trainer.trainer:Trainer._logger_connector": None,
         },
+        users=("lit_gpu.upstream", "lit_gpu.upstream.logging_state"),
+        pins=("unit/test_upstream_pins.py::test_trainer__logger_connector_should_update_logs",),
     ),
     "dp": Feature(
         "strategy dp",
@@ -394,6 +472,8 @@ FEATURES: dict[str, Feature] = {
             "lightning.pytorch.strategies.strategy:Strategy._launcher": None,
         },
         promise="strategy: dp (Lightning 2 has none of its own)",
+        users=("lit_gpu.upstream.strategy",),
+        pins=("unit/test_upstream_pins.py::test_strategy__configure_launcher__setup_model",),
     ),
     "one-subcommand parse": Feature(
         "the CLI's one-subcommand parser",
@@ -404,6 +484,8 @@ FEATURES: dict[str, Feature] = {
                 "(self, parser: lightning.pytorch.cli.LightningArgumentParser, **kwargs: Any) -> None"
             )
         },
+        users=("lit_gpu.upstream.cli",),
+        pins=("unit/test_upstream_pins.py::test_lightning_cli__add_subcommands__subcommand_parsers",),
     ),
     "config decides": Feature(
         "the CLI's --ckpt_path resolution",
@@ -416,6 +498,14 @@ FEATURES: dict[str, Feature] = {
         },
         keys=("_instantiator", "_class_path", "_batches_that_stepped"),  # hyper-parameters', a checkpoint's
         promise="the config, not a checkpoint's hyper-parameters, choosing the model",
+        users=("lit_gpu.upstream", "lit_gpu.upstream.cli", "lit_gpu.upstream.loops"),
+        pins=(
+            "unit/test_upstream_pins.py::test_hparams_mixin__given_hyperparameters",
+            "unit/test_upstream_pins.py::test_lightning_cli__parse_ckpt_path",
+            "unit/test_upstream_pins.py::test_model_helpers__restricted_classmethod",
+            "unit/test_upstream_pins.py::test_saving__load_from_checkpoint",
+            "unit/test_upstream_pins.py::test_checkpoint_loop_state_read_by_resume_log_step",
+        ),
     ),
     "own CLI path": Feature(
         "lit_gpu's steps on the CLI's own path",
@@ -434,6 +524,10 @@ FEATURES: dict[str, Feature] = {
             ),
         },
         promise="lit_gpu's arguments, devices and run folder whatever hooks a LitGpuCLI subclass overrides",
+        users=("lit_gpu.upstream.cli",),
+        pins=(
+            "integration/test_lightning_cli_conformance.py::test_a_subclass_overriding_hooks_without_super_keeps_lit_gpu_and_lightning",
+        ),
     ),
 }  # fmt: skip
 
