@@ -386,13 +386,6 @@ def _single_sized_cycle(data_fetcher: Any, cycle: Any) -> bool:
     return tree_unflatten([marker], combined._spec) is marker
 
 
-__all__ = [
-    "TRANSFER_HOOKS",
-    "LeanTrainingBatch",
-    "lean_batch_blocker",
-]
-
-
 # ---- a value logged again where it was ------------------------------------------------------------
 class LeanLog:
     """``_ResultCollection.log`` of the training loop, for a value logged again on the device it was.
@@ -441,4 +434,9 @@ class LeanLog:
         self._known[key] = (dict(kwargs), metric, getattr(metric, "meta", None))
 
 
-__all__ = ["LeanLog"]
+__all__ = [
+    "TRANSFER_HOOKS",
+    "LeanLog",
+    "LeanTrainingBatch",
+    "lean_batch_blocker",
+]

@@ -244,18 +244,6 @@ def hook_name_setter(module: pl.LightningModule) -> Callable[[str | None], None]
     return functools.partial(setattr, module, "_current_fx_name")
 
 
-__all__ = [
-    "BATCH_HOOKS",
-    "MODULE_HOOKS",
-    "FitPatch",
-    "HookDispatch",
-    "SkipIdleHooks",
-    "hook_name_setter",
-    "idle_hooks",
-    "replaced_on_instance",
-]
-
-
 # ---- the gate: the "fast path" feature of lit_gpu.upstream's table, plus this fit's objects ----------
 def _fit_problem(trainer: Any) -> str | None:
     for path in FIT_PRIVATE_NAMES:
@@ -366,9 +354,6 @@ def lean_batch_blocker(trainer: pl.Trainer, pl_module: pl.LightningModule) -> st
     return None
 
 
-__all__ = ["TRANSFER_HOOKS", "lean_batch_blocker", "lean_step_blocker", "transfer_hooks_overridden"]
-
-
 # ---- the profiler that profiles nothing ------------------------------------------------------------
 _NOTHING = contextlib.nullcontext()
 
@@ -387,3 +372,22 @@ def skip_idle_profiler(trainer: Any) -> bool:
         trainer.profiler = NoProfiler()
         return True
     return False
+
+
+__all__ = [
+    "BATCH_HOOKS",
+    "MODULE_HOOKS",
+    "TRANSFER_HOOKS",
+    "FitPatch",
+    "HookDispatch",
+    "NoProfiler",
+    "SkipIdleHooks",
+    "fast_path_problem",
+    "hook_name_setter",
+    "idle_hooks",
+    "lean_batch_blocker",
+    "lean_step_blocker",
+    "replaced_on_instance",
+    "skip_idle_profiler",
+    "transfer_hooks_overridden",
+]
