@@ -264,6 +264,7 @@ FEATURES: dict[str, Feature] = {
             "unit/test_upstream_pins.py::test_model_checkpoint__save_topk_checkpoint__save_last_checkpoint__last_global_step_saved",
             "unit/test_upstream_pins.py::test_model_checkpoint_trigger_state_used_by_fresh_last",
             "unit/test_upstream_pins.py::test_model_checkpoint__on_train_batch_end_without_a_step_or_time_trigger_changes_nothing",
+            "unit/test_upstream_pins.py::test_trainer_step_and_epoch_counters_read_directly",
         ),
     ),
     "removal guard": Feature(
@@ -473,7 +474,11 @@ FEATURES: dict[str, Feature] = {
         },
         promise="strategy: dp (Lightning 2 has none of its own)",
         users=("lit_gpu.upstream.strategy",),
-        pins=("unit/test_upstream_pins.py::test_strategy__configure_launcher__setup_model",),
+        pins=(
+            "unit/test_upstream_pins.py::test_strategy__configure_launcher__setup_model",
+            "unit/test_upstream_pins.py::test_strategy_registry__register",
+            "unit/test_upstream_pins.py::test_subprocess_script_launcher__call_children_scripts__subprocess_popen",
+        ),
     ),
     "one-subcommand parse": Feature(
         "the CLI's one-subcommand parser",

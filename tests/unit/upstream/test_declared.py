@@ -104,6 +104,17 @@ def test_every_feature_is_pinned_by_tests_that_exist():
     assert missing == []
 
 
+def test_every_pin_test_is_named_by_a_feature():
+    """No orphan pin: each ``@pins`` test in tests/unit/test_upstream_pins.py pins a feature of the table."""
+    import re
+
+    text = (REPO_ROOT / "tests" / "unit" / "test_upstream_pins.py").read_text()
+    pinned = {pin.partition("::")[2] for feature in FEATURES.values() for pin in feature.pins}
+    tests = re.findall(r"^@pins\([^)]*\)\ndef (test_\w+)", text, re.MULTILINE)
+    assert tests, "the scan finds no pin: it is broken"
+    assert [t for t in tests if t not in pinned] == []
+
+
 def test_a_class_overrides_a_private_upstream_member_only_where_the_table_declares_it():
     """At run time: a private name a lit_gpu class defines that one of its upstream bases has too (an
     override of a protected hook) is declared for that class's module."""
