@@ -206,7 +206,6 @@ def point_line(
 # ---- plain lines: when a line is due, what it counts ---------------------------------------------
 DEFAULT_INTERVAL = 30.0  # seconds between progress lines
 TRIAL_ENV = "LIT_GPU_TRIAL"  # set by a sweep: each line carries the trial's number
-_STAGES = {"validate": "validate", "test": "test", "predict": "predict"}
 
 
 def live_bar_fits(stream: TextIO | None = None) -> bool:
