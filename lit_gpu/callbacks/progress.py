@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
+from functools import partial
 from typing import Any
 
 import lightning.pytorch as pl
@@ -26,9 +27,10 @@ from lightning.pytorch.callbacks import (
 from lightning.pytorch.utilities.data import extract_batch_size
 from typing_extensions import override
 
+from lit_gpu.callbacks.progress_lines import resume_command
 from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL, ProgressLog, live_bar_fits
-from lit_gpu.callbacks.stopped_run import remember_command
 from lit_gpu.messages import shown
+from lit_gpu.preemption import remember_command
 from lit_gpu.run.layout import version_number
 
 REFRESHES_PER_SECOND = 4
@@ -201,7 +203,8 @@ def use_progress_log(
     the progress bar is off, or it is the user's own). With the progress bar off, :class:`RunLines`
     still names the run's folder.
     """
-    remember_command(trainer, command)  # the stop line's resume command names this run's last.ckpt
+    # the stop line's resume command names this run's last.ckpt
+    remember_command(trainer, None if command is None else partial(resume_command, command))
     callbacks = trainer.callbacks
     if trainer.progress_bar_callback is None:
         callbacks.append(RunLines(command=command))

@@ -46,7 +46,6 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from typing_extensions import override
 
 from lit_gpu import messages, numbering
-from lit_gpu.callbacks.finished_run import finished_line
 from lit_gpu.callbacks.progress_lines import (
     Point,
     end_line,
@@ -56,6 +55,7 @@ from lit_gpu.callbacks.progress_lines import (
     start_line,
     write_line,
 )
+from lit_gpu.resume.state import finished_line
 
 __all__ = ["DEFAULT_INTERVAL", "TRIAL_ENV", "ProgressLog", "live_bar_fits", "resume_command"]
 

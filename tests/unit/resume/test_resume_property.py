@@ -167,7 +167,7 @@ def test_a_save_with_the_older_unstarted_epoch_counters_resumes_at_its_steps(fol
     (its epoch_progress one short) is repaired on load (lit_gpu.upstream.loops.repair_unstarted_epoch); it
     holds no logged aggregates either, and the line says so."""
     from lit_gpu import messages
-    from lit_gpu.callbacks import rng_state
+    from lit_gpu.resume import state as rng_state
     from tests.helpers import resume_cases as rc
 
     loader = Loader(samples=12, batch_size=4, sampler="random", loader_generator=True)

@@ -10,23 +10,19 @@ group. :class:`CheckpointOnInterrupt` makes that a clean stop:
   handler replaces Lightning's SIGTERM handler (which runs a collective inside the handler); under
   gradient accumulation the stop waits for the end of the optimizer step's last micro-batch (a checkpoint
   holds no accumulated gradients);
-* DataLoader workers ignore the job's signals (:func:`lit_gpu.data.workers.protect_workers`), so
-  they cannot die first and turn the stop into a "worker killed" crash; a worker that dies of
-  SIGTERM/SIGINT all the same (a loader started elsewhere, another start method) is part of the stop:
-  torch's "worker killed" check (its SIGCHLD handler, which raises wherever the step is) records the
-  signal instead of raising, and an error of a fetch that needed that worker ends the fit as the stop
-  does (the fetch is at a step boundary). A worker death of unknown cause waits a moment for the job's
-  signal to reach the main process too (a scheduler signals the processes in any order);
-* ``last.ckpt`` is written (atomically with the CLI's checkpoint IO) in the run's checkpoint folder;
-  ``lit-gpu fit`` prints one line and exits 130 (SIGINT) or 143 (SIGTERM), 128 + the signal number.
+* DataLoader workers ignore the job's signals (:func:`protect_workers`), so they cannot die first and turn
+  the stop into a "worker killed" crash; a worker that dies of SIGTERM/SIGINT all the same is part of the
+  stop (torch's SIGCHLD check records the signal instead of raising). A worker death of unknown cause
+  waits a moment for the job's signal to reach the main process too;
+* ``last.ckpt`` is written (atomically with the CLI's checkpoint IO, job signals ignored meanwhile) in the
+  run's checkpoint folder; ``lit-gpu fit`` prints one line and exits 130 (SIGINT) or 143 (SIGTERM).
 
-A second Ctrl+C before the step ends raises KeyboardInterrupt at once (``last.ckpt`` is still
-saved); signals during the save itself are ignored. Lightning's Slurm
-auto-requeue (SIGUSR1 + ``scontrol requeue``) is untouched: SIGTERM handlers are composed with
-Lightning's, never replaced.
-
-This room is the stop (the handlers, the agreement on it, the DataLoader workers' deaths); what the stop
-leaves (``last.ckpt``, its line, the exit status) is :mod:`lit_gpu.callbacks.stopped_run`.
+A second Ctrl+C before the step ends raises KeyboardInterrupt at once (``last.ckpt`` is still saved).
+Lightning's Slurm auto-requeue (SIGUSR1 + ``scontrol requeue``) is untouched: SIGTERM handlers are
+composed with Lightning's, never replaced. Not a subclass of Lightning's ``OnExceptionCheckpoint``: that is
+a ``Checkpoint``, which Lightning moves last among the callbacks, returns as ``trainer.checkpoint_callback``
+and counts as the run's checkpointing (no default ``ModelCheckpoint`` then); the save on the exception is
+the same single call.
 """
 
 from __future__ import annotations
@@ -34,31 +30,27 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
-from lit_gpu import messages
-from lit_gpu.callbacks.stopped_run import (
-    JOB_SIGNALS,
-    checkpoint_folder,
-    delegate_signal,
-    save_stopped_run,
-    start_clean,
-)
-from lit_gpu.data.workers import protect_workers
+from lit_gpu import messages, numbering
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import clean_stale_temp_files
 from lit_gpu.launch_env import requeue_problem
+from lit_gpu.run.layout import CHECKPOINTS
 from lit_gpu.translate import dataloader_worker_died
 from lit_gpu.upstream.loops import (
     cancel_sigterm_stop,
@@ -66,10 +58,274 @@ from lit_gpu.upstream.loops import (
     replace_restored_handler,
     request_sigterm_stop,
 )
-from lit_gpu.upstream.torch_hooks import install_dataloader_sigchld_handler
+from lit_gpu.upstream.torch_hooks import (
+    has_own_worker_start,
+    install_dataloader_sigchld_handler,
+    set_worker_start,
+    worker_start_hook,
+)
 
-# a DataLoader worker that died of unknown cause ("exited unexpectedly"): how long the fit waits for a
-# job signal to reach the main process too before it reports the death as a crash
+# ---- what a stop leaves: last.ckpt, one line, the exit status -------------------------------------------
+__all__ = [
+    "CheckpointOnInterrupt",
+    "INTERRUPT_EXIT_CODE",
+    "JOB_SIGNALS",
+    "SIGTERM_EXIT_CODE",
+    "checkpoint_folder",
+    "is_signal_stop",
+    "protect_workers",
+    "remember_command",
+    "resume_with",
+    "save_stopped_run",
+    "signal_stop_code",
+    "start_clean",
+    "stop_exit_code",
+]
+
+# Exit status of ``lit-gpu fit`` after a stop by signal: 128 + the signal number, the shell convention.
+INTERRUPT_EXIT_CODE = 128 + signal.SIGINT  # 130
+SIGTERM_EXIT_CODE = 128 + signal.SIGTERM  # 143
+
+#: the signals a scheduler, a spot instance or Ctrl+C stops a job with
+JOB_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def delegate_signal(previous: Any, signum: int, frame: FrameType | None) -> None:
+    """Hand ``signum`` to the handler that was installed before one's own: call it, or for ``SIG_DFL`` put
+    the default back and send the signal again (the process ends as it would have); ``SIG_IGN``: nothing."""
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+_EXIT_CODE_ATTR = "lit_gpu_exit_code"  # on trainer.state: how a run stopped by a signal should exit
+_STOPPED_BY_WORKER_ATTR = "lit_gpu_stop_by_worker"  # on trainer.state: the stop came as a worker's death
+_COMMAND_ATTR = "lit_gpu_command"  # on trainer.state: the command line (after ``lit-gpu``) of this run
+
+STOPPED_BY_SIGNAL = "stopped by {signal} at step {step} ({point}); saved {path}; resume with: {command}"
+#: without the command line (a Trainer built in Python): the run's own last.ckpt, named by its path
+RESUME_WITHOUT_COMMAND = "lit-gpu fit <same arguments> --ckpt_path {path}"
+STOPPED_BEFORE_SAVE = "stopped by {signal} {where}; nothing to save"
+
+
+def start_clean(trainer: pl.Trainer) -> None:
+    """Forget how a former run of ``trainer`` stopped: a new run starts with no stop recorded."""
+    setattr(trainer.state, _EXIT_CODE_ATTR, None)
+    setattr(trainer.state, _STOPPED_BY_WORKER_ATTR, False)
+
+
+def remember_command(trainer: pl.Trainer, command: Callable[[str], str] | None) -> None:
+    """Keep how to resume this run on ``trainer``: ``command(path)`` is the command line that continues from
+    ``path`` (the CLI's ``partial(resume_command, argv)``; picklable), ``None``: none known."""
+    setattr(trainer.state, _COMMAND_ATTR, command)
+
+
+def resume_with(trainer: pl.Trainer, path: Path) -> str:
+    """The command that continues *this* run: its own ``last.ckpt`` by path (shell-quoted), never ``last``,
+    which would take whatever run of the same model is newer in the root."""
+    command = getattr(trainer.state, _COMMAND_ATTR, None)
+    if command is None:
+        return RESUME_WITHOUT_COMMAND.format(path=shlex.quote(str(path)))
+    return command(str(path))
+
+
+def stop_exit_code(trainer: pl.Trainer | None) -> int | None:
+    """Exit status for ``trainer``'s last run if a signal stopped it (130 SIGINT, 143 SIGTERM), else None."""
+    return None if trainer is None else getattr(trainer.state, _EXIT_CODE_ATTR, None)
+
+
+def signal_stop_code(trainer: pl.Trainer | None, err: BaseException) -> int | None:
+    """Exit status (130/143) when ``err`` ends a run that a signal stopped (``last.ckpt`` saved), else None.
+
+    ``err`` is Lightning's ``SystemExit`` then, or the error of a DataLoader worker the job's signal killed.
+    """
+    stopped_by_worker = trainer is not None and getattr(trainer.state, _STOPPED_BY_WORKER_ATTR, False)
+    return stop_exit_code(trainer) if isinstance(err, SystemExit) or stopped_by_worker else None
+
+
+def is_signal_stop(err: BaseException) -> bool:
+    """Whether ``err`` is the exit of a run stopped by SIGINT/SIGTERM (LitGpuCLI raises it with 130/143)."""
+    return isinstance(err, SystemExit) and err.code in (INTERRUPT_EXIT_CODE, SIGTERM_EXIT_CODE)
+
+
+@contextlib.contextmanager
+def _job_signals_ignored() -> Iterator[None]:
+    """Ignore SIGINT/SIGTERM inside the block (main thread only), then restore the handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in JOB_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+
+
+def checkpoint_folder(trainer: pl.Trainer) -> Path:
+    """The first ModelCheckpoint's folder, else ``<default_root_dir>/checkpoints``."""
+    for cb in trainer.checkpoint_callbacks:
+        dirpath = getattr(cb, "dirpath", None)  # a stand-in ModelCheckpoint (a spec'd Mock) may have none
+        if isinstance(cb, ModelCheckpoint) and dirpath:
+            return Path(dirpath)
+    return Path(trainer.default_root_dir) / CHECKPOINTS  # Lightning's folder without a logger
+
+
+def save_stopped_run(trainer: pl.Trainer, signum: int, *, by_worker: bool = False) -> None:
+    """Record the stop by ``signum`` on ``trainer`` (its exit status), save ``last.ckpt`` if a fit has
+    trained, and say so in one line; ``by_worker``: the stop came as a DataLoader worker's death."""
+    if by_worker:
+        setattr(trainer.state, _STOPPED_BY_WORKER_ATTR, True)  # LitGpuCLI exits with the code
+    name = signal.Signals(signum).name
+    setattr(trainer.state, _EXIT_CODE_ATTR, 128 + int(signum))  # read with stop_exit_code(trainer)
+    where = None
+    if trainer.state.fn != TrainerFn.FITTING:
+        where = f"during {trainer.state.fn.value}"
+    elif trainer.fast_dev_run:
+        where = "during a fast_dev_run"
+    elif trainer.sanity_checking or trainer.global_step == 0:
+        where = "before the first training step"
+    if where is not None:
+        messages.tell(STOPPED_BEFORE_SAVE.format(signal=name, where=where))
+        return
+    last = ModelCheckpoint.CHECKPOINT_NAME_LAST + ModelCheckpoint.FILE_EXTENSION
+    path = checkpoint_folder(trainer) / last
+    for cb in trainer.checkpoint_callbacks:  # before the save: the saved state names it too
+        if isinstance(cb, ModelCheckpoint):
+            cb.last_model_path = str(path)
+    with _job_signals_ignored():  # a second signal must not abort the save that keeps the run
+        trainer.save_checkpoint(path, weights_only=False)  # full: weights, optimizer, loops
+    epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else None
+    progress = trainer.fit_loop.epoch_loop.batch_progress
+    batches = trainer.num_training_batches
+    messages.tell(  # named as metrics.csv and the bar name it: step and epoch from 0, the batches done
+        STOPPED_BY_SIGNAL.format(
+            signal=name,
+            step=numbering.logged_step(trainer),
+            point=numbering.epoch_point(
+                trainer.current_epoch,
+                epochs,
+                progress.current.processed,
+                batches if batches != float("inf") else None,
+            )
+            + numbering.optimizer_steps_note(trainer.global_step, progress.total.processed),
+            path=path,
+            command=messages.shown(resume_with(trainer, path), limit=messages.LINE_MAX_CHARS),
+        )
+    )
+
+
+# ---- DataLoader workers that leave the job's SIGINT/SIGTERM to the main process -------------------------
+
+
+def _wait_for_sigterm() -> None:
+    parent = os.getppid()
+    while True:
+        info = signal.sigwaitinfo({signal.SIGTERM})
+        if info.si_pid == parent:
+            os._exit(0)  # torch's worker handler does the same for its parent's SIGTERM
+
+
+def ignore_job_signals() -> None:
+    """In a DataLoader worker: ignore SIGINT and any SIGTERM not sent by the parent process.
+
+    SIGTERM is blocked in the worker's main thread and read by a daemon thread with
+    ``sigwaitinfo``, which knows the sender (a plain Python handler does not).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # discards a SIGINT pending since the fork
+    if not hasattr(signal, "sigwaitinfo"):  # not on macOS/Windows: keep the default behaviour
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked since the fork: ignored now
+    # a SIGTERM pending since the fork is read by the thread, which knows who sent it
+    threading.Thread(target=_wait_for_sigterm, name="lit_gpu_sigterm", daemon=True).start()
+
+
+@contextlib.contextmanager
+def job_signals_blocked() -> Iterator[None]:
+    """Block SIGINT/SIGTERM in the calling thread inside the block (processes forked there inherit it).
+
+    A signal sent meanwhile waits (or is taken by another thread) and is handled as usual after the block.
+    """
+    if not hasattr(signal, "sigwaitinfo"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+class _StartWorkersBlocked:
+    """A loader's ``_get_iterator`` that starts the workers with the job's signals blocked (see the module
+    docstring); plain when the loader's ``worker_init_fn`` is not the job-signal-safe one (nothing in the
+    worker would read a blocked SIGTERM)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def __call__(self) -> Any:
+        loader = self.loader
+        get_iterator = worker_start_hook(loader)
+        if not isinstance(loader.worker_init_fn, JobSignalSafeWorkerInit):
+            return get_iterator(loader)
+        with job_signals_blocked():
+            return get_iterator(loader)
+
+
+class JobSignalSafeWorkerInit:
+    """A picklable ``worker_init_fn``: :func:`ignore_job_signals`, then the loader's own init function.
+
+    Args:
+        inner: The ``worker_init_fn`` the loader had (``None`` for none).
+    """
+
+    def __init__(self, inner: Callable[[int], Any] | None = None) -> None:
+        self.inner = inner
+
+    def __call__(self, worker_id: int) -> None:
+        ignore_job_signals()
+        if self.inner is not None:
+            self.inner(worker_id)
+
+
+def protect_workers(loader: Any, rank: int = 0) -> Any:
+    """Give a DataLoader with workers the job-signal-safe ``worker_init_fn`` (idempotent).
+
+    Works for any loader with ``num_workers`` and ``worker_init_fn`` attributes (torch's
+    ``DataLoader``, torchdata's ``StatefulDataLoader``); other objects are returned unchanged.
+    Workers started before the call keep their behaviour. A loader with torch's ``_get_iterator``
+    starts its workers with SIGINT/SIGTERM blocked (an instance attribute; it pickles with the
+    loader). A loader without an init function gets Lightning's worker seeding too when
+    ``seed_everything(workers=True)`` asked for it.
+
+    Args:
+        loader: The data loader.
+        rank: Global rank, for Lightning's worker seeding.
+
+    Returns:
+        ``loader`` itself.
+    """
+    if not getattr(loader, "num_workers", 0) or not hasattr(loader, "worker_init_fn"):
+        return loader
+    current = loader.worker_init_fn
+    if isinstance(current, JobSignalSafeWorkerInit):
+        return loader
+    if current is None and int(os.environ.get("PL_SEED_WORKERS", 0)):
+        from lightning.fabric.utilities.seed import pl_worker_init_function
+
+        current = partial(pl_worker_init_function, rank=rank)  # what Lightning would have added
+    loader.worker_init_fn = JobSignalSafeWorkerInit(current)
+    if worker_start_hook(loader) is not None and not has_own_worker_start(loader):
+        set_worker_start(loader, _StartWorkersBlocked(loader))  # torch's private hook (pinned in a test)
+    return loader
+
+
+# ---- the stop: CheckpointOnInterrupt --------------------------------------------------------------------
 WORKER_DEATH_GRACE_S = 2.0
 
 

@@ -1,8 +1,12 @@
-"""Save and restore the global RNG states in checkpoints so a resumed run draws the same numbers.
+"""Exact resume's state beside the weights: the generators, the epoch's logged values, the finished run.
 
-Also the fit-loop surgery that exact resume needs with lit_gpu's resumable loaders
-(:mod:`lit_gpu.data.stateful`): Lightning's private fit-loop attributes are read here, next to the
-callback that needs them, and pinned in tests/unit/test_upstream_pins.py.
+* :class:`RNGStateCallback` saves the torch, CUDA, numpy and Python RNG states of the step and restores them;
+  at the fit's start it puts a resumed train loader at the checkpoint's sample (:mod:`lit_gpu.resume.loaders`,
+  :mod:`lit_gpu.resume.plain`) and repairs Lightning's loop counters (Lightning internals, in
+  :mod:`lit_gpu.upstream.loops`).
+* :class:`LoggingStateCallback` keeps what ``self.log`` gathered in the epoch across a mid-epoch save
+  (Lightning drops it), so the resumed run's curves are exact (:mod:`lit_gpu.upstream.logging_state`).
+* :func:`finished_line`: a resume of a run that had reached its limit says so in one line.
 """
 
 from __future__ import annotations
@@ -17,9 +21,22 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from lit_gpu import messages, numbering
-from lit_gpu.data.replay import ReplayDataLoader, make_replayable, why_not_replayable
-from lit_gpu.data.stateful import GlobalPosition
 from lit_gpu.errors import LitGpuError
+from lit_gpu.files import contracts as c
+from lit_gpu.resume.loaders import GlobalPosition, position_contract
+from lit_gpu.resume.plain import ReplayDataLoader, make_replayable, why_not_replayable
+from lit_gpu.upstream.logging_state import (
+    LOGGING_STATE_KEY,
+    REDUCTION_NAMES,
+    VAL_STEPS_KEY,
+    capture,
+    check_val_steps,
+    metric_state_defaults,
+    restore,
+    restore_metric_states,
+    set_val_steps,
+    val_steps,
+)
 from lit_gpu.upstream.loops import (
     load_pending_loader_states,
     open_accumulation,
@@ -29,6 +46,10 @@ from lit_gpu.upstream.loops import (
 )
 from lit_gpu.upstream.train_loaders import prepare_train_loaders, release_train_loaders, train_loaders
 
+__all__ = ["LoggingStateCallback", "RNGStateCallback", "finished_line"]
+
+
+# ---- the generators: RNGStateCallback ---------------------------------------------------------------
 _MT_WORDS = 624  # Mersenne Twister state: 624 32-bit words and a position 0..624 (Python's and numpy's)
 BAD_RNG_STATE = (
     "the checkpoint {ckpt} holds a malformed random-number state ({problem}); it is corrupt or was not"
@@ -168,7 +189,7 @@ class RNGStateCallback(Callback):
     with lit_gpu's resumable loaders (:func:`sync_resumed_train_loader`:
     Lightning issue #20550, and a resume with another global batch). The sample order itself and
     the per-sample random streams of DataLoader workers are the loaders' state
-    (:mod:`lit_gpu.data.stateful`), so together they resume exactly at any step.
+    (:mod:`lit_gpu.resume.loaders`), so together they resume exactly at any step.
     """
 
     def __init__(self) -> None:
@@ -184,7 +205,7 @@ class RNGStateCallback(Callback):
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._trainer = trainer  # to name the checkpoint a malformed state came from
-        if stage == "fit":  # a module's plain train loaders resume mid-epoch too (lit_gpu.data.replay)
+        if stage == "fit":  # a module's plain train loaders resume mid-epoch too (lit_gpu.resume.plain)
             prepare_train_loaders(trainer.fit_loop, make_replayable, ours=_is_replay)
 
     @override
@@ -220,7 +241,7 @@ class RNGStateCallback(Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
+        from lit_gpu.preemption import CheckpointOnInterrupt
 
         self._interrupt = next(
             (cb for cb in trainer.callbacks if isinstance(cb, CheckpointOnInterrupt)), None
@@ -251,8 +272,6 @@ class RNGStateCallback(Callback):
 
     def restore_contract(self, pl_module: Any = None) -> list[Any]:
         """The saved generator states (:func:`_checked`), and the train loader's position it resumes."""
-        from lit_gpu.data.stateful import position_contract
-        from lit_gpu.files import contracts as c
 
         def fits(state: Any) -> str | None:
             tensors = [state.get("torch")] if isinstance(state, dict) else []
@@ -326,7 +345,7 @@ def _resume_plain_loaders(trainer: Any) -> None:
 
     The batches whose step finished are Lightning's ``processed`` counter of the epoch, restored from the
     checkpoint (a save after a step, at a validation, or in the middle of a step); all of them: an epoch end.
-    A loader other than the saved one (lit_gpu.data.loader_order) is one line, wherever the resume is.
+    A loader other than the saved one (lit_gpu.resume.plain) is one line, wherever the resume is.
     """
     processed = trainer.fit_loop.epoch_loop.batch_progress.current.processed
     epoch_batches = trainer.num_training_batches
@@ -380,3 +399,256 @@ def _resumable_train_loader(trainer: Any) -> Any:
         return None
     loader = combined.flattened[0]
     return loader if isinstance(getattr(loader, "position_state", None), GlobalPosition) else None
+
+
+# ---- the epoch's logged values: LoggingStateCallback -------------------------------------------------
+class LoggingStateCallback(Callback):
+    """Save the current epoch's logged values and torchmetrics states in a mid-epoch checkpoint; restore them.
+
+    Covers any LightningModule that logs with ``self.log`` (tensors or torchmetrics objects) and
+    lit_gpu's modules' own train-loss accumulators. A save at an epoch's end holds nothing (its
+    aggregates were logged), so does one with several processes (each process has its own
+    accumulators; Lightning's behaviour stays) and one made in the middle of a training step (a second
+    Ctrl+C: the step's values are partly logged).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending: dict[str, Any] | None = None
+        self._again: dict[str, Any] | None = None  # restored at on_train_start: the metrics once more, later
+        self._val_steps: dict[int, int] | None = None
+        self._trainer: pl.Trainer | None = None
+
+    def __getstate__(self) -> dict[str, Any]:  # a copy belongs to no fit
+        return {**self.__dict__, "_pending": None, "_again": None, "_val_steps": None, "_trainer": None}
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._trainer = trainer  # state_dict() reads its validation loop's counters
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        """The validation loop's batch counters of this fit (``val_steps``): per-step validation rows continue
+        at their step after a resume. Kept in the callback's own state, so the checkpoint's top level stays
+        Lightning's."""
+        trainer = self._trainer
+        if trainer is not None and trainer.state.fn == "fit" and (steps := val_steps(trainer)):
+            return {VAL_STEPS_KEY: steps}
+        return {}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._val_steps = check_val_steps(state_dict.get(VAL_STEPS_KEY, {}))  # checked by the contract
+
+    @override
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        if batches_in_flight(trainer) or _epoch_batches_done(trainer):
+            return
+        state = capture(trainer, pl_module)
+        if state is not None:
+            checkpoint[LOGGING_STATE_KEY] = state
+
+    def restore_contract(self, pl_module: Any = None) -> list[Any]:
+        """The epoch's logged values and metric states (:func:`logging_state_contract`)."""
+        steps = c.checked(
+            "validation steps by loader index (at most 1000 ints >= 0)",
+            lambda value: None if check_val_steps(value) is not None else "",
+        )
+        own = ("callbacks", self.state_key)
+        state = c.checked(
+            "LoggingStateCallback's state (a dict)", lambda value: None if isinstance(value, dict) else ""
+        )
+        return [
+            *logging_state_contract(pl_module),
+            c.Contract(own, state),
+            c.Contract((*own, VAL_STEPS_KEY), steps),
+        ]
+
+    @override
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        self._pending = checkpoint.get(LOGGING_STATE_KEY)
+
+    def _metrics_again(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """The restored torchmetrics states once more, before the resumed fit's first batch or validation:
+        Lightning runs callbacks' ``on_train_start`` before the module's, and a module's ``on_train_start``
+        or ``on_train_epoch_start`` may reset a metric (as its uninterrupted run did at the fit's start)."""
+        state, self._again = self._again, None
+        if state is not None:
+            restore_metric_states(trainer, pl_module, state)
+
+    @override
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if self._again is not None:
+            self._metrics_again(trainer, pl_module)
+
+    @override
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # the first validation of a resumed fit: its loop built its loaders (and zeroed its counters) just now
+        if self._again is not None and not trainer.sanity_checking:
+            self._metrics_again(trainer, pl_module)  # a resume at a validation: before the first batch
+        steps, self._val_steps = self._val_steps, None
+        if steps and not trainer.sanity_checking:
+            set_val_steps(trainer, steps)
+        elif steps:
+            self._val_steps = steps
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        state, self._pending = self._pending, None
+        if state is not None:
+            restore(trainer, pl_module, state)
+            self._again = state
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._pending = self._val_steps = self._again = None
+        self._trainer = None
+
+
+def _epoch_batches_done(trainer: Any) -> bool:
+    """Whether the epoch's batches have all been trained (a save at its last batch, before its end): a fit
+    resumed from there goes on to the next epoch, so that epoch's values must not be restored into it
+    (found by tests/unit/resume/test_resume_property.py)."""
+    batches = trainer.num_training_batches
+    processed = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+    return isinstance(batches, int) and batches > 0 and processed >= batches
+
+
+def _metric_modules(pl_module: Any) -> dict[str, Any]:
+    """The module's torchmetrics ``Metric`` submodules by name (what a saved metric state may name)."""
+    try:
+        from torchmetrics import Metric
+    except ImportError:  # pragma: no cover - torchmetrics is a Lightning dependency
+        return {}
+    if pl_module is None:
+        return {}
+    return {name: m for name, m in pl_module.named_modules() if name and isinstance(m, Metric)}
+
+
+def logging_state_contract(pl_module: Any) -> list[Any]:
+    """What :func:`restore` expects of a saved logging state, the metrics checked against ``pl_module``'s.
+
+    Each logged value: its flags, a reduction of :data:`_REDUCTIONS`, a scalar-sized tensor value; a metric
+    entry names a torchmetrics ``Metric`` of the module; each saved metric state names one of that metric's
+    states and has its default's type, dtype and (for a tensor default) shape.
+    """
+    metrics = _metric_modules(pl_module)
+    flag = c.boolean()
+    small = c.tensor(max_numel=2**16)
+    entry = c.fields(
+        {
+            "key": c.text(),
+            "fx": c.text(),
+            "name": c.text(),
+            "prog_bar": flag,
+            "logger": flag,
+            "on_step": flag,
+            "on_epoch": flag,
+            "reduce_fx": c.text(REDUCTION_NAMES),
+            "enable_graph": flag,
+            "add_dataloader_idx": flag,
+            "dataloader_idx": c.optional(c.integer(0, 2**31)),
+            "metric_attribute": c.optional(c.text(metrics) if pl_module is not None else c.text()),
+            "sync_dist": flag,
+            "rank_zero_only": flag,
+            "is_tensor": flag,
+            "has_reset": flag,
+            "update_count": c.integer(0, 2**62),
+            "forward_cache": c.optional(small),
+            "value": small,
+            "cumulated_batch_size": c.tensor(max_numel=1),
+        },
+        required=("key", "reduce_fx", "is_tensor", "update_count", "metric_attribute", "has_reset"),
+    )
+
+    def tensor_value(item: Any) -> str | None:
+        if item.get("is_tensor") and "value" not in item:
+            return "a tensor entry with no value"
+        return None
+
+    def metric_state(name: str, saved: Any) -> str | None:
+        metric = metrics.get(name) if pl_module is not None else None
+        if pl_module is not None and metric is None:
+            return f"{messages_shown(name)}, which is not a torchmetrics Metric of the module"
+        if not isinstance(saved, dict) or not isinstance(saved.get("states"), dict):
+            return ""
+        if type(saved.get("update_count")) is not int or not 0 <= saved["update_count"] < 2**62:
+            return "an update_count that is not an int >= 0"
+        cache = saved.get("forward_cache")
+        if cache is not None and small.problem(cache) is not None:
+            return "a forward_cache that is not a small tensor"
+        defaults = metric_state_defaults(metric) if metric is not None else None
+        for attr, value in saved["states"].items():
+            if defaults is not None and attr not in defaults:
+                return f"state {messages_shown(attr)}, which is not a state of {type(metric).__name__}"
+            default = None if defaults is None else defaults[attr]
+            if isinstance(default, list) or default is None and isinstance(value, list):
+                if not isinstance(value, list) or len(value) > 2**20:
+                    return f"state {messages_shown(attr)} that is not a list of tensors"
+                if any(c.tensor().problem(v) is not None for v in value):
+                    return f"state {messages_shown(attr)} with an item that is not a contiguous tensor"
+                continue
+            want = (
+                c.tensor(tuple(default.shape), dtypes=(default.dtype,)) if default is not None else c.tensor()
+            )
+            if want.problem(value) is not None:
+                return f"state {messages_shown(attr)}: {c.holds(value)}, expected {want.expected}"
+        return None
+
+    def all_metrics(saved: Any) -> str | None:
+        if not isinstance(saved, dict):
+            return ""
+        for name, one in saved.items():
+            if (problem := metric_state(str(name), one)) is not None:
+                return problem or f"metric {messages_shown(name)}: {c.holds(one)}"
+        return None
+
+    return [
+        c.Contract((LOGGING_STATE_KEY,), c.fields({"results": c.list_of(entry), "metrics": c.anything()})),
+        c.Contract(
+            (LOGGING_STATE_KEY, "results", c.EACH), c.checked("an entry with its value", tensor_value)
+        ),
+        c.Contract(
+            (LOGGING_STATE_KEY, "metrics"),
+            c.checked("states of the module's torchmetrics Metrics, shaped as their defaults", all_metrics),
+        ),
+    ]
+
+
+def messages_shown(value: Any) -> str:
+    """A name from the file, safe to print."""
+    return messages.shown(repr(value), limit=60)
+
+
+# ---- a resume of a finished run ------------------------------------------------------------------------
+def finished_line(trainer: pl.Trainer) -> str | None:
+    """The line for a fit resumed from ``trainer.ckpt_path`` that trained no batch (the caller counted them)
+    because the run had reached its limit; else ``None``."""
+    ckpt = getattr(trainer, "ckpt_path", None)  # a stand-in trainer may have none
+    if not ckpt:
+        return None
+    epoch = trainer.current_epoch  # the loop's count once done: max_epochs; the last epoch run is one less
+    if trainer.max_epochs is not None and 0 < trainer.max_epochs <= epoch:
+        epoch = trainer.max_epochs - 1
+    point = numbering.ckpt_point(numbering.logged_step(trainer), epoch)
+    max_steps = trainer.max_steps
+    if max_steps is not None and max_steps >= 0 and trainer.global_step >= max_steps:
+        limit, flag, example = f"max_steps={max_steps}", "--trainer.max_steps", max(2 * max_steps, 1)
+    elif _epochs_reached(trainer):
+        epochs = trainer.max_epochs
+        limit, flag, example = f"max_epochs={epochs}", "--trainer.max_epochs", max(2 * (epochs or 0), 1)
+    else:
+        return None
+    ckpt = messages.shown(ckpt)
+    return messages.FINISHED_RUN.format(ckpt=ckpt, limit=limit, point=point, flag=flag, example=example)
+
+
+def _epochs_reached(trainer: Any) -> bool:
+    epochs = trainer.max_epochs
+    return epochs is not None and epochs >= 0 and trainer.current_epoch >= epochs

@@ -14,6 +14,16 @@ loads their saved states, and says on which step to resume at the fit's start
 (:meth:`ReplayDataLoader.resume_at`): Lightning's own batch counter of the epoch, restored from the
 checkpoint, is the number of batches to skip. A loader that cannot be replayed (an iterable dataset, a
 custom sampler or loader class) is left as it is: :func:`why_not_replayable` names why.
+
+What a plain ``DataLoader``'s sample order depends on: recorded with its replay state, compared on resume.
+
+A replay puts back the generators' states of the saved epoch; the order they draw
+is the saved one only when the loader around them is the saved one. :func:`order_settings` records each
+setting the order depends on: the dataset's length, the batch size and ``drop_last``, the sampler's class
+and settings (shuffle, replacement, its generator's seed or ``DistributedSampler``'s seed), the loader's
+generator, ``num_workers`` and ``persistent_workers`` (the workers' base seed is drawn from the global RNG
+or the loader's generator when an iterator is made), and the world size. :func:`changed_settings` names
+those that differ on resume (``None``: the loader is the saved one).
 """
 
 from __future__ import annotations
@@ -32,15 +42,101 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from lit_gpu.data.loader_order import ORDER_KEYS, changed_settings, check_order_settings, order_settings
 from lit_gpu.upstream.train_loaders import SeededIterators, skip_batches
 
+# ---- what the order depends on: recorded with the replay state, compared on resume --------------------
+#: the recorded settings and the types each may have (the restored state's contract: nothing else is taken)
+ORDER_KEYS: dict[str, tuple[type, ...]] = {
+    "samples": (int,),
+    "batch_size": (int, type(None)),
+    "drop_last": (bool,),
+    "sampler": (str,),
+    "shuffle": (bool,),
+    "replacement": (bool,),
+    "sampler_seed": (int, type(None)),
+    "loader_seed": (int, type(None)),
+    "num_workers": (int,),
+    "persistent_workers": (bool,),
+    "world_size": (int,),
+}
+_INT_RANGE = (-(2**63), 2**64 - 1)  # a torch seed (initial_seed is unsigned 64-bit), a length, a count
+_NAME_MAX = 200
+
+
+def _seed(generator: torch.Generator | None) -> int | None:
+    return None if generator is None else int(generator.initial_seed())
+
+
+def _world_size(sampler: Any) -> int:
+    if isinstance(sampler, DistributedSampler):
+        return int(sampler.num_replicas)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return int(torch.distributed.get_world_size())
+    return 1
+
+
+def order_settings(loader: DataLoader, sampler: Any) -> dict[str, Any]:
+    """The settings of ``loader`` (whose index sampler is ``sampler``) that its sample order depends on."""
+    batch_sampler = loader.batch_sampler
+    random = isinstance(sampler, RandomSampler)
+    if random:
+        sampler_seed = _seed(sampler.generator)
+    else:
+        sampler_seed = int(sampler.seed) if isinstance(sampler, DistributedSampler) else None
+    return {
+        "samples": len(loader.dataset),  # type: ignore[arg-type]
+        "batch_size": None if batch_sampler is None else int(batch_sampler.batch_size),  # type: ignore[attr-defined]
+        "drop_last": bool(batch_sampler.drop_last) if batch_sampler is not None else False,  # type: ignore[attr-defined]
+        "sampler": type(sampler).__name__,
+        "shuffle": random or bool(getattr(sampler, "shuffle", False)),
+        "replacement": bool(getattr(sampler, "replacement", False)),
+        "sampler_seed": sampler_seed,
+        "loader_seed": _seed(loader.generator),
+        "num_workers": int(loader.num_workers),
+        "persistent_workers": bool(loader.persistent_workers),
+        "world_size": _world_size(sampler),
+    }
+
+
+def check_order_settings(settings: Any) -> str | None:
+    """What is wrong with recorded ``settings`` read from a checkpoint (``None``: nothing)."""
+    if not isinstance(settings, dict) or set(settings) != set(ORDER_KEYS):
+        return "its loader settings are not the keys " + ", ".join(ORDER_KEYS)
+    for key, types in ORDER_KEYS.items():
+        value = settings[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            return f"its loader setting {key} is a {type(value).__name__}"
+        low, high = _INT_RANGE
+        if isinstance(value, int) and not isinstance(value, bool) and not low <= value <= high:
+            return f"its loader setting {key} is out of range"
+        if isinstance(value, str) and len(value) > _NAME_MAX:
+            return f"its loader setting {key} is longer than {_NAME_MAX} characters"
+    return None
+
+
+def changed_settings(saved: dict[str, Any], now: dict[str, Any]) -> str | None:
+    """``batch_size 8 -> 9, samples 64 -> 63``: the settings that differ (``None``: none does)."""
+    from lit_gpu.messages import shown
+
+    changes = [
+        f"{key} {shown(saved[key], limit=60)} -> {shown(now[key], limit=60)}"
+        for key in ORDER_KEYS
+        if saved.get(key) != now.get(key)
+    ]
+    return ", ".join(changes) or None
+
+
+# ---- the replay ------------------------------------------------------------------------------------
 __all__ = [
     "LOADER_STATES",
+    "ORDER_KEYS",
     "REPLAY_STATE_CONTRACT",
     "ReplayDataLoader",
+    "changed_settings",
+    "check_order_settings",
     "check_replay_state",
     "make_replayable",
+    "order_settings",
     "saved_replay_problem",
     "why_not_replayable",
 ]
@@ -58,7 +154,7 @@ REPLAY_STATE_VERSION = 2
 # the persistent workers' base seed was drawn from (None without persistent workers: not b"", which torch's
 # pickle protocol writes as a call of ``bytes`` that weights-only loading refuses); made_iterator whether
 # the saved pass made its iterator (False: it reset the persistent one); batches (the loader's length when
-# saved) an int in [0, 2**62]; order the settings the order depends on (lit_gpu.data.loader_order). Bytes,
+# saved) an int in [0, 2**62]; order the settings the order depends on (order_settings). Bytes,
 # not tensors: the fit loop's state stays comparable with ``==`` (Lightning's own tests compare it) and
 # loads with ``weights_only=True``. Version 1 (generators and batches only) is still read.
 REPLAY_STATE_CONTRACT: dict[str, Any] = {
@@ -336,7 +432,7 @@ class ReplayDataLoader(SeededIterators):
 
         def fits(state: Any) -> str | None:
             if not isinstance(state, dict) or "replay_state" not in state:
-                return None  # another loader's state (lit_gpu.data.stateful.position_contract checks it)
+                return None  # another loader's state (lit_gpu.resume.loaders.position_contract checks it)
             return saved_replay_problem(state)
 
         spec = c.checked("a replay state (keys replay_state, generators, batches, ...)", fits)
