@@ -1,28 +1,20 @@
 """Stop cleanly on SIGINT / SIGTERM during fit: finish the step, save ``last.ckpt``, say how to resume.
 
-Slurm (preemption, time limit), Kubernetes, spot instances and Ctrl+C signal the whole process
-group. :class:`CheckpointOnInterrupt` makes that a clean stop:
+Slurm, Kubernetes, spot instances and Ctrl+C signal the whole process group. :class:`CheckpointOnInterrupt`:
 
-* SIGTERM and the first SIGINT only set a flag; Lightning's own SIGTERM path
-  (``trainer.received_sigterm``, checked at each step boundary and validation batch) then ends the
-  fit with ``SIGTERMException`` after the current step, so the saved state is a step boundary;
-  under DDP the processes agree on the stop at a batch end (one boolean all-reduce), and this
-  handler replaces Lightning's SIGTERM handler (which runs a collective inside the handler); under
-  gradient accumulation the stop waits for the end of the optimizer step's last micro-batch (a checkpoint
-  holds no accumulated gradients);
-* DataLoader workers ignore the job's signals (:func:`protect_workers`), so they cannot die first and turn
-  the stop into a "worker killed" crash; a worker that dies of SIGTERM/SIGINT all the same is part of the
-  stop (torch's SIGCHLD check records the signal instead of raising). A worker death of unknown cause
-  waits a moment for the job's signal to reach the main process too;
-* ``last.ckpt`` is written (atomically with the CLI's checkpoint IO, job signals ignored meanwhile) in the
-  run's checkpoint folder; ``lit-gpu fit`` prints one line and exits 130 (SIGINT) or 143 (SIGTERM).
+* SIGTERM and the first SIGINT only set Lightning's SIGTERM flag, checked at each step boundary and
+  validation batch: the fit ends with ``SIGTERMException`` after the current step (under DDP the processes
+  agree at a batch end with one boolean all-reduce; under gradient accumulation the stop waits for the
+  optimizer step). Lightning's own SIGTERM handler (a collective inside a handler) is replaced, its
+  launcher signalling kept; its Slurm requeue (SIGUSR1) is untouched;
+* DataLoader workers ignore the job's signals (:func:`protect_workers`); a worker that dies of one all the
+  same is part of the stop, not a crash; a death of unknown cause waits a moment for the job's signal;
+* ``last.ckpt`` is written (job signals ignored meanwhile) to the run's checkpoint folder, one line says how
+  to resume, and ``lit-gpu fit`` exits 130 (SIGINT) or 143 (SIGTERM). A second Ctrl+C raises at once.
 
-A second Ctrl+C before the step ends raises KeyboardInterrupt at once (``last.ckpt`` is still saved).
-Lightning's Slurm auto-requeue (SIGUSR1 + ``scontrol requeue``) is untouched: SIGTERM handlers are
-composed with Lightning's, never replaced. Not a subclass of Lightning's ``OnExceptionCheckpoint``: that is
-a ``Checkpoint``, which Lightning moves last among the callbacks, returns as ``trainer.checkpoint_callback``
-and counts as the run's checkpointing (no default ``ModelCheckpoint`` then); the save on the exception is
-the same single call.
+Not a subclass of Lightning's ``OnExceptionCheckpoint``: that is a ``Checkpoint``, which Lightning orders
+last, returns as ``trainer.checkpoint_callback`` and counts as the run's checkpointing (no default
+``ModelCheckpoint`` then). The save on the exception is the same one call.
 """
 
 from __future__ import annotations
@@ -65,49 +57,35 @@ from lit_gpu.upstream.torch_hooks import (
     worker_start_hook,
 )
 
-# ---- what a stop leaves: last.ckpt, one line, the exit status -------------------------------------------
-__all__ = [
-    "CheckpointOnInterrupt",
-    "INTERRUPT_EXIT_CODE",
-    "JOB_SIGNALS",
-    "SIGTERM_EXIT_CODE",
-    "checkpoint_folder",
-    "is_signal_stop",
-    "protect_workers",
-    "remember_command",
-    "resume_with",
-    "save_stopped_run",
-    "signal_stop_code",
-    "start_clean",
-    "stop_exit_code",
-]
-
-# Exit status of ``lit-gpu fit`` after a stop by signal: 128 + the signal number, the shell convention.
-INTERRUPT_EXIT_CODE = 128 + signal.SIGINT  # 130
+INTERRUPT_EXIT_CODE = 128 + signal.SIGINT  # 130: lit-gpu fit's exit status after a stop (shell convention)
 SIGTERM_EXIT_CODE = 128 + signal.SIGTERM  # 143
+JOB_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what a scheduler, a spot instance or Ctrl+C stops a job with
+WORKER_DEATH_GRACE_S = 2.0  # a worker died of unknown cause: how long to wait for the job's signal too
 
-#: the signals a scheduler, a spot instance or Ctrl+C stops a job with
-JOB_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOPPED_BY_SIGNAL = "stopped by {signal} at step {step} ({point}); saved {path}; resume with: {command}"
+RESUME_WITHOUT_COMMAND = "lit-gpu fit <same arguments> --ckpt_path {path}"  # a Trainer built in Python
+STOPPED_BEFORE_SAVE = "stopped by {signal} {where}; nothing to save"
+
+_EXIT_CODE_ATTR = "lit_gpu_exit_code"  # on trainer.state: how a run stopped by a signal should exit
+_STOPPED_BY_WORKER_ATTR = "lit_gpu_stop_by_worker"  # on trainer.state: the stop came as a worker's death
+_COMMAND_ATTR = "lit_gpu_command"  # on trainer.state: how to resume this run (remember_command)
+# where Lightning logs "Received SIGTERM" / "Detected KeyboardInterrupt" (lit_gpu prints its own line)
+_SIGNAL_LOGGERS = (
+    "lightning.pytorch.trainer.connectors.signal_connector",
+    "lightning.pytorch.utilities.rank_zero",
+    "lightning.fabric.utilities.rank_zero",
+)
 
 
+# ---- what a stop leaves: last.ckpt, one line, the exit status -------------------------------------------
 def delegate_signal(previous: Any, signum: int, frame: FrameType | None) -> None:
-    """Hand ``signum`` to the handler that was installed before one's own: call it, or for ``SIG_DFL`` put
-    the default back and send the signal again (the process ends as it would have); ``SIG_IGN``: nothing."""
+    """Hand ``signum`` to the handler installed before one's own: call it, or for ``SIG_DFL`` put the
+    default back and send the signal again (the process ends as it would have); ``SIG_IGN``: nothing."""
     if callable(previous):
         previous(signum, frame)
     elif previous == signal.SIG_DFL:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
-
-
-_EXIT_CODE_ATTR = "lit_gpu_exit_code"  # on trainer.state: how a run stopped by a signal should exit
-_STOPPED_BY_WORKER_ATTR = "lit_gpu_stop_by_worker"  # on trainer.state: the stop came as a worker's death
-_COMMAND_ATTR = "lit_gpu_command"  # on trainer.state: the command line (after ``lit-gpu``) of this run
-
-STOPPED_BY_SIGNAL = "stopped by {signal} at step {step} ({point}); saved {path}; resume with: {command}"
-#: without the command line (a Trainer built in Python): the run's own last.ckpt, named by its path
-RESUME_WITHOUT_COMMAND = "lit-gpu fit <same arguments> --ckpt_path {path}"
-STOPPED_BEFORE_SAVE = "stopped by {signal} {where}; nothing to save"
 
 
 def start_clean(trainer: pl.Trainer) -> None:
@@ -123,12 +101,12 @@ def remember_command(trainer: pl.Trainer, command: Callable[[str], str] | None) 
 
 
 def resume_with(trainer: pl.Trainer, path: Path) -> str:
-    """The command that continues *this* run: its own ``last.ckpt`` by path (shell-quoted), never ``last``,
-    which would take whatever run of the same model is newer in the root."""
+    """The command that continues *this* run: its own ``last.ckpt`` by path, never ``last`` (which would
+    take whatever run of the same model is newer in the root)."""
     command = getattr(trainer.state, _COMMAND_ATTR, None)
-    if command is None:
-        return RESUME_WITHOUT_COMMAND.format(path=shlex.quote(str(path)))
-    return command(str(path))
+    return (
+        RESUME_WITHOUT_COMMAND.format(path=shlex.quote(str(path))) if command is None else command(str(path))
+    )
 
 
 def stop_exit_code(trainer: pl.Trainer | None) -> int | None:
@@ -137,12 +115,10 @@ def stop_exit_code(trainer: pl.Trainer | None) -> int | None:
 
 
 def signal_stop_code(trainer: pl.Trainer | None, err: BaseException) -> int | None:
-    """Exit status (130/143) when ``err`` ends a run that a signal stopped (``last.ckpt`` saved), else None.
-
-    ``err`` is Lightning's ``SystemExit`` then, or the error of a DataLoader worker the job's signal killed.
-    """
-    stopped_by_worker = trainer is not None and getattr(trainer.state, _STOPPED_BY_WORKER_ATTR, False)
-    return stop_exit_code(trainer) if isinstance(err, SystemExit) or stopped_by_worker else None
+    """Exit status (130/143) when ``err`` ends a run that a signal stopped (Lightning's ``SystemExit``, or the
+    error of a DataLoader worker the job's signal killed), else None."""
+    by_worker = trainer is not None and getattr(trainer.state, _STOPPED_BY_WORKER_ATTR, False)
+    return stop_exit_code(trainer) if isinstance(err, SystemExit) or by_worker else None
 
 
 def is_signal_stop(err: BaseException) -> bool:
@@ -191,65 +167,55 @@ def save_stopped_run(trainer: pl.Trainer, signum: int, *, by_worker: bool = Fals
     if where is not None:
         messages.tell(STOPPED_BEFORE_SAVE.format(signal=name, where=where))
         return
-    last = ModelCheckpoint.CHECKPOINT_NAME_LAST + ModelCheckpoint.FILE_EXTENSION
-    path = checkpoint_folder(trainer) / last
+    path = checkpoint_folder(trainer) / (
+        ModelCheckpoint.CHECKPOINT_NAME_LAST + ModelCheckpoint.FILE_EXTENSION
+    )
     for cb in trainer.checkpoint_callbacks:  # before the save: the saved state names it too
         if isinstance(cb, ModelCheckpoint):
             cb.last_model_path = str(path)
     with _job_signals_ignored():  # a second signal must not abort the save that keeps the run
         trainer.save_checkpoint(path, weights_only=False)  # full: weights, optimizer, loops
     epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else None
-    progress = trainer.fit_loop.epoch_loop.batch_progress
-    batches = trainer.num_training_batches
-    messages.tell(  # named as metrics.csv and the bar name it: step and epoch from 0, the batches done
-        STOPPED_BY_SIGNAL.format(
-            signal=name,
-            step=numbering.logged_step(trainer),
-            point=numbering.epoch_point(
-                trainer.current_epoch,
-                epochs,
-                progress.current.processed,
-                batches if batches != float("inf") else None,
-            )
-            + numbering.optimizer_steps_note(trainer.global_step, progress.total.processed),
-            path=path,
-            command=messages.shown(resume_with(trainer, path), limit=messages.LINE_MAX_CHARS),
-        )
+    progress, batches = trainer.fit_loop.epoch_loop.batch_progress, trainer.num_training_batches
+    point = numbering.epoch_point(  # as metrics.csv and the bar name it: from 0, the batches done
+        trainer.current_epoch,
+        epochs,
+        progress.current.processed,
+        batches if batches != float("inf") else None,
     )
+    point += numbering.optimizer_steps_note(trainer.global_step, progress.total.processed)
+    command = messages.shown(resume_with(trainer, path), limit=messages.LINE_MAX_CHARS)
+    step = numbering.logged_step(trainer)
+    messages.tell(STOPPED_BY_SIGNAL.format(signal=name, step=step, point=point, path=path, command=command))
 
 
 # ---- DataLoader workers that leave the job's SIGINT/SIGTERM to the main process -------------------------
-
-
+# A stock worker dies on a SIGTERM not sent by its parent, and the main process then reports "DataLoader
+# worker ... is killed by signal" instead of saving. Protected workers ignore SIGINT and a SIGTERM from
+# anyone but their parent (they still exit on their parent's, as torch's handler does; torch's watchdog ends
+# them when the main process dies). They start with both signals blocked, so a signal between the fork and
+# worker_init_fn waits. Limit: programs the dataset starts with subprocess inherit the blocked SIGTERM.
 def _wait_for_sigterm() -> None:
     parent = os.getppid()
     while True:
-        info = signal.sigwaitinfo({signal.SIGTERM})
-        if info.si_pid == parent:
+        if signal.sigwaitinfo({signal.SIGTERM}).si_pid == parent:
             os._exit(0)  # torch's worker handler does the same for its parent's SIGTERM
 
 
 def ignore_job_signals() -> None:
-    """In a DataLoader worker: ignore SIGINT and any SIGTERM not sent by the parent process.
-
-    SIGTERM is blocked in the worker's main thread and read by a daemon thread with
-    ``sigwaitinfo``, which knows the sender (a plain Python handler does not).
-    """
+    """In a DataLoader worker: ignore SIGINT and any SIGTERM not sent by the parent process (SIGTERM is
+    blocked and read by a daemon thread with ``sigwaitinfo``, which knows the sender)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # discards a SIGINT pending since the fork
     if not hasattr(signal, "sigwaitinfo"):  # not on macOS/Windows: keep the default behaviour
         return
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked since the fork: ignored now
-    # a SIGTERM pending since the fork is read by the thread, which knows who sent it
     threading.Thread(target=_wait_for_sigterm, name="lit_gpu_sigterm", daemon=True).start()
 
 
 @contextlib.contextmanager
 def job_signals_blocked() -> Iterator[None]:
-    """Block SIGINT/SIGTERM in the calling thread inside the block (processes forked there inherit it).
-
-    A signal sent meanwhile waits (or is taken by another thread) and is handled as usual after the block.
-    """
+    """Block SIGINT/SIGTERM in the calling thread inside the block (processes forked there inherit it)."""
     if not hasattr(signal, "sigwaitinfo"):
         yield
         return
@@ -261,28 +227,21 @@ def job_signals_blocked() -> Iterator[None]:
 
 
 class _StartWorkersBlocked:
-    """A loader's ``_get_iterator`` that starts the workers with the job's signals blocked (see the module
-    docstring); plain when the loader's ``worker_init_fn`` is not the job-signal-safe one (nothing in the
-    worker would read a blocked SIGTERM)."""
+    """A loader's ``_get_iterator`` that starts job-signal-safe workers with the job's signals blocked."""
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
 
     def __call__(self) -> Any:
-        loader = self.loader
-        get_iterator = worker_start_hook(loader)
-        if not isinstance(loader.worker_init_fn, JobSignalSafeWorkerInit):
-            return get_iterator(loader)
+        get_iterator = worker_start_hook(self.loader)
+        if not isinstance(self.loader.worker_init_fn, JobSignalSafeWorkerInit):
+            return get_iterator(self.loader)  # nothing in the worker would read a blocked SIGTERM
         with job_signals_blocked():
-            return get_iterator(loader)
+            return get_iterator(self.loader)
 
 
 class JobSignalSafeWorkerInit:
-    """A picklable ``worker_init_fn``: :func:`ignore_job_signals`, then the loader's own init function.
-
-    Args:
-        inner: The ``worker_init_fn`` the loader had (``None`` for none).
-    """
+    """A picklable ``worker_init_fn``: :func:`ignore_job_signals`, then the loader's own (``inner``)."""
 
     def __init__(self, inner: Callable[[int], Any] | None = None) -> None:
         self.inner = inner
@@ -294,22 +253,10 @@ class JobSignalSafeWorkerInit:
 
 
 def protect_workers(loader: Any, rank: int = 0) -> Any:
-    """Give a DataLoader with workers the job-signal-safe ``worker_init_fn`` (idempotent).
-
-    Works for any loader with ``num_workers`` and ``worker_init_fn`` attributes (torch's
-    ``DataLoader``, torchdata's ``StatefulDataLoader``); other objects are returned unchanged.
-    Workers started before the call keep their behaviour. A loader with torch's ``_get_iterator``
-    starts its workers with SIGINT/SIGTERM blocked (an instance attribute; it pickles with the
-    loader). A loader without an init function gets Lightning's worker seeding too when
-    ``seed_everything(workers=True)`` asked for it.
-
-    Args:
-        loader: The data loader.
-        rank: Global rank, for Lightning's worker seeding.
-
-    Returns:
-        ``loader`` itself.
-    """
+    """Give a loader with workers (torch's ``DataLoader``, torchdata's ``StatefulDataLoader``) the job-signal-
+    safe ``worker_init_fn`` (idempotent; other objects unchanged) and, through torch's ``_get_iterator``,
+    workers started with the signals blocked. Without an init function of its own it gets Lightning's worker
+    seeding too where ``seed_everything(workers=True)`` asked for it (``rank``). Returns ``loader``."""
     if not getattr(loader, "num_workers", 0) or not hasattr(loader, "worker_init_fn"):
         return loader
     current = loader.worker_init_fn
@@ -325,52 +272,9 @@ def protect_workers(loader: Any, rank: int = 0) -> Any:
     return loader
 
 
-# ---- the stop: CheckpointOnInterrupt --------------------------------------------------------------------
-WORKER_DEATH_GRACE_S = 2.0
-
-
-class _DropSignalLogs(logging.Filter):
-    """Drops Lightning's "Received SIGTERM" / "Detected KeyboardInterrupt" lines while lit_gpu handles
-    the signal (it prints its own one-line summary)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = str(record.getMessage())
-        return "Received SIGTERM" not in message and "Detected KeyboardInterrupt" not in message
-
-
-# where Lightning logs them: its signal connector, and rank_zero_info (fabric's or pytorch's logger)
-_SIGNAL_LOGGERS = (
-    "lightning.pytorch.trainer.connectors.signal_connector",
-    "lightning.pytorch.utilities.rank_zero",
-    "lightning.fabric.utilities.rank_zero",
-)
-
-
-def _worker_killed_by(err: BaseException) -> int | None:
-    """SIGTERM or SIGINT if ``err`` (or its cause) is torch's report of a worker killed by that signal."""
-    for raised in (err, err.__cause__, err.__context__):
-        text = str(raised) if isinstance(raised, RuntimeError) else ""
-        if "DataLoader worker" in text:
-            for signum in JOB_SIGNALS:
-                if f"killed by signal: {signal.strsignal(signum)}" in text:
-                    return signum
-    return None
-
-
-def _guard_worker_deaths(handler: Callable[[int, FrameType | None], Any]) -> Any:
-    """Install torch's DataLoader SIGCHLD handler (what the first loader with workers does), then ``handler``
-    over it; returns the handler it wraps. Main thread only (else ``None``, nothing changed)."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGCHLD"):
-        return None
-    install_dataloader_sigchld_handler()  # once per process; a later loader then keeps ours on top
-    inner = signal.getsignal(signal.SIGCHLD)
-    signal.signal(signal.SIGCHLD, handler)
-    return inner
-
-
-def _protect_dataloader_workers(trainer: pl.Trainer, on_workers: Callable[[], None] | None = None) -> None:
-    """Make every loader the trainer prepares (train/val/test/predict) job-signal-safe; ``on_workers`` is
-    called before a loader with workers is handed back (before its workers start)."""
+def _protect_dataloader_workers(trainer: pl.Trainer, on_workers: Callable[[], None]) -> None:
+    """Make every loader the trainer prepares job-signal-safe; ``on_workers()`` before one with workers is
+    handed back (before its workers start)."""
     strategy = trainer.strategy
     original = strategy.process_dataloader
     if getattr(original, "_lit_gpu_protects_workers", False):
@@ -378,7 +282,7 @@ def _protect_dataloader_workers(trainer: pl.Trainer, on_workers: Callable[[], No
 
     def process_dataloader(dataloader: object) -> object:
         loader = protect_workers(original(dataloader), rank=trainer.global_rank)
-        if on_workers is not None and getattr(loader, "num_workers", 0):
+        if getattr(loader, "num_workers", 0):
             on_workers()
         return loader
 
@@ -394,13 +298,29 @@ def _unprotect_dataloader_workers(trainer: pl.Trainer | None) -> None:
         del strategy.process_dataloader
 
 
+def _worker_killed_by(err: BaseException | None) -> int | None:
+    """SIGTERM or SIGINT if ``err`` (or its cause) is torch's report of a worker killed by that signal."""
+    for raised in (err, getattr(err, "__cause__", None), getattr(err, "__context__", None)):
+        text = str(raised) if isinstance(raised, RuntimeError) else ""
+        for signum in JOB_SIGNALS if "DataLoader worker" in text else ():
+            if f"killed by signal: {signal.strsignal(signum)}" in text:
+                return signum
+    return None
+
+
+class _DropSignalLogs(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.getMessage())
+        return "Received SIGTERM" not in message and "Detected KeyboardInterrupt" not in message
+
+
+# ---- the stop: CheckpointOnInterrupt --------------------------------------------------------------------
 class CheckpointOnInterrupt(Callback):
     """On SIGINT or SIGTERM during fit, stop after the current step, save ``last.ckpt``, say how to resume.
 
-    The checkpoint goes to the first ModelCheckpoint's folder (or ``default_root_dir/checkpoints``)
-    and is written atomically by the CLI's checkpoint IO. ``lit-gpu fit`` then exits with status
-    130 (SIGINT) or 143 (SIGTERM). Resume with ``--ckpt_path last``. At fit start, temp files left
-    in that folder by a killed save are removed (see :func:`lit_gpu.io.clean_stale_temp_files`).
+    The checkpoint goes to the first ModelCheckpoint's folder (or ``default_root_dir/checkpoints``), written
+    atomically by the CLI's checkpoint IO; ``lit-gpu fit`` exits 130 (SIGINT) or 143 (SIGTERM). At fit start,
+    temp files a killed save left there are removed (:func:`lit_gpu.io.clean_stale_temp_files`).
     """
 
     def __init__(self) -> None:
@@ -415,23 +335,21 @@ class CheckpointOnInterrupt(Callback):
         self._open = False  # the last training batch left accumulated gradients: no stop before the step
 
     def __getstate__(self) -> dict[str, Any]:
-        """A copy (pickle, ``deepcopy``, ``ddp_spawn``) is the callback before any run: the signal
-        handlers and the trainer of a run in progress belong to this process."""
+        """A copy (pickle, ``deepcopy``, ``ddp_spawn``) is the callback before any run."""
         state = dict(self.__dict__)
         state.update(_trainer=None, _signal=None, _stage=None, _previous={}, _active=False, _open=False)
         state["_sigchld_inner"] = None
         return state
 
     def may_save_mid_step(self) -> bool:
-        """Whether a checkpoint may be written in the middle of a training step from now on: a signal
-        came (a second one raises at once), or the handlers are not this process's (off the main thread,
-        before or after a run), where a first Ctrl+C raises ``KeyboardInterrupt`` wherever it lands."""
+        """Whether a save may land in the middle of a training step from now on: a signal came (a second one
+        raises at once), or the handlers are not this process's (a first Ctrl+C raises anywhere)."""
         return not self._active or self._signal is not None
 
     # ---- signal handling ----------------------------------------------------------------
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if not self._active:  # after the run (Lightning's teardown may re-install us): as before
-            self._delegate(signum, frame)
+            delegate_signal(self._previous.get(signum, signal.SIG_DFL), signum, frame)
             return
         first = self._signal is None
         if first:
@@ -439,13 +357,12 @@ class CheckpointOnInterrupt(Callback):
             self._forward(signum, frame)
         if self._stage == "predict" or (signum == signal.SIGINT and not first):
             raise KeyboardInterrupt  # the predict loop never checks the flag; a second Ctrl+C: now
-        trainer = self._trainer
-        if trainer is not None and trainer.world_size == 1:
+        if self._trainer is not None and self._trainer.world_size == 1:
             self._request_stop()  # several processes decide together, at the next batch end
 
     def _forward(self, signum: int, frame: FrameType | None) -> None:
-        """What Lightning's SIGTERM handler did besides setting its flag: signal the processes its
-        launcher started (``kill <pid>`` may reach only this one) and call an earlier handler."""
+        """What Lightning's SIGTERM handler did besides its flag: signal the processes its launcher started
+        and call an earlier handler."""
         launcher = getattr(getattr(self._trainer, "strategy", None), "launcher", None)
         if launcher is not None and signum == signal.SIGTERM:
             with contextlib.suppress(Exception):
@@ -456,31 +373,28 @@ class CheckpointOnInterrupt(Callback):
 
     def _on_sigchld(self, signum: int, frame: FrameType | None) -> None:
         """torch's SIGCHLD check, except that a worker killed by SIGTERM/SIGINT in a run is a stop signal."""
-        inner = self._sigchld_inner
-        if not callable(inner):
+        if not callable(self._sigchld_inner):
             return
         try:
-            inner(signum, frame)
+            self._sigchld_inner(signum, frame)
         except RuntimeError as err:
             killed_by = _worker_killed_by(err)
             if killed_by is None or not self._active:
                 raise
-            self._worker_stopped(killed_by)
-
-    def _worker_stopped(self, signum: int) -> None:
-        """A DataLoader worker died of the job's ``signum``: the job is being stopped, as if it came here."""
-        if self._signal is None:
-            self._signal = signum
-        trainer = self._trainer
-        if trainer is not None and trainer.world_size == 1:
-            self._request_stop()  # several processes decide together, at the next batch end
+            self._signal = self._signal or killed_by  # the job is being stopped, as if it came here
+            if self._trainer is not None and self._trainer.world_size == 1:
+                self._request_stop()
 
     def _guard_sigchld(self) -> None:
-        if not hasattr(signal, "SIGCHLD"):  # Windows: torch has no such check either
+        """Install torch's DataLoader SIGCHLD handler (as the first loader with workers does) and ours over
+        it; main thread only."""
+        main = threading.current_thread() is threading.main_thread()
+        if not (main and self._active and hasattr(signal, "SIGCHLD")):
             return
-        if self._active and signal.getsignal(signal.SIGCHLD) != self._on_sigchld:
-            inner = _guard_worker_deaths(self._on_sigchld)
-            if inner is not None and inner != self._on_sigchld:
+        if signal.getsignal(signal.SIGCHLD) != self._on_sigchld:
+            install_dataloader_sigchld_handler()  # once per process; a later loader then keeps ours on top
+            inner = signal.signal(signal.SIGCHLD, self._on_sigchld)
+            if inner != self._on_sigchld:
                 self._sigchld_inner = inner
 
     def _unguard_sigchld(self) -> None:
@@ -490,11 +404,8 @@ class CheckpointOnInterrupt(Callback):
             signal.signal(signal.SIGCHLD, inner)
 
     def _stop_signal_of_worker_death(self, err: BaseException) -> int | None:
-        """The job's signal if ``err`` reports a DataLoader worker death that is part of a stop, else None.
-
-        Killed by SIGTERM/SIGINT: that signal. Another death (``exited unexpectedly``) while a signal came or
-        comes within :data:`WORKER_DEATH_GRACE_S`: the signal. Else a crash (None).
-        """
+        """The job's signal if ``err`` reports a DataLoader worker death that is part of a stop (killed by
+        SIGTERM/SIGINT, or another death while a signal comes within ``WORKER_DEATH_GRACE_S``), else None."""
         if not self._active or dataloader_worker_died(err) is None:
             return None
         for raised in (err, err.__cause__, err.__context__):
@@ -505,25 +416,14 @@ class CheckpointOnInterrupt(Callback):
             time.sleep(0.02)  # the handler runs between the sleeps
         return self._signal
 
-    def _delegate(self, signum: int, frame: FrameType | None) -> None:
-        delegate_signal(self._previous.get(signum, signal.SIG_DFL), signum, frame)
-
     def _request_stop(self) -> None:
-        trainer = self._trainer
-        if trainer is not None and self._signal is not None and not self._open:
-            # Lightning's flag (set by its own SIGTERM handler too): the loops raise
-            # SIGTERMException at the next step boundary or evaluation batch.
-            request_sigterm_stop(trainer)
+        if self._trainer is not None and self._signal is not None and not self._open:
+            request_sigterm_stop(self._trainer)  # the loops raise SIGTERMException at the next boundary
 
     def _sync_stop(self, trainer: pl.Trainer) -> None:
-        """After a training batch: set the stop flag on every process at once if any got a signal.
-
-        Lightning checks its flag on each process on its own; a process stopping one step before
-        the others would leave them waiting in a collective. One boolean all-reduce per training
-        batch (Lightning already broadcasts its flag at every step under DDP). Training batches are
-        the same count on every process (gradient sync needs it); evaluation batches need not be,
-        so they are never synced: a signal during validation inside fit stops at the next step.
-        """
+        """After a training batch: stop on every process at once if any got a signal (one boolean all-reduce;
+        a process stopping alone would leave the others waiting in a collective). Evaluation batches may
+        differ in count per process, so a signal during validation inside fit stops at the next step."""
         if self._world_size > 1:
             if trainer.strategy.reduce_boolean_decision(self._signal is not None, all=False):
                 self._signal = self._signal or signal.SIGTERM
@@ -531,17 +431,8 @@ class CheckpointOnInterrupt(Callback):
         elif self._signal is not None:
             self._request_stop()
 
-    def _eval_stop(self, trainer: pl.Trainer) -> None:
-        """After an evaluation batch: stop there unless other processes must agree (fit under DDP)."""
-        if trainer.world_size == 1 or trainer.state.fn != TrainerFn.FITTING:
-            self._request_stop()
-
     def _take_over_sigterm(self) -> None:
-        """Replace the SIGTERM handler Lightning registered at run start by ours (which does its job).
-
-        Lightning's handler sets its flag on this process alone and, under DDP, calls a collective
-        from inside the signal handler; both can hang a multi-process run.
-        """
+        """Replace the SIGTERM handler Lightning registered at run start by ours (which does its job)."""
         if self._active and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._handle)
 
@@ -549,8 +440,7 @@ class CheckpointOnInterrupt(Callback):
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in JOB_SIGNALS:
-            self._previous[signum] = signal.getsignal(signum)
-            signal.signal(signum, self._handle)
+            self._previous[signum] = signal.signal(signum, self._handle)
         self._active = True
         for name in _SIGNAL_LOGGERS:
             logging.getLogger(name).addFilter(self._log_filter)
@@ -566,32 +456,24 @@ class CheckpointOnInterrupt(Callback):
             for signum, previous in self._previous.items():
                 if signal.getsignal(signum) == self._handle and previous is not None:
                     signal.signal(signum, previous)
-        # After an exception Lightning's teardown runs last and restores the handlers it found at
-        # fit start (ours): make it restore the ones from before us instead.
-        if self._trainer is not None:
-            for signum, previous in self._previous.items():
-                replace_restored_handler(self._trainer, signum, self._handle, previous)
+        # after an exception Lightning's teardown restores the handlers it found at fit start (ours)
+        for signum, previous in self._previous.items() if self._trainer is not None else ():
+            replace_restored_handler(self._trainer, signum, self._handle, previous)
 
     # ---- hooks --------------------------------------------------------------------------
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        # before Lightning registers its SLURM requeue handler (after setup), which can pass the job id to a
-        # shell: an id that is not a number never gets there
+        # before Lightning registers its SLURM requeue handler, which can pass the job id to a shell
         unsafe = requeue_problem(os.environ)
         if unsafe is not None:
             raise LitGpuError(unsafe)
         self._trainer, self._signal, self._stage, self._open = trainer, None, stage, False
         start_clean(trainer)  # a new run of this trainer starts clean
-        # every stage: a worker crash report hides the signal
-        _protect_dataloader_workers(trainer, on_workers=self._guard_sigchld)
+        _protect_dataloader_workers(trainer, on_workers=self._guard_sigchld)  # every stage
         if stage == "fit" and trainer.is_global_zero:
             for removed in clean_stale_temp_files(checkpoint_folder(trainer)):
                 messages.tell(messages.REMOVED_STALE_TEMP.format(file=removed))
         self._install()
-
-    @override
-    def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._take_over_sigterm()
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -599,17 +481,10 @@ class CheckpointOnInterrupt(Callback):
         self._open = False
         self._take_over_sigterm()
 
-    @override
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_sanity_check_start(self, *_: Any) -> None:
         self._take_over_sigterm()
 
-    @override
-    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._take_over_sigterm()
-
-    @override
-    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._take_over_sigterm()
+    on_validation_start = on_test_start = on_predict_start = on_sanity_check_start
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
@@ -621,11 +496,10 @@ class CheckpointOnInterrupt(Callback):
 
     @override
     def on_validation_batch_end(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
-        self._eval_stop(trainer)
+        if trainer.world_size == 1 or trainer.state.fn != TrainerFn.FITTING:  # else agreed at a train batch
+            self._request_stop()
 
-    @override
-    def on_test_batch_end(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
-        self._eval_stop(trainer)
+    on_test_batch_end = on_validation_batch_end
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -641,13 +515,8 @@ class CheckpointOnInterrupt(Callback):
         if isinstance(exception, KeyboardInterrupt | SIGTERMException):
             default = signal.SIGINT if isinstance(exception, KeyboardInterrupt) else signal.SIGTERM
             signum = self._signal or default
-        elif (worker_signal := self._stop_signal_of_worker_death(exception)) is not None:
-            signum, by_worker = (
-                worker_signal,
-                True,
-            )  # a worker killed by the job's signal: a stop, not a crash
-        else:
-            self._uninstall()
-            return
+        elif (signum := self._stop_signal_of_worker_death(exception)) is not None:
+            by_worker = True  # a worker killed by the job's signal: a stop, not a crash
         self._uninstall()
-        save_stopped_run(trainer, signum, by_worker=by_worker)
+        if signum is not None:
+            save_stopped_run(trainer, signum, by_worker=by_worker)
