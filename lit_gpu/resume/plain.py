@@ -138,6 +138,7 @@ __all__ = [
     "make_replayable",
     "order_settings",
     "saved_replay_problem",
+    "seed_persistent_workers",
     "why_not_replayable",
 ]
 
@@ -192,6 +193,18 @@ def why_not_replayable(loader: Any) -> str | None:
     if type(sampler) not in REPLAYABLE_SAMPLERS:
         return f"its sampler {type(sampler).__name__} has no state"
     return None
+
+
+def seed_persistent_workers(loader: Any, seed: int) -> Any:
+    """An evaluation loader with persistent workers draws their base seed once, when its iterator is made:
+    in the uninterrupted run at the sanity check (Lightning isolates its draws) or the fit's first
+    validation, in a resumed run at its first validation. From a generator of its own, seeded by ``seed``
+    (kept in the checkpoint), that draw is the same in both and shifts no main-process stream (the next
+    epoch's shuffle). Returns ``loader``."""
+    persistent = isinstance(loader, DataLoader) and loader.persistent_workers and loader.num_workers > 0
+    if persistent and loader.generator is None:
+        loader.generator = torch.Generator().manual_seed(seed)
+    return loader
 
 
 def make_replayable(loaders: list[Any]) -> list[Any]:

@@ -24,7 +24,12 @@ from lit_gpu import messages, numbering
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files import contracts as c
 from lit_gpu.resume.loaders import GlobalPosition, position_contract
-from lit_gpu.resume.plain import ReplayDataLoader, make_replayable, why_not_replayable
+from lit_gpu.resume.plain import (
+    ReplayDataLoader,
+    make_replayable,
+    seed_persistent_workers,
+    why_not_replayable,
+)
 from lit_gpu.upstream.logging_state import (
     LOGGING_STATE_KEY,
     REDUCTION_NAMES,
@@ -56,10 +61,16 @@ BAD_RNG_STATE = (
     " written by lit_gpu: resume from another checkpoint, or start afresh without --ckpt_path"
 )
 PERSISTENT_WORKERS = (
-    "resumed at {point}: the order continues exactly, but the training "
-    "loader's persistent workers start new random streams (a random augmentation in them differs from "
-    "the uninterrupted run)"
+    "resumed at {point}: every batch comes in the uninterrupted run's order, this epoch and the next ones,"
+    " but the training loader's persistent workers (started in an earlier epoch) restart their random"
+    " streams: a random augmentation in them differs from the uninterrupted run until the fit ends"
 )
+EPOCH_START_SKIPPED = (
+    "resumed in the middle of an epoch at {point}: Lightning does not run on_train_epoch_start again, so what"
+    " {hooks} set at that epoch's start is as the restore left it (the trainable parameters are as saved)"
+)
+WORKERS_SEED_KEY = "eval_workers_seed"  # the seed of evaluation loaders' persistent workers
+TRAINABLE_KEY = "trainable"  # {"frozen": parameter names, "untracked": batch norms' names} at the save
 NOT_AT_THE_BATCH = (
     "resumed at {point}, but the training loader cannot continue there ({why}):"
     " the rest of the epoch comes from the loader's start, so this run differs from an uninterrupted one"
@@ -157,6 +168,10 @@ def _checked(state_dict: Any) -> tuple[dict[str, Any] | None, str | None]:
     if gauss is not None and (not isinstance(gauss, float | int) or isinstance(gauss, bool)):
         return None, "the Python state's cached gaussian is not a number"
     state["python"] = (3, tuple(int(word) for word in internal), None if gauss is None else float(gauss))
+    if WORKERS_SEED_KEY in state and not _is_int(state[WORKERS_SEED_KEY], 0, 2**64 - 1):
+        return None, "the evaluation workers' seed is not an int in [0, 2**64)"
+    if TRAINABLE_KEY in state and (problem := _trainable_problem(state[TRAINABLE_KEY])) is not None:
+        return None, problem
     if "cuda" in state:
         cuda = state["cuda"]
         if not isinstance(cuda, list | tuple) or not all(_byte_state(one, None) for one in cuda):
@@ -198,6 +213,8 @@ class RNGStateCallback(Callback):
         self._step_state: dict[str, Any] | None = None
         self._interrupt: Any = None  # this fit's CheckpointOnInterrupt, if any
         self._trainer: Any = None
+        self._workers_seed: int | None = None  # evaluation loaders' persistent workers (kept in checkpoints)
+        self._trainable: dict[str, list[str]] | None = None  # restored: what was frozen at the save
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_interrupt": None, "_trainer": None}  # a copy belongs to no fit
@@ -207,10 +224,32 @@ class RNGStateCallback(Callback):
         self._trainer = trainer  # to name the checkpoint a malformed state came from
         if stage == "fit":  # a module's plain train loaders resume mid-epoch too (lit_gpu.resume.plain)
             prepare_train_loaders(trainer.fit_loop, make_replayable, ours=_is_replay)
+            self._seed_evaluation_workers(trainer)
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         release_train_loaders(trainer.fit_loop)
+        own = vars(trainer.strategy).get("process_dataloader")
+        if getattr(own, "_lit_gpu_seeds_workers", False):
+            del trainer.strategy.process_dataloader
+
+    def _seed_evaluation_workers(self, trainer: pl.Trainer) -> None:
+        """Give a fit's evaluation loaders with persistent workers a generator of their own
+        (:func:`~lit_gpu.resume.plain.seed_persistent_workers`), seeded as in the checkpoint's run."""
+        original = trainer.strategy.process_dataloader
+        if getattr(original, "_lit_gpu_seeds_workers", False):
+            return
+
+        def process_dataloader(dataloader: object) -> object:
+            loader = original(dataloader)
+            if trainer.training:  # the train loader's workers are its replay's (lit_gpu.resume.plain)
+                return loader
+            if self._workers_seed is None:
+                self._workers_seed = int(torch.initial_seed())
+            return seed_persistent_workers(loader, self._workers_seed)
+
+        process_dataloader._lit_gpu_seeds_workers = True  # type: ignore[attr-defined]
+        trainer.strategy.process_dataloader = process_dataloader  # type: ignore[method-assign]
 
     def _host_each_step(self) -> bool:
         """Whether a step's start must keep numpy's and Python's states too: wherever a save can land in the
@@ -237,7 +276,7 @@ class RNGStateCallback(Callback):
         patch_interrupted_loader_state(trainer, checkpoint, in_flight)
         if self._step_state is not None and self.state_key in checkpoint.get("callbacks", {}):
             state = {**_capture(), **self._step_state}  # numpy's and Python's live where not kept
-            checkpoint["callbacks"][self.state_key] = _serializable(state)
+            checkpoint["callbacks"][self.state_key] = self._with_fit_state(_serializable(state))
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -248,6 +287,12 @@ class RNGStateCallback(Callback):
         )
         sync_resumed_train_loader(trainer)
         start_next_epoch_after_a_finished_one(trainer)  # Lightning's counters after an epoch-end resume
+        trainable, self._trainable = self._trainable, None
+        if trainer.ckpt_path is not None and trainable is not None:
+            restore_trainable(pl_module, trainable)
+        if trainer.ckpt_path is not None and (skipped := skipped_epoch_start_hooks(trainer)):
+            point = numbering.fit_point(trainer, trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+            messages.tell(EPOCH_START_SKIPPED.format(point=point, hooks=skipped))
         if trainer.ckpt_path is not None and (done := open_accumulation(trainer)):
             point = numbering.fit_point(trainer, trainer.fit_loop.epoch_loop.batch_progress.current.processed)
             messages.tell(
@@ -268,7 +313,17 @@ class RNGStateCallback(Callback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return _serializable(_capture())
+        return self._with_fit_state(_serializable(_capture()))
+
+    def _with_fit_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """``state``; in a fit with the evaluation workers' seed and what does not train (``trainable``)."""
+        trainer = self._trainer
+        if trainer is not None and getattr(trainer.state, "fn", None) == "fit":
+            if self._workers_seed is not None:
+                state[WORKERS_SEED_KEY] = self._workers_seed
+            if trainer.lightning_module is not None:
+                state[TRAINABLE_KEY] = trainable(trainer.lightning_module)
+        return state
 
     def restore_contract(self, pl_module: Any = None) -> list[Any]:
         """The saved generator states (:func:`_checked`), and the train loader's position it resumes."""
@@ -303,6 +358,68 @@ class RNGStateCallback(Callback):
                 BAD_RNG_STATE.format(ckpt=messages.shown(ckpt or "being resumed", limit=200), problem=problem)
             )
         _restore(state)
+        seed = state.get(WORKERS_SEED_KEY)
+        self._workers_seed = seed if _is_int(seed, 0, 2**64 - 1) else self._workers_seed
+        self._trainable = state.get(TRAINABLE_KEY)  # checked by the contract (_checked)
+
+
+# ---- what a callback's epoch-start hook set: trainable parameters ---------------------------------------
+def trainable(pl_module: Any) -> dict[str, list[str]]:
+    """The parameters that do not train and the batch norms that track no statistics (a fine-tuning
+    callback's ``freeze``/``make_trainable``), by name: Lightning restores neither, and a resume skips the
+    epoch-start hook that set them (``BaseFinetuning`` freezes the backbone again in ``setup``)."""
+    return {
+        "frozen": [name for name, p in pl_module.named_parameters() if not p.requires_grad],
+        "untracked": [
+            name for name, m in pl_module.named_modules() if getattr(m, "track_running_stats", True) is False
+        ],
+    }
+
+
+def _trainable_problem(value: Any) -> str | None:
+    if not isinstance(value, dict) or set(value) != {"frozen", "untracked"}:
+        return "the trainable parameters are not a mapping of frozen and untracked names"
+    for names in value.values():
+        if not isinstance(names, list) or len(names) > 2**20:
+            return "the trainable parameters' names are not a list"
+        if not all(isinstance(name, str) and len(name) <= 1000 for name in names):
+            return "a trainable parameter's name is not a string of at most 1000 characters"
+    return None
+
+
+def restore_trainable(pl_module: Any, saved: dict[str, list[str]]) -> None:
+    """Set what trains (and which batch norms track statistics) as at the save, where the module has every
+    name the checkpoint lists (else it is another module: left as it is)."""
+    frozen, untracked = set(saved["frozen"]), set(saved["untracked"])
+    parameters, modules = dict(pl_module.named_parameters()), dict(pl_module.named_modules())
+    if not frozen <= set(parameters) or not untracked <= set(modules):
+        return
+    for name, parameter in parameters.items():
+        if parameter.is_floating_point() or parameter.is_complex():
+            parameter.requires_grad_(name not in frozen)
+    for name, module in modules.items():
+        if isinstance(getattr(module, "track_running_stats", None), bool):
+            module.track_running_stats = name not in untracked
+
+
+def skipped_epoch_start_hooks(trainer: Any) -> str | None:
+    """The user's ``on_train_epoch_start`` hooks (the module's, callbacks' other than Lightning's and
+    lit_gpu's) that a resume in the middle of an epoch does not run (``None``: none, or not mid-epoch)."""
+    processed = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+    batches = trainer.num_training_batches
+    if not (isinstance(batches, int) and 0 < processed < batches):
+        return None
+    module = trainer.lightning_module
+    names = []
+    if type(module).on_train_epoch_start is not pl.LightningModule.on_train_epoch_start:
+        names.append(f"{type(module).__name__}.on_train_epoch_start")
+    for callback in trainer.callbacks:
+        hook = type(callback).on_train_epoch_start
+        if hook is not Callback.on_train_epoch_start and not hook.__module__.startswith(
+            ("lightning.", "lit_gpu.")
+        ):
+            names.append(f"{type(callback).__name__}.on_train_epoch_start")
+    return ", ".join(names) or None
 
 
 # ---- the fit loop and lit_gpu's resumable train loader (Lightning internals) ----------------------
@@ -570,6 +687,10 @@ def logging_state_contract(pl_module: Any) -> list[Any]:
     def tensor_value(item: Any) -> str | None:
         if item.get("is_tensor") and "value" not in item:
             return "a tensor entry with no value"
+        for name in ("value", "forward_cache", "cumulated_batch_size") if item.get("is_tensor") else ():
+            value = item.get(name)
+            if isinstance(value, torch.Tensor) and value.numel() != 1:  # Lightning's ValueError at the log
+                return f"{c.holds(value)} as the {name} of {messages_shown(item.get('key'))}"
         return None
 
     def metric_state(name: str, saved: Any) -> str | None:
@@ -612,7 +733,8 @@ def logging_state_contract(pl_module: Any) -> list[Any]:
     return [
         c.Contract((LOGGING_STATE_KEY,), c.fields({"results": c.list_of(entry), "metrics": c.anything()})),
         c.Contract(
-            (LOGGING_STATE_KEY, "results", c.EACH), c.checked("an entry with its value", tensor_value)
+            (LOGGING_STATE_KEY, "results", c.EACH),
+            c.checked("an entry with its value (a logged tensor's: one number)", tensor_value),
         ),
         c.Contract(
             (LOGGING_STATE_KEY, "metrics"),

@@ -12,6 +12,7 @@ SECONDS: dict[str, int] = {  # the default tier on 2 idle cores (the README's `p
     "tests/integration/test_preemption.py": 34,
     "tests/integration/test_sweep.py": 27,
     "tests/integration/test_resume_exact.py": 27,
+    "tests/integration/test_resume_processes.py": 30,
     "tests/unit/cli/test_lightning_cli.py": 22,
     "tests/integration/test_failures.py": 20,
     "tests/integration/test_resume_changes.py": 20,
