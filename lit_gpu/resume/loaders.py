@@ -327,17 +327,10 @@ class ResumableSampler(GlobalPosition, DistributedSampler):
 class ResumableDataLoader(DataLoader):
     """A ``DataLoader`` (real workers, pinned memory) whose state is the job's global sample position.
 
-    Args:
-        dataset: Map-style dataset.
-        batch_size: Per-process batch size.
-        shuffle: A new seeded permutation every epoch.
-        seed: Seed of the permutations and of the per-sample RNG streams.
-        rank: This process's global rank.
-        world_size: Number of processes sharing the data.
-        drop_last: Trim the epoch's tail to a multiple of the world size and drop the incomplete
-            last batch.
-        **kwargs: Other ``DataLoader`` arguments (``num_workers``, ``pin_memory``,
-            ``persistent_workers``, ``collate_fn``, ``prefetch_factor``...).
+    ``batch_size`` per process; ``seed`` of the permutations (a new one each epoch with ``shuffle``) and of
+    the per-sample random streams; this process's global ``rank`` of ``world_size``; ``drop_last`` trims the
+    epoch's tail to a multiple of the world size and drops the incomplete last batch; other ``DataLoader``
+    arguments (``num_workers``, ``pin_memory``, ``persistent_workers``, ``prefetch_factor``...) as given.
     """
 
     def __init__(
@@ -402,32 +395,13 @@ def batches_for(samples: int, batch_size: int, drop_last: bool) -> int:
 
 # ---- TensorLoader: batches by index slicing of in-memory tensors (no workers, no collate) ---------------
 class TensorLoader(GlobalPosition):
-    """An iterable "dataloader" over tensors that share their first dimension.
+    """An iterable "dataloader" over tensors that share their first dimension (no workers, no collate).
 
-    Each epoch it draws one permutation from a ``torch.Generator`` seeded by ``(seed, epoch)``, so
-    every rank agrees on it, and rank ``r`` keeps the strided shard ``perm[r::world_size]``. Batches
-    are index-selects on the stored tensors, which stay wherever they are (CPU or GPU).
-
-    Lightning only swaps samplers of ``torch.utils.data.DataLoader`` objects, so it leaves this
-    loader alone under DDP; it still calls ``loader.sampler.set_epoch(epoch)`` each epoch, which
-    is why ``sampler`` returns the loader itself.
-
-    Shards are equal in size on every rank (DDP needs the same number of steps per rank): with
-    ``drop_last=False`` the permutation is padded by wrapping around, as ``DistributedSampler``
-    does; with ``drop_last=True`` its tail is dropped, and so is each shard's incomplete last batch.
-
-    Resumable: ``state_dict()`` is the job's global position in the epoch's order (see
-    :mod:`lit_gpu.resume.loaders`); after ``load_state_dict()`` the next pass yields this rank's
-    share of the remaining samples, on any world size and batch size.
-
-    Args:
-        *tensors: Tensors of equal length ``N`` (e.g. images ``(N, 1, 28, 28)`` and labels ``(N,)``).
-        batch_size: Samples per batch on this rank.
-        shuffle: Draw a new permutation every epoch (otherwise keep the stored order).
-        drop_last: Drop the incomplete last batch (and the uneven tail across ranks).
-        seed: Base seed of the permutations.
-        rank: This process's rank.
-        world_size: Number of processes sharing the data.
+    Epoch ``e``'s order and rank ``r``'s shard are :class:`GlobalPosition`'s; batches are index-selects on
+    the stored tensors, which stay where they are (CPU or GPU). Lightning swaps samplers of torch
+    ``DataLoader`` objects only, so it leaves this one alone under DDP; its per-epoch
+    ``loader.sampler.set_epoch(epoch)`` reaches the loader itself (``sampler``). Arguments as
+    :class:`ResumableDataLoader`'s, ``*tensors`` of equal length ``N`` in place of a dataset.
     """
 
     def __init__(
@@ -510,46 +484,36 @@ class TensorLoader(GlobalPosition):
 
 
 # ---- the loader settings every data module takes: a bad value is one line, not a traceback -----------
+def _bad(name: str, rule: str, value: object, example: str) -> LitGpuError:
+    return LitGpuError(messages.BAD_DATA_SETTING.format(name=name, rule=rule, value=value, example=example))
+
+
+def _integer(value: object, minimum: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= minimum
+
+
 def check_loader_args(batch_size: int, num_workers: int) -> None:
     """Raise :class:`LitGpuError` for ``batch_size < 1`` or ``num_workers < 0`` (DataLoader's ValueErrors)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise LitGpuError(
-            messages.BAD_DATA_SETTING.format(
-                name="batch_size", rule="a positive integer", value=batch_size, example="e.g. 64"
-            )
-        )
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-        raise LitGpuError(
-            messages.BAD_DATA_SETTING.format(
-                name="num_workers",
-                rule="0 or more",
-                value=num_workers,
-                example="0 (load in the main process) or the number of worker processes",
-            )
-        )
+    if not _integer(batch_size, 1):
+        raise _bad("batch_size", "a positive integer", batch_size, "e.g. 64")
+    if not _integer(num_workers, 0):
+        example = "0 (load in the main process) or the number of worker processes"
+        raise _bad("num_workers", "0 or more", num_workers, example)
 
 
 def check_counts(**counts: tuple[object, int]) -> None:
-    """Raise :class:`LitGpuError` for a size that is not an integer ``>= minimum`` (``name=(value, min)``).
-
-    ``out_features: null`` or ``num_samples: -5`` in a config would otherwise fail deep inside torch.
-    """
+    """Raise :class:`LitGpuError` for a size that is not an integer ``>= minimum`` (``name=(value, min)``):
+    ``out_features: null`` or ``num_samples: -5`` in a config would otherwise fail deep inside torch."""
     for name, (value, minimum) in counts.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        if not _integer(value, minimum):
             rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-            raise LitGpuError(
-                messages.BAD_DATA_SETTING.format(name=name, rule=rule, value=value, example="e.g. 10")
-            )
+            raise _bad(name, rule, value, "e.g. 10")
 
 
 def check_number(name: str, value: object, minimum: float = 0.0) -> None:
     """Raise :class:`LitGpuError` for a setting that is not a finite number ``>= minimum``."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not minimum <= value < float("inf"):
-        raise LitGpuError(
-            messages.BAD_DATA_SETTING.format(
-                name=name, rule=f"a finite number >= {minimum:g}", value=value, example="e.g. 0.05"
-            )
-        )
+        raise _bad(name, f"a finite number >= {minimum:g}", value, "e.g. 0.05")
 
 
 DATA_TOO_BIG = (
@@ -559,21 +523,17 @@ DATA_TOO_BIG = (
 
 
 def check_fits_in_memory(sizes: dict[str, int], needs: int) -> None:
-    """Refuse data sizes whose tensors (``needs`` bytes) cannot fit in this machine's memory at all.
-
-    Checked before anything is allocated: torch's allocator would otherwise fail with a traceback
-    (or, where the kernel overcommits, the process would be killed while filling the tensors).
-    ``sizes`` are the settings that decide ``needs``; the largest is named as the one to change.
-    """
+    """Refuse data sizes whose tensors (``needs`` bytes) cannot fit in this machine's memory at all, before
+    anything is allocated (else torch's traceback, or a kill while filling them); ``sizes`` are the settings
+    that decide ``needs``, the largest named as the one to change."""
     have = host_memory_bytes()
     if have is None or needs <= have:
         return
     settings = ", ".join(f"data.{name}={value}" for name, value in sizes.items())
     largest = max(sizes, key=lambda name: sizes[name])
+    needs_text, have_text = human_bytes(needs), human_bytes(have)
     raise LitGpuError(
-        DATA_TOO_BIG.format(
-            settings=settings, needs=human_bytes(needs), have=human_bytes(have), largest=largest
-        )
+        DATA_TOO_BIG.format(settings=settings, needs=needs_text, have=have_text, largest=largest)
     )
 
 
