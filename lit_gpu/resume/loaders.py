@@ -43,16 +43,6 @@ from lit_gpu.errors import LitGpuError
 from lit_gpu.translate import host_memory_bytes, human_bytes
 
 # ---- the global position, ResumableDataLoader -----------------------------------------------------
-__all__ = [
-    "GlobalPosition",
-    "ResumableDataLoader",
-    "ResumableSampler",
-    "SeededSamples",
-    "TensorLoader",
-    "epoch_order",
-    "sample_seeds",
-    "shard_positions",
-]
 
 _MASK64 = (1 << 64) - 1
 STATE_VERSION = 1

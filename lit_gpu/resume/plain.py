@@ -15,15 +15,10 @@ loads their saved states, and says on which step to resume at the fit's start
 checkpoint, is the number of batches to skip. A loader that cannot be replayed (an iterable dataset, a
 custom sampler or loader class) is left as it is: :func:`why_not_replayable` names why.
 
-What a plain ``DataLoader``'s sample order depends on: recorded with its replay state, compared on resume.
-
-A replay puts back the generators' states of the saved epoch; the order they draw
-is the saved one only when the loader around them is the saved one. :func:`order_settings` records each
-setting the order depends on: the dataset's length, the batch size and ``drop_last``, the sampler's class
-and settings (shuffle, replacement, its generator's seed or ``DistributedSampler``'s seed), the loader's
-generator, ``num_workers`` and ``persistent_workers`` (the workers' base seed is drawn from the global RNG
-or the loader's generator when an iterator is made), and the world size. :func:`changed_settings` names
-those that differ on resume (``None``: the loader is the saved one).
+A replay's generator states draw the saved order only around the saved loader: :func:`order_settings`
+records each setting the order depends on (the dataset's length, batch size, ``drop_last``, the sampler and
+its settings and seed, the loader's generator, ``num_workers``, ``persistent_workers``, the world size), and
+:func:`changed_settings` names those that differ on resume.
 """
 
 from __future__ import annotations
@@ -127,37 +122,16 @@ def changed_settings(saved: dict[str, Any], now: dict[str, Any]) -> str | None:
 
 
 # ---- the replay ------------------------------------------------------------------------------------
-__all__ = [
-    "LOADER_STATES",
-    "ORDER_KEYS",
-    "REPLAY_STATE_CONTRACT",
-    "ReplayDataLoader",
-    "changed_settings",
-    "check_order_settings",
-    "check_replay_state",
-    "make_replayable",
-    "order_settings",
-    "saved_replay_problem",
-    "seed_persistent_workers",
-    "why_not_replayable",
-]
-
 REPLAY_STATE_VERSION = 2
-# The restored state's contract, checked by check_replay_state before anything is set: a mapping
-# {"replay_state": 2, "generators": [...], "batches": N, "order": {...}, "handed_out": H, "offset": O,
-# "workers_seed": None,
-# "made_iterator": bool}; generators a list of at most 3 ``bytes`` (the global torch generator's state, then
-# the loader's generator's, then the random sampler's), as many as the loader has and each as long as that
-# generator's state, or [] before the loader's first epoch started; handed_out the batches the saved pass had
-# handed out, counted as Lightning counts the epoch's batches (an int in [0, 2**62]: an epoch-start resume
-# finishes that pass's draws or redoes it); offset where in the epoch that pass began (0, or the batch a
-# resume that could not continue there restarted the loader at; in [0, 2**62]); workers_seed the state
-# the persistent workers' base seed was drawn from (None without persistent workers: not b"", which torch's
-# pickle protocol writes as a call of ``bytes`` that weights-only loading refuses); made_iterator whether
-# the saved pass made its iterator (False: it reset the persistent one); batches (the loader's length when
-# saved) an int in [0, 2**62]; order the settings the order depends on (order_settings). Bytes,
-# not tensors: the fit loop's state stays comparable with ``==`` (Lightning's own tests compare it) and
-# loads with ``weights_only=True``. Version 1 (generators and batches only) is still read.
+# The restored state (checked by check_replay_state before anything is set): "generators" at most 3 bytes
+# (the global torch generator's state, the loader's generator's, the random sampler's: as many as the loader
+# has, each as long as that generator's state; [] before its first epoch); "handed_out" the batches the saved
+# pass had handed out (Lightning's count); "offset" the batch that pass began at (0, or where a resume that
+# could not continue restarted it); "workers_seed" the state the persistent workers' base seed was drawn from
+# (None without: b"" pickles as a call weights-only loading refuses); "made_iterator" whether the saved pass
+# made its iterator (False: it reset the persistent one); "batches" the loader's length; "order" its
+# order_settings. Bytes, not tensors: the loop state compares with ``==`` (Lightning's tests do) and loads
+# weights-only. Version 1 (generators and batches only) is still read.
 REPLAY_STATE_CONTRACT: dict[str, Any] = {
     "replay_state": (int, (1, REPLAY_STATE_VERSION)),
     "generators": (list, {"max_len": 3, "item": bytes}),
