@@ -229,7 +229,11 @@ class RNGStateCallback(Callback):
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         release_train_loaders(trainer.fit_loop)
-        own = vars(trainer.strategy).get("process_dataloader")
+        self.on_exception(trainer, pl_module, None)
+
+    @override
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: Any) -> None:
+        own = vars(trainer.strategy).get("process_dataloader")  # a fit that raised gets no teardown
         if getattr(own, "_lit_gpu_seeds_workers", False):
             del trainer.strategy.process_dataloader
 
