@@ -195,16 +195,11 @@ def _restore(state: dict[str, Any]) -> None:
 class RNGStateCallback(Callback):
     """Make resumed training bit-exact w.r.t. random numbers (shuffling, dropout, augmentation).
 
-    Checkpoints store the torch, CUDA, numpy and Python RNG states as they are at the save point,
-    which may be any training step; resuming restores them. The sanity-check validation run is
-    made RNG-neutral (states are put back after it) so it consumes the same random numbers whether
-    or not the run was resumed.
-
-    At ``on_train_start`` it also makes sure a resumed fit continues at the checkpoint's sample
-    with lit_gpu's resumable loaders (:func:`sync_resumed_train_loader`:
-    Lightning issue #20550, and a resume with another global batch). The sample order itself and
-    the per-sample random streams of DataLoader workers are the loaders' state
-    (:mod:`lit_gpu.resume.loaders`), so together they resume exactly at any step.
+    Checkpoints keep the torch, CUDA, numpy and Python RNG states at the save point (any step), which
+    parameters do not train (:func:`trainable`) and the seed of evaluation loaders' persistent workers; a
+    resume restores them. The sanity check is RNG-neutral. At ``on_train_start`` a resumed fit continues at
+    the checkpoint's sample (:func:`sync_resumed_train_loader`: Lightning #20550, another global batch); the
+    order and the per-sample streams are the loaders' state (:mod:`lit_gpu.resume.loaders`, ``plain``).
     """
 
     def __init__(self) -> None:
