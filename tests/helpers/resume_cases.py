@@ -112,10 +112,12 @@ class Tiny(pl.LightningModule):
     def train_dataloader(self):
         return self.loader_settings.build()
 
-    def val_dataloader(self):
+    def val_dataloader(self):  # workers as the training loader's (persistent ones are made once a fit)
         g = torch.Generator().manual_seed(1)
         data = TensorDataset(torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g))
-        return DataLoader(data, batch_size=8)
+        settings = self.loader_settings
+        workers = {"num_workers": settings.workers, "persistent_workers": settings.persistent}
+        return DataLoader(data, batch_size=8, **(workers if settings.workers else {}))
 
     def configure_optimizers(self):
         kind = self.case.optimizer
