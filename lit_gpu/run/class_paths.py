@@ -31,8 +31,8 @@ MOVED: Mapping[str, str] = {
     "lit_gpu.upstream.step_path.SkipIdleHooks": "lit_gpu.callbacks.SkipIdleHooks",
     "lit_gpu.upstream.step_path.LeanOptimizerStep": "lit_gpu.callbacks.LeanOptimizerStep",
     "lit_gpu.upstream.batch_path.LeanTrainingBatch": "lit_gpu.callbacks.LeanTrainingBatch",
-    "lit_gpu.data.stateful.ResumableDataLoader": "lit_gpu.resume.loaders.ResumableDataLoader",
-    "lit_gpu.data.tensor_loader.TensorLoader": "lit_gpu.resume.loaders.TensorLoader",
+    "lit_gpu.data.stateful.ResumableDataLoader": "lit_gpu.data.ResumableDataLoader",
+    "lit_gpu.data.tensor_loader.TensorLoader": "lit_gpu.data.TensorLoader",
 }
 
 _MAX_NODES = 2_000_000  # containers one walk visits at most (parsed configs are bounded far below)
