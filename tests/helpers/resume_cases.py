@@ -112,12 +112,10 @@ class Tiny(pl.LightningModule):
     def train_dataloader(self):
         return self.loader_settings.build()
 
-    def val_dataloader(self):  # workers as the training loader's (persistent ones are made once a fit)
+    def val_dataloader(self):
         g = torch.Generator().manual_seed(1)
         data = TensorDataset(torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g))
-        settings = self.loader_settings
-        workers = {"num_workers": settings.workers, "persistent_workers": settings.persistent}
-        return DataLoader(data, batch_size=8, **(workers if settings.workers else {}))
+        return DataLoader(data, batch_size=8)
 
     def configure_optimizers(self):
         kind = self.case.optimizer
