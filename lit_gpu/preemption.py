@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shlex
 import signal
 import threading
 import time
@@ -42,6 +41,7 @@ from lit_gpu import messages, numbering
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import clean_stale_temp_files
 from lit_gpu.launch_env import requeue_problem
+from lit_gpu.messages import command_word, resume_command
 from lit_gpu.run.layout import CHECKPOINTS
 from lit_gpu.translate import dataloader_worker_died
 from lit_gpu.upstream.loops import (
@@ -68,7 +68,7 @@ STOPPED_BEFORE_SAVE = "stopped by {signal} {where}; nothing to save"
 
 _EXIT_CODE_ATTR = "lit_gpu_exit_code"  # on trainer.state: how a run stopped by a signal should exit
 _STOPPED_BY_WORKER_ATTR = "lit_gpu_stop_by_worker"  # on trainer.state: the stop came as a worker's death
-_COMMAND_ATTR = "lit_gpu_command"  # on trainer.state: how to resume this run (remember_command)
+_COMMAND_ATTR = "lit_gpu_command"  # on trainer.state: the command line (after ``lit-gpu``) of this run
 # where Lightning logs "Received SIGTERM" / "Detected KeyboardInterrupt" (lit_gpu prints its own line)
 _SIGNAL_LOGGERS = (
     "lightning.pytorch.trainer.connectors.signal_connector",
@@ -94,19 +94,18 @@ def start_clean(trainer: pl.Trainer) -> None:
     setattr(trainer.state, _STOPPED_BY_WORKER_ATTR, False)
 
 
-def remember_command(trainer: pl.Trainer, command: Callable[[str], str] | None) -> None:
-    """Keep how to resume this run on ``trainer``: ``command(path)`` is the command line that continues from
-    ``path`` (the CLI's ``partial(resume_command, argv)``; picklable), ``None``: none known."""
-    setattr(trainer.state, _COMMAND_ATTR, command)
+def remember_command(trainer: pl.Trainer, command: list[str] | None) -> None:
+    """Keep the run's command line (after ``lit-gpu``) on ``trainer``: the stop line's resume command."""
+    setattr(trainer.state, _COMMAND_ATTR, None if command is None else list(command))
 
 
 def resume_with(trainer: pl.Trainer, path: Path) -> str:
-    """The command that continues *this* run: its own ``last.ckpt`` by path, never ``last`` (which would
-    take whatever run of the same model is newer in the root)."""
+    """The command that continues *this* run: its own ``last.ckpt`` by path (shell-quoted), never ``last``
+    (which would take whatever run of the same model is newer in the root)."""
     command = getattr(trainer.state, _COMMAND_ATTR, None)
-    return (
-        RESUME_WITHOUT_COMMAND.format(path=shlex.quote(str(path))) if command is None else command(str(path))
-    )
+    if command is None:
+        return RESUME_WITHOUT_COMMAND.format(path=command_word(str(path)))
+    return resume_command(command, str(path))
 
 
 def stop_exit_code(trainer: pl.Trainer | None) -> int | None:
