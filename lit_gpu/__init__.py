@@ -28,8 +28,8 @@ __version__ = "0.1.0"
 SUBMODULES = frozenset(
     {
         "callbacks", "checkpoints", "cli", "commands", "data", "demo", "devices", "errors", "files", "io",
-        "load_report", "messages", "modules", "net_spec", "nets", "profilers", "recipes", "registration",
-        "logger_media", "loggers", "package_check", "run", "strategies", "testing", "explain", "upstream",
+        "load_report", "messages", "modules", "net_spec", "nets", "fastpath", "recipes", "registration",
+        "package_check", "run", "strategies", "testing", "explain", "upstream",
     }
 )  # fmt: skip
 

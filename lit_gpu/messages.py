@@ -8,6 +8,7 @@ through :func:`tell`, which prints once per job (global rank zero).
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import unicodedata
 from typing import TextIO
@@ -64,9 +65,6 @@ TRUNCATED_IDX_FILE = (
 NOT_AN_IDX_FILE = (
     "{path} is not an IDX file (magic number {magic:#010x}); delete it and download MNIST again "
     "(--data.download true) or copy the real file there"
-)
-NO_CONFIG_BESIDE = (
-    "no config.yaml for {ckpt} ({looked}) to rebuild its run from; pass the run's settings with --config FILE"
 )
 PICKLE_REFUSED = (
     "{path} holds pickled Python objects, which can run code when loaded, so weights-only loading refused "
@@ -134,22 +132,12 @@ OPTIMIZER_STATE_MISSING = (
 )
 
 # ---- progress lines (printed with tell) ---------------------------------------------------------
-RESUMING_FROM = "resuming from {path} ({why})"
-USING_CHECKPOINT = "using {path} ({why})"
-REBUILDING_FROM = "rebuilding the run from {config}: took {taken}; nothing else is read from it{left_out}"
 STATE_PATHS_DROPPED = (
     "{ckpt}: ignored {count} path(s) in its callback state that lead outside {folder} ({fields}); "
     "nothing outside the run is touched"
 )
 REMOVE_OUTSIDE_REFUSED = (
     "not removing {path}: it is not a checkpoint file inside {dirpath} (resolved: {real}); left as it is"
-)
-RUN_CONFIG_REFUSED = "{config}: {what}; nothing was read from it; pass the run's settings with --config FILE"
-CONFIG_CHANGED = "the config differs from {old} ({changes}); saved it beside as {new}"
-CONFIG_EXISTS = (
-    "{path} exists: an earlier run saved its config into the same folder. Aborting to avoid overwriting it "
-    "(nothing ran); give this run its own folder (--trainer.default_root_dir DIR, or lit_gpu's loggers: "
-    "a version_N folder per run), or remove the file"
 )
 COUNTERS_DISAGREE = (
     "{path} holds {problem}: it was edited or put together from two checkpoints, so it names no one step to"
@@ -198,17 +186,8 @@ TORCHVISION_MISMATCH = (
     "torchvision {vision} does not fit torch {torch} ({why}): they come from different builds; install the "
     "pair from one index: pip install --force-reinstall 'torch=={base}' '{wanted}'{index}"
 )
-LOGGER_CALL_IGNORED = (
-    "the CSV logger keeps no {method} (tag '{tag}') and ignores it (said once); the TensorBoard logger's "
-    "event files keep it: tensorboard --logdir {folder}"
-)
-MEDIA_FULL = (
-    "the CSV logger's media folder {folder} holds {limit} now: it keeps no more images, figures or text "
-    "for this run (said once); the TensorBoard logger's event files still take them"
-)
-MEDIA_TOO_BIG = "the CSV logger skips image '{tag}': {pixels} pixels, over PIL's bound of {bound} (said once)"
 
-# a resume whose training loader is not the checkpoint's (callbacks/rng_state.py, data/loader_order.py)
+# a resume whose training loader is not the checkpoint's (resume/state.py, resume/plain.py)
 LOADER_CHANGED = (
     "resumed at {point}, but the training loader changed since the checkpoint ({what}): its order from here"
     " on is not the stopped run's, so this run differs from an uninterrupted one"
@@ -300,6 +279,81 @@ def tell_error(text: str) -> None:
     the terminal through an error.
     """
     print(f"{PREFIX}error: {one_line(text)}", file=sys.stderr, flush=True)
+
+
+# ---- the resume command: words several rooms print (progress lines, the stop line) ----------------------
+#: flags the resume command leaves out: the checkpoint is named anew, and the run continues in its folder
+_REPLACED_FLAGS = ("--ckpt_path", "--new_run")
+
+
+def resume_command(argv: list[str], checkpoint: str) -> str:
+    """``lit-gpu <argv>`` with ``--ckpt_path checkpoint`` in place of any ``--ckpt_path`` it had
+    (a ``--new_run true`` left out: the resume continues the folder of ``checkpoint``; a last ``--new_run
+    false`` kept, as LitGpuCLI adds it where a config file set ``new_run: true``), as one line that bash
+    reads back to the same words (:func:`command_word`). A command longer than :data:`RESUME_MAX_CHARS`
+    (the printed line would be cut) names the arguments instead of a cut, wrong command."""
+    kept: list[str] = []
+    new_run: str | None = None  # the value of the last --new_run
+    skip: str | None = None  # a dropped flag whose value comes next
+    for arg in argv:
+        if skip is not None:
+            new_run = arg if skip == "--new_run" else new_run
+            skip = None
+            continue
+        flag, equals, value = arg.partition("=")
+        if flag in _REPLACED_FLAGS:
+            if not equals:
+                skip = flag
+            elif flag == "--new_run":
+                new_run = value
+            continue
+        kept.append(arg)
+    if new_run is not None and new_run.strip().lower() == "false":  # a file may say new_run: true
+        kept += ["--new_run", "false"]
+    program = " ".join(command_word(word) for word in command_program() or _program(argv))
+    program = command_env() + program  # PYTHONPATH=. where the run needed it
+    command = " ".join([program, *(command_word(word) for word in [*kept, "--ckpt_path", checkpoint])])
+    if len(command) > RESUME_MAX_CHARS:
+        return f"{program} <the same arguments> --ckpt_path {command_word(checkpoint)}"
+    return command
+
+
+def _program(argv: list[str]) -> list[str]:
+    """The words that started this process before ``argv``: ``lit-gpu``, or, when ``argv`` is this process's
+    own command line run by another program (``python train.py`` with a LitGpuCLI of its own, ``python -m
+    lit_gpu``), those words as Python recorded them (``sys.orig_argv``): the resume runs the same CLI."""
+    own = sys.argv[1:]
+    if not own or argv[: len(own)] != own or os.path.basename(sys.argv[0]) == "lit-gpu" or not sys.argv[0]:
+        return ["lit-gpu"]
+    words = sys.orig_argv[: len(sys.orig_argv) - len(own)]
+    return words if words and own == sys.orig_argv[len(words) :] else ["lit-gpu"]
+
+
+#: the longest resume command printed whole (a stop line is cut at messages.LINE_MAX_CHARS)
+RESUME_MAX_CHARS = 3000
+
+
+def command_word(word: str) -> str:
+    """``word`` as a bash (and zsh) word that reads back as ``word`` and that :func:`shown`
+    prints unchanged: ``shlex.quote``, or, where ``word`` holds a character ``shown`` would escape (a
+    newline, a control, a bidi or format character, an undecodable byte), ANSI-C quoting ``$'...'`` with
+    that character's bytes as ``\\xHH`` (bash's definition of ``$'...'``; ``!`` as ``\\x21``: no history
+    expansion)."""
+    if all(shown(char) == char for char in word):
+        return shlex.quote(word)
+    out = []
+    for char in word:
+        if char in "\\'":
+            out.append("\\" + char)
+        elif char == "!" or shown(char) != char:
+            try:
+                raw = os.fsencode(char)  # a lone surrogate: the undecodable byte it stands for
+            except UnicodeEncodeError:
+                raw = char.encode("utf-8", "surrogatepass")
+            out.append("".join(f"\\x{byte:02x}" for byte in raw))
+        else:
+            out.append(char)
+    return "$'" + "".join(out) + "'"
 
 
 # ---- how a printed command starts ------------------------------------------------------------------

@@ -26,10 +26,10 @@ from typing import Any
 import lightning.pytorch as pl
 
 from lit_gpu import messages
-from lit_gpu.cli.ckpt_path import config_value
 from lit_gpu.errors import LitGpuError
 from lit_gpu.explain import allocation_refused, host_memory_bytes, human_bytes
 from lit_gpu.messages import shown
+from lit_gpu.run.layout import config_value
 from lit_gpu.upstream.tools import parser_actions
 
 # ---- texts (this module's alone) ------------------------------------------------------------------------

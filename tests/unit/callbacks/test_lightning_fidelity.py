@@ -118,9 +118,9 @@ def test_a_changed_lightning_source_makes_the_whole_fast_path_stand_aside_in_one
     step, the lean batch and the idle-hook hiding all stand aside; training is stock Lightning's exactly."""
     from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 
+    from lit_gpu.fastpath.batch import LeanTrainingBatch
+    from lit_gpu.fastpath.step import LeanOptimizerStep, SkipIdleHooks
     from lit_gpu.upstream import gate
-    from lit_gpu.upstream.batch_path import LeanTrainingBatch
-    from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks
 
     def fit(callbacks) -> RegressionModule:
         torch.manual_seed(0)
@@ -154,8 +154,8 @@ def test_a_changed_lightning_source_makes_the_whole_fast_path_stand_aside_in_one
 def test_a_lightning_newer_than_verified_never_runs_the_mirrored_code(tmp_path, monkeypatch, capsys):
     import lightning
 
+    from lit_gpu.fastpath.step import LeanOptimizerStep
     from lit_gpu.upstream import gate
-    from lit_gpu.upstream.step_path import LeanOptimizerStep
 
     monkeypatch.setattr(lightning, "__version__", "2.99.0")
     gate.reset()
@@ -174,7 +174,7 @@ def test_a_stand_in_checkpoint_callback_without_dirpath_is_fine(tmp_path):
     """As in Lightning's test_stateful_trainer_ckpt_path_support: a spec'd Mock has no ``dirpath``."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from lit_gpu.callbacks.stopped_run import checkpoint_folder
+    from lit_gpu.preemption import checkpoint_folder
 
     trainer = _trainer(tmp_path, callbacks=[Mock(spec=ModelCheckpoint), *_defaults()])
     assert checkpoint_folder(trainer) == tmp_path / "checkpoints"
