@@ -3,7 +3,7 @@
 ``lit-gpu`` prints what :func:`explain` returns as ``lit-gpu: error: ...`` and exits 2; anything it
 does not recognise keeps its traceback (a lit_gpu bug). Each translator below takes an exception and
 returns a one-line answer (texts in :mod:`lit_gpu.messages`) or ``None``. Device errors are rewritten
-where the trainer is built (:mod:`lit_gpu.cli.trainer`), where the config that asked for them is known.
+where the trainer is built (:mod:`lit_gpu.devices`), where the config that asked for them is known.
 """
 
 from __future__ import annotations

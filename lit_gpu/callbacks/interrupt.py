@@ -56,9 +56,9 @@ from lit_gpu.callbacks.stopped_run import (
     start_clean,
 )
 from lit_gpu.data.workers import protect_workers
+from lit_gpu.devices import requeue_problem
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import clean_stale_temp_files
-from lit_gpu.launch_env import requeue_problem
 from lit_gpu.translate import dataloader_worker_died
 from lit_gpu.upstream.loops import (
     cancel_sigterm_stop,

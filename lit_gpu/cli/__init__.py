@@ -5,7 +5,7 @@
 * :mod:`lit_gpu.cli.ckpt_path`: ``--ckpt_path last|best|FILE`` mapped to one call of :mod:`lit_gpu.run.store`.
 * :mod:`lit_gpu.cli.run_folders`: loggers under ``trainer.default_root_dir``, rebuild from a checkpoint.
 * :mod:`lit_gpu.cli.sanity`: a seed or a model Lightning would refuse deep inside a run, refused first.
-* :mod:`lit_gpu.cli.trainer`: ``devices: free:N``, ``precision: auto``, device errors.
+* :mod:`lit_gpu.devices`: ``devices: free:N``, ``precision: auto``, device errors.
 * :mod:`lit_gpu.cli.quiet`: the warning/logging filters ``main`` installs.
 * :mod:`lit_gpu.cli.completion`: ``lit-gpu completion bash|zsh`` and the answers to each TAB.
 

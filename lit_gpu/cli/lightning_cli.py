@@ -37,7 +37,7 @@ from lit_gpu.cli.needs_data import check_has_data
 from lit_gpu.cli.parse_errors import concise_parse_error, yaml_error
 from lit_gpu.cli.sanity import check_seed
 from lit_gpu.cli.too_big import explain_build_failure, missing_requirement
-from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
+from lit_gpu.devices import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import install_atomic_checkpoint_io
 from lit_gpu.profilers import skip_idle_profiler

@@ -163,16 +163,16 @@ def check_launch_env(args: list[str]) -> None:
     """A malformed launcher variable: one line and exit 2, before Lightning reads it; for a diagnostic,
     one line each and the run goes on (``env`` shows them in its advice; a ``--help`` runs without them,
     as Lightning would fail reading them on import)."""
-    from lit_gpu import launch_env
+    from lit_gpu import devices
 
-    bad = launch_env.problems(os.environ)
+    bad = devices.problems(os.environ)
     if not bad:
         return
     if not _is_diagnostic(args):
         messages.tell_error(next(iter(bad.values())))
         sys.exit(2)
     if args[0] in DIAGNOSTICS:
-        return  # lit-gpu env reports them itself (launch_env.problems), Lightning is not imported
+        return  # lit-gpu env reports them itself (devices.problems), Lightning is not imported
     for name, line in bad.items():
         messages.tell(messages.BAD_VARIABLE_IGNORED.format(problem=line))
         del os.environ[name]

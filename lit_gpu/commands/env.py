@@ -19,7 +19,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from lit_gpu import devices, free_gpus, launch_env, messages, visible_devices
+from lit_gpu import devices, messages
 
 DIST = "lit-gpu"
 
@@ -235,8 +235,8 @@ def advice(report: dict[str, Any]) -> list[str]:
             f"CUDA_VISIBLE_DEVICES={cvd!r} hides all GPUs{slurm if cvd == 'NoDevFiles' else ''}: "
             "unset it or list GPU indices"
         )
-    if cvd is not None and not visible_devices.read_whole(cvd):
-        lines.append(messages.CUDA_READS_PART.format(value=repr(cvd), listed=visible_devices.entries(cvd)))
+    if cvd is not None and not devices.read_whole(cvd):
+        lines.append(messages.CUDA_READS_PART.format(value=repr(cvd), listed=devices.visible_entries(cvd)))
     lines += report.get("launch_env_problems", [])
     build, driver = _major_minor(torch_info["cuda_build"]), _major_minor(report["driver"]["driver_cuda"])
     if gpus and build and driver and build[0] > driver[0]:
@@ -272,7 +272,7 @@ def collect(env: dict[str, str] | None = None) -> dict[str, Any]:
         "gpus": gpus,
         "nvml_error": nvml_error,
         "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
-        "launch_env_problems": list(launch_env.problems(env).values()),
+        "launch_env_problems": list(devices.problems(env).values()),
         "cpu": _cpu_info(),
         "packages": {name: _version(name) for name in ("lightning", "torchvision", "torchmetrics")},
         "versions": dependency_versions(),
@@ -365,7 +365,7 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     if args.pick_free is not None:
-        chosen = [gpu for _, gpu in free_gpus.most_free_gpus(args.pick_free, f"--pick-free {args.pick_free}")]
+        chosen = [gpu for _, gpu in devices.most_free_gpus(args.pick_free, f"--pick-free {args.pick_free}")]
         for rank, gpu in enumerate(chosen):  # stderr: stays out of $(...)
             line = messages.FREE_GPU_OF_RANK.format(rank=rank, index=gpu.index, name=gpu.name, uuid=gpu.uuid)
             print(messages.one_line(f"lit-gpu env: {line}, {_gib(gpu.free_bytes)} free"), file=sys.stderr)

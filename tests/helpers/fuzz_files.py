@@ -157,7 +157,7 @@ def _read_trial_env(path: Path) -> None:
 
 
 def _read_free_choice_env(path: Path) -> None:
-    from lit_gpu.free_gpus import FreeChoice
+    from lit_gpu.devices import FreeChoice
 
     FreeChoice.from_env(os.fsdecode(path.read_bytes()))
 
@@ -196,7 +196,7 @@ def _trial_env() -> bytes:
 
 
 def _free_choice_env() -> bytes:
-    from lit_gpu.free_gpus import ChosenGpu, FreeChoice
+    from lit_gpu.devices import ChosenGpu, FreeChoice
 
     gpus = (ChosenGpu(0, 3, "GPU-1234", "NVIDIA H100"),)
     return FreeChoice(1, gpus, [0], "3", decided_here=True).to_env().encode()

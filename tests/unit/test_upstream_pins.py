@@ -31,7 +31,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from lit_gpu.cli import LitGpuCLI
-from lit_gpu.cli.trainer import allow_auto_precision
+from lit_gpu.devices import allow_auto_precision
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
 from lit_gpu.strategies import DataParallelStrategy
@@ -201,7 +201,7 @@ def test_hparams_mixin__given_hyperparameters():
 
 @pins("jsonargparse")
 def test_jsonargparse_action__typehint():
-    """lit_gpu.cli.trainer.allow_auto_precision widens ``trainer.precision``'s ``_typehint`` to auto."""
+    """lit_gpu.devices.allow_auto_precision widens ``trainer.precision``'s ``_typehint`` to auto."""
     parser = LightningArgumentParser(exit_on_error=False)
     parser.add_lightning_class_args(pl.Trainer, "trainer")
     allow_auto_precision(parser)

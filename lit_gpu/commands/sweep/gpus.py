@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from lit_gpu import devices as lit_devices
+from lit_gpu.devices import parse_free_request
 from lit_gpu.files.text import JSON_LIMITS, BadFileError, read_json
-from lit_gpu.free_gpus import parse_free_request
 
 LEASE_LIMITS = dataclasses.replace(JSON_LIMITS, max_bytes=4096, max_depth=2)  # a list of GPU ordinals
 
@@ -23,7 +23,7 @@ _MANY = 1 << 16  # "as many as asked": counts an explicit device list without a 
 def device_count(devices: Any, accelerator: Any) -> int:
     """How many processes ``trainer.devices`` starts (``0``: unknown, treat as several).
 
-    Reads the request as :mod:`lit_gpu.free_gpus` does (``free:N``, :func:`~lit_gpu.devices.device_ordinals`).
+    Reads the request as :mod:`lit_gpu.devices` does (``free:N``, :func:`~lit_gpu.devices.device_ordinals`).
     """
     free = parse_free_request(devices)
     if free is not None:
@@ -59,7 +59,7 @@ class GpuClaims:
     """Spreads the workers of one machine over its GPUs: claims in ``<folder>/gpu_claims/``.
 
     Each trial takes the ``k`` GPUs that the fewest live workers on this host hold, most free memory
-    first (:func:`lit_gpu.free_gpus.pick_free_gpus`), under a file lock.
+    first (:func:`lit_gpu.devices.pick_free_gpus`), under a file lock.
     """
 
     def __init__(self, folder: Path) -> None:
@@ -104,8 +104,7 @@ class GpuClaims:
 
     def claim(self, k: int) -> list[int]:
         """CUDA ordinals for the next trial of this worker."""
-        from lit_gpu.devices import visible_gpus
-        from lit_gpu.free_gpus import pick_free_gpus
+        from lit_gpu.devices import pick_free_gpus, visible_gpus
 
         with self._locked():
             pick_free_gpus(k)  # the usual one-line error when fewer than k GPUs are visible

@@ -142,7 +142,7 @@ def test_control_characters_of_a_file_name_are_escaped(tmp_path):
 
 def test_environment_records(monkeypatch):
     from lit_gpu.commands.sweep.trial import trial_spec
-    from lit_gpu.free_gpus import FREE_CHOICE_ENV, claim_free_gpus
+    from lit_gpu.devices import FREE_CHOICE_ENV, claim_free_gpus
 
     with pytest.raises(LitGpuError) as err:
         trial_spec("[" * 100_000)
