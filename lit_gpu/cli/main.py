@@ -3,7 +3,7 @@ failures into one line and exit 2.
 
 The commands are one table, :data:`COMMANDS`: name -> (module whose ``main(argv) -> int`` runs it, one
 line of help). Tool modules are imported only when their command runs, so ``lit-gpu --help``,
-``--version``, ``configs``, ``init`` and ``completion`` import neither torch nor Lightning (this module
+``--version``, ``configs`` and ``init`` import neither torch nor Lightning (this module
 imports only the standard library, ``messages`` and ``errors``), ``lit-gpu env`` imports torch only, and
 no module of :mod:`lit_gpu.commands` imports this dispatcher (commands sit above :mod:`lit_gpu.cli`).
 """
@@ -37,11 +37,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("lit_gpu.commands.sweep", "hyperparameter search (Optuna) over a search-space file"),
     "configs": ("lit_gpu.commands.configs", "list the recipes shipped with lit_gpu (--config lit_gpu:NAME)"),
     "init": ("lit_gpu.commands.init", "write a research project folder: a module, a config, a README"),
-    "completion": ("lit_gpu.cli.completion", "a bash or zsh completion script: commands, recipes, flags"),
+    "completion": ("lit_gpu.cli.completion", "a bash or zsh completion script (static: a TAB runs no Python)"),
 }
 
 #: the commands that import neither torch nor Lightning (the launcher's variables are not theirs to check)
-NO_UPSTREAM_IMPORT = ("configs", "init", "completion")
+NO_UPSTREAM_IMPORT = ("configs", "init")
 #: the commands that only report: a malformed launcher variable is one line of their report, never a refusal
 DIAGNOSTICS = ("env",)
 

@@ -1,7 +1,7 @@
 """The import graph of the commands that train nothing: fresh interpreters, ``sys.modules`` afterwards.
 
 ``import lit_gpu`` and the front door (``--help``, ``--version``, a mistyped command, ``configs``,
-``configs NAME``, ``init DIR``, ``completion``) import neither torch nor Lightning; ``env`` imports torch,
+``configs NAME``, ``init DIR``) import neither torch nor Lightning; ``env`` imports torch,
 not Lightning. ``Trainer(strategy="dp")`` works whichever is imported first, lit_gpu or Lightning.
 """
 
@@ -54,8 +54,6 @@ def test_front_door_commands_import_neither_torch_nor_lightning(tmp_path):
         ["configs", "no_such_recipe"],
         ["init", str(tmp_path / "project")],
         ["init", str(tmp_path / "project")],  # refused: the files exist (an error line, exit 2)
-        ["completion", "bash"],
-        ["completion", "zsh"],
     ]
     seen = _heavy_after(commands, tmp_path)
     assert seen == {name: [] for name in seen}, "a front-door command imported a heavy module"

@@ -25,10 +25,6 @@ NAMES = ("version_", "config.yaml", "metrics.csv", "hparams.yaml", ".lit_gpu.loc
 ALLOWED = {
     ("lit_gpu/files/sweep_storage.py", "version_"): "a sweep trial's folder; lit_gpu.files cannot import run",
     ("lit_gpu/commands/init.py", "config.yaml"): "the config file of a project lit-gpu init writes",
-    (
-        "lit_gpu/cli/completion_flags.py",
-        "version_",
-    ): "generated: Lightning's --checkpoint.enable_version_counter",
     ("lit_gpu/__init__.py", "checkpoints"): "the submodule lit_gpu.checkpoints",
 }
 
