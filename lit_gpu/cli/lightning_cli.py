@@ -21,7 +21,6 @@ from lit_gpu import messages, recipes
 from lit_gpu import strategies as _strategies  # noqa: F401  (registers strategy: dp)
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.guarantees import GUARANTEES, install_guarantees
-from lit_gpu.callbacks.model_summary import lean_model_summary
 from lit_gpu.callbacks.nan_guard import NaNGuard
 from lit_gpu.callbacks.oom_recovery import OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
@@ -346,7 +345,6 @@ class LitGpuCLI(CLIHooks):
             format=config_value(config, "progress_format", "text"),
             command=self.command_line + (["--new_run", "false"] if new_run else []),
         )
-        lean_model_summary(trainer)  # no all-zero FLOPs column (after the bar chose the summary's kind)
         run_folders.adapt_checkpoint_monitor(trainer)  # default val/loss: last.ckpt only if never logged
         parsed = self.config[self.subcommand] if self.subcommand else self.config
         trainer.callbacks.append(run_folders.RecordModelSpec(parsed.get("model")))  # for lit-gpu export

@@ -37,7 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("lit_gpu.commands.sweep", "hyperparameter search (Optuna) over a search-space file"),
     "configs": ("lit_gpu.commands.configs", "list the recipes shipped with lit_gpu (--config lit_gpu:NAME)"),
     "init": ("lit_gpu.commands.init", "write a research project folder: a module, a config, a README"),
-    "completion": ("lit_gpu.cli.completion", "a bash or zsh completion script (static: a TAB runs no Python)"),
+    "completion": ("lit_gpu.cli.completion", "a bash or zsh completion script (static: TAB runs no Python)"),
 }
 
 #: the commands that import neither torch nor Lightning (the launcher's variables are not theirs to check)

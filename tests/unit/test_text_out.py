@@ -57,12 +57,9 @@ NUMERIC = {"len", "int", "float", "round", "_number", "_clock", "_gib", "_fmt", 
 
 #: (module, source text of a value) -> why it is lit_gpu's own text, not text from outside
 OWN: dict[tuple[str, str], str] = {
-    ("lit_gpu/callbacks/model_summary.py", "table"): "a rich Table whose cells went through shown()",
-    ("lit_gpu/callbacks/model_summary.py", "grid"): "a rich grid whose rows went through shown()",
-    ("lit_gpu/callbacks/model_summary.py", "name"): "Lightning's summary column names (Params, Mode, ...)",
     ("lit_gpu/cli/main.py", "help_text()"): "the COMMANDS table's own help lines",
     ("lit_gpu/cli/main.py", "version_text()"): "lit_gpu's and its dependencies' version numbers",
-    ("lit_gpu/cli/completion.py", "script(args.shell)"): "the completion script jsonargparse and shtab generate",
+    ("lit_gpu/cli/completion.py", "script(args.shell)"): "the script jsonargparse and shtab generate",
     ("lit_gpu/commands/configs.py", "recipes.describe(name)"): "the first comment line of a shipped recipe",
     ("lit_gpu/commands/configs.py", "recipes.PREFIX + name"): "a shipped recipe's name",
     ("lit_gpu/commands/configs.py", "path"): "the path of a shipped recipe inside the package",

@@ -40,7 +40,6 @@ ALLOWED = {
     ("lit_gpu/cli/main.py", "importlib.import_module"): "a module path from lit_gpu's own COMMANDS table",
     ("lit_gpu/cli/completion.py", "importlib.import_module"): "module paths from lit_gpu's COMMANDS table",
     ("lit_gpu/__init__.py", "importlib.import_module"): "a name in lit_gpu's own SUBMODULES set (PEP 562)",
-    ("lit_gpu/registration.py", "importlib.import_module"): "lit_gpu.strategies, a constant (registers dp)",
     (
         "lit_gpu/upstream/declare.py",
         "importlib.import_module",

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-import lit_gpu  # noqa: F401
+import lit_gpu.strategies  # noqa: F401  (registers "dp")
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import FooNet
 from lit_gpu.strategies import DataParallelStrategy
