@@ -1,5 +1,5 @@
 """``import lit_gpu`` (and every module of it) leaves warning and logging filters untouched,
-``import lit_gpu.strategies`` registers ``strategy="dp"`` when Lightning is imported first (the other order: test_front_door_imports.py),
+``import lit_gpu.strategies`` registers ``strategy="dp"`` (the other order: test_front_door_imports.py),
 and importing the command modules does not import optuna: one fresh interpreter."""
 
 from __future__ import annotations
