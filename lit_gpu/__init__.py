@@ -30,6 +30,7 @@ SUBMODULES = frozenset(
     }
 )  # fmt: skip
 
+
 def __getattr__(name: str) -> Any:
     if name in SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")

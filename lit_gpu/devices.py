@@ -41,8 +41,8 @@ from typing import Any, Literal
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.text import BadFileError, parse_json, read_yaml
 from lit_gpu.messages import CPU_FIX
+from lit_gpu.textfiles import BadFileError, parse_json, read_yaml
 
 
 # ---- CUDA_VISIBLE_DEVICES: a declared mirror of torch.cuda._parse_visible_devices ------------------

@@ -31,9 +31,9 @@ import yaml
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.text import BadFileError, read_yaml
 from lit_gpu.run.class_paths import current
 from lit_gpu.run.layout import CONFIG_N_RE, CONFIG_NAME, run_of_checkpoint
+from lit_gpu.textfiles import BadFileError, read_yaml
 
 __all__ = [
     "CONFIG_NAME",
@@ -65,7 +65,7 @@ def _class_paths(node: Any, skip_key: str = "") -> list[str]:
     """Every ``class_path`` in a config tree, depth first, leaving out optimizer/scheduler subtrees.
 
     Iterative (a walk over data never recurses on its shape) and bounded: a tree from
-    :func:`~lit_gpu.files.text.read_yaml` is acyclic and expands to at most ``max_nodes`` values (a node
+    :func:`~lit_gpu.textfiles.read_yaml` is acyclic and expands to at most ``max_nodes`` values (a node
     shared by aliases is walked each time, as it expands); a container met again inside itself (a cycle,
     which no reader makes) is not walked again; past :data:`_MAX_WALK` containers the walk stops.
     """
@@ -145,7 +145,7 @@ def _read(path: Path) -> dict[str, Any] | None:
     try:
         if not path.is_file() or path.stat().st_size > _MAX_BYTES:
             return None
-        data = read_yaml(path)  # lit_gpu.files.text: budgeted plain YAML
+        data = read_yaml(path)  # lit_gpu.textfiles: budgeted plain YAML
     except (OSError, yaml.YAMLError, UnicodeDecodeError, RecursionError, BadFileError):
         return None
     return current(data) if isinstance(data, dict) else None  # classes that moved: their public names

@@ -27,7 +27,6 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.text import METRICS_FIX, read_csv
 from lit_gpu.io import atomic_file
 from lit_gpu.messages import shown
 from lit_gpu.run import claim as claims
@@ -36,6 +35,7 @@ from lit_gpu.run.config import Signature, run_signature
 from lit_gpu.run.links import escaping_links, refuse_links_out_of
 from lit_gpu.run.store import Resolution, of_file
 from lit_gpu.run.where import root_dir, value
+from lit_gpu.textfiles import METRICS_FIX, read_csv
 
 __all__ = [
     "Continuation",
@@ -178,7 +178,7 @@ def continue_run(run_dir: str | os.PathLike, step: int) -> int:
     path = Path(run_dir) / layout.METRICS_NAME
     if not path.is_file():
         return 0
-    header, rows = read_csv(path, fix=METRICS_FIX)  # lit_gpu.files.text: budgeted, one-line errors
+    header, rows = read_csv(path, fix=METRICS_FIX)  # lit_gpu.textfiles: budgeted, one-line errors
     kept = [row for row in rows if not _step_at_or_after(row.get("step"), step)]
     if len(kept) == len(rows):
         return 0

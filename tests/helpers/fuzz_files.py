@@ -108,15 +108,15 @@ def _read_metrics(path: Path) -> None:
 
 
 def _read_config(path: Path) -> None:
-    from lit_gpu.files.text import read_yaml
     from lit_gpu.run.config import read_plain
+    from lit_gpu.textfiles import read_yaml
 
     read_plain(path)
     read_yaml(path)
 
 
 def _read_yaml(path: Path) -> None:
-    from lit_gpu.files.text import read_yaml
+    from lit_gpu.textfiles import read_yaml
 
     read_yaml(path)
 
@@ -128,8 +128,8 @@ def _read_space(path: Path) -> None:
 
 
 def _read_journal(path: Path) -> None:
+    from lit_gpu.commands.sweep.storage import read_trial
     from lit_gpu.commands.sweep.study import make_storage
-    from lit_gpu.files.sweep_storage import read_trial
 
     storage = make_storage(str(path), path.parent)
     for study in storage.get_all_studies():
@@ -139,7 +139,7 @@ def _read_journal(path: Path) -> None:
 
 def _read_owner(path: Path) -> None:
     from lit_gpu.commands.sweep.owners import stale_reason
-    from lit_gpu.files.sweep_storage import read_owner
+    from lit_gpu.commands.sweep.storage import read_owner
 
     stale_reason(read_owner(path), None)
 
@@ -170,7 +170,7 @@ def _read_checkpoint(path: Path) -> None:
 
 def _owner_record() -> bytes:
     from lit_gpu.commands.sweep.owners import write_owner
-    from lit_gpu.files.sweep_storage import Owner
+    from lit_gpu.commands.sweep.storage import Owner
 
     with _scratch() as folder:
         path = folder / "version_0.json"

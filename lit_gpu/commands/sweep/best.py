@@ -16,7 +16,7 @@ import yaml
 
 from lit_gpu.commands.sweep.fitargs import parse_fit_args
 from lit_gpu.commands.sweep.space import NOT_FROM_A_SPACE, SearchSpace
-from lit_gpu.files.sweep_storage import TrialRecord
+from lit_gpu.commands.sweep.storage import TrialRecord
 
 # settings best.yaml never carries: what to resume from, safety switches, where to write
 DROPPED = NOT_FROM_A_SPACE

@@ -13,7 +13,7 @@ from typing import Any
 
 from lit_gpu import devices as lit_devices
 from lit_gpu.devices import parse_free_request
-from lit_gpu.files.text import JSON_LIMITS, BadFileError, read_json
+from lit_gpu.textfiles import JSON_LIMITS, BadFileError, read_json
 
 LEASE_LIMITS = dataclasses.replace(JSON_LIMITS, max_bytes=4096, max_depth=2)  # a list of GPU ordinals
 

@@ -12,9 +12,9 @@ import csv
 import os
 from pathlib import Path
 
-from lit_gpu.files.text import read_csv
 from lit_gpu.io import atomic_file
 from lit_gpu.run.layout import METRICS_NAME
+from lit_gpu.textfiles import read_csv
 
 METRICS = METRICS_NAME
 ASIDE = ".metrics.before_continue.csv"

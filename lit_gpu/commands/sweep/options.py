@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lit_gpu import messages, recipes
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.names import check_name
+from lit_gpu.textfiles import check_name
 
 SWEEPS_ROOT = "runs/sweeps"
 JOURNAL_NAME = "optuna_journal.log"

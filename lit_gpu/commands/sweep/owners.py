@@ -1,7 +1,7 @@
 """Which worker runs which trial: owner records, heartbeats, and stale trials to continue.
 
 Every running trial has an owner record ``<sweep_dir>/.owners/version_N.json``
-(:mod:`lit_gpu.files.sweep_storage`): the worker's pid and host, the start time of that
+(:mod:`lit_gpu.commands.sweep.storage`): the worker's pid and host, the start time of that
 process, and a heartbeat refreshed every :data:`HEARTBEAT_S` seconds by a thread. A RUNNING
 trial of the study is *stale*, and the next worker that looks continues it from its ``last.ckpt``,
 when
@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
-from lit_gpu.files.sweep_storage import Owner
+from lit_gpu.commands.sweep.storage import Owner
 from lit_gpu.io import atomic_file
 
 HEARTBEAT_S = 30.0

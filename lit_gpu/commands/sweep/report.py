@@ -11,7 +11,7 @@ from typing import Any
 from lit_gpu import messages
 from lit_gpu.commands.plot import plain_label
 from lit_gpu.commands.sweep.fitargs import fmt, short_names
-from lit_gpu.files.sweep_storage import TrialRecord
+from lit_gpu.commands.sweep.storage import TrialRecord
 
 PLOT_FIGSIZE = (12.0, 4.5)  # inches, as `lit-gpu plot`
 PLOT_DPI = 100

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lit_gpu import messages
+from lit_gpu.commands.sweep.storage import read_space_file
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.sweep_storage import read_space_file
 
 TYPES = ("float", "int", "categorical")
 _FIELDS = {

@@ -13,7 +13,7 @@ from lit_gpu import messages
 from lit_gpu.commands.sweep.options import JOURNAL_NAME, SweepOptions
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.state_paths import inside
-from lit_gpu.files.text import JSON_LINES_LIMITS, BadFileError, json_lines
+from lit_gpu.textfiles import JSON_LINES_LIMITS, BadFileError, json_lines
 
 RDB_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "oracle", "mssql")
 JOURNAL_FIX = "it was not written by lit-gpu sweep: use a new --study_name or --storage, or remove it"
@@ -88,7 +88,7 @@ def make_storage(spec: str | None, sweep_dir: Path) -> Any:
 
 def check_journal(path: Path) -> None:
     """Every complete line of a journal file is a JSON object with an integer ``op_code`` (budgeted:
-    :data:`lit_gpu.files.text.JSON_LINES_LIMITS`), before optuna replays it."""
+    :data:`lit_gpu.textfiles.JSON_LINES_LIMITS`), before optuna replays it."""
     if not path.exists():
         return
     for number, entry in json_lines(path, JSON_LINES_LIMITS, fix=JOURNAL_FIX):

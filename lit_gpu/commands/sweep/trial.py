@@ -24,7 +24,7 @@ from typing_extensions import override
 
 from lit_gpu import messages
 from lit_gpu.commands.sweep.pruning import SweepPruning
-from lit_gpu.files.text import JSON_LIMITS, BadFileError, parse_json, read_json
+from lit_gpu.textfiles import JSON_LIMITS, BadFileError, parse_json, read_json
 from lit_gpu.translate import explain
 
 TRIAL_ENV = "LIT_GPU_SWEEP_TRIAL"

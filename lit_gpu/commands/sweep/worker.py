@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lit_gpu import messages, sweep_lines
+from lit_gpu import messages
 from lit_gpu.commands.sweep import metrics_csv
 from lit_gpu.commands.sweep.fitargs import fmt, logger_flag, short_names
 from lit_gpu.commands.sweep.gpus import GpuClaims
@@ -18,9 +18,7 @@ from lit_gpu.commands.sweep.options import JOURNAL_NAME, SweepOptions
 from lit_gpu.commands.sweep.owners import Heartbeat, claims_lock, stale_reason
 from lit_gpu.commands.sweep.pruning import SweepPruning
 from lit_gpu.commands.sweep.space import SearchSpace, format_value
-from lit_gpu.commands.sweep.trial import TrialResult, run_in_child, run_in_process
-from lit_gpu.errors import LitGpuError
-from lit_gpu.files.sweep_storage import (
+from lit_gpu.commands.sweep.storage import (
     TrialRecord,
     check_params,
     owner_path,
@@ -28,9 +26,29 @@ from lit_gpu.files.sweep_storage import (
     read_trial,
     trial_folder,
 )
+from lit_gpu.commands.sweep.trial import TrialResult, run_in_child, run_in_process
+from lit_gpu.errors import LitGpuError
 from lit_gpu.run.layout import CHECKPOINTS
 from lit_gpu.run.links import refuse_links_out_of
 from lit_gpu.upstream.tools import trial_id
+
+# what lit-gpu sweep says as it runs (printed with messages.tell)
+SWEEP_START = "study {study} ({done} trials so far), {more} more; runs in {folder}{how}"
+SWEEP_TRIAL_START = "trial {number}: {params}{gpus} -> {folder}"
+SWEEP_TRIAL_FINISHED = "trial {number} finished: {metric}={value}"
+SWEEP_TRIAL_PRUNED = "trial {number} pruned after validation {step} ({metric}={value})"
+SWEEP_TRIAL_FAILED = "trial {number} failed: {reason}"
+SWEEP_INTERRUPTED = (
+    "trial {number} stopped with its last.ckpt in {folder}; the same command continues it from there"
+)
+SWEEP_TRIAL_CONTINUE = "trial {number}: continuing ({why}): {params}{gpus} from {start}"
+SWEEP_WAITING = (
+    "{finished} of {target} trials finished; the others run in other workers: waiting for them "
+    "(a stale one is continued here)"
+)
+SWEEP_NOTHING_COMPLETE = "no trial of study {study} has completed yet; no best.yaml or plot written"
+SWEEP_WROTE_BEST = "wrote {path} (run it: lit-gpu fit --config {path})"
+SWEEP_WROTE_PLOT = "wrote {path}"
 
 WAIT_S = 10.0  # --until_complete: how often to look again while other workers run the last trials
 
@@ -123,7 +141,7 @@ class Worker:
             pick = self.next_trial()
             if pick is None:
                 if not waiting:
-                    messages.tell(sweep_lines.SWEEP_WAITING.format(finished=self.finished(), target=target))
+                    messages.tell(SWEEP_WAITING.format(finished=self.finished(), target=target))
                 waiting = True
                 time.sleep(WAIT_S)
                 continue
@@ -150,7 +168,7 @@ class Worker:
             result = self._fit(pick, values)
             stopped = result.interrupted is not None
             if stopped:
-                messages.tell(sweep_lines.SWEEP_INTERRUPTED.format(number=trial.number, folder=run_dir))
+                messages.tell(SWEEP_INTERRUPTED.format(number=trial.number, folder=run_dir))
                 return result.interrupted
             self._record(trial, result)
             return None
@@ -170,9 +188,7 @@ class Worker:
             trial.set_user_attr("run_dir", str(run_dir))
             trial.set_user_attr("params", dict(values))
             messages.tell(
-                sweep_lines.SWEEP_TRIAL_START.format(
-                    number=trial.number, params=shown, gpus=where, folder=run_dir
-                )
+                SWEEP_TRIAL_START.format(number=trial.number, params=shown, gpus=where, folder=run_dir)
             )
         else:
             trial.set_user_attr("resumed", pick.record.resumed + 1)
@@ -180,7 +196,7 @@ class Worker:
             if last.is_file():
                 args.append(f"--ckpt_path={last}")
             messages.tell(
-                sweep_lines.SWEEP_TRIAL_CONTINUE.format(
+                SWEEP_TRIAL_CONTINUE.format(
                     number=trial.number, why=pick.why, params=shown, gpus=where, start=start
                 )
             )
@@ -226,9 +242,7 @@ class Worker:
         elif result.pruned_at is not None:
             value = fmt(result.value)
             step = result.pruned_at
-            messages.tell(
-                sweep_lines.SWEEP_TRIAL_PRUNED.format(number=number, step=step, metric=metric, value=value)
-            )
+            messages.tell(SWEEP_TRIAL_PRUNED.format(number=number, step=step, metric=metric, value=value))
             self.study.tell(trial, state=_state("PRUNED"))
         elif result.value is None:
             logged = ", ".join(k for k in result.logged or [] if "/" in k) or "nothing"
@@ -240,12 +254,12 @@ class Worker:
             self._fail(trial, f"{metric} is {result.value}")
         else:
             value = fmt(result.value)
-            messages.tell(sweep_lines.SWEEP_TRIAL_FINISHED.format(number=number, metric=metric, value=value))
+            messages.tell(SWEEP_TRIAL_FINISHED.format(number=number, metric=metric, value=value))
             self.study.tell(trial, result.value)
 
     def _fail(self, trial: Any, reason: str) -> None:
         trial.set_user_attr("error", reason)
-        messages.tell(sweep_lines.SWEEP_TRIAL_FAILED.format(number=trial.number, reason=reason))
+        messages.tell(SWEEP_TRIAL_FAILED.format(number=trial.number, reason=reason))
         self.study.tell(trial, state=_state("FAIL"))
 
 

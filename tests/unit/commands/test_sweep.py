@@ -182,7 +182,7 @@ def test_stale_trials(monkeypatch):
     import time
 
     from lit_gpu.commands.sweep.owners import STALE_AFTER_S, process_start, stale_reason
-    from lit_gpu.files.sweep_storage import Owner
+    from lit_gpu.commands.sweep.storage import Owner
 
     host, now = socket.gethostname(), time.time()
     me = Owner(pid=os.getpid(), host=host, beat=now, started=process_start(os.getpid()))
@@ -205,7 +205,7 @@ def test_heartbeat_refreshes_and_hands_over(tmp_path, monkeypatch):
     import time
 
     from lit_gpu.commands.sweep import owners
-    from lit_gpu.files.sweep_storage import read_owner
+    from lit_gpu.commands.sweep.storage import read_owner
 
     monkeypatch.setattr(owners, "HEARTBEAT_S", 0.05)
     beat = owners.Heartbeat()
