@@ -15,7 +15,7 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from lit_gpu.callbacks.oom_recovery import OOMRecovery
+from lit_gpu.oom.recovery import OOMRecovery
 from lit_gpu.modules import ClassificationModule
 from lit_gpu.nets import MnistCNN
 

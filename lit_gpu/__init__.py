@@ -25,8 +25,8 @@ __version__ = "0.1.0"
 SUBMODULES = frozenset(
     {
         "callbacks", "checkpoints", "cli", "commands", "data", "demo", "devices", "errors", "files", "io",
-        "load_report", "messages", "modules", "net_spec", "nets", "profilers", "recipes",
-        "logger_media", "loggers", "package_check", "run", "strategies", "testing", "translate", "upstream",
+        "load_report", "messages", "modules", "net_spec", "nets", "oom", "profilers", "recipes", "textfiles",
+        "logger_media", "loggers", "package_check", "run", "strategies", "translate", "upstream",
     }
 )  # fmt: skip
 

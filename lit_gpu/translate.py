@@ -41,7 +41,7 @@ def out_of_memory(err: BaseException, batch_size: int | None = None) -> str | No
     match = re.search(r"Tried to allocate ([\d.]+ \w+)", text)
     detail = f" (tried to allocate {match.group(1)})" if match else ""
     half = max(1, batch_size // 2) if batch_size else "<half the current value>"
-    what = getattr(err, "lit_gpu_loop", "training")  # set by lit_gpu.callbacks.oom_recovery.OOMLoopName
+    what = getattr(err, "lit_gpu_loop", "training")  # set by lit_gpu.oom.recovery.OOMLoopName
     return messages.OUT_OF_MEMORY.format(what=what, detail=detail, half=half)
 
 

@@ -11,10 +11,10 @@ from lit_gpu.callbacks.guarantees import GUARANTEES, guarantee_callbacks
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
 from lit_gpu.callbacks.logging_state import LoggingStateCallback
 from lit_gpu.callbacks.nan_guard import NaNGuard, NonFiniteLossError
-from lit_gpu.callbacks.oom_recovery import OOMLoopName, OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.loggers import RunFolderSync
+from lit_gpu.oom.recovery import OOMLoopName, OOMRecovery
 from lit_gpu.upstream.batch_path import LeanTrainingBatch
 from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks
 

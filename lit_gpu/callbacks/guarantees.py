@@ -27,10 +27,10 @@ from lightning.pytorch.callbacks import BatchSizeFinder, Callback, LearningRateF
 from lit_gpu import messages
 from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
 from lit_gpu.callbacks.logging_state import LoggingStateCallback
-from lit_gpu.callbacks.oom_loop import OOMLoopName
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.errors import LitGpuError
 from lit_gpu.loggers import RunFolderSync
+from lit_gpu.oom.recovery import OOMLoopName
 
 __all__ = [
     "GUARANTEES",

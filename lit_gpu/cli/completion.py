@@ -76,21 +76,20 @@ def _own_completions(parser: Any) -> str:
 
 def script(shell: str) -> str:
     """The completion script for ``shell`` (``bash`` or ``zsh``): every command, its flags and values."""
-    parser = lightning_parser()
-    parser.prog = "lit-gpu"
-    preamble = _own_completions(parser)
-    subcommands = subcommands_action(parser)
+    from jsonargparse import ArgumentParser
+
+    lightning = lightning_parser()
+    preamble = _own_completions(lightning)
+    root = ArgumentParser(prog="lit-gpu", description="lit-gpu")
+    commands = root.add_subcommands(required=True, dest="command")
     for name, (_, text) in COMMANDS.items():
         if name in LIGHTNING_SUBCOMMANDS:
-            continue
-        tool = tool_parser(name) if name != "completion" else _own_parser()
-        tool._subcommands_action = None  # what jsonargparse's shtab preparation asks of every subparser
-        subcommands.choices[name] = tool
-        subcommands._choices_actions.append(subcommands._ChoicesPseudoAction(name, (), text))
-    script = parser.get_completion_script(f"shtab-{shell}")
-    if shell == "bash":
-        return preamble + script
-    return script
+            commands.add_subcommand(name, subcommands_action(lightning).choices[name], help=text)
+        else:
+            tool = tool_parser(name) if name != "completion" else _own_parser()
+            commands.add_subcommand(name, ArgumentParser(parents=[tool], add_help=False), help=text)
+    script = root.get_completion_script(f"shtab-{shell}")
+    return preamble + script if shell == "bash" else script
 
 
 def _own_parser() -> argparse.ArgumentParser:

@@ -22,7 +22,6 @@ from lit_gpu import strategies as _strategies  # noqa: F401  (registers strategy
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.guarantees import GUARANTEES, install_guarantees
 from lit_gpu.callbacks.nan_guard import NaNGuard
-from lit_gpu.callbacks.oom_recovery import OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
 from lit_gpu.callbacks.progress import use_progress_log
 from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
@@ -39,6 +38,7 @@ from lit_gpu.cli.too_big import explain_build_failure, missing_requirement
 from lit_gpu.devices import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import install_atomic_checkpoint_io
+from lit_gpu.oom.recovery import OOMRecovery
 from lit_gpu.profilers import skip_idle_profiler
 from lit_gpu.run.config_saver import RunConfigSaver
 from lit_gpu.run.folder import RunFolder

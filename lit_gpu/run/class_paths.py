@@ -25,6 +25,8 @@ MOVED: Mapping[str, str] = {
     "lit_gpu.callbacks.logging_state.LoggingStateCallback": "lit_gpu.callbacks.LoggingStateCallback",
     "lit_gpu.callbacks.interrupt.CheckpointOnInterrupt": "lit_gpu.callbacks.CheckpointOnInterrupt",
     "lit_gpu.callbacks.oom_recovery.OOMLoopName": "lit_gpu.callbacks.OOMLoopName",
+    "lit_gpu.callbacks.oom_recovery.OOMRecovery": "lit_gpu.callbacks.OOMRecovery",
+    "lit_gpu.testing.OOMAbove": "lit_gpu.oom.OOMAbove",
     "lit_gpu.callbacks.step_path.SkipIdleHooks": "lit_gpu.callbacks.SkipIdleHooks",
     "lit_gpu.callbacks.step_path.LeanOptimizerStep": "lit_gpu.callbacks.LeanOptimizerStep",
     "lit_gpu.callbacks.batch_path.LeanTrainingBatch": "lit_gpu.callbacks.LeanTrainingBatch",

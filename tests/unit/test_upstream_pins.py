@@ -699,10 +699,10 @@ def test_training_epoch_loop__advance__as_lean_training_batch_mirrors_it(tmp_pat
 
 @pins("torch")
 def test_allocator_settings_at_run_time_as_oom_recovery_sets_them():
-    """lit_gpu.callbacks.oom_recovery turns ``expandable_segments`` on and off at run time through torch's
+    """lit_gpu.oom.recovery turns ``expandable_segments`` on and off at run time through torch's
     private allocator-settings setter (``torch._C._accelerator_setAllocatorSettings``, before torch 2.9
     ``torch.cuda.memory._set_allocator_settings``), which parses the key (an unknown one raises)."""
-    from lit_gpu.callbacks.cuda_allocator import _set_allocator_settings
+    from lit_gpu.oom.recovery import _set_allocator_settings
 
     _set_allocator_settings("expandable_segments:False")  # PyTorch's default: changes nothing here
     with pytest.raises((ValueError, RuntimeError), match="never_a_key"):

@@ -3,11 +3,11 @@
 ``OOMAbove`` rehearses out-of-memory recovery without a GPU::
 
     lit-gpu fit --config configs/simple.yaml --oom_recovery true \\
-        --trainer.callbacks+=lit_gpu.testing.OOMAbove --trainer.callbacks.batch_size 32
+        --trainer.callbacks+=lit_gpu.oom.OOMAbove --trainer.callbacks.batch_size 32
 
     # the same in every loop (training, the sanity check, validation; test and predict in their commands)
     lit-gpu fit --config configs/simple.yaml --oom_recovery true \\
-        --trainer.callbacks+=lit_gpu.testing.OOMAbove --trainer.callbacks.batch_size 32 \\
+        --trainer.callbacks+=lit_gpu.oom.OOMAbove --trainer.callbacks.batch_size 32 \\
         --trainer.callbacks.loops all
 """
 
@@ -124,7 +124,7 @@ class OOMAbove(Callback):
         self.raised += 1
         rank = self._trainer.global_rank if self._trainer is not None else 0
         return torch.OutOfMemoryError(
-            f"CUDA out of memory. Tried to allocate 2.00 GiB (simulated by lit_gpu.testing.OOMAbove on rank "
+            f"CUDA out of memory. Tried to allocate 2.00 GiB (simulated by lit_gpu.oom.OOMAbove on rank "
             f"{rank}: {samples} samples > batch_size {self.batch_size}, in the {self.phase} pass)"
         )
 

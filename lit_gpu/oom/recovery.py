@@ -28,51 +28,367 @@ the batch again. Gradients of earlier batches of a Lightning ``accumulate_grad_b
 kept aside during the step and never touched.
 
 Evaluation (the sanity check, validation, test and predict) is split the same way, with its own
-micro-batch (``eval_micro_batch_size``): see :mod:`lit_gpu.callbacks.micro_batches`.
+micro-batch (``eval_micro_batch_size``): see the micro-batch section below.
 
 On a GPU the recovery turns on PyTorch's *expandable segments* for the run, unless
-``PYTORCH_CUDA_ALLOC_CONF`` names them (:mod:`lit_gpu.callbacks.cuda_allocator` says why): with them a
+``PYTORCH_CUDA_ALLOC_CONF`` names them (:func:`set_expandable_segments` says why): with them a
 retry needs no more halvings than the memory requires (seen on an H200: batch 64 -> micro-batch 32, not 16).
 
-Without recovery, :class:`~lit_gpu.callbacks.oom_loop.OOMLoopName` names the loop in the OOM message.
+Without recovery, :class:`OOMLoopName` names the loop in the OOM message.
 """
 
 from __future__ import annotations
 
 import gc
+import inspect
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
+from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.data import extract_batch_size
+from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor, nn
 from typing_extensions import override
 
-from lit_gpu import messages, numbering, oom_lines
+from lit_gpu import messages, numbering
 from lit_gpu.errors import LitGpuError
 from lit_gpu.strategies.dp import DataParallelStrategy
 from lit_gpu.translate import is_out_of_memory
+from lit_gpu.upstream.torch_hooks import set_allocator_settings
 
-__all__ = ["LOOP_ATTRIBUTE", "OOMLoopName", "OOMRecovery", "has_batchnorm", "loop_words"]
+__all__ = [
+    "ALLOC_CONF_ENV",
+    "LOOP_ATTRIBUTE",
+    "OOMLoopName",
+    "OOMRecovery",
+    "has_batchnorm",
+    "loop_words",
+    "set_expandable_segments",
+]
 
-from lit_gpu.callbacks.cuda_allocator import set_expandable_segments
-from lit_gpu.callbacks.micro_batches import (
-    _combine,
-    _cut,
-    _DeliverGradients,
-    _HeldLogs,
-    _loss_of,
-    _MetricGuard,
-    backward_micro,
-    count_failures,
-    has_batchnorm,
+
+# ---- what --oom_recovery says: its refusals and its progress lines (printed with messages.tell) ------
+OOM_RECOVERY_MANUAL_OPTIMIZATION = (
+    "--oom_recovery splits batches under automatic optimization, but {module} uses manual optimization; "
+    "catch torch.OutOfMemoryError in its training_step instead"
 )
-from lit_gpu.callbacks.oom_loop import EVAL_STEPS, LOOP_ATTRIBUTE, OOMLoopName, loop_words
+OOM_RECOVERY_STRATEGY = (
+    "--oom_recovery works with one device, ddp and dp, not {strategy}; drop --oom_recovery, or use "
+    "--trainer.strategy ddp"
+)
+OOM_RECOVERY_SYNC_BATCHNORM = (
+    "--oom_recovery cannot be combined with SyncBatchNorm (--trainer.sync_batchnorm true): it exchanges "
+    "statistics inside the forward pass, so an OOM on one process would hang the others"
+)
+OOM_ADAPTED = "out of memory at step {step} ({point}) with {was} -> micro-batch {micro} x {count}"
+OOM_ADAPTED_EVAL = "out of memory during {loop} at batch {index} with {was} -> micro-batch {micro} x {count}"
+OOM_ADAPTED_PROCESSES = " on all {world} processes ({failed} ran out)"
+OOM_ADAPTED_BATCHNORM = " (BatchNorm layers now compute batch statistics over {micro} samples, not {total})"
+MICRO_BATCH_FROM_CHECKPOINT = (
+    "micro-batch {micro} x {count} from the checkpoint (found by out-of-memory recovery)"
+)
 
 
+# ---- PyTorch's CUDA allocator: expandable segments on while a run recovers from out of memory ------
+ALLOC_CONF_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+
+
+def _set_allocator_settings(settings: str) -> None:
+    """PyTorch's runtime allocator setting (private, pinned): torch >= 2.9's name, else the older one."""
+    set_allocator_settings(settings)
+
+
+def set_expandable_segments(on: bool) -> bool:
+    """Turn the CUDA allocator's expandable segments on or off, unless the user's environment sets them.
+
+    Blocks allocated afterwards come from segments that grow and shrink by pages, so a freed block
+    cannot be pinned by a small allocation placed in it. Returns whether the setting was changed.
+    """
+    if any("expandable_segments" in os.environ.get(name, "") for name in ALLOC_CONF_ENV):
+        return False  # the user's own choice
+    _set_allocator_settings(f"expandable_segments:{on}")
+    return True
+
+
+# ---- which loop ran out of memory: the one-line message names it -------------------------------------
+LOOP_ATTRIBUTE = "lit_gpu_loop"  # set on an out-of-memory exception: the loop it came from, in words
+_LOOP_WORDS = {
+    RunningStage.TRAINING: "training",
+    RunningStage.SANITY_CHECKING: "the sanity check (validation before training)",
+    RunningStage.VALIDATING: "validation",
+    RunningStage.TESTING: "testing",
+    RunningStage.PREDICTING: "prediction",
+}
+# the step each evaluation stage of Trainer.<fn> runs (the sanity check runs validation_step)
+EVAL_STEPS = {"fit": ("validation_step",), "validate": ("validation_step",), "test": ("test_step",)}
+EVAL_STEPS["predict"] = ("predict_step",)
+
+
+def loop_words(trainer: pl.Trainer) -> str:
+    """The loop ``trainer`` is running, in words ("training", "validation", ...)."""
+    return _LOOP_WORDS.get(trainer.state.stage, "training")  # type: ignore[arg-type]
+
+
+class OOMLoopName(Callback):
+    """Marks an out-of-memory error with the loop it came from (``err.lit_gpu_loop``, e.g. "validation").
+
+    Lightning resets the trainer's stage before the error reaches ``lit-gpu``; this hook runs first, so
+    the one-line message can say "out of memory during validation" and not always "during training".
+    """
+
+    @override
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        if is_out_of_memory(exception) and not hasattr(exception, LOOP_ATTRIBUTE):
+            with suppress(AttributeError):  # an exception type with __slots__: the message says "training"
+                setattr(exception, LOOP_ATTRIBUTE, loop_words(trainer))
+
+
+# ---- micro-batches of one step: cutting a batch, delivering its gradients, evaluation put back together
+# Evaluation (the sanity check, validation, test and predict, in ``fit`` and in the ``validate``,
+# ``test`` and ``predict`` commands) is split the same way, with its own micro-batch
+# (``eval_micro_batch_size``; no gradients, so usually larger than the training one). Each micro-batch
+# runs the module's own ``validation_step`` / ``test_step`` / ``predict_step``; the outputs are put back
+# together (tensors of the micro-batches concatenated along dim 0, scalars averaged by samples), and the
+# ``self.log`` calls of the step are held back until every micro-batch is done, then made once per name
+# with the sample-weighted mean (``reduce_fx`` ``mean``; ``sum``, ``max`` and ``min`` as named), so the
+# logged values and the epoch metrics equal the whole-batch ones. torchmetrics objects accumulate over
+# the micro-batches as over batches; a try that ran out of memory after updating one is undone (its
+# state is restored). Other state a step keeps by itself (e.g. a list of outputs) sees every
+# successful micro-batch.
+_BATCHNORM = (
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.LazyBatchNorm1d,
+    nn.LazyBatchNorm2d,
+    nn.LazyBatchNorm3d,
+    nn.SyncBatchNorm,
+)
+
+
+def has_batchnorm(module: nn.Module) -> bool:
+    """Whether ``module`` contains BatchNorm layers (their statistics depend on the micro-batch)."""
+    return any(isinstance(m, _BATCHNORM) for m in module.modules())
+
+
+class _DeliverGradients(torch.autograd.Function):
+    """A loss whose value is given and whose backward hands precomputed gradients to the parameters.
+
+    ``backward`` returns ``stored * grad_output / scale``: exactly what a backward of the real
+    full-batch loss would produce for the same incoming gradient (``scale`` is the GradScaler factor
+    the stored gradients already carry, 1 without one). The stored tensors are handed over, not
+    copied, so AccumulateGrad adopts them when ``.grad`` is empty.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, value: Tensor, holder: list, scale: Tensor, *params: Tensor) -> Tensor:
+        ctx.holder = holder
+        ctx.save_for_backward(scale)
+        return value.detach().clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor | None, ...]:
+        (scale,) = ctx.saved_tensors
+        grads = ctx.holder.pop() if ctx.holder else []
+        ctx.holder = None
+        factor = grad_output.float() / scale
+        out = tuple(None if g is None else g.mul_(factor.to(g.dtype)) for g in grads)
+        return (None, None, None, *out)
+
+
+def _cut(batch: Any, start: int, end: int, total: int) -> Any:
+    """Samples ``start:end`` of ``batch``: every tensor whose first dimension is the batch is sliced."""
+    if start == 0 and end == total:
+        return batch
+    return apply_to_collection(
+        batch, Tensor, lambda t: t[start:end] if t.dim() > 0 and t.shape[0] == total else t
+    )
+
+
+def _loss_of(output: Any) -> Tensor | None:
+    if isinstance(output, dict):
+        return output.get("loss")
+    return output if isinstance(output, Tensor) else None
+
+
+# ---- evaluation: outputs and logged values of micro-batches ----------------------------------------
+def _combine(outputs: list[Any], sizes: list[int]) -> Any:
+    """One step's output from its micro-batches' outputs: tensors along dim 0, scalars by sample mean."""
+    first = outputs[0]
+    if len(outputs) == 1:
+        return first
+    if isinstance(first, Tensor):
+        if first.dim() > 0 and all(o.shape[0] == n for o, n in zip(outputs, sizes, strict=True)):
+            return torch.cat(outputs)
+        if first.dim() == 0 and first.is_floating_point():
+            return _weighted_mean(outputs, sizes)
+        return outputs[-1]
+    if isinstance(first, dict):
+        return type(first)((k, _combine([o[k] for o in outputs], sizes)) for k in first)
+    if isinstance(first, list | tuple) and not hasattr(first, "_fields"):
+        return type(first)(_combine([o[i] for o in outputs], sizes) for i in range(len(first)))
+    if isinstance(first, float):
+        return sum(o * n for o, n in zip(outputs, sizes, strict=True)) / sum(sizes)
+    return outputs[-1]
+
+
+def _weighted_mean(values: list[Any], sizes: list[int]) -> Any:
+    if all(isinstance(v, Tensor) for v in values):
+        total = values[0].float() * sizes[0]
+        for value, n in zip(values[1:], sizes[1:], strict=True):
+            total = total + value.float() * n
+        return (total / sum(sizes)).to(values[0].dtype)
+    return sum(float(v) * n for v, n in zip(values, sizes, strict=True)) / sum(sizes)
+
+
+_LOG_SIGNATURE = inspect.signature(pl.LightningModule.log)
+_REDUCE = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
+_REDUCE.update({torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"})  # type: ignore[dict-item]
+
+
+class _HeldLogs:
+    """The ``self.log`` calls of one evaluation step's micro-batches, made once each when the step is done."""
+
+    def __init__(self, module: pl.LightningModule) -> None:
+        self.module = module
+        self.calls: dict[str, list[tuple[dict[str, Any], int]]] = {}  # name -> [(arguments, samples)]
+        self._attempt: list[tuple[str, dict[str, Any]]] = []
+
+    @contextmanager
+    def attempt(self, samples: int) -> Iterator[None]:
+        """Hold the ``self.log`` calls made inside; :meth:`keep` them if the micro-batch succeeded."""
+        self._attempt = []
+        self._samples = samples
+
+        def log(*args: Any, **kwargs: Any) -> None:
+            bound = _LOG_SIGNATURE.bind(self.module, *args, **kwargs)
+            arguments = dict(bound.arguments)
+            arguments.pop("self")
+            self._attempt.append((arguments["name"], arguments))
+
+        self.module.log = log  # type: ignore[method-assign]  # log_dict calls self.log too
+        try:
+            yield
+        finally:
+            del self.module.__dict__["log"]
+
+    def drop_all(self) -> None:
+        self.calls, self._attempt = {}, []
+
+    def keep(self) -> None:
+        for name, arguments in self._attempt:
+            self.calls.setdefault(name, []).append((arguments, self._samples))
+        self._attempt = []
+
+    def commit(self) -> None:
+        """Log each name once: the sample-weighted value of its micro-batches (as one whole-batch call)."""
+        for calls in self.calls.values():
+            arguments, _ = calls[-1]
+            value = arguments["value"]
+            reduce = _REDUCE.get(arguments.get("reduce_fx", "mean"))  # type: ignore[call-overload]
+            if not isinstance(value, Tensor | int | float):  # a torchmetrics object: it holds its own state
+                self.module.log(**arguments)
+                continue
+            if (
+                len(calls) == 1 or reduce is None
+            ):  # one micro-batch (as without recovery), or a custom reduce_fx
+                for each, _ in calls:
+                    self.module.log(**each)
+                continue
+            values = [a["value"] for a, _ in calls]
+            if not arguments.get("enable_graph"):
+                values = [v.detach() if isinstance(v, Tensor) else v for v in values]
+            sizes = [n for _, n in calls]
+            combined = _weighted_mean(values, sizes) if reduce == "mean" else _reduce(values, reduce)
+            given = [a.get("batch_size") for a, _ in calls]
+            batch_size = given[-1]
+            if all(g == n for g, n in zip(given, sizes, strict=True)):
+                batch_size = sum(sizes)  # batch_size=len(inputs): the whole batch's
+            self.module.log(**{**arguments, "value": combined, "batch_size": batch_size})
+        self.calls = {}
+
+
+def _reduce(values: list[Any], how: str) -> Any:
+    if not isinstance(values[0], Tensor):
+        return {"sum": sum, "max": max, "min": min}[how](values)
+    stacked = torch.stack([torch.as_tensor(v, device=values[0].device) for v in values])
+    return {"sum": stacked.sum, "max": stacked.amax, "min": stacked.amin}[how](0)
+
+
+def _metrics(module: nn.Module) -> list[Any]:
+    try:
+        from torchmetrics import Metric
+    except ModuleNotFoundError:
+        return []
+    return [m for m in module.modules() if isinstance(m, Metric)]
+
+
+class _MetricGuard:
+    """Undoes the torchmetrics updates of a try that ran out of memory.
+
+    Before each try it copies the states of the metrics a step of this kind updated last time (all of
+    them the first time): on a GPU a step pays for the copies of the metrics it really uses, not more.
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+        self.metrics = _metrics(module)
+        self.watched = list(self.metrics)
+        self._counts: list[int] = []
+
+    def step_start(self) -> None:
+        self._counts = [m.update_count for m in self.metrics]
+
+    def step_end(self) -> None:
+        self.watched = [m for m, n in zip(self.metrics, self._counts, strict=True) if m.update_count != n]
+
+    def snapshot(self) -> list[tuple[Any, dict[str, Any]]]:
+        states = [
+            (m, {k: v.clone() if isinstance(v, Tensor) else list(v) for k, v in m.metric_state.items()})
+            for m in self.watched
+        ]
+        # a module's own running sums (lit_gpu's LitModule: the epoch's train loss) are undone as well
+        mark = getattr(self.module, "train_loss_mark", None)
+        if callable(mark):
+            states.append((self.module, {"train_loss_mark": mark()}))
+        return states
+
+    @staticmethod
+    def restore(snapshot: list[tuple[Any, dict[str, Any]]]) -> None:
+        for owner, state in snapshot:
+            if "train_loss_mark" in state and not hasattr(owner, "metric_state"):
+                owner.rewind_train_loss(state["train_loss_mark"])
+                continue
+            for name, value in state.items():
+                setattr(owner, name, value)
+
+
+#: the variables that configure PyTorch's caching allocator (the second is torch >= 2.9's name for both)
+
+
+def backward_micro(module: pl.LightningModule, loss: Tensor, scaler: Any) -> None:
+    """Back-propagate one micro-batch as Lightning would (fp16 GradScaler, the module's backward hook)."""
+    module.backward(scaler.scale(loss) if scaler is not None else loss)
+
+
+def count_failures(trainer: pl.Trainer, failed: bool) -> int:
+    """How many processes ran out of memory; every process gets the same answer (one all-reduce)."""
+    if trainer.world_size == 1:
+        return int(failed)
+    flag = torch.tensor(1.0 if failed else 0.0, device=trainer.strategy.root_device)
+    return round(trainer.strategy.reduce(flag, reduce_op="sum").item())
+
+
+# ---- the callback ----------------------------------------------------------------------------------
 class OOMRecovery(OOMLoopName):
     """On out of memory in a step: halve the micro-batch, keep the effective batch (and the metrics), go on.
 
@@ -145,12 +461,10 @@ class OOMRecovery(OOMLoopName):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         strategy = trainer.strategy
         if not isinstance(strategy, SingleDeviceStrategy | DDPStrategy | DataParallelStrategy):
-            raise LitGpuError(oom_lines.OOM_RECOVERY_STRATEGY.format(strategy=type(strategy).__name__))
+            raise LitGpuError(OOM_RECOVERY_STRATEGY.format(strategy=type(strategy).__name__))
         if stage == "fit":
             if not pl_module.automatic_optimization:
-                raise LitGpuError(
-                    oom_lines.OOM_RECOVERY_MANUAL_OPTIMIZATION.format(module=type(pl_module).__name__)
-                )
+                raise LitGpuError(OOM_RECOVERY_MANUAL_OPTIMIZATION.format(module=type(pl_module).__name__))
             self._wrap(pl_module, "training_step", self._step, trainer)
         for name in EVAL_STEPS.get(stage, ()):
             self._wrap(pl_module, name, self._eval_step, trainer)
@@ -184,7 +498,7 @@ class OOMRecovery(OOMLoopName):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # after strategy.setup, when trainer.sync_batchnorm has converted the layers
         if trainer.world_size > 1 and any(isinstance(m, nn.SyncBatchNorm) for m in pl_module.modules()):
-            raise LitGpuError(oom_lines.OOM_RECOVERY_SYNC_BATCHNORM)
+            raise LitGpuError(OOM_RECOVERY_SYNC_BATCHNORM)
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -362,19 +676,19 @@ class OOMRecovery(OOMLoopName):
         was = f"batch {total}" if before >= total else f"batch {total} (micro-batch {before})"
         count = math.ceil(total / micro)
         if evaluating:
-            line = oom_lines.OOM_ADAPTED_EVAL.format(
+            line = OOM_ADAPTED_EVAL.format(
                 loop=loop_words(trainer), index=batch_idx, was=was, micro=micro, count=count
             )
         else:
             batch = trainer.fit_loop.epoch_loop.batch_idx + 1  # the batch in progress, counted from 1
             point = numbering.fit_point(trainer, batch)
-            line = oom_lines.OOM_ADAPTED.format(
+            line = OOM_ADAPTED.format(
                 step=trainer.global_step, point=point, was=was, micro=micro, count=count
             )
         if trainer.world_size > 1:
-            line += oom_lines.OOM_ADAPTED_PROCESSES.format(world=trainer.world_size, failed=failures)
+            line += OOM_ADAPTED_PROCESSES.format(world=trainer.world_size, failed=failures)
         if not evaluating and has_batchnorm(module):  # evaluation uses the running statistics
-            line += oom_lines.OOM_ADAPTED_BATCHNORM.format(micro=micro, total=total)
+            line += OOM_ADAPTED_BATCHNORM.format(micro=micro, total=total)
         messages.tell(line)
 
     def _announce_restored(self, total: int) -> None:
@@ -383,6 +697,4 @@ class OOMRecovery(OOMLoopName):
         self._announced = True
         micro = self.micro_batch_size
         if self._restored and micro and micro < total:
-            messages.tell(
-                oom_lines.MICRO_BATCH_FROM_CHECKPOINT.format(micro=micro, count=math.ceil(total / micro))
-            )
+            messages.tell(MICRO_BATCH_FROM_CHECKPOINT.format(micro=micro, count=math.ceil(total / micro)))
