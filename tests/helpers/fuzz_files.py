@@ -93,7 +93,7 @@ class Tally:
 # ---- the reads --------------------------------------------------------------------------------
 def _read_metrics(path: Path) -> None:
     from lit_gpu.commands import plot
-    from lit_gpu.commands.sweep import metrics_csv
+    from lit_gpu.commands.sweep import trial as metrics_csv
     from lit_gpu.loggers import MetricsWriter
     from lit_gpu.run.folder import continue_run
 
@@ -138,8 +138,8 @@ def _read_journal(path: Path) -> None:
 
 
 def _read_owner(path: Path) -> None:
-    from lit_gpu.commands.sweep.owners import stale_reason
     from lit_gpu.commands.sweep.storage import read_owner
+    from lit_gpu.commands.sweep.worker import stale_reason
 
     stale_reason(read_owner(path), None)
 
@@ -169,8 +169,8 @@ def _read_checkpoint(path: Path) -> None:
 
 
 def _owner_record() -> bytes:
-    from lit_gpu.commands.sweep.owners import write_owner
     from lit_gpu.commands.sweep.storage import Owner
+    from lit_gpu.commands.sweep.worker import write_owner
 
     with _scratch() as folder:
         path = folder / "version_0.json"

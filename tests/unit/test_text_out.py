@@ -67,7 +67,7 @@ OWN: dict[tuple[str, str], str] = {
     ("lit_gpu/commands/init.py", "text"): "a file of the project init writes (not a line to a terminal)",
     ("lit_gpu/commands/plot.py", "title"): "a panel title of plot's own (loss, accuracy, ...)",
     ("lit_gpu/commands/plot.py", "str(value)"): "a count of the confusion matrix (an int)",
-    ("lit_gpu/commands/sweep/report.py", "why"): "lit_gpu's own sentence about why importances are missing",
+    ("lit_gpu/commands/sweep/study.py", "why"): "lit_gpu's own sentence about why importances are missing",
     ("lit_gpu/commands/bench.py", "table"): "a Rich table whose cells are escaped where it is built",
     ("lit_gpu/commands/export.py", "blob"): "the bytes of the weights file export writes (a file)",
     (
@@ -78,7 +78,7 @@ OWN: dict[tuple[str, str], str] = {
     "(exit_on_error=False) or under JSONARGPARSE_DEBUG (the user asked for its raw report)",
     ("lit_gpu/cli/lightning_cli.py", "ex"): "the exception of jsonargparse's own error (as for message)",
     ("lit_gpu/io.py", "f"): "atomic_write hands its file object to the writer it is given (a file)",
-    ("lit_gpu/commands/sweep/report.py", "table"): "a Rich table whose cells are escaped where it is built",
+    ("lit_gpu/commands/sweep/study.py", "table"): "a Rich table whose cells are escaped where it is built",
     ("lit_gpu/commands/env.py", "table"): "a Rich table whose cells are escaped where it is built",
     ("lit_gpu/commands/env.py", "facts"): "a Rich grid whose cells are escaped where it is built",
     ("lit_gpu/commands/env.py", "col"): "a column name of env's own",

@@ -27,16 +27,29 @@ from collections.abc import Sequence
 
 from lit_gpu import messages
 from lit_gpu.commands.sweep import worker as lines
-from lit_gpu.commands.sweep.best import best_config, write_best_config
-from lit_gpu.commands.sweep.fitargs import check_space_keys, logger_flag, parse_fit_args, short_names
-from lit_gpu.commands.sweep.gpus import GpuClaims, device_count, needs_child_process
 from lit_gpu.commands.sweep.options import JOURNAL_NAME, SWEEPS_ROOT, SweepOptions, parse_argv
-from lit_gpu.commands.sweep.report import completed, plot_study, print_table
-from lit_gpu.commands.sweep.space import SearchSpace, load_space
+from lit_gpu.commands.sweep.space import (
+    SearchSpace,
+    best_config,
+    check_space_keys,
+    load_space,
+    logger_flag,
+    parse_fit_args,
+    short_names,
+    write_best_config,
+)
 from lit_gpu.commands.sweep.storage import check_params, read_trial
-from lit_gpu.commands.sweep.study import make_storage, open_study, quiet_optuna, require_optuna
+from lit_gpu.commands.sweep.study import (
+    completed,
+    make_storage,
+    open_study,
+    plot_study,
+    print_table,
+    quiet_optuna,
+    require_optuna,
+)
 from lit_gpu.commands.sweep.trial import TRIAL_ENV, run_trial_child, trial_spec
-from lit_gpu.commands.sweep.worker import Worker
+from lit_gpu.commands.sweep.worker import GpuClaims, Worker, device_count, needs_child_process
 
 
 def report(study, options: SweepOptions, space: SearchSpace, fit_args: list[str]) -> int:

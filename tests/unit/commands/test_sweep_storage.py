@@ -9,8 +9,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from lit_gpu.commands.sweep import owners
 from lit_gpu.commands.sweep import storage as sweep_storage
+from lit_gpu.commands.sweep import worker as owners
 from lit_gpu.commands.sweep.space import load_space
 from lit_gpu.errors import LitGpuError
 
