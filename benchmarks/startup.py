@@ -7,8 +7,8 @@ rotated order, ``--repeats`` times; medians with their spread (min-max):
 
 * the floors: ``python -c "import torch"`` and ``python -c "import lightning.pytorch"``;
 * the commands that train nothing: ``lit-gpu --help``, ``--version``, ``configs``, ``configs NAME``,
-  ``init DIR`` (a new folder each run); each should take <= 0.25x of ``import lightning.pytorch`` (they import neither torch nor
-  Lightning);
+  ``init DIR`` (a new folder each run); each should take <= 0.25x of ``import lightning.pytorch`` (they
+  import neither torch nor Lightning);
 * ``lit-gpu env --json``: torch and NVML, not Lightning; should take <= ``import torch`` + 0.3 s;
 * the training path: ``lit-gpu fit --help`` against Lightning's own ``LightningCLI fit --help``.
 

@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 SUBMODULES = frozenset(
     {
         "callbacks", "checkpoints", "cli", "commands", "data", "demo", "devices", "errors", "files", "io",
-        "load_report", "messages", "modules", "net_spec", "nets", "oom", "profilers", "recipes", "textfiles",
+        "load_report", "messages", "modules", "net_spec", "nets", "fastpath", "oom", "recipes", "textfiles",
         "logger_media", "loggers", "package_check", "run", "strategies", "translate", "upstream",
     }
 )  # fmt: skip
