@@ -1,28 +1,17 @@
 """Devices, read without a CUDA context: the GPUs NVML reports, which ones ``CUDA_VISIBLE_DEVICES`` leaves
 visible, ``devices: "free:N"``, ``precision: auto``, the launcher's variables, and device errors in one line.
 
-Everything asks NVML (nvidia-ml-py), never ``torch.cuda``, so the parent process keeps CUDA uninitialised and
-``strategy: ddp_notebook``/``ddp_fork`` still work afterwards. NVML numbers GPUs by PCI bus; CUDA numbers the
-GPUs ``CUDA_VISIBLE_DEVICES`` leaves visible, in its order: :func:`visible_gpus` maps one onto the other.
+Everything asks NVML, never ``torch.cuda``, so the parent process keeps CUDA uninitialised (``ddp_notebook``,
+``ddp_fork`` still work). NVML numbers GPUs by PCI bus, CUDA the visible ones in ``CUDA_VISIBLE_DEVICES``
+order: :func:`visible_gpus` maps one onto the other. ``CUDA_VISIBLE_DEVICES`` is read as CUDA and torch
+read any value (up to the first entry that is not a device; ``""``, ``-1``, slurmd's ``NoDevFiles``: none;
+``0,1,``: 0, 1; ``GPU-``/``MIG-`` UUID prefixes; a repeat: none): :func:`visible_entries` and
+:func:`uuid_ordinals` are a declared mirror of torch's private ``torch.cuda._parse_visible_devices`` and
+``_transform_uuid_to_ordinals`` (torch 2.14, pinned by ``tests/unit/test_visible_devices.py``). Only a value
+the two read differently (a non-ASCII digit) is a problem (:func:`torch_disagrees`).
 
-``CUDA_VISIBLE_DEVICES`` is read as CUDA and torch read it. CUDA accepts any value: it reads entries up to the
-first one that is not a device. :func:`visible_entries` is a declared mirror of torch's private
-``torch.cuda._parse_visible_devices`` (torch 2.14, the HIP branch left out) and :func:`uuid_ordinals` of its
-``_transform_uuid_to_ordinals``; ``tests/unit/test_visible_devices.py`` pins both against the installed torch:
-
-- unset: every GPU; ``""``, ``"-1"``, ``"NoDevFiles"`` (what slurmd sets on a CPU-only job): no GPU;
-- ``"0,1,"`` (the ``nvidia-smi ... | tr '\\n' ','`` idiom): GPUs 0 and 1, the empty entry ends the list;
-- an index is read as C's ``strtoul`` reads it (``"1gpu2,2ampere"`` is ``1,2``), a negative one ends the
-  list; a value starting ``GPU-`` or ``MIG-`` is a list of UUIDs (a unique prefix is enough);
-- a repeated entry makes the whole list empty.
-
-Only where the two upstreams disagree is a value a problem (:func:`torch_disagrees`): torch's ``_strtoul``
-takes any Unicode digit, so ``"\u00b2"`` makes ``torch.cuda.device_count()`` raise ``ValueError`` and
-``"\u0661"`` is GPU 1 to torch but no GPU to CUDA, whose ``strtoul`` reads ASCII ``0-9`` only.
-
-The launcher variables (``RANK``, ``WORLD_SIZE``, ``SLURM_*``...) are read by Lightning and torchmetrics with
-``int()`` at import time: the ``lit-gpu`` front door calls :func:`problems` before anything imports them. This
-module imports the standard library and lit_gpu's leaves only (Lightning and torch inside functions).
+Lightning and torchmetrics read the launcher variables (``RANK``, ``SLURM_*``...) with ``int()`` on import:
+the front door calls :func:`problems` first. This module imports lit_gpu's leaves only (torch lazily).
 """
 
 from __future__ import annotations
@@ -143,8 +132,7 @@ def read_whole(value: str | None) -> bool:
 
 
 # ---- NVML facts ----------------------------------------------------------------------------------
-# Measured in docs/benchmarks.md ("precision: auto on CPU"): see auto_precision().
-CPU_BF16_IS_FASTER = True
+CPU_BF16_IS_FASTER = True  # measured: docs/benchmarks.md ("precision: auto on CPU")
 
 
 class NvmlUnavailable(LitGpuError):
@@ -471,15 +459,10 @@ def _cuda_initialized() -> bool:
 
 
 def claim_free_gpus(n: int) -> FreeChoice:
-    """Resolve ``free:N`` once per job and hand the choice down to every rank through ``os.environ``.
-
-    The launching process asks NVML once, sets ``CUDA_VISIBLE_DEVICES`` to the chosen GPUs' UUIDs (most free
-    first), records the choice in :data:`FREE_CHOICE_ENV` and returns ``devices=[0, ..., N-1]``; Lightning's
-    DDP launcher copies ``os.environ`` into its ranks. A process holding a matching record reuses it without
-    NVML. Ranks started by torchrun/srun without a record cannot agree: refused (LitGpuError), unless the
-    launcher started one process on this node. With CUDA already initialised here, the choice is the CUDA
-    ordinals under the current visibility.
-    """
+    """Resolve ``free:N`` once per job: the launching process asks NVML, sets ``CUDA_VISIBLE_DEVICES`` to the
+    chosen UUIDs, records the choice in :data:`FREE_CHOICE_ENV` (Lightning's launcher copies both into its
+    ranks, which reuse the record) and returns ``devices=[0, ..., N-1]``; ranks of torchrun/srun without a
+    record are refused (unless one per node). With CUDA initialised here: the ordinals as they are."""
     env = os.environ
     if n < 1:
         raise LitGpuError(f"devices 'free:{n}': ask for at least one GPU, e.g. 'free:1'")
@@ -554,8 +537,7 @@ RULES: dict[str, tuple[str, str]] = {
     "SLURM_ARRAY_JOB_ID": ("job", "a job number, e.g. SLURM_ARRAY_JOB_ID=123456"),
     "SLURM_ARRAY_TASK_ID": ("job", "a task number, e.g. SLURM_ARRAY_TASK_ID=3"),
     "SLURM_NODELIST": ("nodes", "host names or a SLURM range, e.g. SLURM_NODELIST=node[1-4]"),
-    # Lightning's seed_everything writes these for the processes it starts; its reset_seed (DDP ranks) and
-    # _auto_add_worker_init_fn (every DataLoader with workers) read them back with int()
+    # written by Lightning's seed_everything, read back with int() by its reset_seed and worker init
     "PL_GLOBAL_SEED": ("int", "a whole number, e.g. PL_GLOBAL_SEED=42 (Lightning's seed_everything sets it)"),
     "PL_SEED_WORKERS": ("int", "0 or 1, e.g. PL_SEED_WORKERS=1 (Lightning's seed_everything writes it)"),
     "CUDA_VISIBLE_DEVICES": ("cuda", "{why}; give GPU indices in the digits 0-9 or UUIDs, e.g. {name}=0,1"),
@@ -697,11 +679,8 @@ def _why_no_gpu() -> str:
     return ""
 
 
-_NO_GPU = (
-    "No supported gpu backend found",
-    "`CUDAAccelerator` can not run on your system",
-    "GPUs requested but none are available",
-)
+_NO_GPU = ("No supported gpu backend found", "`CUDAAccelerator` can not run on your system")
+_NO_GPU += ("GPUs requested but none are available",)
 _TOO_FEW = re.compile(r"You requested gpu: (\[.*?\])\s*But your machine only has: (\[.*?\])", re.S)
 
 
@@ -744,12 +723,9 @@ def _trainer_params() -> set[str]:
 
 
 def explain_trainer_error(err: BaseException, argv: Sequence[str]) -> str | None:
-    """One line for an invalid ``trainer`` setting the Trainer refused while being built, or None.
-
-    Lightning's ``MisconfigurationException`` always; a ``ValueError``/``ImportError`` only when it names a
-    Trainer argument (``strategy='ddpp'``) or a missing optional requirement (``torch_xla`` for ``tpu``).
-    The setting's source in ``argv`` is named when found.
-    """
+    """One line naming the source in ``argv`` of a ``trainer`` setting the Trainer refused (Lightning's
+    ``MisconfigurationException``; a ``ValueError``/``ImportError`` naming a Trainer argument or a missing
+    requirement), or None."""
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     device = explain_device_error(err, argv)

@@ -1,18 +1,11 @@
 """The bounded reader of the text files lit_gpu reads from elsewhere: YAML, JSON, JSON lines, CSV, plain text.
 
-Each reader takes a path (or text in memory, such as an environment variable, with the name of where it
-came from) and :class:`Limits`, and returns plain data (dicts, lists, strings, numbers, booleans, ``None``;
-never an object) or raises :class:`BadFileError`: one line naming the file, what is wrong, the fix (exit 2).
-The parsing is the standard library's and PyYAML's own; the budgets are checked around them:
-
-* only regular files are opened (a FIFO or a device named ``metrics.csv`` cannot hang or flood a read);
-* whole-file reads stop at ``max_bytes``; streamed files (CSV, JSON lines) are read a line at a time, each at
-  most ``max_line`` bytes; text must decode in ``encoding`` (strict; the error names the line);
-* nesting is at most ``max_depth`` deep, YAML aliases expand to at most ``max_nodes`` values, every integer
-  lies in ``[-2**63, 2**63)``, and a YAML tag outside the core schema is refused before anything is built
-  (every YAML jsonargparse reads as plain data is accepted).
-
-Names that become path components (a study name) are checked by :func:`check_name`.
+Each reader returns plain data (never an object) or raises :class:`BadFileError`, one line naming the file,
+what is wrong and the fix (exit 2). The parsing is the standard library's and PyYAML's; the :class:`Limits`
+are checked around it: regular files only (a FIFO cannot hang a read), whole reads up to ``max_bytes``,
+streamed ones a line of ``max_line`` at a time, strict decoding, nesting, YAML aliases' expanded size,
+integers in ``[-2**63, 2**63)``, and no YAML tag outside the core schema (every YAML jsonargparse reads as
+plain data is accepted).
 """
 
 from __future__ import annotations
@@ -24,6 +17,7 @@ import re
 import stat
 import sys
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -48,20 +42,14 @@ class Limits:
     encoding: str = "utf-8"  # strict: a byte that does not decode is an error
 
 
-#: config.yaml, hparams.yaml, a search space, the user's --config files
-YAML_LIMITS = Limits(max_bytes=8 * MiB)
-#: owner records, trial results, GPU leases, environment variables set by a parent lit-gpu
-JSON_LIMITS = Limits(max_bytes=1 * MiB)
-#: a sweep journal: streamed, one JSON value per line
-JSON_LINES_LIMITS = Limits(max_line=4 * MiB, max_depth=32)
-#: metrics.csv: streamed, any number of rows
-CSV_LIMITS = Limits(max_line=1 * MiB, max_field=128 * KiB, max_columns=10_000)
-#: small plain-text files (/proc entries, recipe lists)
-TEXT_LIMITS = Limits(max_bytes=1 * MiB)
+YAML_LIMITS = Limits(max_bytes=8 * MiB)  # config.yaml, hparams.yaml, a search space, --config files
+JSON_LIMITS = Limits(max_bytes=1 * MiB)  # owner records, trial results, GPU leases, a parent's variables
+JSON_LINES_LIMITS = Limits(max_line=4 * MiB, max_depth=32)  # a sweep journal, streamed
+CSV_LIMITS = Limits(max_line=1 * MiB, max_field=128 * KiB, max_columns=10_000)  # metrics.csv, streamed
+TEXT_LIMITS = Limits(max_bytes=1 * MiB)  # small plain-text files
 
 FIX = "fix or remove that file"
-#: bytes read at a time by a whole-file read
-READ_CHUNK = 64 * KiB
+READ_CHUNK = 64 * KiB  # bytes read at a time by a whole-file read
 BAD_FILE = "{source}{where}: {problem}; {fix}"
 
 
@@ -127,10 +115,8 @@ def _decode(data: bytes, source: object, limits: Limits, fix: str | None, line: 
     try:
         return data.decode(limits.encoding)
     except UnicodeDecodeError as err:
-        at = line if line is not None else data.count(b"\n", 0, err.start) + 1
-        raise BadFileError(
-            source, f"byte {data[err.start]:#04x} is not {limits.encoding} text", fix, at
-        ) from None
+        at, byte = line if line is not None else data.count(b"\n", 0, err.start) + 1, data[err.start]
+        raise BadFileError(source, f"byte {byte:#04x} is not {limits.encoding} text", fix, at) from None
     except LookupError as err:
         raise BadFileError(source, f"unknown encoding {limits.encoding!r}", fix) from err
 
@@ -143,9 +129,8 @@ def read_text(path: str | os.PathLike, limits: Limits = TEXT_LIMITS, *, fix: str
 def lines(
     path: str | os.PathLike, limits: Limits, *, fix: str | None = None, file: Any = None
 ) -> Iterator[tuple[int, str]]:
-    """``(line number, text)`` of each line (its end kept), streamed; a line over ``max_line`` bytes is an
-    error. A last line without its newline is yielded too (callers that append decide). ``file``: ``path``
-    already opened for binary reading (checked by the caller; closed here)."""
+    """``(line number, text)`` of each line (its end kept; a last one without it too), streamed, each at most
+    ``max_line`` bytes (``file``: ``path`` already opened for binary reading, closed here)."""
     with file if file is not None else open_regular(path, fix) as f:
         number = 0
         while True:
@@ -163,13 +148,13 @@ def lines(
 
 # ---- plain data: integers in range, nesting bounded, no cycle --------------------------------------
 class _Bad(Exception):
-    """Raised inside a parser hook; turned into a :class:`BadFileError` by the reader."""
+    """Raised inside a parser hook; the reader turns it into a :class:`BadFileError`."""
 
 
 def _checked_int(text: str) -> int:
     value = int(text) if len(text.lstrip("+-")) <= 19 else None
     if value is None or not INT_MIN <= value <= INT_MAX:
-        raise _Bad(f"the integer {text[:24]} is out of range (at most 2**63 - 1 in size)")
+        raise _Bad(f"the integer {text[:24]} is out of range ({INT_RANGE})")
     return value
 
 
@@ -184,12 +169,9 @@ def _check_plain(value: Any, limits: Limits) -> None:
             open_.discard(id(item))
             done.add(id(item))
             continue
-        if isinstance(item, bool):
-            continue
-        if isinstance(item, int):
-            if not INT_MIN <= item <= INT_MAX:
-                raise _Bad(f"the integer {str(item)[:24]} is out of range (at most 2**63 - 1 in size)")
-        elif isinstance(item, dict | list | tuple | set | frozenset):
+        if isinstance(item, int) and not isinstance(item, bool) and not INT_MIN <= item <= INT_MAX:
+            raise _Bad(f"the integer {str(item)[:24]} is out of range (at most 2**63 - 1 in size)")
+        if isinstance(item, dict | list | tuple | set | frozenset):
             if id(item) in open_:
                 raise _Bad("a value contains itself (a recursive alias)")
             if id(item) in done:
@@ -202,7 +184,6 @@ def _check_plain(value: Any, limits: Limits) -> None:
             stack.extend((child, depth + 1, False) for child in children)
 
 
-# ---- JSON ---------------------------------------------------------------------------------------
 _JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
 
@@ -222,8 +203,7 @@ def _no_constant(name: str) -> Any:
     raise _Bad(f"{name} is not a JSON value")
 
 
-#: characters in one JSON number literal (a double needs at most ~25; longer ones only cost time)
-MAX_FLOAT_LITERAL = 64
+MAX_FLOAT_LITERAL = 64  # characters in one JSON number (a double needs ~25; longer ones only cost time)
 
 
 def _any_float(text: str) -> float:
@@ -235,7 +215,7 @@ def _any_float(text: str) -> float:
 
 def _checked_float(text: str) -> float:
     """As :func:`_any_float`, and finite (``1e400`` would be infinity)."""
-    if (value := _any_float(text)) in (float("inf"), float("-inf")):
+    if abs(value := _any_float(text)) == float("inf"):
         raise _Bad(f"the number {text} is out of range (it would be infinity)")
     return value
 
@@ -249,10 +229,8 @@ def parse_json(
         raise BadFileError(source, f"is longer than {limits.max_bytes} characters", fix, line)
     try:
         _json_depth_ok(text, limits.max_depth)
-        parse_float, parse_constant = (_any_float, float) if allow_nan else (_checked_float, _no_constant)
-        return json.loads(
-            text, parse_int=_checked_int, parse_float=parse_float, parse_constant=parse_constant
-        )
+        floats, constants = (_any_float, float) if allow_nan else (_checked_float, _no_constant)
+        return json.loads(text, parse_int=_checked_int, parse_float=floats, parse_constant=constants)
     except _Bad as err:
         raise BadFileError(source, str(err), fix, line) from None
     except json.JSONDecodeError as err:
@@ -281,7 +259,6 @@ def json_lines(
             yield number, parse_json(text, path, line_limits, fix=fix, line=number, allow_nan=allow_nan)
 
 
-# ---- YAML ---------------------------------------------------------------------------------------
 def _yaml_budget(text: str, source: object, limits: Limits, fix: str | None, loader: Any) -> None:
     """Depth and expanded size from PyYAML's event stream (iterative: no recursion, no objects)."""
     import yaml
@@ -303,13 +280,8 @@ def _yaml_budget(text: str, source: object, limits: Limits, fix: str | None, loa
             anchor, size = stack.pop()
         elif isinstance(event, yaml.AliasEvent):
             if any(entry[0] == event.anchor for entry in stack):
-                alias = f"the alias *{messages.shown(event.anchor, limit=40)}"
-                raise BadFileError(
-                    source,
-                    f"{alias} is inside its own anchor (a value that contains itself)",
-                    fix,
-                    _line(event),
-                )
+                alias = f"the alias *{messages.shown(event.anchor, limit=40)} is inside its own anchor"
+                raise BadFileError(source, f"{alias} (a value that contains itself)", fix, _line(event))
             anchor, size = None, sizes.get(event.anchor, 1)
         elif isinstance(event, yaml.ScalarEvent):
             _sexagesimal_ok(event, source, fix, loader)
@@ -325,11 +297,9 @@ def _yaml_budget(text: str, source: object, limits: Limits, fix: str | None, loa
 
 
 _INT_TAG = "tag:yaml.org,2002:int"
-INT_RANGE = ": at most 2**63 - 1 in size"
-NOT_PLAIN_TAG = (
-    "it builds a type other than plain data; the core-schema tags !!str !!int !!float !!bool !!null "
-)
-NOT_PLAIN_TAG += "!!seq !!map are"
+INT_RANGE = "at most 2**63 - 1 in size"
+NOT_PLAIN_TAG = "it builds a type other than plain data; the core-schema tags !!str !!int !!float !!bool "
+NOT_PLAIN_TAG += "!!null !!seq !!map are"
 
 
 def _sexagesimal_ok(event: Any, source: object, fix: str | None, loader: Any) -> None:
@@ -346,16 +316,14 @@ def _sexagesimal_ok(event: Any, source: object, fix: str | None, loader: Any) ->
         tag = loader.resolve(loader, yaml.ScalarNode, value, event.implicit)
     if tag == _INT_TAG:
         long = f"the base-60 integer {value[:24]}... is longer than {limit} characters"
-        problem = f"{long} (out of range{INT_RANGE})"
-        raise BadFileError(source, problem, fix, _line(event))
+        raise BadFileError(source, f"{long} (out of range: {INT_RANGE})", fix, _line(event))
 
 
 #: The explicit tags a config may carry: the YAML core schema's, which jsonargparse's loader (a PyYAML
 #: SafeLoader) builds as plain data (``lr: !!float 1e-3``). Its other tags build other types (``!!set``,
 #: ``!!binary``, ``!!timestamp``, ``!!omap``) and any other tag has no constructor there: refused, one line.
-CORE_SCHEMA_TAGS = frozenset(
-    f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null", "seq", "map")
-)
+_CORE = ("str", "int", "float", "bool", "null", "seq", "map")
+CORE_SCHEMA_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in _CORE)
 
 
 def _tagged(event: Any, allowed: frozenset[str] = CORE_SCHEMA_TAGS) -> bool:
@@ -419,9 +387,7 @@ def parse_yaml(
         raise BadFileError(source, f"!!bool {value!r} is not a YAML boolean (true or false)", fix) from None
     except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as err:
         if "integer string conversion" in str(err):
-            raise BadFileError(
-                source, "an integer is out of range (at most 2**63 - 1 in size)", fix
-            ) from None
+            raise BadFileError(source, f"an integer is out of range ({INT_RANGE})", fix) from None
         problem = messages.shown(messages.first_line(err), limit=120)
         raise BadFileError(source, f"not plain YAML ({problem})", fix) from None
 
@@ -436,20 +402,13 @@ def read_yaml(
 METRICS_FIX = "move it aside or remove it (only the curves logged so far are in it)"
 
 
-# ---- CSV ----------------------------------------------------------------------------------------
 def csv_rows(
     path: str | os.PathLike, limits: Limits = CSV_LIMITS, *, fix: str | None = None, file: Any = None
 ) -> Iterator[list[str]]:
-    """Each row of a CSV file as a list of strings (the header first), streamed within ``limits``
-    (``file``: see :func:`lines`)."""
+    """Each row of a CSV file as a list of strings (the header first), streamed (``file``: as for lines)."""
     source = lines(path, limits, fix=fix, file=file)
-    number = [0]
-
-    def texts() -> Iterator[str]:
-        for number[0], text in source:
-            yield text
-
-    reader = csv.reader(texts())
+    number = [0]  # the line being read, for the error
+    reader = csv.reader(text for number[0], text in source)
     while True:
         old = csv.field_size_limit(limits.max_field)  # process-wide: set for each row, put back at once
         try:
@@ -457,9 +416,8 @@ def csv_rows(
         except StopIteration:
             return
         except csv.Error as err:
-            raise BadFileError(
-                path, f"not CSV ({messages.first_line(err)})", fix, number[0] or None
-            ) from None
+            why = f"not CSV ({messages.first_line(err)})"
+            raise BadFileError(path, why, fix, number[0] or None) from None
         finally:
             csv.field_size_limit(old)
         if len(row) > limits.max_columns:
@@ -474,13 +432,8 @@ def csv_dicts(
     skipped, cells past the header dropped, missing cells ``""``)."""
     rows = csv_rows(path, limits, fix=fix, file=file)
     header = next(rows, [])
-
-    def dicts() -> Iterator[dict[str, str]]:
-        for row in rows:
-            if row:
-                yield dict(zip(header, row + [""] * (len(header) - len(row)), strict=False))
-
-    return header, dicts()
+    padded = (row + [""] * (len(header) - len(row)) for row in rows if row)
+    return header, (dict(zip(header, row, strict=False)) for row in padded)
 
 
 def read_csv(
@@ -493,37 +446,5 @@ def read_csv(
 
 def csv_header(path: str | os.PathLike, limits: Limits = CSV_LIMITS, *, fix: str | None = None) -> list[str]:
     """The first row of a CSV file (``[]`` when empty)."""
-    rows = csv_rows(path, limits, fix=fix)
-    try:
+    with closing(csv_rows(path, limits, fix=fix)) as rows:
         return next(rows, [])
-    finally:
-        rows.close()
-
-
-# ---- names that become path components -------------------------------------------------------
-MAX_NAME = 200
-BAD_NAME = "{what} {name} is not a plain name ({why}); {fix}"
-
-
-def name_problem(name: object) -> str | None:
-    """Why ``name`` cannot be one path component, or ``None`` when it can."""
-    if not isinstance(name, str) or not name:
-        return "it is empty"
-    if name in (".", ".."):
-        return "it is . or .."
-    if any(sep in name for sep in ("/", "\\", "\0")):
-        return "it holds a path separator"
-    if len(name) <= MAX_NAME and messages.shown(name, limit=MAX_NAME + 1) != name:
-        return "it holds control or invisible characters"
-    if len(name) > MAX_NAME:
-        return f"it is longer than {MAX_NAME} characters"
-    return None
-
-
-def check_name(name: object, what: str, fix: str) -> str:
-    """``name`` when it is a plain name (:func:`name_problem`); else one line with ``what`` and ``fix``."""
-    why = name_problem(name)
-    if why is not None:
-        shown = messages.shown(repr(name) if isinstance(name, str) else name, limit=80)
-        raise LitGpuError(BAD_NAME.format(what=what, name=shown, why=why, fix=fix))
-    return name  # type: ignore[return-value]

@@ -1,40 +1,21 @@
 """Out of memory is not the end of a run: split the batch into micro-batches and retry the same step.
 
-``lit-gpu fit --oom_recovery true`` adds :class:`OOMRecovery`. When a training step raises
-``torch.OutOfMemoryError`` (or the CUDA OOM ``RuntimeError``), the step's memory is released, the
-micro-batch is halved (the number of micro-batches doubles) and the *same* batch is trained again:
-the effective batch, the number of optimizer steps and the LR schedule do not change. The micro-batch
-that fits is kept in the checkpoint, so a resumed run starts with it.
+``lit-gpu fit --oom_recovery true`` adds :class:`OOMRecovery`. When a step raises ``torch.OutOfMemoryError``
+(or CUDA's OOM ``RuntimeError``), its memory is released, the micro-batch halved and the *same* batch trained
+again: the effective batch, the optimizer steps and the LR schedule do not change; the micro-batch that fits
+is kept in the checkpoint. One step (``training_step`` wrapped, the loader's batch unchanged):
 
-How one step runs (``training_step`` is wrapped; the data loader batch is never changed):
+1. each micro-batch of ``m`` of the ``N`` samples runs the module's own ``training_step``; its loss scaled by
+   ``m / N`` (and the fp16 GradScaler) is back-propagated at once: the gradients add up to the full batch's;
+2. after every forward and backward all processes agree whether one ran out of memory (one tiny all-reduce;
+   under DDP the gradients accumulate locally, as under ``no_sync``), so every rank halves at the same point;
+3. the gradients are taken off the parameters and handed back by the returned loss, whose backward delivers
+   them: Lightning then runs its usual backward, hooks, clipping, DDP all-reduce and optimizer step.
 
-1. The batch of ``N`` samples is cut into micro-batches of ``m`` samples (tensors along dim 0). For
-   each, the module's own ``training_step`` computes the loss (forward), and the loss scaled by
-   ``m / N`` (and by the fp16 GradScaler, as Lightning would) is back-propagated at once. The
-   gradients add up to the full-batch gradient of a mean loss.
-2. After every forward and every backward all processes agree whether any of them ran out of memory
-   (one tiny all-reduce). No collective runs inside a micro-batch's forward or backward: under DDP
-   the gradients are accumulated locally (the reducer ignores backward passes run inside the DDP
-   forward, as under ``no_sync``). So an OOM on one rank never leaves another waiting in an
-   all-reduce; every rank halves its micro-batch at the same point.
-3. The batch's gradients are taken off the parameters and handed back by the returned loss: its value
-   is the full-batch loss and its backward *delivers* the stored gradients (times the incoming
-   gradient). Lightning then runs its usual ``zero_grad``, ``backward``, hooks, GradScaler, gradient
-   clipping, DDP gradient all-reduce (now, after everyone agreed) and optimizer step, unchanged.
-
-An OOM in a forward pass keeps the gradients of the micro-batches already done and re-splits the
-rest; an OOM in a backward pass (gradients partly written) drops this batch's gradients and starts
-the batch again. Gradients of earlier batches of a Lightning ``accumulate_grad_batches`` window are
-kept aside during the step and never touched.
-
-Evaluation (the sanity check, validation, test and predict) is split the same way, with its own
-micro-batch (``eval_micro_batch_size``): see the micro-batch section below.
-
-On a GPU the recovery turns on PyTorch's *expandable segments* for the run, unless
-``PYTORCH_CUDA_ALLOC_CONF`` names them (:func:`set_expandable_segments` says why): with them a
-retry needs no more halvings than the memory requires (seen on an H200: batch 64 -> micro-batch 32, not 16).
-
-Without recovery, :class:`OOMLoopName` names the loop in the OOM message.
+An OOM in a forward keeps the micro-batches done; one in a backward starts the batch again. Earlier batches of
+an ``accumulate_grad_batches`` window are kept aside. Evaluation is split the same way (its own
+``eval_micro_batch_size``). On a GPU the recovery turns on PyTorch's expandable segments for the run
+(:func:`set_expandable_segments`). Without recovery, :class:`OOMLoopName` names the loop in the OOM message.
 """
 
 from __future__ import annotations
@@ -106,11 +87,8 @@ def _set_allocator_settings(settings: str) -> None:
 
 
 def set_expandable_segments(on: bool) -> bool:
-    """Turn the CUDA allocator's expandable segments on or off, unless the user's environment sets them.
-
-    Blocks allocated afterwards come from segments that grow and shrink by pages, so a freed block
-    cannot be pinned by a small allocation placed in it. Returns whether the setting was changed.
-    """
+    """Turn the CUDA allocator's expandable segments on or off (a freed block can then not be pinned by a
+    small allocation placed in it), unless the user's environment sets them; whether it changed."""
     if any("expandable_segments" in os.environ.get(name, "") for name in ALLOC_CONF_ENV):
         return False  # the user's own choice
     _set_allocator_settings(f"expandable_segments:{on}")
@@ -137,11 +115,8 @@ def loop_words(trainer: pl.Trainer) -> str:
 
 
 class OOMLoopName(Callback):
-    """Marks an out-of-memory error with the loop it came from (``err.lit_gpu_loop``, e.g. "validation").
-
-    Lightning resets the trainer's stage before the error reaches ``lit-gpu``; this hook runs first, so
-    the one-line message can say "out of memory during validation" and not always "during training".
-    """
+    """Marks an out-of-memory error with the loop it came from (``err.lit_gpu_loop``, e.g. "validation"),
+    before Lightning resets the trainer's stage: the one-line message names it."""
 
     @override
     def on_exception(
@@ -153,17 +128,9 @@ class OOMLoopName(Callback):
 
 
 # ---- micro-batches of one step: cutting a batch, delivering its gradients, evaluation put back together
-# Evaluation (the sanity check, validation, test and predict, in ``fit`` and in the ``validate``,
-# ``test`` and ``predict`` commands) is split the same way, with its own micro-batch
-# (``eval_micro_batch_size``; no gradients, so usually larger than the training one). Each micro-batch
-# runs the module's own ``validation_step`` / ``test_step`` / ``predict_step``; the outputs are put back
-# together (tensors of the micro-batches concatenated along dim 0, scalars averaged by samples), and the
-# ``self.log`` calls of the step are held back until every micro-batch is done, then made once per name
-# with the sample-weighted mean (``reduce_fx`` ``mean``; ``sum``, ``max`` and ``min`` as named), so the
-# logged values and the epoch metrics equal the whole-batch ones. torchmetrics objects accumulate over
-# the micro-batches as over batches; a try that ran out of memory after updating one is undone (its
-# state is restored). Other state a step keeps by itself (e.g. a list of outputs) sees every
-# successful micro-batch.
+# Evaluation micro-batches run the module's own validation/test/predict step; outputs are concatenated
+# (scalars averaged by samples), the step's self.log calls held back and made once with the sample-weighted
+# mean, so the logged values equal the whole batch's; an update in a try that ran out of memory is undone.
 _BATCHNORM = (
     nn.BatchNorm1d,
     nn.BatchNorm2d,
@@ -181,13 +148,9 @@ def has_batchnorm(module: nn.Module) -> bool:
 
 
 class _DeliverGradients(torch.autograd.Function):
-    """A loss whose value is given and whose backward hands precomputed gradients to the parameters.
-
-    ``backward`` returns ``stored * grad_output / scale``: exactly what a backward of the real
-    full-batch loss would produce for the same incoming gradient (``scale`` is the GradScaler factor
-    the stored gradients already carry, 1 without one). The stored tensors are handed over, not
-    copied, so AccumulateGrad adopts them when ``.grad`` is empty.
-    """
+    """A loss whose value is given and whose backward returns ``stored * grad_output / scale`` (the
+    GradScaler factor the stored gradients carry): what the full batch's backward would give. The stored
+    tensors are handed over, not copied (AccumulateGrad adopts them when ``.grad`` is empty)."""
 
     @staticmethod
     def forward(ctx: Any, value: Tensor, holder: list, scale: Tensor, *params: Tensor) -> Tensor:
@@ -333,11 +296,8 @@ def _metrics(module: nn.Module) -> list[Any]:
 
 
 class _MetricGuard:
-    """Undoes the torchmetrics updates of a try that ran out of memory.
-
-    Before each try it copies the states of the metrics a step of this kind updated last time (all of
-    them the first time): on a GPU a step pays for the copies of the metrics it really uses, not more.
-    """
+    """Undoes the torchmetrics updates of a try that ran out of memory (before each try it copies the
+    states of the metrics a step of this kind updated last time; all of them the first time)."""
 
     def __init__(self, module: nn.Module) -> None:
         self.module = module
@@ -392,19 +352,10 @@ def count_failures(trainer: pl.Trainer, failed: bool) -> int:
 class OOMRecovery(OOMLoopName):
     """On out of memory in a step: halve the micro-batch, keep the effective batch (and the metrics), go on.
 
-    Added by ``lit-gpu fit --oom_recovery true``; usable with any Lightning Trainer and any
-    LightningModule with automatic optimization whose loss is a mean over the batch. Supported
-    strategies: one device, ``ddp`` (and its spawn/fork variants) and lit_gpu's ``dp`` (each
-    micro-batch is what DataParallel splits across the GPUs).
-
-    Args:
-        micro_batch_size: Start with this micro-batch (samples per forward/backward) instead of the
-            whole batch; ``None`` (default) starts with the whole batch and halves only on OOM. A
-            checkpoint's value (from an earlier recovery) wins on resume.
-        eval_micro_batch_size: The same for the evaluation steps (sanity check, validation, test,
-            predict).
-        expandable_segments: On a CUDA device, turn on PyTorch's expandable segments from ``setup`` to
-            ``teardown`` (module docstring), unless ``PYTORCH_CUDA_ALLOC_CONF`` names them.
+    Any Trainer and LightningModule with automatic optimization and a mean loss; one device, ``ddp`` (and its
+    spawn/fork variants) or lit_gpu's ``dp``. ``micro_batch_size``/``eval_micro_batch_size``: start there
+    instead of the whole batch (a checkpoint's value wins on resume); ``expandable_segments``: on CUDA, from
+    ``setup`` to ``teardown``, unless ``PYTORCH_CUDA_ALLOC_CONF`` names them.
     """
 
     def __init__(

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from lit_gpu import textfiles
+from lit_gpu.commands.sweep.options import check_name
 from lit_gpu.commands.sweep.storage import read_owner
 from lit_gpu.data.mnist import check_idx_pair, idx_shape
 from lit_gpu.errors import LitGpuError
-from lit_gpu.textfiles import BadFileError, check_name
+from lit_gpu.textfiles import BadFileError
 
 WRITTEN = Path(__file__).parent / "written"
 
