@@ -78,8 +78,8 @@ from lit_gpu.callbacks.speed import SpeedLevers  # noqa: E402
 from lit_gpu.data.tensor_loader import TensorLoader  # noqa: E402
 from lit_gpu.fastpath.batch import LeanTrainingBatch  # noqa: E402
 from lit_gpu.fastpath.step import LeanOptimizerStep, SkipIdleHooks  # noqa: E402
-from lit_gpu.loggers import RunFolderSync  # noqa: E402
 from lit_gpu.nets import FastMnistNet  # noqa: E402
+from lit_gpu.run.loggers import RunFolderSync  # noqa: E402
 
 BATCH = 128
 

@@ -26,7 +26,7 @@ SUBMODULES = frozenset(
     {
         "callbacks", "checkpoints", "cli", "commands", "data", "demo", "devices", "errors", "files", "io",
         "load_report", "messages", "modules", "net_spec", "nets", "fastpath", "oom", "recipes", "textfiles",
-        "logger_media", "loggers", "package_check", "run", "strategies", "translate", "upstream",
+        "package_check", "run", "strategies", "translate", "upstream",
     }
 )  # fmt: skip
 

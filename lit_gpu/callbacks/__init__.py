@@ -3,7 +3,7 @@
 These are the public names a run's ``config.yaml`` records (``lit_gpu.callbacks.LeanOptimizerStep``), so
 the files that define them can move: each name is loaded on first use from the module :data:`PUBLIC`
 names (one line to change when a file moves). ``config.yaml`` files written before name the modules they
-lived in, which :mod:`lit_gpu.run.class_paths` (one table) maps to these names when a config is parsed.
+lived in, which :mod:`lit_gpu.run.store` (one table) maps to these names when a config is parsed.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ PUBLIC: dict[str, str] = {
     "OOMLoopName": "lit_gpu.oom.recovery",
     "OOMRecovery": "lit_gpu.oom.recovery",
     "RNGStateCallback": "lit_gpu.callbacks.rng_state",
-    "RunFolderSync": "lit_gpu.loggers",
+    "RunFolderSync": "lit_gpu.run.loggers",
     "SkipIdleHooks": "lit_gpu.fastpath.hooks",
     "guarantee_callbacks": "lit_gpu.callbacks.guarantees",
 }

@@ -29,8 +29,8 @@ from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
 from lit_gpu.callbacks.logging_state import LoggingStateCallback
 from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.errors import LitGpuError
-from lit_gpu.loggers import RunFolderSync
 from lit_gpu.oom.recovery import OOMLoopName
+from lit_gpu.run.loggers import RunFolderSync
 
 __all__ = [
     "GUARANTEES",

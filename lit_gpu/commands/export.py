@@ -36,7 +36,7 @@ from lit_gpu.files import build as safe_build
 from lit_gpu.files.checkpoint import read_checkpoint
 from lit_gpu.io import atomic_torch_save, atomic_write
 from lit_gpu.net_spec import MODEL_SPEC_KEY, NET_SPEC_KEY
-from lit_gpu.run.config import config_of_checkpoint, rebuild_fields
+from lit_gpu.run.store import config_of_checkpoint, rebuild_fields
 
 FORMATS = (".pt", ".pth", ".safetensors")
 

@@ -27,7 +27,7 @@ resolves and checks the whole spec, nested ``class_path`` entries included, *bef
 
 The same checks serve :func:`check_hparams` (``load_from_checkpoint``: what jsonargparse would build
 from a checkpoint's hyper-parameters, including strings it would import) and
-:mod:`lit_gpu.run.config` (the model and data a run's ``config.yaml`` names).
+:mod:`lit_gpu.run.store` (the model and data a run's ``config.yaml`` names).
 
 The import policy and the kinds an annotation accepts are :mod:`lit_gpu.files.build_policy`'s.
 Anything else raises :class:`UnsafeBuildError` (a :class:`~lit_gpu.errors.LitGpuError`: one line, exit 2

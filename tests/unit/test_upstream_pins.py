@@ -409,9 +409,9 @@ def test_trainer__signal_connector_received_sigterm_and_original_handlers(tmp_pa
 
 
 def test_checkpoint_loop_state_read_by_resume_log_step(tmp_path):
-    """lit_gpu.run.header.resume_log_step reads ``_batches_that_stepped`` and the batch progress of a saved
+    """lit_gpu.run.store.resume_log_step reads ``_batches_that_stepped`` and the batch progress of a saved
     checkpoint, to drop the metrics a stopped attempt logged after it; Lightning logs again from there."""
-    from lit_gpu.run.header import resume_log_step
+    from lit_gpu.run.store import resume_log_step
 
     cb = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1, filename="{step}")
     trainer = quiet_trainer(

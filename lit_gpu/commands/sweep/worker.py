@@ -57,8 +57,7 @@ from lit_gpu.commands.sweep.trial import TrialResult, put_back, run_in_child, ru
 from lit_gpu.devices import parse_free_request
 from lit_gpu.errors import LitGpuError
 from lit_gpu.io import atomic_file
-from lit_gpu.run.layout import CHECKPOINTS
-from lit_gpu.run.links import refuse_links_out_of
+from lit_gpu.run.layout import CHECKPOINTS, refuse_links_out_of
 from lit_gpu.textfiles import JSON_LIMITS, BadFileError, read_json
 from lit_gpu.upstream.tools import trial_id
 

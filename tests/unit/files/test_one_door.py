@@ -46,7 +46,7 @@ ALLOWED = {
         "lit_gpu/upstream/gate.py",
         "importlib.import_module",
     ): "Lightning module paths: the gate's own table",
-    ("lit_gpu/run/config_saver.py", "yaml.safe_load"): "the parser's own dump of this run's config",
+    ("lit_gpu/run/folder.py", "yaml.safe_load"): "the parser's own dump of this run's config",
     ("lit_gpu/commands/sweep/space.py", "json.loads"): "a JSON round trip of the parsed config in memory",
     ("lit_gpu/io.py", "open"): "/proc/stat and /proc/PID/stat, written by the kernel",
     ("lit_gpu/commands/sweep/worker.py", "read_text"): "/proc/PID/stat, written by the kernel",

@@ -448,7 +448,7 @@ def test_expandable_segments_for_the_run_on_a_gpu_unless_the_user_chose(monkeypa
 def test_the_rehearsal_callback_s_old_path_still_loads_from_a_config():
     """``lit_gpu.testing.OOMAbove`` in an old config resolves to ``lit_gpu.oom.OOMAbove``."""
     import lit_gpu.oom
-    from lit_gpu.run import class_paths
+    from lit_gpu.run import store as class_paths
 
     tree = {
         "trainer": {"callbacks": [{"class_path": "lit_gpu.testing.OOMAbove", "init_args": {"batch_size": 4}}]}
