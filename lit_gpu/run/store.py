@@ -43,7 +43,6 @@ from lit_gpu.errors import LitGpuError
 from lit_gpu.files.checkpoint_facts import CheckpointFacts, inspect
 from lit_gpu.files.checkpoint_kind import not_lightning
 from lit_gpu.files.state_paths import inside
-from lit_gpu.textfiles import BadFileError, read_yaml
 from lit_gpu.messages import shown
 from lit_gpu.numbering import ckpt_point
 from lit_gpu.run import layout
@@ -60,6 +59,7 @@ from lit_gpu.run.layout import (
     run_parents,
     runs_around,
 )
+from lit_gpu.textfiles import BadFileError, read_yaml
 from lit_gpu.upstream.loops import batches_that_stepped, recorded_class_path, saved_loop_counters
 
 if TYPE_CHECKING:
