@@ -3,12 +3,19 @@
 * A checkpoint whose Adam state was forged (``exp_avg`` 1e30, ``exp_avg_sq`` 1e-30) blows the loss up in
   the first steps after the resume: NaNGuard's line names that checkpoint as the likely cause and the way
   out (``--fresh_optimizer true``, an earlier checkpoint), not the settings it trained with.
+* A module's ``self.logger.experiment.add_histogram`` (and the rest of TensorBoard's media) under
+  ``--loggers [csv]``: the line says it is dropped and how to keep it; "the TensorBoard logger's event files
+  keep it" only where that logger runs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.integration.test_optimizer_matrix import _args, fit
@@ -40,3 +47,36 @@ def test_a_forged_adam_state_is_blamed_on_the_checkpoint_not_the_settings(tmp_pa
     assert "--fresh_optimizer true" in line and "an earlier checkpoint" in line, line
     assert "learning rate" not in line and "gradient_clip_val" not in line, line  # not the settings
     assert path.read_bytes() == forged
+
+
+SMALL = [
+    "--trainer.accelerator", "cpu", "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+    "--trainer.limit_val_batches", "1", "--trainer.enable_progress_bar", "false",
+]  # fmt: skip
+EVERY_CALL = [
+    "--model", "tests.helpers.logger_calls.EveryWriterCall",
+    "--data", "lightning.pytorch.demos.BoringDataModule",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("loggers", ["[csv]", "[csv,tensorboard]"])
+def test_a_media_call_the_csv_logger_ignores_is_said_kept_only_where_tensorboard_runs(loggers, tmp_path):
+    from lit_gpu.cli import main
+
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stderr(out), contextlib.redirect_stdout(out):
+        mp.chdir(tmp_path)
+        mp.setattr(sys, "argv", ["lit-gpu"])
+        mp.setenv("CUDA_VISIBLE_DEVICES", "")
+        main(["fit", *EVERY_CALL, *SMALL, "--loggers", loggers])
+    lines = [ln for ln in out.getvalue().splitlines() if "the CSV logger keeps no add_histogram" in ln]
+    assert len(lines) == 1, out.getvalue()[-3000:]
+    run = tmp_path / CKPT.parent.parent
+    events = list(run.glob("events.out.tfevents.*"))
+    if loggers == "[csv]":
+        assert not events
+        assert "dropped" in lines[0] and "--loggers [csv,tensorboard]" in lines[0], lines[0]
+        assert "event files" not in lines[0], lines[0]
+    else:
+        assert events
+        assert "event files keep it: tensorboard --logdir " in lines[0], lines[0]
