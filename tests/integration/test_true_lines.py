@@ -6,6 +6,9 @@
 * A module's ``self.logger.experiment.add_histogram`` (and the rest of TensorBoard's media) under
   ``--loggers [csv]``: the line says it is dropped and how to keep it; "the TensorBoard logger's event files
   keep it" only where that logger runs.
+* A learning rate changed on resume (``--model.init_args.optimizer.init_args.lr``): beside "the config
+  differs from config.yaml", one line says it is not used by the optimizer (torch's ``load_state_dict``
+  restores the saved param groups' values) and names ``--fresh_optimizer true``, which applies it.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.integration.test_optimizer_matrix import _args, fit
+from tests.helpers.simple_run import SIMPLE
+from tests.integration.test_optimizer_matrix import _args, fit, last
 
 CKPT = Path("runs") / "lit_gpu" / "version_0" / "checkpoints" / "last.ckpt"
 
@@ -80,3 +84,27 @@ def test_a_media_call_the_csv_logger_ignores_is_said_kept_only_where_tensorboard
     else:
         assert events
         assert "event files keep it: tensorboard --logdir " in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_a_learning_rate_changed_on_resume_is_said_not_used_unless_fresh_optimizer(fresh, tmp_path):
+    code, out = fit(tmp_path, ["fit", *SIMPLE, "--trainer.max_steps", "5"])  # SGD, lr 0.05
+    assert code == 0, out[-3000:]
+    extra = ["--fresh_optimizer", "true"] if fresh else []
+    changed = ["--model.init_args.optimizer.init_args.lr", "0.01", *extra]
+    code, out = fit(tmp_path, ["fit", *SIMPLE, "--ckpt_path", "last", *changed])
+    assert code == 0, out[-3000:]
+    differs = [ln for ln in out.splitlines() if "the config differs from config.yaml" in ln]
+    assert len(differs) == 1 and "lr: 0.05 -> 0.01" in differs[0], out[-3000:]
+    not_used = [ln for ln in out.splitlines() if "not used, the checkpoint's optimizer state restores" in ln]
+    resumed = last(tmp_path)
+    assert resumed["global_step"] == 8
+    lrs = {group["lr"] for group in resumed["optimizer_states"][0]["param_groups"]}
+    if fresh:
+        assert not not_used and lrs == {0.01}, out[-3000:]  # the change applied
+    else:
+        assert lrs == {0.05}  # the checkpoint's: torch's load_state_dict
+        assert len(not_used) == 1, out[-3000:]
+        line = not_used[0]
+        assert "model.init_args.optimizer.init_args.lr 0.01" in line and "restores lr 0.05" in line, line
+        assert "--fresh_optimizer true" in line, line
