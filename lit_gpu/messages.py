@@ -275,7 +275,7 @@ MISSING_REQUIREMENT = (
     "the config names a class that needs {requirement}, not installed here: pip install -U '{requirement}'"
 )
 
-# a resume whose training loader is not the checkpoint's (callbacks/rng_state.py, data/loader_order.py)
+# a resume whose training loader is not the checkpoint's (resume/state.py, resume/plain.py)
 LOADER_CHANGED = (
     "resumed at {point}, but the training loader changed since the checkpoint ({what}): its order from here"
     " on is not the stopped run's, so this run differs from an uninterrupted one"

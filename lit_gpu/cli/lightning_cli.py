@@ -27,7 +27,6 @@ from lit_gpu.callbacks.oom_recovery import OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
 from lit_gpu.callbacks.progress import DEFAULT_INTERVAL, use_progress_log
 from lit_gpu.callbacks.speed import SpeedLevers
-from lit_gpu.callbacks.stopped_run import signal_stop_code
 from lit_gpu.cli import config_files, fresh_optimizer, quiet, run_folders, weights_only_switch
 from lit_gpu.cli.extra_arguments import add_extra_arguments, has_option
 from lit_gpu.cli.module_steps import check_has_step, runs_lightnings
@@ -41,6 +40,7 @@ from lit_gpu.fastpath.batch import LeanTrainingBatch
 from lit_gpu.fastpath.hooks import skip_idle_profiler
 from lit_gpu.fastpath.step import LeanOptimizerStep, SkipIdleHooks
 from lit_gpu.io import install_atomic_checkpoint_io
+from lit_gpu.preemption import signal_stop_code
 from lit_gpu.run import loggers as run_loggers
 from lit_gpu.run.folder import RunConfigSaver, RunFolder
 from lit_gpu.run.layout import config_value, next_cluster_checkpoint

@@ -72,6 +72,8 @@ MOVED: Mapping[str, str] = {
     "lit_gpu.runs.RunFolderSync": "lit_gpu.callbacks.RunFolderSync",
     "lit_gpu.loggers.RunFolderSync": "lit_gpu.callbacks.RunFolderSync",
     "lit_gpu.callbacks.rng_state.RNGStateCallback": "lit_gpu.callbacks.RNGStateCallback",
+    "lit_gpu.data.stateful.ResumableDataLoader": "lit_gpu.data.ResumableDataLoader",
+    "lit_gpu.data.tensor_loader.TensorLoader": "lit_gpu.data.TensorLoader",
     "lit_gpu.callbacks.logging_state.LoggingStateCallback": "lit_gpu.callbacks.LoggingStateCallback",
     "lit_gpu.callbacks.interrupt.CheckpointOnInterrupt": "lit_gpu.callbacks.CheckpointOnInterrupt",
     "lit_gpu.callbacks.oom_recovery.OOMLoopName": "lit_gpu.callbacks.OOMLoopName",
