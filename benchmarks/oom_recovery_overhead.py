@@ -15,9 +15,9 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from lit_gpu.callbacks.oom_recovery import OOMRecovery
 from lit_gpu.modules import ClassificationModule
 from lit_gpu.nets import MnistCNN
+from lit_gpu.oom.recovery import OOMRecovery
 
 
 def _ms_per_step(callbacks: list[pl.Callback], steps: int) -> float:

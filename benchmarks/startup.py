@@ -7,9 +7,8 @@ rotated order, ``--repeats`` times; medians with their spread (min-max):
 
 * the floors: ``python -c "import torch"`` and ``python -c "import lightning.pytorch"``;
 * the commands that train nothing: ``lit-gpu --help``, ``--version``, ``configs``, ``configs NAME``,
-  ``init DIR`` (a new folder each run), one completion TAB (``completion --complete fit --config
-  lit_gpu:``); each should take <= 0.25x of ``import lightning.pytorch`` (they import neither torch nor
-  Lightning);
+  ``init DIR`` (a new folder each run); each should take <= 0.25x of ``import lightning.pytorch`` (they
+  import neither torch nor Lightning);
 * ``lit-gpu env --json``: torch and NVML, not Lightning; should take <= ``import torch`` + 0.3 s;
 * the training path: ``lit-gpu fit --help`` against Lightning's own ``LightningCLI fit --help``.
 
@@ -60,7 +59,6 @@ FRONT_DOOR: dict[str, Callable[[], list[str]]] = {
     "lit-gpu configs": lambda: [*LIT_GPU, "configs"],
     "lit-gpu configs mnist": lambda: [*LIT_GPU, "configs", "mnist"],
     "lit-gpu init DIR": _init_command,
-    "TAB: --config lit_gpu:": lambda: [*LIT_GPU, "completion", "--complete", "fit", "--config", "lit_gpu:"],
 }
 OTHERS: dict[str, Callable[[], list[str]]] = {
     "lit-gpu env --json": lambda: [*LIT_GPU, "env", "--json"],

@@ -5,10 +5,8 @@ answer at once. Its subpackages are attributes loaded on first use (``lit_gpu.mo
 ``lit_gpu.nets``...). It changes no warning or logging filter (the ``lit-gpu`` CLI quiets upstream
 chatter in :func:`lit_gpu.cli.main`).
 
-``Trainer(strategy="dp")`` works after ``import lit_gpu`` in either order: ``dp`` is registered in
-Lightning's strategy registry by :mod:`lit_gpu.strategies`, which ``import lit_gpu`` imports at once when
-Lightning is loaded already, else the moment ``lightning.pytorch`` finishes loading (a one-shot import
-hook, :mod:`lit_gpu.registration`): never an import of Lightning for it.
+``Trainer(strategy="dp")`` works once :mod:`lit_gpu.strategies` is imported (it registers ``dp`` in
+Lightning's strategy registry); LitGpuCLI, :mod:`lit_gpu.modules` and :mod:`lit_gpu.callbacks` import it.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from lit_gpu.errors import LitGpuError
-from lit_gpu.registration import register_dp_when_lightning_loads
 
 if TYPE_CHECKING:
     from lit_gpu import callbacks, cli, data, modules, nets, strategies  # noqa: F401
@@ -28,12 +25,10 @@ __version__ = "0.1.0"
 SUBMODULES = frozenset(
     {
         "callbacks", "checkpoints", "cli", "commands", "data", "demo", "devices", "errors", "files", "io",
-        "load_report", "messages", "modules", "net_spec", "nets", "fastpath", "recipes", "registration",
-        "package_check", "run", "strategies", "testing", "explain", "upstream",
+        "load_report", "messages", "modules", "net_spec", "nets", "fastpath", "oom", "recipes", "textfiles",
+        "package_check", "run", "strategies", "explain", "upstream",
     }
 )  # fmt: skip
-
-register_dp_when_lightning_loads()  # Trainer(strategy="dp"): now, or once Lightning has loaded
 
 
 def __getattr__(name: str) -> Any:

@@ -3,7 +3,7 @@
 ``lit-gpu`` prints what :func:`explain` returns as ``lit-gpu: error: ...`` and exits 2; anything it
 does not recognise keeps its traceback (a lit_gpu bug). Each translator below takes an exception and
 returns a one-line answer (texts in :mod:`lit_gpu.messages`) or ``None``. Device errors are rewritten
-where the trainer is built (:mod:`lit_gpu.cli.trainer`), where the config that asked for them is known.
+where the trainer is built (:mod:`lit_gpu.devices`), where the config that asked for them is known.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def out_of_memory(err: BaseException, batch_size: int | None = None) -> str | No
     match = re.search(r"Tried to allocate ([\d.]+ \w+)", text)
     detail = f" (tried to allocate {match.group(1)})" if match else ""
     half = max(1, batch_size // 2) if batch_size else "<half the current value>"
-    what = getattr(err, "lit_gpu_loop", "training")  # set by lit_gpu.callbacks.oom_recovery.OOMLoopName
+    what = getattr(err, "lit_gpu_loop", "training")  # set by lit_gpu.oom.recovery.OOMLoopName
     return OUT_OF_MEMORY.format(what=what, detail=detail, half=half)
 
 

@@ -38,10 +38,10 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from lit_gpu import messages, numbering
+from lit_gpu.devices import requeue_problem
 from lit_gpu.errors import LitGpuError
 from lit_gpu.explain import dataloader_worker_died
 from lit_gpu.io import clean_stale_temp_files
-from lit_gpu.launch_env import requeue_problem
 from lit_gpu.messages import command_word, resume_command
 from lit_gpu.run.layout import CHECKPOINTS
 from lit_gpu.upstream.loops import (

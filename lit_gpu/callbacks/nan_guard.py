@@ -87,6 +87,11 @@ class NaNGuard(Callback):
     (the only host-device waits it adds). Either way raising stops training before a checkpoint
     holds the bad weights: the last good ``last.ckpt`` stays on disk.
 
+    Within the first :attr:`RESUMED_STEPS` optimizer steps of a fit resumed from a checkpoint, the line names
+    that checkpoint as the likely cause (a saved optimizer state or weights that blow up, not the settings
+    the run had trained with until it was saved) and the way out: ``--fresh_optimizer true`` or an
+    earlier checkpoint.
+
     Where the user asked Lightning to answer a bad loss itself, ``Trainer(detect_anomaly=True)``
     (autograd's anomaly report) or a ``SpikeDetection`` callback, it stands aside for that fit.
 
@@ -99,6 +104,8 @@ class NaNGuard(Callback):
     #: with whole-step capture (``--speed.cuda_graph``) the check runs after each replayed step, on its
     #: loss: on a GPU it is deferred either way (see above), so what it stops and keeps is the same
     graph_replay_hooks = ("on_before_backward",)
+    #: a bad loss within this many optimizer steps of a resume is blamed on the checkpoint, not the settings
+    RESUMED_STEPS = 10
 
     def __init__(self, enabled: bool = True, check_every_n_steps: int = 1) -> None:
         super().__init__()
@@ -106,6 +113,9 @@ class NaNGuard(Callback):
         self.check_every_n_steps = max(1, int(check_every_n_steps))
         self._verdicts: _Verdicts | None = None  # made at the first GPU step
         self._deferring = False  # this fit asked Lightning itself to answer non-finite losses
+        # the checkpoint this fit restored, its step, and whether its optimizers were started fresh
+        self._resumed: tuple[str, int, bool] | None = None
+        self._saved = False  # a checkpoint was saved in this fit
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -116,6 +126,10 @@ class NaNGuard(Callback):
         self._deferring = detect_anomaly(trainer) or any(
             isinstance(cb, SpikeDetection) for cb in trainer.callbacks
         )
+        ckpt = getattr(trainer, "ckpt_path", None)  # Lightning's: the checkpoint this fit restored
+        fresh = getattr(trainer.strategy.checkpoint_io, "fresh_optimizer", False) is True if ckpt else False
+        self._resumed = (str(ckpt), trainer.global_step, fresh) if ckpt else None
+        self._saved = False
 
     @override
     def on_before_backward(
@@ -159,6 +173,7 @@ class NaNGuard(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
         self.flush(trainer)  # raising here aborts the save: no checkpoint holds non-finite weights
+        self._saved = True
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -182,14 +197,43 @@ class NaNGuard(Callback):
             ),
             None,
         )
-        where_kept = f"kept the last good checkpoint {kept}" if kept else "no checkpoint had been saved yet"
         stopped = (
             f"stopped at step {numbering.logged_step(trainer)}, before any checkpoint held it,"
             if deferred
             else "stopped before the bad update"
         )
+        resumed = self._resumed
+        if resumed is not None and 0 <= step - resumed[1] < self.RESUMED_STEPS:
+            kept = kept if self._saved else None  # what the checkpoint callbacks restored is the resumed one
+            raise NonFiniteLossError(_resumed_line(kind, step, point, stopped, resumed, kept))
+        where_kept = f"kept the last good checkpoint {kept}" if kept else "no checkpoint had been saved yet"
         raise NonFiniteLossError(
             f"loss became {kind} at step {step} ({point}); {stopped} and "
             f"{where_kept}; try a lower learning rate, --trainer.gradient_clip_val 1.0, bf16 instead of "
             "fp16, or check the data for NaNs"
         )
+
+
+def _resumed_line(
+    kind: str, step: int, point: str, stopped: str, resumed: tuple[str, int, bool], kept: Any
+) -> str:
+    """The line for a bad loss soon after a resume: the checkpoint is the likely cause, not the settings."""
+    ckpt, start, fresh = resumed
+    steps = step - start
+    counted = f"{steps} optimizer step{'' if steps == 1 else 's'}"
+    left = "left the checkpoint as it was" if kept is None else f"the last checkpoint saved since is {kept}"
+    if fresh:
+        cause = (
+            "its weights are the likely cause (the optimizers were started fresh), or a setting changed "
+            "for this resume: resume from an earlier checkpoint"
+        )
+    else:
+        cause = (
+            "its saved optimizer state or weights are the likely cause, not the settings it trained with: "
+            "resume it with --fresh_optimizer true (its weights, the optimizers started fresh), or from an "
+            "earlier checkpoint"
+        )
+    return (
+        f"loss became {kind} at step {step} ({point}), {counted} after resuming from {ckpt}; {stopped} and "
+        f"{left}; {cause}"
+    )

@@ -7,7 +7,7 @@
 * :mod:`lit_gpu.cli.run_folders`: the progress bar and monitor defaults (loggers: :mod:`lit_gpu.run`).
 * :mod:`lit_gpu.cli.errors`: a user's mistake as one line: parse and build errors, a module without the
   step or the data a command needs, a seed Lightning would refuse deep inside a run.
-* :mod:`lit_gpu.cli.trainer`: ``devices: free:N``, ``precision: auto``, device errors.
+* :mod:`lit_gpu.devices`: ``devices: free:N``, ``precision: auto``, device errors.
 * :mod:`lit_gpu.cli.quiet`: the warning/logging filters ``main`` installs.
 * :mod:`lit_gpu.cli.completion`: ``lit-gpu completion bash|zsh`` and the answers to each TAB.
 

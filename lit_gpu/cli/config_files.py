@@ -3,11 +3,11 @@
 ``--config FILE``, ``--config lit_gpu:NAME`` (a shipped file), a ``--print_config`` output fed back, a YAML
 value on the command line: jsonargparse reads each through the loader of its parser's mode. LitGpuCLI's
 parsers run in the mode :data:`MODE`, whose loader (:func:`load`) is
-:func:`lit_gpu.files.text.parse_yaml`: the text's size, nesting and expanded size (aliases counted) are
+:func:`lit_gpu.textfiles.parse_yaml`: the text's size, nesting and expanded size (aliases counted) are
 checked on PyYAML's event stream before anything is built, and a tag that builds anything but plain data
 (``!!set``, ``!!python/...``, ``!custom``) is refused, so an alias bomb of a few hundred bytes is one line at
 once and no tag can turn a section into something else; the YAML core schema's tags (``lr: !!float 1e-3``)
-keep the meaning jsonargparse's own loader gives them (:data:`lit_gpu.files.yaml_json.CORE_SCHEMA_TAGS`).
+keep the meaning jsonargparse's own loader gives them (:data:`lit_gpu.textfiles.CORE_SCHEMA_TAGS`).
 What the reader returns (plain dicts, lists, strings, numbers) is what
 jsonargparse then applies, with the class paths that moved put to their public names
 (:mod:`lit_gpu.run.store`, one table); values resolve as jsonargparse's own YAML loader resolves
@@ -26,8 +26,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from lit_gpu.files.text import BadFileError, Limits, parse_yaml, read_text
 from lit_gpu.run import store as class_paths
+from lit_gpu.textfiles import BadFileError, Limits, parse_yaml, read_text
 from lit_gpu.upstream.tools import (
     jsonargparse_bounded_reads,
     jsonargparse_config_contexts,

@@ -21,9 +21,7 @@ from lit_gpu import messages, recipes
 from lit_gpu import strategies as _strategies  # noqa: F401  (registers strategy: dp)
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.guarantees import GUARANTEES, install_guarantees
-from lit_gpu.callbacks.model_summary import lean_model_summary
 from lit_gpu.callbacks.nan_guard import NaNGuard
-from lit_gpu.callbacks.oom_recovery import OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
 from lit_gpu.callbacks.progress import DEFAULT_INTERVAL, use_progress_log
 from lit_gpu.callbacks.speed import SpeedLevers
@@ -38,19 +36,20 @@ from lit_gpu.cli.errors import (
     runs_lightnings,
     yaml_error,
 )
-from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
+from lit_gpu.devices import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
 from lit_gpu.explain import explain
 from lit_gpu.fastpath.batch import LeanTrainingBatch
 from lit_gpu.fastpath.hooks import skip_idle_profiler
 from lit_gpu.fastpath.step import LeanOptimizerStep, SkipIdleHooks
-from lit_gpu.files.text import BadFileError, read_yaml
 from lit_gpu.io import install_atomic_checkpoint_io
+from lit_gpu.oom.recovery import OOMRecovery
 from lit_gpu.preemption import signal_stop_code
 from lit_gpu.run import loggers as run_loggers
 from lit_gpu.run.folder import RunConfigSaver, RunFolder
 from lit_gpu.run.layout import config_value, next_cluster_checkpoint
 from lit_gpu.run.store import Resolution, built_classes, clean_run_folders, hand_over, resolve_ckpt_path
+from lit_gpu.textfiles import BadFileError, read_yaml
 from lit_gpu.upstream.cli import CLIHooks
 from lit_gpu.upstream.cluster import no_cluster_resume, own_cluster_saves
 
@@ -653,7 +652,6 @@ class LitGpuCLI(CLIHooks):
             command=resume_argv(self.command_line, config, self.subcommand)
             + (["--new_run", "false"] if new_run else []),
         )
-        lean_model_summary(trainer)  # no all-zero FLOPs column (after the bar chose the summary's kind)
         run_folders.adapt_checkpoint_monitor(trainer)  # default val/loss: last.ckpt only if never logged
         parsed = self.config[self.subcommand] if self.subcommand else self.config
         spec = run_loggers.RecordModelSpec(parsed.get("model"), built_classes(self))  # for lit-gpu export

@@ -3,7 +3,7 @@ failures into one line and exit 2.
 
 The commands are one table, :data:`COMMANDS`: name -> (module whose ``main(argv) -> int`` runs it, one
 line of help). Tool modules are imported only when their command runs, so ``lit-gpu --help``,
-``--version``, ``configs``, ``init`` and ``completion`` import neither torch nor Lightning (this module
+``--version``, ``configs`` and ``init`` import neither torch nor Lightning (this module
 imports only the standard library, ``messages`` and ``errors``), ``lit-gpu env`` imports torch only, and
 no module of :mod:`lit_gpu.commands` imports this dispatcher (commands sit above :mod:`lit_gpu.cli`).
 """
@@ -41,11 +41,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("lit_gpu.commands.sweep", "hyperparameter search (Optuna) over a search-space file"),
     "configs": ("lit_gpu.commands.configs", "list the recipes shipped with lit_gpu (--config lit_gpu:NAME)"),
     "init": ("lit_gpu.commands.init", "write a research project folder: a module, a config, a README"),
-    "completion": ("lit_gpu.cli.completion", "a bash or zsh completion script: commands, recipes, flags"),
+    "completion": ("lit_gpu.cli.completion", "a bash or zsh completion script (static: TAB runs no Python)"),
 }
 
 #: the commands that import neither torch nor Lightning (the launcher's variables are not theirs to check)
-NO_UPSTREAM_IMPORT = ("configs", "init", "completion")
+NO_UPSTREAM_IMPORT = ("configs", "init")
 #: the commands that only report: a malformed launcher variable is one line of their report, never a refusal
 DIAGNOSTICS = ("env",)
 
@@ -167,16 +167,16 @@ def check_launch_env(args: list[str]) -> None:
     """A malformed launcher variable: one line and exit 2, before Lightning reads it; for a diagnostic,
     one line each and the run goes on (``env`` shows them in its advice; a ``--help`` runs without them,
     as Lightning would fail reading them on import)."""
-    from lit_gpu import launch_env
+    from lit_gpu import devices
 
-    bad = launch_env.problems(os.environ)
+    bad = devices.problems(os.environ)
     if not bad:
         return
     if not _is_diagnostic(args):
         messages.tell_error(next(iter(bad.values())))
         sys.exit(2)
     if args[0] in DIAGNOSTICS:
-        return  # lit-gpu env reports them itself (launch_env.problems), Lightning is not imported
+        return  # lit-gpu env reports them itself (devices.problems), Lightning is not imported
     for name, line in bad.items():
         messages.tell(BAD_VARIABLE_IGNORED.format(problem=line))
         del os.environ[name]

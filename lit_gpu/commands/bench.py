@@ -32,7 +32,7 @@ from typing_extensions import override
 
 from lit_gpu import messages
 from lit_gpu.devices import on_cuda
-from lit_gpu.files.text import read_json
+from lit_gpu.textfiles import read_json
 
 MODES = ("cpu", "gpu", "amp", "bf16", "dp", "ddp")
 

@@ -19,7 +19,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from lit_gpu import devices, free_gpus, launch_env, messages, visible_devices
+from lit_gpu import devices, messages
 
 DIST = "lit-gpu"
 
@@ -131,25 +131,32 @@ def _gpus(env: dict[str, str]) -> tuple[list[dict[str, Any]], str | None]:
     return rows, None
 
 
-def _import_torchvision() -> str | None:
-    """None if ``import torchvision`` works here, else its error's first line (what the user would see)."""
-    import warnings
+def _build_label(version: str) -> str | None:
+    """The local label of an installed version (``cpu`` of ``2.14.1+cpu``), None for a plain release."""
+    return version.partition("+")[2] or None
 
-    try:
-        with warnings.catch_warnings():  # its "Failed to load image Python extension" says less than this
-            warnings.simplefilter("ignore")
-            import torchvision  # noqa: F401
-    except Exception as err:  # a build mismatch raises RuntimeError from its operator registrations
-        return messages.first_line(err)
-    return None
+
+def other_build(torch_version: str, vision_version: str) -> str | None:
+    """Why torchvision is another build than torch, read from the installed versions (not by importing it,
+    which costs seconds): PyTorch's index labels each build (``+cpu``, ``+cu130``); a plain release (PyPI's)
+    is a CUDA build on Linux. A pair of different builds fails at import (``operator torchvision::nms does
+    not exist``)."""
+    torch_label, vision_label = _build_label(torch_version), _build_label(vision_version)
+    labels = (torch_label, vision_label)
+    if torch_label == vision_label or (None in labels and "cpu" not in labels):  # a CUDA build beside PyPI's
+        return None
+    named = {None: "a PyPI build", "cpu": "the CPU-only build"}
+    return (
+        f"torch is {named.get(torch_label, f'the {torch_label} build')}, "
+        f"torchvision {named.get(vision_label, f'the {vision_label} build')}"
+    )
 
 
 def torchvision_build(torch_version: str) -> dict[str, Any]:
-    """torchvision's version, the one torch's release pairs with, and whether it imports.
+    """torchvision's version, the one torch's release pairs with, and whether it is torch's build.
 
     The pairing is torchvision's own compatibility table: torch 2.N ships with torchvision 0.(N + 15)
-    (2.5 with 0.20, 2.14 with 0.29). A wheel of another build (another index: CPU vs CUDA, nightly vs
-    release) fails at import with ``operator torchvision::nms does not exist``.
+    (2.5 with 0.20, 2.14 with 0.29). Read from the installed distributions' metadata: nothing is imported.
     """
     found = _version("torchvision")
     torch_mm = _major_minor(torch_version)
@@ -158,18 +165,18 @@ def torchvision_build(torch_version: str) -> dict[str, Any]:
         "version": found,
         "paired": paired,
         "pairs": found is None or paired is None or _major_minor(found) == _major_minor(paired),
-        "import_error": _import_torchvision() if found is not None else None,
+        "other_build": other_build(torch_version, found) if found is not None else None,
     }
 
 
 def _torchvision_advice(report: dict[str, Any]) -> str | None:
     """One line naming a torch/torchvision mismatch and its fix, or None."""
     vision, torch_info = report["torchvision"], report["torch"]
-    if vision["version"] is None or (vision["pairs"] and vision["import_error"] is None):
+    if vision["version"] is None or (vision["pairs"] and vision["other_build"] is None):
         return None
     torch_version = torch_info["version"]
     major, minor = _major_minor(torch_version) or (0, 0)
-    why = vision["import_error"] or f"torch {major}.{minor} pairs with torchvision {vision['paired']}"
+    why = vision["other_build"] or f"torch {major}.{minor} pairs with torchvision {vision['paired']}"
     if torch_info["cpu_only_build"]:
         index = " --index-url https://download.pytorch.org/whl/cpu"
     elif torch_info["cuda_build"]:
@@ -235,8 +242,8 @@ def advice(report: dict[str, Any]) -> list[str]:
             f"CUDA_VISIBLE_DEVICES={cvd!r} hides all GPUs{slurm if cvd == 'NoDevFiles' else ''}: "
             "unset it or list GPU indices"
         )
-    if cvd is not None and not visible_devices.read_whole(cvd):
-        lines.append(messages.CUDA_READS_PART.format(value=repr(cvd), listed=visible_devices.entries(cvd)))
+    if cvd is not None and not devices.read_whole(cvd):
+        lines.append(messages.CUDA_READS_PART.format(value=repr(cvd), listed=devices.visible_entries(cvd)))
     lines += report.get("launch_env_problems", [])
     build, driver = _major_minor(torch_info["cuda_build"]), _major_minor(report["driver"]["driver_cuda"])
     if gpus and build and driver and build[0] > driver[0]:
@@ -272,13 +279,17 @@ def collect(env: dict[str, str] | None = None) -> dict[str, Any]:
         "gpus": gpus,
         "nvml_error": nvml_error,
         "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
-        "launch_env_problems": list(launch_env.problems(env).values()),
+        "launch_env_problems": list(devices.problems(env).values()),
         "cpu": _cpu_info(),
         "packages": {name: _version(name) for name in ("lightning", "torchvision", "torchmetrics")},
         "versions": dependency_versions(),
     }
     report["advice"] = advice(report)
     return report
+
+
+#: an advice line is printed whole up to this length (a pip command with its index URL is ~300)
+ADVICE_MAX_CHARS = 2000
 
 
 def _gib(n: int) -> str:
@@ -345,8 +356,9 @@ def render(report: dict[str, Any]) -> None:
     else:
         # one line each, wrapped by the terminal, never cut mid-phrase by rich at 80 columns
         console.print(cell(f"GPUs: none ({report['nvml_error'] or 'NVML reports 0'})"), soft_wrap=True)
-    for line in report["advice"]:
-        console.print(Text("> ", "bold yellow") + cell(line), highlight=False, soft_wrap=True)
+    for line in report["advice"]:  # whole: a fix line is a command to paste (its parts already shown())
+        advice = Text("> ", "bold yellow") + Text(messages.shown(line, limit=ADVICE_MAX_CHARS))
+        console.print(advice, highlight=False, soft_wrap=True)
 
 
 def main(argv: list[str]) -> int:
@@ -365,7 +377,7 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     if args.pick_free is not None:
-        chosen = [gpu for _, gpu in free_gpus.most_free_gpus(args.pick_free, f"--pick-free {args.pick_free}")]
+        chosen = [gpu for _, gpu in devices.most_free_gpus(args.pick_free, f"--pick-free {args.pick_free}")]
         for rank, gpu in enumerate(chosen):  # stderr: stays out of $(...)
             line = messages.FREE_GPU_OF_RANK.format(rank=rank, index=gpu.index, name=gpu.name, uuid=gpu.uuid)
             print(messages.one_line(f"lit-gpu env: {line}, {_gib(gpu.free_bytes)} free"), file=sys.stderr)

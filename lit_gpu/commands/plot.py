@@ -21,9 +21,9 @@ import torch
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.state_paths import inside
-from lit_gpu.files.text import METRICS_FIX, csv_dicts, open_regular
 from lit_gpu.io import atomic_file
 from lit_gpu.run import layout
+from lit_gpu.textfiles import METRICS_FIX, csv_dicts, open_regular
 
 DPI = 100
 CURVES_FIGSIZE = (12.0, 4.5)  # inches
@@ -155,7 +155,7 @@ def read_metrics(run_dir: str | os.PathLike) -> Series:
     is the ``step`` column, or the row number when there is none. Points come sorted by step, one per
     step: where a step repeats (a file that several attempts of a restarted run appended to), the
     later row wins, as the resumed attempt's value is the one the run continued from. The file is
-    streamed through :func:`lit_gpu.files.text.csv_dicts` (its budgets: field and line size).
+    streamed through :func:`lit_gpu.textfiles.csv_dicts` (its budgets: field and line size).
 
     Memory does not grow with the file: a curve keeps at most :data:`MAX_POINTS` points
     (:data:`MAX_ALL_POINTS` for all the columns of the file together, at least 16 each). Its

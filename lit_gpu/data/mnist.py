@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,6 @@ from typing_extensions import override
 from lit_gpu import messages
 from lit_gpu.devices import on_cuda
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.idx import check_idx_pair, idx_problem
 from lit_gpu.messages import first_line
 from lit_gpu.resume.loaders import (
     ResumableDataLoader,
@@ -22,6 +22,7 @@ from lit_gpu.resume.loaders import (
     rank_and_world,
     use_pin_memory,
 )
+from lit_gpu.textfiles import BadFileError, open_regular
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 RAW_FILES = (
@@ -32,20 +33,87 @@ RAW_FILES = (
 )
 
 
+# ---- IDX files (MNIST's format): the header checked against the file's size before torchvision reads it
+ITEM_SIZE = {0x08: 1, 0x09: 1, 0x0B: 2, 0x0C: 4, 0x0D: 4, 0x0E: 8}  # IDX type code -> bytes
+MAX_DIMS = 4
+MAX_IDX_BYTES = 16 << 30  # 16 GiB: far above any IDX data set; a header claiming more is not one
+IDX_FIX = "delete it and download MNIST again (--data.download true) or copy the real file there"
+PAIR_MISMATCH = (
+    "{labels} holds {n_labels} labels but {images} holds {n_images} images; "
+    "the two files are of different sets: download both again (or delete them and set --data.download true)"
+)
+
+
+def idx_shape(path: str | os.PathLike) -> tuple[int, ...]:
+    """The dimensions an IDX file's header states (a 4-byte magic: two zero bytes, a type code, the number of
+    dimensions; one big-endian ``uint32`` per dimension), after checking the file has exactly their size;
+    BadFileError when not a regular file, not IDX, or of another size."""
+    path = Path(path)
+    shown = messages.shown(path)
+    with open_regular(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        header = f.read(4)
+        ok = (
+            len(header) == 4
+            and header[:2] == b"\0\0"
+            and header[2] in ITEM_SIZE
+            and 1 <= header[3] <= MAX_DIMS
+        )
+        dims_bytes = f.read(4 * header[3]) if ok else b""
+    if not ok or len(dims_bytes) < 4 * header[3]:
+        magic = int.from_bytes(header.ljust(4, b"\0"), "big")
+        if ok:
+            expected = 4 + 4 * header[3]
+            raise BadFileError.stated(
+                path, messages.TRUNCATED_IDX_FILE.format(path=shown, size=size, expected=expected)
+            )
+        raise BadFileError.stated(path, messages.NOT_AN_IDX_FILE.format(path=shown, magic=magic))
+    dims = tuple(int.from_bytes(dims_bytes[i : i + 4], "big") for i in range(0, len(dims_bytes), 4))
+    count = 1
+    for dim in dims:
+        count *= dim
+    expected = 4 + 4 * header[3] + count * ITEM_SIZE[header[2]]
+    if size != expected:
+        raise BadFileError.stated(
+            path, messages.TRUNCATED_IDX_FILE.format(path=shown, size=size, expected=expected)
+        )
+    if size > MAX_IDX_BYTES:
+        raise BadFileError(path, f"is larger than {MAX_IDX_BYTES} bytes, more than an IDX data set", IDX_FIX)
+    return dims
+
+
+def idx_file_problem(path: str | os.PathLike) -> str | None:
+    """Why an IDX file cannot be read (truncated, or not IDX at all: its one-line message), or ``None`` when
+    its size is the one its header states (torchvision reads the whole file and reshapes it, so a short file
+    fails with torch's ``shape '[60000, 28, 28]' is invalid``)."""
+    try:
+        idx_shape(path)
+    except BadFileError as err:
+        return str(err)
+    return None
+
+
+def check_idx_pair(images: str | os.PathLike, labels: str | os.PathLike) -> int:
+    """The number of samples of an images file and its labels file; one line when either is broken or
+    they hold different counts (a labels file shorter than its images)."""
+    n_images, n_labels = idx_shape(images)[0], idx_shape(labels)[0]
+    if n_images != n_labels:
+        raise BadFileError.stated(
+            labels,
+            PAIR_MISMATCH.format(
+                labels=messages.shown(labels),
+                n_labels=n_labels,
+                images=messages.shown(images),
+                n_images=n_images,
+            ),
+        )
+    return n_images
+
+
 def missing_raw_files(data_dir: str | Path) -> list[str]:
     """Names of the four IDX files missing under ``<data_dir>/MNIST/raw/``."""
     raw = Path(data_dir) / "MNIST" / "raw"
     return [name for name in RAW_FILES if not (raw / name).is_file()]
-
-
-def idx_file_problem(path: str | Path) -> str | None:
-    """Why an IDX file cannot be read (truncated, or not IDX at all), or ``None`` when its size is right.
-
-    torchvision reads the whole file and reshapes it, so a short file fails with torch's
-    ``shape '[60000, 28, 28]' is invalid``; the header tells the size the file must have
-    (:mod:`lit_gpu.files.idx`).
-    """
-    return idx_problem(path)
 
 
 class MNISTDataModule(pl.LightningDataModule):

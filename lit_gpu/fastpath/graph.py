@@ -49,7 +49,7 @@ STEP_HOOKS = ("on_before_zero_grad", "on_before_backward", "on_after_backward", 
 REPLAY_HOOKS_ATTR = "graph_replay_hooks"
 
 _LIT_MODULE = "lit_gpu.modules.base.LitModule"
-_OOM_RECOVERY = "lit_gpu.callbacks.oom_recovery.OOMRecovery"
+_OOM_RECOVERY = "lit_gpu.oom.recovery.OOMRecovery"
 
 #: schedulers that change momentum/betas at every step when ``cycle_momentum`` is on
 _CYCLING = ("OneCycleLR", "CyclicLR")

@@ -74,8 +74,7 @@ from lit_gpu.files.build_policy import (
     user_roots,
     where_of,
 )
-from lit_gpu.files.text import BadFileError, read_yaml
-from lit_gpu.files.yaml_json import hparams_loader
+from lit_gpu.textfiles import BadFileError, hparams_loader, read_yaml
 from lit_gpu.upstream.loops import pop_cli_instantiation
 
 __all__ = [

@@ -27,7 +27,7 @@ from torch import nn
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.text import BadFileError, parse_yaml
+from lit_gpu.textfiles import BadFileError, parse_yaml
 
 TRUSTED_ROOTS: tuple[str, ...] = ("lit_gpu", "torch", "torchvision", "lightning", "pytorch_lightning")
 TRUST_ENV = "LIT_GPU_TRUST_MODULES"

@@ -33,7 +33,6 @@ from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files import numpy_globals
 from lit_gpu.files.bounds import BoundsError, CheckpointLimits, PickledObjects, check_buffer
-from lit_gpu.files.budget import BadFileError, open_regular
 from lit_gpu.files.checkpoint_kind import (
     LIGHTNING_KEYS,
     NOT_LIGHTNING,
@@ -42,6 +41,7 @@ from lit_gpu.files.checkpoint_kind import (
 )
 from lit_gpu.files.state_paths import STATE_PATH_KEYS, drop_outside_paths, inside
 from lit_gpu.messages import first_line
+from lit_gpu.textfiles import BadFileError, open_regular
 
 __all__ = [
     "CheckpointError",

@@ -31,7 +31,6 @@ from typing_extensions import override
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.text import METRICS_FIX, read_csv
 from lit_gpu.io import atomic_file
 from lit_gpu.messages import shown
 from lit_gpu.run import layout
@@ -62,8 +61,14 @@ from lit_gpu.run.store import (
     run_signature,
     saved_configs,
 )
+from lit_gpu.textfiles import METRICS_FIX, read_csv
 
 CONFIG_CHANGED = "the config differs from {old} ({changes}); saved it beside as {new}"
+SETTING_NOT_USED = (
+    "{settings}: not used, the checkpoint's optimizer state restores {restored} (torch's load_state_dict); "
+    "to apply the change, resume with --fresh_optimizer true (the checkpoint's weights and progress, the "
+    "optimizers and schedulers started as the config builds them)"
+)
 CONFIG_EXISTS = (
     "{path} exists: an earlier run saved its config into the same folder. Aborting to avoid overwriting it "
     "(nothing ran); give this run its own folder (--trainer.default_root_dir DIR, or lit_gpu's loggers: "
@@ -201,7 +206,7 @@ def continue_run(run_dir: str | os.PathLike, step: int) -> int:
     path = Path(run_dir) / layout.METRICS_NAME
     if not path.is_file():
         return 0
-    header, rows = read_csv(path, fix=METRICS_FIX)  # lit_gpu.files.text: budgeted, one-line errors
+    header, rows = read_csv(path, fix=METRICS_FIX)  # lit_gpu.textfiles: budgeted, one-line errors
     kept = [row for row in rows if not _step_at_or_after(row.get("step"), step)]
     if len(kept) == len(rows):
         return 0
@@ -402,16 +407,56 @@ def config_changes(old: Mapping[str, Any], new: Mapping[str, Any], limit: int = 
     Where a run lives and how it was started (``ckpt_path``, ``weights_only``, ``new_run``,
     ``free_gpus``, ``trainer.default_root_dir``) are not changes of the run.
     """
-    before, after = _flatten(old), _flatten(new)
-    keys = [
-        k
-        for k in dict.fromkeys([*before, *after])
-        if before.get(k) != after.get(k) and not k.startswith(_IGNORED_CONFIG_KEYS)
-    ]
-    shown = [f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in keys[:limit]]
+    changed = changed_values(old, new)
+    keys = list(changed)
+    shown = [f"{k}: {changed[k][0]!r} -> {changed[k][1]!r}" for k in keys[:limit]]
     if len(keys) > limit:
         shown.append(f"and {len(keys) - limit} more")
     return shown
+
+
+def changed_values(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Each key (dotted) whose value differs between two saved configs: ``(old, new)``."""
+    before, after = _flatten(old), _flatten(new)
+    return {
+        k: (before.get(k), after.get(k))
+        for k in dict.fromkeys([*before, *after])
+        if before.get(k) != after.get(k) and not k.startswith(_IGNORED_CONFIG_KEYS)
+    }
+
+
+def _plain(value: Any) -> Any:
+    """A param-group value as the config writes it (a tensor's number, a tuple as a list)."""
+    value = value.tolist() if hasattr(value, "tolist") else value
+    return [_plain(v) for v in value] if isinstance(value, list | tuple) else value
+
+
+def settings_not_used(changed: Mapping[str, tuple[Any, Any]], trainer: pl.Trainer) -> str | None:
+    """The line for changed config values that the restored optimizer state replaced, or ``None``.
+
+    A changed key whose last part names a param-group setting (``lr``, ``weight_decay``, ``betas``; a
+    schedule's ``initial_lr`` stands for ``lr``) whose restored value is not the config's: torch's
+    ``load_state_dict`` takes the saved groups' values. Read after the restore (``on_train_start``)."""
+    groups = [group for optimizer in trainer.optimizers for group in optimizer.param_groups]
+    settings, restored = [], []
+    for key, (_, new) in changed.items():
+        name = key.rsplit(".", 1)[-1]
+        held = [
+            group.get("initial_lr", group.get("lr")) if name == "lr" else group.get(name) for group in groups
+        ]
+        held = [_plain(v) for v in held if v is not None]
+        if (
+            new is None
+            or name in ("params", "param_names")
+            or not held
+            or all(v == _plain(new) for v in held)
+        ):
+            continue
+        settings.append(f"{key} {new!r}")
+        restored.append(f"{name} {', '.join(dict.fromkeys(repr(v) for v in held))}")
+    if not settings:
+        return None
+    return SETTING_NOT_USED.format(settings="; ".join(settings), restored="; ".join(restored))
 
 
 def next_config_path(folder: str | os.PathLike) -> Path:
@@ -458,6 +503,16 @@ class RunConfigSaver(SaveConfigCallback):
             self.save_config(trainer, pl_module, stage)
         self.already_saved = trainer.strategy.broadcast(True)
 
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A changed optimizer setting the restored optimizer state replaced: one line (not with
+        ``--fresh_optimizer``: then the optimizers are the config's)."""
+        changed = getattr(self, "changed", None)
+        if not changed or getattr(trainer.strategy.checkpoint_io, "fresh_optimizer", False) is True:
+            return
+        if line := settings_not_used(changed, trainer):
+            messages.tell(line)
+
     def _resumes_its_own_folder(self, trainer: pl.Trainer) -> bool:
         """A fit resumed from a checkpoint inside the folder it logs into (a sweep trial continued, a logger
         with a fixed ``version``): that run, continued, whichever loggers write it."""
@@ -478,6 +533,7 @@ class RunConfigSaver(SaveConfigCallback):
             return
         old = read_plain(saved[-1]) or {}
         new = yaml.safe_load(self.parser.dump(self.config, skip_none=False)) or {}  # as config.yaml is saved
+        self.changed = changed_values(old if isinstance(old, dict) else {}, new)
         changes = config_changes(old if isinstance(old, dict) else {}, new)
         if not changes:
             return

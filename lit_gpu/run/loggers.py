@@ -7,8 +7,8 @@ continuation and evaluations are :class:`lit_gpu.run.folder.RunFolder`'s. Here:
   :func:`trainer_loggers`: the CLI's call (``--loggers``, ``--new_run``: :func:`add_arguments`);
 * :class:`MetricsWriter`: ``metrics.csv`` appended to (a continued run keeps its rows); as the CSV logger's
   ``experiment`` it answers TensorBoard ``SummaryWriter``'s calls (:class:`MediaWriter`: scalars as rows,
-  the rest ignored with one line: TensorBoard's logger keeps them), so a module looping over
-  ``self.loggers`` calling ``experiment.add_image`` (Lightning's GAN example) runs;
+  the rest ignored with one line: TensorBoard's logger keeps them where it runs, else they are dropped),
+  so a module looping over ``self.loggers`` calling ``experiment.add_image`` (Lightning's GAN example) runs;
 * :class:`RunFolderSync`: every rank adopts rank 0's folder at setup (a default callback; old
   ``config.yaml`` files name it ``lit_gpu.runs.RunFolderSync``, new ones ``lit_gpu.callbacks.RunFolderSync``);
 * :class:`RecordModelSpec`: the CLI's model spec in every checkpoint, for ``lit-gpu export`` of any module.
@@ -36,7 +36,6 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from typing_extensions import override
 
 from lit_gpu import messages
-from lit_gpu.files.text import METRICS_FIX, csv_header, read_csv
 from lit_gpu.io import atomic_file
 from lit_gpu.messages import shown, tell
 from lit_gpu.net_spec import MODEL_SPEC_KEY, NET_SPEC_KEY, plain_spec
@@ -44,6 +43,7 @@ from lit_gpu.run import layout
 from lit_gpu.run.folder import RunFolder, args_with_saved_config, of_command
 from lit_gpu.run.layout import HPARAMS_NAME, METRICS_NAME, config_value
 from lit_gpu.run.store import Resolution, built_classes
+from lit_gpu.textfiles import METRICS_FIX, csv_header, read_csv
 
 if TYPE_CHECKING:
     from lightning.pytorch.cli import LightningArgumentParser
@@ -52,6 +52,10 @@ if TYPE_CHECKING:
 LOGGER_CALL_IGNORED = (
     "the CSV logger keeps no {method} (tag '{tag}') and ignores it (said once); the TensorBoard logger's "
     "event files keep it: tensorboard --logdir {folder}"
+)
+LOGGER_CALL_DROPPED = (
+    "the CSV logger keeps no {method} (tag '{tag}'): dropped (said once); no TensorBoard logger runs to keep "
+    "it: add it with --loggers [csv,tensorboard]"
 )
 
 
@@ -68,9 +72,11 @@ class MediaWriter:
     """Mixin for the CSV logger's experiment: the whole surface of TensorBoard's ``SummaryWriter`` (read from
     the class), so that a module writing to every logger's ``experiment`` runs. Scalars are rows of
     ``metrics.csv``; images, figures, text, histograms and the rest are TensorBoard's (its logger is on by
-    default): ignored here, with one line per method and run."""
+    default): ignored here, with one line per method and run, which says whether a TensorBoard logger runs
+    beside (``beside_tensorboard``) to keep them or they are dropped."""
 
     log_dir: str
+    beside_tensorboard: bool = False
     log_metrics: Callable[..., None]
     save: Callable[[], None]
 
@@ -107,7 +113,8 @@ class MediaWriter:
             if name not in said:
                 said.add(name)
                 tag = args[0] if args and isinstance(args[0], str) else kwargs.get("tag", "")
-                tell(LOGGER_CALL_IGNORED.format(method=name, tag=shown(tag), folder=self.log_dir))
+                line = LOGGER_CALL_IGNORED if self.beside_tensorboard else LOGGER_CALL_DROPPED
+                tell(line.format(method=name, tag=shown(tag), folder=self.log_dir))
 
         return ignored
 
@@ -141,7 +148,7 @@ def make_loggers(kinds: Sequence[str], run: RunFolder) -> list[Any]:
     if "tensorboard" in kinds:
         loggers.append(RunTensorBoardLogger(run))
     if "csv" in kinds:
-        loggers.append(RunCSVLogger(run))
+        loggers.append(RunCSVLogger(run, beside_tensorboard="tensorboard" in kinds))
     return loggers
 
 
@@ -165,13 +172,15 @@ class MetricsWriter(MediaWriter):
 
     Args:
         log_dir: The run folder.
+        beside_tensorboard: Whether a TensorBoard logger writes the same run (keeps what this one ignores).
     """
 
     NAME_METRICS_FILE = METRICS_NAME
     NAME_HPARAMS_FILE = HPARAMS_NAME
 
-    def __init__(self, log_dir: str) -> None:
+    def __init__(self, log_dir: str, beside_tensorboard: bool = False) -> None:
         self.log_dir = log_dir
+        self.beside_tensorboard = beside_tensorboard
         self.metrics_file_path = os.path.join(log_dir, METRICS_NAME)
         self.metrics: list[dict[str, Any]] = []
         self.hparams: dict[str, Any] = {}
@@ -224,8 +233,9 @@ class RunCSVLogger(_SharedRunVersion, CSVLogger):
     writer deletes an existing one).
     """
 
-    def __init__(self, run: RunFolder, **kwargs: Any) -> None:
+    def __init__(self, run: RunFolder, beside_tensorboard: bool = False, **kwargs: Any) -> None:
         self.run = run
+        self.beside_tensorboard = beside_tensorboard  # said when a module's media call is ignored
         self._writer: MetricsWriter | None = None
         super().__init__(save_dir=run.root, name=run.name, **kwargs)
 
@@ -234,7 +244,7 @@ class RunCSVLogger(_SharedRunVersion, CSVLogger):
     @rank_zero_experiment
     def experiment(self) -> MetricsWriter:
         if self._writer is None:
-            self._writer = MetricsWriter(self.log_dir)
+            self._writer = MetricsWriter(self.log_dir, self.beside_tensorboard)
         return self._writer
 
     @override

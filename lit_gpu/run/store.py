@@ -43,7 +43,6 @@ from lit_gpu.errors import LitGpuError
 from lit_gpu.files.checkpoint_facts import CheckpointFacts, inspect
 from lit_gpu.files.checkpoint_kind import not_lightning
 from lit_gpu.files.state_paths import inside
-from lit_gpu.files.text import BadFileError, read_yaml
 from lit_gpu.messages import shown
 from lit_gpu.numbering import ckpt_point
 from lit_gpu.run import layout
@@ -60,6 +59,7 @@ from lit_gpu.run.layout import (
     run_parents,
     runs_around,
 )
+from lit_gpu.textfiles import BadFileError, read_yaml
 from lit_gpu.upstream.loops import batches_that_stepped, recorded_class_path, saved_loop_counters
 
 if TYPE_CHECKING:
@@ -77,6 +77,8 @@ MOVED: Mapping[str, str] = {
     "lit_gpu.callbacks.logging_state.LoggingStateCallback": "lit_gpu.callbacks.LoggingStateCallback",
     "lit_gpu.callbacks.interrupt.CheckpointOnInterrupt": "lit_gpu.callbacks.CheckpointOnInterrupt",
     "lit_gpu.callbacks.oom_recovery.OOMLoopName": "lit_gpu.callbacks.OOMLoopName",
+    "lit_gpu.callbacks.oom_recovery.OOMRecovery": "lit_gpu.callbacks.OOMRecovery",
+    "lit_gpu.testing.OOMAbove": "lit_gpu.oom.OOMAbove",
     "lit_gpu.callbacks.step_path.SkipIdleHooks": "lit_gpu.callbacks.SkipIdleHooks",
     "lit_gpu.callbacks.step_path.LeanOptimizerStep": "lit_gpu.callbacks.LeanOptimizerStep",
     "lit_gpu.callbacks.batch_path.LeanTrainingBatch": "lit_gpu.callbacks.LeanTrainingBatch",
@@ -235,7 +237,7 @@ def _class_paths(node: Any, skip_key: str = "") -> list[str]:
     """Every ``class_path`` in a config tree, depth first, leaving out optimizer/scheduler subtrees.
 
     Iterative (a walk over data never recurses on its shape) and bounded: a tree from
-    :func:`~lit_gpu.files.text.read_yaml` is acyclic and expands to at most ``max_nodes`` values (a node
+    :func:`~lit_gpu.textfiles.read_yaml` is acyclic and expands to at most ``max_nodes`` values (a node
     shared by aliases is walked each time, as it expands); a container met again inside itself (a cycle,
     which no reader makes) is not walked again; past :data:`_MAX_WALK` containers the walk stops.
     """

@@ -26,7 +26,7 @@ SECONDS: dict[str, int] = {  # the default tier on 2 idle cores (the README's `p
     "tests/unit/cli/test_front_door_imports.py": 15,
     "tests/integration/test_cli_end_to_end.py": 14,
     "tests/integration/test_sweep_security.py": 14,
-    "tests/unit/callbacks/test_oom_recovery.py": 13,
+    "tests/unit/oom/test_recovery.py": 13,
     "tests/integration/test_notebooks.py": 11,
     "tests/integration/test_malicious_checkpoints.py": 11,
     "tests/integration/test_files_are_data.py": 8,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from jsonargparse import Namespace
 
-from lit_gpu.cli.trainer import resolve_trainer_config
+from lit_gpu.devices import resolve_trainer_config
 
 
 def _report(out: Path, trainer: Namespace) -> None:

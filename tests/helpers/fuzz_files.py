@@ -93,7 +93,7 @@ class Tally:
 # ---- the reads --------------------------------------------------------------------------------
 def _read_metrics(path: Path) -> None:
     from lit_gpu.commands import plot
-    from lit_gpu.commands.sweep import metrics_csv
+    from lit_gpu.commands.sweep import trial as metrics_csv
     from lit_gpu.run.folder import continue_run
     from lit_gpu.run.loggers import MetricsWriter
 
@@ -108,15 +108,15 @@ def _read_metrics(path: Path) -> None:
 
 
 def _read_config(path: Path) -> None:
-    from lit_gpu.files.text import read_yaml
     from lit_gpu.run.store import read_plain
+    from lit_gpu.textfiles import read_yaml
 
     read_plain(path)
     read_yaml(path)
 
 
 def _read_yaml(path: Path) -> None:
-    from lit_gpu.files.text import read_yaml
+    from lit_gpu.textfiles import read_yaml
 
     read_yaml(path)
 
@@ -128,8 +128,8 @@ def _read_space(path: Path) -> None:
 
 
 def _read_journal(path: Path) -> None:
+    from lit_gpu.commands.sweep.storage import read_trial
     from lit_gpu.commands.sweep.study import make_storage
-    from lit_gpu.files.sweep_storage import read_trial
 
     storage = make_storage(str(path), path.parent)
     for study in storage.get_all_studies():
@@ -138,8 +138,8 @@ def _read_journal(path: Path) -> None:
 
 
 def _read_owner(path: Path) -> None:
-    from lit_gpu.commands.sweep.owners import stale_reason
-    from lit_gpu.files.sweep_storage import read_owner
+    from lit_gpu.commands.sweep.storage import read_owner
+    from lit_gpu.commands.sweep.worker import stale_reason
 
     stale_reason(read_owner(path), None)
 
@@ -157,7 +157,7 @@ def _read_trial_env(path: Path) -> None:
 
 
 def _read_free_choice_env(path: Path) -> None:
-    from lit_gpu.free_gpus import FreeChoice
+    from lit_gpu.devices import FreeChoice
 
     FreeChoice.from_env(os.fsdecode(path.read_bytes()))
 
@@ -169,8 +169,8 @@ def _read_checkpoint(path: Path) -> None:
 
 
 def _owner_record() -> bytes:
-    from lit_gpu.commands.sweep.owners import write_owner
-    from lit_gpu.files.sweep_storage import Owner
+    from lit_gpu.commands.sweep.storage import Owner
+    from lit_gpu.commands.sweep.worker import write_owner
 
     with _scratch() as folder:
         path = folder / "version_0.json"
@@ -196,7 +196,7 @@ def _trial_env() -> bytes:
 
 
 def _free_choice_env() -> bytes:
-    from lit_gpu.free_gpus import ChosenGpu, FreeChoice
+    from lit_gpu.devices import ChosenGpu, FreeChoice
 
     gpus = (ChosenGpu(0, 3, "GPU-1234", "NVIDIA H100"),)
     return FreeChoice(1, gpus, [0], "3", decided_here=True).to_env().encode()

@@ -46,7 +46,7 @@ class MicroBatchRecorder(pl.Callback):
             self._handle = pl_module.register_forward_pre_hook(record)
 
     def on_train_end(self, trainer, pl_module) -> None:
-        from lit_gpu.callbacks.oom_recovery import OOMRecovery
+        from lit_gpu.oom.recovery import OOMRecovery
 
         micro = next((cb.micro_batch_size for cb in trainer.callbacks if isinstance(cb, OOMRecovery)), None)
         self.out_dir.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lit_gpu import devices, free_gpus
+from lit_gpu import devices
 from tests.helpers.paths import CONFIGS, REPO_ROOT
 from tests.helpers.run_if import RunIf
 
@@ -27,7 +27,7 @@ def gpu_env(cli_env: dict[str, str]) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
     else:
         del env["CUDA_VISIBLE_DEVICES"]
-    env.pop(free_gpus.FREE_CHOICE_ENV, None)
+    env.pop(devices.FREE_CHOICE_ENV, None)
     return env
 
 

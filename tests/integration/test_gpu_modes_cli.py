@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from lit_gpu import devices, free_gpus
+from lit_gpu import devices
 from lit_gpu.cli import LitGpuCLI, main
 from tests.helpers.fake_nvml import FakeGpu, install
 from tests.helpers.forked_cli import run_cli
@@ -105,7 +105,7 @@ def _parsed_trainer(monkeypatch, extra: list[str]):
 def test_cli_resolves_free_n_and_precision_auto_on_faked_gpus(monkeypatch):
     install(monkeypatch, [FakeGpu(free_gib=2, capability=(7, 5)), FakeGpu(free_gib=9, capability=(9, 0))])
     monkeypatch.setattr(devices, "_cuda_available", lambda: True)
-    monkeypatch.setattr(free_gpus, "_cuda_initialized", lambda: False)  # a fresh `lit-gpu` process
+    monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)  # a fresh `lit-gpu` process
     trainer = _parsed_trainer(
         monkeypatch,
         ["--trainer.accelerator", "gpu", "--trainer.devices", "free:1", "--trainer.precision", "auto"],
@@ -116,7 +116,7 @@ def test_cli_resolves_free_n_and_precision_auto_on_faked_gpus(monkeypatch):
 
 def test_cli_saves_and_logs_which_physical_gpus_free_n_chose(monkeypatch, capsys, tmp_path):
     fake = install(monkeypatch, [FakeGpu(free_gib=20), FakeGpu(free_gib=9), FakeGpu(free_gib=60)])
-    monkeypatch.setattr(free_gpus, "_cuda_initialized", lambda: False)  # a fresh `lit-gpu` process
+    monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)  # a fresh `lit-gpu` process
     monkeypatch.setattr("sys.argv", ["lit-gpu"])
     monkeypatch.setattr(LitGpuCLI, "instantiate_classes", lambda self: None)
     args = [*SIMPLE, "--trainer.accelerator", "gpu", "--trainer.strategy", "ddp"]

@@ -1,6 +1,6 @@
 """``lit-gpu fit --oom_recovery true``: an out-of-memory run goes on with micro-batches, same result.
 
-The OOMs are rehearsed on CPU with ``lit_gpu.testing.OOMAbove`` (a training forward with more than
+The OOMs are rehearsed on CPU with ``lit_gpu.oom.OOMAbove`` (a training forward with more than
 32 samples raises ``torch.OutOfMemoryError``), on configs/simple.yaml at batch 64.
 """
 
@@ -22,7 +22,7 @@ SIMPLE = [
     "--config", str(CONFIGS / "debug.yaml"),
     "--data.shuffle", "false",
 ]  # fmt: skip
-OOM_ABOVE_32 = ["--trainer.callbacks+=lit_gpu.testing.OOMAbove", "--trainer.callbacks.batch_size", "32"]
+OOM_ABOVE_32 = ["--trainer.callbacks+=lit_gpu.oom.OOMAbove", "--trainer.callbacks.batch_size", "32"]
 LAST = Path("runs") / "lit_gpu" / "version_{}" / "checkpoints" / "last.ckpt"
 
 
@@ -112,7 +112,7 @@ def test_ddp_only_rank_1_runs_out_both_ranks_switch(phase, reference, tmp_path, 
     recorder.write_text(
         "trainer:\n  callbacks+:\n    - class_path: tests.helpers.recorder.MicroBatchRecorder\n"
         f"      init_args:\n        out_dir: {tmp_path / 'micro'}\n"
-        "    - class_path: lit_gpu.testing.OOMAbove\n"
+        "    - class_path: lit_gpu.oom.OOMAbove\n"
         "      init_args:\n        batch_size: 16\n        ranks: [1]\n        from_step: 3\n"
         f"        phase: {phase}\n"
     )

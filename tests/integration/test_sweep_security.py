@@ -181,9 +181,9 @@ def test_links_planted_in_a_trials_folder_are_refused_before_it(planted, tmp_pat
 
 def test_sweep_temp_files_never_write_through_a_planted_link(tmp_path):
     """Owner records and merged metrics.csv go through fresh temp names, not ``.name.<pid>.tmp``."""
-    from lit_gpu.commands.sweep import metrics_csv
-    from lit_gpu.commands.sweep.owners import write_owner
-    from lit_gpu.files.sweep_storage import Owner
+    from lit_gpu.commands.sweep import trial as metrics_csv
+    from lit_gpu.commands.sweep.storage import Owner
+    from lit_gpu.commands.sweep.worker import write_owner
 
     victim = tmp_path / "victim.txt"
     victim.write_text("ORIGINAL")

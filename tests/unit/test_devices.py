@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lit_gpu import devices, free_gpus
+from lit_gpu import devices
 from lit_gpu.errors import LitGpuError
 from tests.helpers.fake_nvml import FakeGpu, install
 
@@ -31,7 +31,7 @@ def _no_visibility_env(monkeypatch):
 )
 def test_pick_free_gpus_orders_by_free_memory(monkeypatch, free, n, expected):
     fake = install(monkeypatch, _gpus(*free))
-    assert free_gpus.pick_free_gpus(n) == expected
+    assert devices.pick_free_gpus(n) == expected
     assert fake.inits == fake.shutdowns == 1  # NVML session closed again
 
 
@@ -39,8 +39,8 @@ def test_pick_free_gpus_maps_through_cuda_visible_devices(monkeypatch):
     install(monkeypatch, _gpus(10, 70, 30, 50))
     # CUDA sees physical 3 as cuda:0, physical 0 as cuda:1, physical 2 as cuda:2
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,0,2")
-    assert free_gpus.pick_free_gpus(1) == [0]  # physical 3 (50 GiB), not physical 1 (hidden)
-    assert free_gpus.pick_free_gpus(3) == [0, 2, 1]
+    assert devices.pick_free_gpus(1) == [0]  # physical 3 (50 GiB), not physical 1 (hidden)
+    assert devices.pick_free_gpus(3) == [0, 2, 1]
 
 
 def test_cuda_visible_devices_accepts_uuid_entries_and_prefixes(monkeypatch):
@@ -49,7 +49,7 @@ def test_cuda_visible_devices_accepts_uuid_entries_and_prefixes(monkeypatch):
     install(monkeypatch, gpus)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-cccc-3,GPU-aaaa")  # full UUID, unique prefix
     assert [g.index for g in devices.visible_gpus()] == [2, 0]
-    assert free_gpus.pick_free_gpus(2) == [0, 1]  # cuda:0 = physical 2 (30 GiB) > cuda:1 (10 GiB)
+    assert devices.pick_free_gpus(2) == [0, 1]  # cuda:0 = physical 2 (30 GiB) > cuda:1 (10 GiB)
 
 
 @pytest.mark.parametrize(
@@ -90,7 +90,7 @@ def test_asking_for_more_gpus_than_visible_is_a_clear_error(monkeypatch):
     install(monkeypatch, _gpus(10, 20, 30))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     with pytest.raises(LitGpuError) as info:
-        free_gpus.pick_free_gpus(3)
+        devices.pick_free_gpus(3)
     message = str(info.value)
     assert "free:3" in message and "only 2 are visible" in message and "CUDA_VISIBLE_DEVICES='0,1'" in message
     assert "\n" not in message
@@ -100,31 +100,31 @@ def test_no_visible_gpu_points_to_cpu(monkeypatch):
     install(monkeypatch, _gpus(10))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(LitGpuError, match=r"none is visible.*--config lit_gpu:trainer/cpu "):
-        free_gpus.pick_free_gpus(1)
+        devices.pick_free_gpus(1)
 
 
 def test_missing_driver_is_a_clear_error(monkeypatch):
     install(monkeypatch, [], fail_init=True)
     with pytest.raises(LitGpuError, match=r"free:2.*NVML is not available.*cpu"):
-        free_gpus.pick_free_gpus(2)
+        devices.pick_free_gpus(2)
 
 
 def test_zero_gpus_requested_is_refused(monkeypatch):
     install(monkeypatch, _gpus(10))
     with pytest.raises(LitGpuError, match="at least one"):
-        free_gpus.pick_free_gpus(0)
+        devices.pick_free_gpus(0)
 
 
 def test_mixed_models_without_pci_order_warn(monkeypatch):
     install(monkeypatch, [FakeGpu(name="A100", free_gib=5), FakeGpu(name="T4", free_gib=9)])
     with pytest.warns(UserWarning, match="CUDA_DEVICE_ORDER"):
-        assert free_gpus.pick_free_gpus(1) == [1]
+        assert devices.pick_free_gpus(1) == [1]
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        free_gpus.pick_free_gpus(1)
+        devices.pick_free_gpus(1)
 
 
 # ---- spelling -----------------------------------------------------------------------------------
@@ -133,14 +133,14 @@ def test_mixed_models_without_pci_order_warn(monkeypatch):
     [("free:2", 2), ("FREE:1", 1), (" free : 3 ", 3), ("auto", None), ("2", None), (2, None), ([0, 1], None)],
 )
 def test_parse_free_request(value, n):
-    assert free_gpus.parse_free_request(value) == n
+    assert devices.parse_free_request(value) == n
 
 
 def test_query_creates_no_cuda_context(monkeypatch):
     import torch
 
     install(monkeypatch, _gpus(5, 6))
-    free_gpus.pick_free_gpus(2)
+    devices.pick_free_gpus(2)
     assert not torch.cuda.is_initialized()
 
 

@@ -9,14 +9,14 @@ import sys
 
 import pytest
 
-from lit_gpu import free_gpus
+from lit_gpu import devices
 from lit_gpu.errors import LitGpuError
 from tests.helpers.fake_nvml import FakeGpu, install
 from tests.helpers.fake_pynvml.pynvml import STATE_ENV, write_state
 from tests.helpers.paths import REPO_ROOT
 
 CONTEXT_GIB = 0.6  # what one CUDA context takes on its GPU
-REAL_CUDA_INITIALIZED = free_gpus._cuda_initialized
+REAL_CUDA_INITIALIZED = devices._cuda_initialized
 
 
 LAUNCHER_VARS = (
@@ -35,8 +35,8 @@ LAUNCHER_VARS = (
 def _fresh_process(monkeypatch):
     """Each test plays a fresh launching process: CUDA not initialised (even if the suite's process is),
     no launcher around it (even if the suite runs under torchrun or srun)."""
-    monkeypatch.setattr(free_gpus, "_cuda_initialized", lambda: False)
-    for key in (*LAUNCHER_VARS, "CUDA_VISIBLE_DEVICES", free_gpus.FREE_CHOICE_ENV):
+    monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)
+    for key in (*LAUNCHER_VARS, "CUDA_VISIBLE_DEVICES", devices.FREE_CHOICE_ENV):
         monkeypatch.delenv(key, raising=False)
 
 
@@ -66,10 +66,10 @@ def _fail_if_asked(fake) -> None:
 # ---- today's failure: every process picks on its own -----------------------------------------
 def test_old_per_process_pick_drifts_and_puts_two_ranks_on_one_gpu(monkeypatch):
     fake = install(monkeypatch, _gpus(80, 80))  # an idle two-GPU machine
-    parent = free_gpus.pick_free_gpus(2)  # rank 0 (the launching process)
+    parent = devices.pick_free_gpus(2)  # rank 0 (the launching process)
     assert parent == [0, 1]  # the tie keeps CUDA order
     fake.gpus[parent[0]].free_gib -= CONTEXT_GIB  # rank 0's CUDA context lands on GPU 0
-    child = free_gpus.pick_free_gpus(2)  # rank 1 re-runs the same argv a moment later
+    child = devices.pick_free_gpus(2)  # rank 1 re-runs the same argv a moment later
     assert child == [1, 0]  # GPU 1 now looks more free
     rank0_gpu, rank1_gpu = parent[0], child[1]
     assert rank0_gpu == rank1_gpu == 0  # two ranks on GPU 0: NCCL "Duplicate GPU detected"
@@ -89,7 +89,7 @@ def test_old_per_process_pick_drifts_and_puts_two_ranks_on_one_gpu(monkeypatch):
 def test_every_rank_gets_its_own_intended_gpu(monkeypatch, free, n):
     fake = install(monkeypatch, _gpus(*free))
     expected = [fake.gpus[i].uuid for i in sorted(range(len(free)), key=lambda i: (-free[i], i))[:n]]
-    choice = free_gpus.claim_free_gpus(n)
+    choice = devices.claim_free_gpus(n)
     parent_env = dict(os.environ)
     assert choice.decided_here and choice.devices == list(range(n))
     assert parent_env["CUDA_VISIBLE_DEVICES"] == ",".join(expected)  # most free first, UUIDs
@@ -99,7 +99,7 @@ def test_every_rank_gets_its_own_intended_gpu(monkeypatch, free, n):
     for local_rank in range(1, n):  # what _SubprocessScriptLauncher gives each child
         launched = {"LOCAL_RANK": str(local_rank), "NODE_RANK": "0", "WORLD_SIZE": str(n)}
         _setenv(monkeypatch, launched)  # a copy of the parent's os.environ plus these
-        inherited = free_gpus.claim_free_gpus(n)
+        inherited = devices.claim_free_gpus(n)
         assert not inherited.decided_here and inherited.gpus == choice.gpus
         assert dict(os.environ) == {**parent_env, **launched}  # the child changes nothing
         used[local_rank] = _uuid_of_rank(dict(os.environ), inherited.devices, local_rank)
@@ -111,10 +111,10 @@ def test_choice_maps_through_an_existing_cuda_visible_devices(monkeypatch):
     fake = install(monkeypatch, _gpus(10, 70, 30, 50))
     uuids = [gpu.uuid for gpu in fake.gpus]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{uuids[3]},{uuids[0][:12]},{uuids[2]}")  # UUIDs, a prefix
-    choice = free_gpus.claim_free_gpus(2)
+    choice = devices.claim_free_gpus(2)
     assert [(g.local_rank, g.index) for g in choice.gpus] == [(0, 3), (1, 2)]  # GPU 1 is hidden
     assert os.environ["CUDA_VISIBLE_DEVICES"] == f"{fake.gpus[3].uuid},{fake.gpus[2].uuid}"
-    assert json.loads(os.environ[free_gpus.FREE_CHOICE_ENV])["gpus"][0] == {
+    assert json.loads(os.environ[devices.FREE_CHOICE_ENV])["gpus"][0] == {
         "local_rank": 0,
         "index": 3,
         "uuid": fake.gpus[3].uuid,
@@ -155,11 +155,11 @@ def test_torchrun_ranks_are_refused_with_the_pick_free_recipe(monkeypatch):
     for rank in (0, 1):  # both ranks, started together
         _setenv(monkeypatch, {**TORCHRUN, "LOCAL_RANK": str(rank), "RANK": str(rank)})
         with pytest.raises(LitGpuError) as info:
-            free_gpus.claim_free_gpus(2)
+            devices.claim_free_gpus(2)
         message = str(info.value)
         assert "\n" not in message and "torchrun" in message
         assert "$(lit-gpu env --pick-free 2)" in message and "--trainer.devices 2" in message
-        assert "CUDA_VISIBLE_DEVICES" not in os.environ and free_gpus.FREE_CHOICE_ENV not in os.environ
+        assert "CUDA_VISIBLE_DEVICES" not in os.environ and devices.FREE_CHOICE_ENV not in os.environ
 
 
 def test_pick_free_before_torchrun_gives_each_rank_a_distinct_gpu(monkeypatch, capsys):
@@ -182,7 +182,7 @@ def test_one_process_per_node_may_choose_alone(monkeypatch):
     _setenv(
         monkeypatch, {**TORCHRUN, "LOCAL_WORLD_SIZE": "1", "LOCAL_RANK": "0", "GROUP_RANK": "1"}
     )  # node 1 of 2
-    choice = free_gpus.claim_free_gpus(1)
+    choice = devices.claim_free_gpus(1)
     assert choice.devices == [0] and os.environ["CUDA_VISIBLE_DEVICES"] == fake.gpus[1].uuid
 
 
@@ -201,8 +201,8 @@ def test_one_process_per_node_may_choose_alone(monkeypatch):
 )
 def test_external_launcher_detection(monkeypatch, env, launcher, count):
     _setenv(monkeypatch, env)
-    assert free_gpus.external_launcher() == launcher
-    assert free_gpus.local_process_count() == count
+    assert devices.external_launcher() == launcher
+    assert devices.local_process_count() == count
 
 
 def test_srun_on_the_path_but_unused_adds_no_warning(monkeypatch, tmp_path):
@@ -214,7 +214,7 @@ def test_srun_on_the_path_but_unused_adds_no_warning(monkeypatch, tmp_path):
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert free_gpus.external_launcher() is None
+        assert devices.external_launcher() is None
 
 
 def test_srun_tasks_are_refused(monkeypatch):
@@ -222,35 +222,35 @@ def test_srun_tasks_are_refused(monkeypatch):
     env = {"SLURM_NTASKS": "2", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "2", "SLURM_JOB_NAME": "train"}
     _setenv(monkeypatch, env)
     with pytest.raises(LitGpuError, match=r"ranks started by srun.*--pick-free 2.*under SLURM"):
-        free_gpus.claim_free_gpus(2)
+        devices.claim_free_gpus(2)
 
 
 def test_a_rank_whose_inherited_choice_does_not_fit_is_refused(monkeypatch):
     install(monkeypatch, _gpus(80, 80, 80))
-    free_gpus.claim_free_gpus(2)
+    devices.claim_free_gpus(2)
     _setenv(monkeypatch, {"LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": "0,1"})  # someone reset it
     with pytest.raises(LitGpuError, match="inherited LIT_GPU_FREE_CHOICE"):
-        free_gpus.claim_free_gpus(2)
+        devices.claim_free_gpus(2)
 
 
 def test_asking_again_in_the_deciding_process_reuses_the_choice(monkeypatch):
     fake = install(monkeypatch, _gpus(80, 80))
-    first = free_gpus.claim_free_gpus(2)
+    first = devices.claim_free_gpus(2)
     fake.gpus[0].free_gib -= CONTEXT_GIB
     _fail_if_asked(fake)
-    again = free_gpus.claim_free_gpus(2)  # e.g. fit then test in one process
+    again = devices.claim_free_gpus(2)  # e.g. fit then test in one process
     assert again.gpus == first.gpus and again.devices == first.devices
 
 
 def test_when_cuda_is_already_initialised_the_choice_keeps_cuda_numbering(monkeypatch):
     install(monkeypatch, _gpus(10, 70, 30))
-    monkeypatch.setattr(free_gpus, "_cuda_initialized", lambda: True)
+    monkeypatch.setattr(devices, "_cuda_initialized", lambda: True)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,1,0")
-    choice = free_gpus.claim_free_gpus(2)
+    choice = devices.claim_free_gpus(2)
     assert choice.devices == [1, 0]  # cuda:1 = GPU 1 (70), cuda:0 = GPU 2 (30)
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "2,1,0"  # too late to narrow it in this process
     monkeypatch.setenv("LOCAL_RANK", "1")
-    child = free_gpus.claim_free_gpus(2)
+    child = devices.claim_free_gpus(2)
     assert child.devices == [1, 0] and [g.index for g in child.gpus] == [1, 2]
 
 
@@ -259,13 +259,13 @@ def test_claim_creates_no_cuda_context(monkeypatch):
 
     install(monkeypatch, _gpus(5, 6))
     before = torch.cuda.is_initialized()  # False in a CPU-only run; a GPU run may have used CUDA already
-    free_gpus.claim_free_gpus(2)
+    devices.claim_free_gpus(2)
     assert torch.cuda.is_initialized() == before == REAL_CUDA_INITIALIZED()
 
 
 def test_record_and_log_line_name_index_and_uuid(monkeypatch):
     fake = install(monkeypatch, _gpus(10, 70))
-    choice = free_gpus.claim_free_gpus(2)
+    choice = devices.claim_free_gpus(2)
     assert choice.record() == [
         {"local_rank": 0, "index": 1, "uuid": fake.gpus[1].uuid, "name": fake.gpus[1].name},
         {"local_rank": 1, "index": 0, "uuid": fake.gpus[0].uuid, "name": fake.gpus[0].name},
@@ -290,8 +290,8 @@ def test_pick_free_with_too_few_gpus_is_one_line_and_prints_no_value(monkeypatch
 
 def test_a_garbled_record_is_one_line(monkeypatch):
     install(monkeypatch, _gpus(80))
-    monkeypatch.setenv(free_gpus.FREE_CHOICE_ENV, "GPU-1234")
+    monkeypatch.setenv(devices.FREE_CHOICE_ENV, "GPU-1234")
     with pytest.raises(
         LitGpuError, match=r"LIT_GPU_FREE_CHOICE, line 1: not JSON.*unset LIT_GPU_FREE_CHOICE"
     ):
-        free_gpus.claim_free_gpus(1)
+        devices.claim_free_gpus(1)

@@ -1,5 +1,5 @@
-"""``import lit_gpu`` (and every module of it) leaves warning and logging filters untouched, registers
-``strategy="dp"`` when Lightning is imported first (as here; the other ways: test_front_door_imports.py),
+"""``import lit_gpu`` (and every module of it) leaves warning and logging filters untouched,
+``import lit_gpu.strategies`` registers ``strategy="dp"`` (the other order: test_front_door_imports.py),
 and importing the command modules does not import optuna: one fresh interpreter."""
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import lightning.pytorch, torchvision, jsonargparse, torchmetrics  # noqa
 before = snapshot()
 import lit_gpu
 after_package = snapshot()
+import lit_gpu.strategies
 from lightning.pytorch.strategies import StrategyRegistry
 dp_registered = "dp" in StrategyRegistry
 import lit_gpu.commands, lit_gpu.cli  # noqa

@@ -1,10 +1,10 @@
-"""The launcher's and the cluster's variables read as data (lit_gpu.launch_env)."""
+"""The launcher's and the cluster's variables read as data (lit_gpu.devices)."""
 
 from __future__ import annotations
 
 import pytest
 
-from lit_gpu import launch_env
+from lit_gpu import devices
 
 GOOD = {
     "RANK": "3",
@@ -24,10 +24,10 @@ GOOD = {
 
 
 def test_a_real_cluster_environment_passes():
-    assert launch_env.problem(GOOD) is None
-    assert launch_env.problem({"CUDA_VISIBLE_DEVICES": ""}) is None  # no GPU
-    assert launch_env.problem({"MASTER_ADDR": "[::1]"}) is None
-    assert launch_env.requeue_problem(GOOD) is None
+    assert devices.problem(GOOD) is None
+    assert devices.problem({"CUDA_VISIBLE_DEVICES": ""}) is None  # no GPU
+    assert devices.problem({"MASTER_ADDR": "[::1]"}) is None
+    assert devices.requeue_problem(GOOD) is None
 
 
 @pytest.mark.parametrize(
@@ -44,33 +44,33 @@ def test_a_real_cluster_environment_passes():
     ],
 )
 def test_a_malformed_variable_is_one_line_naming_it_and_a_valid_value(name, value, valid):
-    line = launch_env.problem({**GOOD, name: value})
+    line = devices.problem({**GOOD, name: value})
     assert line is not None and "\n" not in line
     assert line.startswith(f"environment variable {name}={value!r}: ") and valid in line
 
 
 @pytest.mark.parametrize("name", ["SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"])
 def test_a_job_id_that_is_not_a_number_is_a_requeue_problem(name):
-    assert launch_env.requeue_problem({name: "12 && touch pwned"}) is not None
-    assert launch_env.requeue_problem({name: "12"}) is None
+    assert devices.requeue_problem({name: "12 && touch pwned"}) is not None
+    assert devices.requeue_problem({name: "12"}) is None
 
 
 @pytest.mark.parametrize(("name", "value"), [("RANK", "+3"), ("LOCAL_RANK", " 1"), ("WORLD_SIZE", "8\n")])
 def test_a_number_lightning_reads_with_int_passes(name, value):
     """Lightning's cluster environments read these numbers with ``int()``: what it reads, lit_gpu accepts."""
-    assert int(value) >= 0 and launch_env.problem({name: value}) is None
+    assert int(value) >= 0 and devices.problem({name: value}) is None
 
 
 def test_every_bad_variable_is_named_once():
-    found = launch_env.problems({"RANK": "x", "MASTER_PORT": "0", "SLURM_NTASKS": "1"})
+    found = devices.problems({"RANK": "x", "MASTER_PORT": "0", "SLURM_NTASKS": "1"})
     assert list(found) == ["RANK", "MASTER_PORT"]
     assert all(line.startswith(f"environment variable {name}=") for name, line in found.items())
 
 
 @pytest.mark.parametrize("value", ["NoDevFiles", "0,1,", "0;1", "", "-1", "MIG-4b1f/1/0"])
 def test_cuda_visible_devices_is_never_refused(value):
-    """CUDA reads any value (lit_gpu.visible_devices mirrors torch's parser): lit-gpu env reports it."""
-    assert launch_env.problem({**GOOD, "CUDA_VISIBLE_DEVICES": value}) is None
+    """CUDA reads any value (lit_gpu.devices mirrors torch's parser): lit-gpu env reports it."""
+    assert devices.problem({**GOOD, "CUDA_VISIBLE_DEVICES": value}) is None
 
 
 @pytest.mark.parametrize(
@@ -85,7 +85,7 @@ def test_a_cuda_visible_devices_torch_and_cuda_read_differently_is_one_line(valu
     ``ValueError`` (or count a GPU CUDA never shows); the front door says so in one line, exit 2."""
     from lit_gpu.cli.main import check_launch_env
 
-    assert why in launch_env.problem({**GOOD, "CUDA_VISIBLE_DEVICES": value})
+    assert why in devices.problem({**GOOD, "CUDA_VISIBLE_DEVICES": value})
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
@@ -101,6 +101,6 @@ def test_lightnings_seed_variables_are_read_as_it_reads_them(name):
     """``PL_SEED_WORKERS=abc`` with ``--seed_everything false`` and DataLoader workers ended in a traceback
     (Lightning's ``_auto_add_worker_init_fn`` and lit_gpu's worker guard read it with ``int()``, as
     ``reset_seed`` reads ``PL_GLOBAL_SEED`` in every DDP rank): one line now; what ``int()`` reads passes."""
-    assert f"environment variable {name}='abc'" in launch_env.problem({**GOOD, name: "abc"})
+    assert f"environment variable {name}='abc'" in devices.problem({**GOOD, name: "abc"})
     for value in ("0", "1", "42", " 7 ", "-1"):
-        assert launch_env.problem({**GOOD, name: value}) is None
+        assert devices.problem({**GOOD, name: value}) is None

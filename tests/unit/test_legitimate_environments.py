@@ -19,7 +19,7 @@ from lightning.fabric.plugins.environments import (
     TorchElasticEnvironment,
 )
 
-from lit_gpu import launch_env, visible_devices
+from lit_gpu import devices
 from lit_gpu.cli.main import check_launch_env
 from tests.corpus.environments import CASES, EnvCase
 
@@ -53,13 +53,13 @@ def _environ(case: EnvCase, tmp_path) -> dict[str, str]:
 @pytest.mark.parametrize("case", CASES, ids=[case.name.split(",")[0].split(" (")[0] for case in CASES])
 def test_a_real_environment_passes_with_its_upstream_meaning(case, tmp_path, monkeypatch):
     environ = _environ(case, tmp_path)
-    assert launch_env.problems(environ) == {}
-    assert launch_env.requeue_problem(environ) is None
+    assert devices.problems(environ) == {}
+    assert devices.requeue_problem(environ) is None
     monkeypatch.setattr(socket, "gethostname", lambda: case.host)
     with mock.patch.dict(os.environ, environ, clear=True):
         check_launch_env(["fit"])  # the front door lets it through (no SystemExit)
         cuda = torch.cuda._parse_visible_devices()
-        assert visible_devices.entries(os.environ.get("CUDA_VISIBLE_DEVICES")) == case.cuda
+        assert devices.visible_entries(os.environ.get("CUDA_VISIBLE_DEVICES")) == case.cuda
         assert cuda == (list(range(64)) if case.cuda is None else case.cuda)
         found = next((cls for cls in DETECTED if cls.detect()), LightningEnvironment)
         if case.cluster == "KubeflowEnvironment":  # given by the user (plugins), read as it reads it

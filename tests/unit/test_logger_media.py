@@ -1,5 +1,6 @@
 """The CSV logger's experiment takes TensorBoard ``SummaryWriter``'s calls (lit_gpu/run/loggers.py): scalars
-as rows, the rest ignored with one line (the TensorBoard logger keeps them)."""
+as rows, the rest ignored with one line (the TensorBoard logger keeps them where it runs beside; else they are
+dropped, and the line says so)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def test_scalars_are_rows_of_metrics_csv(writer, tmp_path):
     writer.close()
 
 
-def test_every_other_summary_writer_method_is_ignored_with_one_line_once(writer, tmp_path, capsys):
+def test_every_other_summary_writer_method_is_ignored_with_one_line_once(tmp_path, capsys):
+    writer = MetricsWriter(str(tmp_path / "run"), beside_tensorboard=True)
     surface = {n for n, v in inspect.getmembers(SummaryWriter) if not n.startswith("_") and callable(v)}
     assert surface == logger_media.summary_writer_methods()  # the upstream's surface, read from the class
     answered = {n for n in surface if callable(getattr(writer, n))}
@@ -44,3 +46,12 @@ def test_every_other_summary_writer_method_is_ignored_with_one_line_once(writer,
     assert not (tmp_path / "run" / "media").exists()
     with pytest.raises(AttributeError):
         writer.add_nothing  # noqa: B018 - not SummaryWriter's: a real AttributeError
+
+
+def test_without_a_tensorboard_logger_beside_the_line_says_dropped(writer, capsys):
+    writer.add_histogram("w", torch.rand(10), 0)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "lit-gpu: the CSV logger keeps no add_histogram (tag 'w'): dropped"
+    ), err
+    assert "--loggers [csv,tensorboard]" in err[0] and "event files" not in err[0]

@@ -208,6 +208,27 @@ def test_saved_configs_and_changes(tmp_path):
     assert run_config.config_changes(old, {**old, "ckpt_path": "y", "new_run": True}) == []
 
 
+def test_a_changed_setting_the_restored_optimizer_replaced_is_named_not_used():
+    """What the restored param groups hold against the changed config values: ``initial_lr`` stands for a
+    scheduled ``lr``; a tuple is the config's list; an unchanged value or a key of no group says nothing."""
+    from types import SimpleNamespace
+
+    weight = torch.nn.Parameter(torch.zeros(2))
+    adam = torch.optim.Adam([weight], lr=0.002, betas=(0.9, 0.999))
+    torch.optim.lr_scheduler.StepLR(adam, step_size=1, gamma=0.5).step()  # lr 0.001, initial_lr 0.002
+    trainer = SimpleNamespace(optimizers=[adam])
+    lr = "model.init_args.optimizer.init_args.lr"
+    line = run_config.settings_not_used({lr: (0.002, 0.0005), "trainer.max_epochs": (2, 3)}, trainer)
+    assert line is not None and line.startswith(f"{lr} 0.0005: not used, ") and "restores lr 0.002 " in line
+    assert "--fresh_optimizer true" in line
+    assert (
+        run_config.settings_not_used({lr: (0.01, 0.002), "model.init_args.betas": (1, [0.9, 0.999])}, trainer)
+        is None
+    )
+    betas = run_config.settings_not_used({"optimizer.init_args.betas": ([0.9, 0.999], [0.8, 0.99])}, trainer)
+    assert betas is not None and "restores betas [0.9, 0.999]" in betas
+
+
 # ---- one run, one folder: a start that died before its first checkpoint is taken over ---------------
 def _start_and_die(root: str, write: tuple[str, ...]) -> None:
     """A start killed before its first checkpoint: the folder is claimed, files written, no clean end."""

@@ -57,12 +57,9 @@ NUMERIC = {"len", "int", "float", "round", "_number", "_clock", "_gib", "_fmt", 
 
 #: (module, source text of a value) -> why it is lit_gpu's own text, not text from outside
 OWN: dict[tuple[str, str], str] = {
-    ("lit_gpu/callbacks/model_summary.py", "table"): "a rich Table whose cells went through shown()",
-    ("lit_gpu/callbacks/model_summary.py", "grid"): "a rich grid whose rows went through shown()",
-    ("lit_gpu/callbacks/model_summary.py", "name"): "Lightning's summary column names (Params, Mode, ...)",
     ("lit_gpu/cli/main.py", "help_text()"): "the COMMANDS table's own help lines",
     ("lit_gpu/cli/main.py", "version_text()"): "lit_gpu's and its dependencies' version numbers",
-    ("lit_gpu/cli/completion.py", "SCRIPTS[args.shell]"): "the completion scripts, literals of the module",
+    ("lit_gpu/cli/completion.py", "script(args.shell)"): "the script jsonargparse and shtab generate",
     ("lit_gpu/commands/configs.py", "recipes.describe(name)"): "the first comment line of a shipped recipe",
     ("lit_gpu/commands/configs.py", "recipes.PREFIX + name"): "a shipped recipe's name",
     ("lit_gpu/commands/configs.py", "path"): "the path of a shipped recipe inside the package",
@@ -70,13 +67,7 @@ OWN: dict[tuple[str, str], str] = {
     ("lit_gpu/commands/init.py", "text"): "a file of the project init writes (not a line to a terminal)",
     ("lit_gpu/commands/plot.py", "title"): "a panel title of plot's own (loss, accuracy, ...)",
     ("lit_gpu/commands/plot.py", "str(value)"): "a count of the confusion matrix (an int)",
-    ("lit_gpu/commands/sweep/report.py", "why"): "lit_gpu's own sentence about why importances are missing",
-    ("lit_gpu/cli/completion.py", "write_flags()"): "the path of lit_gpu's own generated flags module",
-    (
-        "lit_gpu/cli/completion.py",
-        "b''.join((os.fsencode(item) + b'\\x00' for item in items))",
-    ): "completion answers, NUL-separated: bash replies quoted by shell_words.bash_replies, zsh candidates "
-    "quoted by compadd (without -Q)",
+    ("lit_gpu/commands/sweep/study.py", "why"): "lit_gpu's own sentence about why importances are missing",
     ("lit_gpu/commands/bench.py", "table"): "a Rich table whose cells are escaped where it is built",
     ("lit_gpu/commands/export.py", "blob"): "the bytes of the weights file export writes (a file)",
     (
@@ -87,7 +78,7 @@ OWN: dict[tuple[str, str], str] = {
     "(exit_on_error=False) or under JSONARGPARSE_DEBUG (the user asked for its raw report)",
     ("lit_gpu/cli/lightning_cli.py", "ex"): "the exception of jsonargparse's own error (as for message)",
     ("lit_gpu/io.py", "f"): "atomic_write hands its file object to the writer it is given (a file)",
-    ("lit_gpu/commands/sweep/report.py", "table"): "a Rich table whose cells are escaped where it is built",
+    ("lit_gpu/commands/sweep/study.py", "table"): "a Rich table whose cells are escaped where it is built",
     ("lit_gpu/commands/env.py", "table"): "a Rich table whose cells are escaped where it is built",
     ("lit_gpu/commands/env.py", "facts"): "a Rich grid whose cells are escaped where it is built",
     ("lit_gpu/commands/env.py", "col"): "a column name of env's own",

@@ -31,7 +31,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from lit_gpu.cli import LitGpuCLI
-from lit_gpu.cli.trainer import allow_auto_precision
+from lit_gpu.devices import allow_auto_precision
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
 from lit_gpu.strategies import DataParallelStrategy
@@ -201,7 +201,7 @@ def test_hparams_mixin__given_hyperparameters():
 
 @pins("jsonargparse")
 def test_jsonargparse_action__typehint():
-    """lit_gpu.cli.trainer.allow_auto_precision widens ``trainer.precision``'s ``_typehint`` to auto."""
+    """lit_gpu.devices.allow_auto_precision widens ``trainer.precision``'s ``_typehint`` to auto."""
     parser = LightningArgumentParser(exit_on_error=False)
     parser.add_lightning_class_args(pl.Trainer, "trainer")
     allow_auto_precision(parser)
@@ -699,10 +699,10 @@ def test_training_epoch_loop__advance__as_lean_training_batch_mirrors_it(tmp_pat
 
 @pins("torch")
 def test_allocator_settings_at_run_time_as_oom_recovery_sets_them():
-    """lit_gpu.callbacks.oom_recovery turns ``expandable_segments`` on and off at run time through torch's
+    """lit_gpu.oom.recovery turns ``expandable_segments`` on and off at run time through torch's
     private allocator-settings setter (``torch._C._accelerator_setAllocatorSettings``, before torch 2.9
     ``torch.cuda.memory._set_allocator_settings``), which parses the key (an unknown one raises)."""
-    from lit_gpu.callbacks.cuda_allocator import _set_allocator_settings
+    from lit_gpu.oom.recovery import _set_allocator_settings
 
     _set_allocator_settings("expandable_segments:False")  # PyTorch's default: changes nothing here
     with pytest.raises((ValueError, RuntimeError), match="never_a_key"):

@@ -1,4 +1,4 @@
-"""``CUDA_VISIBLE_DEVICES`` read as torch reads it: lit_gpu.visible_devices against the installed torch's own
+"""``CUDA_VISIBLE_DEVICES`` read as torch reads it: lit_gpu.devices against the installed torch's own
 parser (``torch.cuda._parse_visible_devices``, ``_transform_uuid_to_ordinals``) on every combination of the
 entries real clusters and users write."""
 
@@ -11,7 +11,7 @@ from unittest import mock
 import pytest
 import torch.cuda
 
-from lit_gpu import visible_devices
+from lit_gpu import devices
 
 #: entries seen in real values (slurmd, nvidia-smi idioms, UUIDs, MIG) and the odd ones CUDA still reads
 ENTRIES = ["0", "1", "3", "10", "-1", "", " 2", "+1", "1gpu2", "x", "NoDevFiles"] + [
@@ -29,7 +29,7 @@ def _torch_reads(value: str) -> list:
 
 def test_every_value_is_read_as_torch_reads_it():
     assert torch.version.hip is None  # the CUDA branch is the one mirrored
-    different = [v for v in VALUES if visible_devices.entries(v) != _torch_reads(v)]
+    different = [v for v in VALUES if devices.visible_entries(v) != _torch_reads(v)]
     assert different == [], different[:5]
     assert len(VALUES) > 2000
 
@@ -38,7 +38,7 @@ def test_unset_is_every_gpu():
     with mock.patch.dict(os.environ, clear=False) as env:
         env.pop("CUDA_VISIBLE_DEVICES", None)
         assert torch.cuda._parse_visible_devices() == list(range(64))  # torch: "all"
-    assert visible_devices.entries(None) is None and not visible_devices.hides_all(None)
+    assert devices.visible_entries(None) is None and not devices.hides_all(None)
 
 
 @pytest.mark.parametrize(
@@ -54,8 +54,8 @@ def test_unset_is_every_gpu():
     ],
 )
 def test_cluster_values_keep_cudas_meaning(value, listed):
-    assert visible_devices.entries(value) == listed == _torch_reads(value)
-    assert visible_devices.hides_all(value) is (listed == [])
+    assert devices.visible_entries(value) == listed == _torch_reads(value)
+    assert devices.hides_all(value) is (listed == [])
 
 
 def test_uuid_prefixes_map_as_torch_maps_them():
@@ -63,7 +63,7 @@ def test_uuid_prefixes_map_as_torch_maps_them():
     for combo in itertools.product(
         ["GPU-aa", "GPU-aa1", "GPU-b", "GPU-bb33", "GPU-zz", "GPU-aa22"], repeat=3
     ):
-        ours = visible_devices.uuid_ordinals(list(combo), uuids)
+        ours = devices.uuid_ordinals(list(combo), uuids)
         assert ours == torch.cuda._transform_uuid_to_ordinals(list(combo), uuids), combo
 
 
@@ -83,7 +83,7 @@ def test_uuid_prefixes_map_as_torch_maps_them():
     ],
 )
 def test_read_whole_says_when_cuda_ignores_part_of_the_value(value, whole):
-    assert visible_devices.read_whole(value) is whole
+    assert devices.read_whole(value) is whole
 
 
 def _torch_reading(value: str) -> list | str:
@@ -105,16 +105,16 @@ def test_a_non_ascii_digit_is_flagged_exactly_where_torch_and_cuda_disagree(valu
     """torch's ``_strtoul`` takes any ``str.isdigit`` character (its ``int()`` raises on a superscript);
     CUDA's ``strtoul`` reads 0-9 only. :func:`entries` is CUDA's reading and never raises;
     :func:`torch_disagrees` names every value the two read differently, and only those."""
-    cuda = visible_devices.entries(value)
+    cuda = devices.visible_entries(value)
     torch_reads = _torch_reading(value)
-    assert cuda == visible_devices.entries(value.encode("ascii", "replace").decode().replace("?", "x"))
-    disagree = visible_devices.torch_disagrees(value)
+    assert cuda == devices.visible_entries(value.encode("ascii", "replace").decode().replace("?", "x"))
+    disagree = devices.torch_disagrees(value)
     assert (disagree is not None) is (torch_reads != cuda), (value, torch_reads, cuda)
     if torch_reads == "ValueError":
         assert "raises ValueError" in disagree
-    visible_devices.read_whole(value)  # reporting never raises
-    visible_devices.hides_all(value)
+    devices.read_whole(value)  # reporting never raises
+    devices.hides_all(value)
 
 
 def test_every_ascii_value_is_one_torch_and_cuda_agree_on():
-    assert [v for v in VALUES if visible_devices.torch_disagrees(v)] == []
+    assert [v for v in VALUES if devices.torch_disagrees(v)] == []

@@ -25,17 +25,31 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from lit_gpu import messages, sweep_lines
-from lit_gpu.commands.sweep.best import best_config, write_best_config
-from lit_gpu.commands.sweep.fitargs import check_space_keys, logger_flag, parse_fit_args, short_names
-from lit_gpu.commands.sweep.gpus import GpuClaims, device_count, needs_child_process
+from lit_gpu import messages
+from lit_gpu.commands.sweep import worker as lines
 from lit_gpu.commands.sweep.options import JOURNAL_NAME, SWEEPS_ROOT, SweepOptions, parse_argv
-from lit_gpu.commands.sweep.report import completed, plot_study, print_table
-from lit_gpu.commands.sweep.space import SearchSpace, load_space
-from lit_gpu.commands.sweep.study import make_storage, open_study, quiet_optuna, require_optuna
+from lit_gpu.commands.sweep.space import (
+    SearchSpace,
+    best_config,
+    check_space_keys,
+    load_space,
+    logger_flag,
+    parse_fit_args,
+    short_names,
+    write_best_config,
+)
+from lit_gpu.commands.sweep.storage import check_params, read_trial
+from lit_gpu.commands.sweep.study import (
+    completed,
+    make_storage,
+    open_study,
+    plot_study,
+    print_table,
+    quiet_optuna,
+    require_optuna,
+)
 from lit_gpu.commands.sweep.trial import TRIAL_ENV, run_trial_child, trial_spec
-from lit_gpu.commands.sweep.worker import Worker
-from lit_gpu.files.sweep_storage import check_params, read_trial
+from lit_gpu.commands.sweep.worker import GpuClaims, Worker, device_count, needs_child_process
 
 
 def report(study, options: SweepOptions, space: SearchSpace, fit_args: list[str]) -> int:
@@ -45,7 +59,7 @@ def report(study, options: SweepOptions, space: SearchSpace, fit_args: list[str]
     print_table(study, records, options.metric, options.top)
     done = completed(records, options.direction == "maximize")
     if not done:
-        messages.tell(sweep_lines.SWEEP_NOTHING_COMPLETE.format(study=study.study_name))
+        messages.tell(lines.SWEEP_NOTHING_COMPLETE.format(study=study.study_name))
         return 1
     best = done[0]
     check_params(best.params, space, best.number, storage)  # best.yaml takes nothing else from storage
@@ -57,8 +71,8 @@ def report(study, options: SweepOptions, space: SearchSpace, fit_args: list[str]
         best_config(fit_args, space, best),
     )
     png = plot_study(study, options.sweep_dir / "sweep.png", options.metric)
-    messages.tell(sweep_lines.SWEEP_WROTE_BEST.format(path=out))
-    messages.tell(sweep_lines.SWEEP_WROTE_PLOT.format(path=png))
+    messages.tell(lines.SWEEP_WROTE_BEST.format(path=out))
+    messages.tell(lines.SWEEP_WROTE_PLOT.format(path=png))
     return 0
 
 
@@ -79,7 +93,7 @@ def sweep(options: SweepOptions, fit_args: list[str]) -> int:
             options.n_trials if options.until_complete is None else f"until {options.until_complete} finished"
         )
         messages.tell(
-            sweep_lines.SWEEP_START.format(
+            lines.SWEEP_START.format(
                 study=options.study, done=len(study.trials), more=more, folder=options.sweep_dir, how=how
             )
         )

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from lit_gpu import messages, recipes
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.names import check_name
 
 SWEEPS_ROOT = "runs/sweeps"
 JOURNAL_NAME = "optuna_journal.log"
@@ -119,3 +118,32 @@ def parse_argv(argv: Sequence[str]) -> tuple[SweepOptions, list[str]]:
     else:
         check_name(options.study, f"the study name taken from --search {options.search!r}", NAME_FIX)
     return options, fit_args
+
+
+# ---- names that become path components (a study name) ---------------------------------------------
+MAX_NAME = 200
+BAD_NAME = "{what} {name} is not a plain name ({why}); {fix}"
+
+
+def name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be one path component, or ``None`` when it can."""
+    if not isinstance(name, str) or not name:
+        return "it is empty"
+    if name in (".", ".."):
+        return "it is . or .."
+    if any(sep in name for sep in ("/", "\\", "\0")):
+        return "it holds a path separator"
+    if len(name) <= MAX_NAME and messages.shown(name, limit=MAX_NAME + 1) != name:
+        return "it holds control or invisible characters"
+    if len(name) > MAX_NAME:
+        return f"it is longer than {MAX_NAME} characters"
+    return None
+
+
+def check_name(name: object, what: str, fix: str) -> str:
+    """``name`` when it is a plain name (:func:`name_problem`); else one line with ``what`` and ``fix``."""
+    why = name_problem(name)
+    if why is not None:
+        shown = messages.shown(repr(name) if isinstance(name, str) else name, limit=80)
+        raise LitGpuError(BAD_NAME.format(what=what, name=shown, why=why, fix=fix))
+    return name  # type: ignore[return-value]

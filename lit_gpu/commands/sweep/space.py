@@ -10,21 +10,36 @@ Example (``configs/sweeps/simple.yaml``)::
 A key with a plain value (not a mapping) is set to that value in every trial, e.g.
 ``trainer.limit_val_batches: 1.0``. Every trial gets the sampled values as ``--key=value`` flags after
 the user's own configs and flags, exactly as if typed after ``lit-gpu fit``.
+
+The trials' ``fit`` arguments: checked once up front, and how parameters are named on screen.
+
+``best.yaml``: the best trial's fit settings, built from the sweep's own configs and the trial's values.
+
+Nothing is copied from the trial's run folder or taken from the storage but the trial's parameter
+values, which must lie in the user's search space: a tampered storage cannot put a checkpoint, a
+safety switch or a path into the file that the sweep tells the user to run.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from lit_gpu import messages
-from lit_gpu.errors import LitGpuError
-from lit_gpu.files.sweep_storage import read_space_file
+import yaml
+from typing_extensions import override
 
+from lit_gpu import messages
+from lit_gpu.commands.sweep.storage import TrialRecord, read_space_file
+from lit_gpu.errors import LitGpuError
+
+# ---- space -----------------------------------------------------------------------------------------------
 TYPES = ("float", "int", "categorical")
 _FIELDS = {
     "float": ({"low", "high"}, {"log", "step"}),
@@ -33,7 +48,7 @@ _FIELDS = {
 }
 #: top-level settings a search space never sets (each trial would get them as flags): what to resume from
 #: and the safety switches (``weights_only: false`` with a ``ckpt_path`` ran a pickled checkpoint's code in
-#: every trial); the same settings best.yaml never carries (lit_gpu.commands.sweep.best.DROPPED)
+#: every trial); the same settings best.yaml never carries (lit_gpu.commands.sweep.space.DROPPED)
 NOT_FROM_A_SPACE = ("config", "ckpt_path", "weights_only", "trust_module", "trust_modules", "predict_out")
 _KEY = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 _SCALARS = (type(None), bool, int, float, str)
@@ -187,3 +202,112 @@ def load_space(path: str | os.PathLike) -> SearchSpace:
     if not space.params:
         raise _fail(text_path, None, "no key has a distribution (a mapping with 'type')")
     return space
+
+
+# ---- fitargs ---------------------------------------------------------------------------------------------
+class _Parsed(Exception):
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+
+def parse_fit_args(args: list[str]) -> Any:
+    """Parse ``fit`` arguments without building anything; returns the ``fit`` config.
+
+    A wrong key or value ends here with the CLI's one-line ``lit-gpu: error:`` and exit status 2.
+    """
+    from lit_gpu.cli.lightning_cli import LitGpuCLI
+
+    class CheckCLI(LitGpuCLI):
+        @override
+        def _lit_gpu_before_instantiate(self) -> None:  # parsed and checked; no GPU claimed for a check
+            raise _Parsed(self.config)
+
+    try:
+        CheckCLI(args=args)
+    except _Parsed as parsed:
+        return parsed.config["fit"]
+    raise AssertionError("LitGpuCLI returned without parsing")  # pragma: no cover
+
+
+def _flat_keys(config: Any, prefix: str = "") -> list[str]:
+    keys = []
+    for key, value in config.items() if hasattr(config, "items") else []:
+        dotted = f"{prefix}{key}"
+        keys.append(dotted)
+        if hasattr(value, "items"):
+            keys += _flat_keys(value, dotted + ".")
+    return keys
+
+
+def check_space_keys(space: SearchSpace, config: Any) -> None:
+    """Every key of the search space must name a setting of the parsed ``fit`` config."""
+    known = set(_flat_keys(config.as_dict() if hasattr(config, "as_dict") else config))
+    for key in [p.key for p in space.params] + list(space.fixed):
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}?" if close else "see lit-gpu fit --print_config for the keys"
+            raise LitGpuError(messages.SWEEP_UNKNOWN_KEY.format(path=space.path, key=key, hint=hint))
+
+
+def short_names(keys: Sequence[str]) -> dict[str, str]:
+    """Shortest unambiguous dotted suffix of each key (``...optimizer.init_args.lr`` -> ``lr``)."""
+    names: dict[str, str] = {}
+    for key in keys:
+        parts = [p for p in key.split(".") if p != "init_args"]
+        for n in range(1, len(parts) + 1):
+            name = ".".join(parts[-n:])
+            others = [k for k in keys if k != key]
+            if not any(".".join([p for p in k.split(".") if p != "init_args"][-n:]) == name for k in others):
+                break
+        names[key] = name
+    return names
+
+
+def fmt(value: Any) -> str:
+    """A value as the sweep prints it (floats to 4 significant digits)."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def logger_flag(sweep_dir: Path, version: int) -> str:
+    """``--trainer.logger=...``: a CSVLogger writing to ``<sweep_dir>/version_<version>``."""
+    logger = {
+        "class_path": "lightning.pytorch.loggers.CSVLogger",
+        "init_args": {"save_dir": str(sweep_dir.parent), "name": sweep_dir.name, "version": version},
+    }
+    return f"--trainer.logger={json.dumps(logger)}"
+
+
+# ---- best ------------------------------------------------------------------------------------------------
+# settings best.yaml never carries: what to resume from, safety switches, where to write
+DROPPED = NOT_FROM_A_SPACE
+DROPPED_NESTED = (("trainer", "logger"), ("trainer", "default_root_dir"), ("checkpoint", "dirpath"))
+
+
+def best_config(fit_args: list[str], space: SearchSpace, best: TrialRecord) -> dict[str, Any]:
+    """The ``fit`` config of the sweep's own arguments plus ``best``'s values, as plain data."""
+    values = {p.key: best.params[p.key] for p in space.params if p.key in best.params}
+    config = parse_fit_args(["fit", *fit_args, *space.flags(values)])
+    data = json.loads(json.dumps(config.as_dict(), default=str))
+    for key in DROPPED:
+        data.pop(key, None)
+    for group, key in DROPPED_NESTED:
+        if isinstance(data.get(group), dict):
+            data[group].pop(key, None)
+    return data
+
+
+def write_best_config(
+    out: Path, study_name: str, metric: str, best: TrialRecord, config: dict[str, Any]
+) -> Path:
+    """Write ``config`` to ``out`` atomically, with a header naming the trial."""
+    header = (
+        f"# Best trial {best.number} of study {study_name}: {metric} = {best.value:.6g}\n"
+        f"# the sweep's configs and flags with this trial's values (its run: {best.run_dir})\n"
+        f"#   lit-gpu fit --config {out}\n"
+    )
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_text(header + yaml.safe_dump(config, sort_keys=False))
+    os.replace(tmp, out)
+    return out

@@ -37,6 +37,25 @@ def test_nan_guard_names_the_step(value, kind):
     NaNGuard(enabled=False).on_before_backward(_fake_trainer(7), None, torch.tensor(value))
 
 
+@pytest.mark.parametrize("fresh", [False, True])
+def test_nan_guard_blames_the_checkpoint_in_the_first_steps_after_a_resume(fresh):
+    guard = NaNGuard()
+    trainer = _fake_trainer(5)
+    trainer.callbacks, trainer.ckpt_path = [], "runs/x/last.ckpt"  # Lightning's: the checkpoint restored
+    trainer.strategy = SimpleNamespace(checkpoint_io=SimpleNamespace(fresh_optimizer=fresh))
+    guard.on_train_start(trainer, None)
+    last = 5 + NaNGuard.RESUMED_STEPS - 1  # the window: the first RESUMED_STEPS optimizer steps
+    for step in (6, last):
+        with pytest.raises(NonFiniteLossError) as info:
+            guard.on_before_backward(_fake_trainer(step), None, torch.tensor(float("inf")))
+        line = str(info.value)
+        assert "after resuming from runs/x/last.ckpt" in line and "learning rate" not in line, line
+        assert ("--fresh_optimizer true" in line) is not fresh and "an earlier checkpoint" in line, line
+    with pytest.raises(NonFiniteLossError, match="; try a lower learning rate") as info:
+        guard.on_before_backward(_fake_trainer(last + 1), None, torch.tensor(float("inf")))
+    assert "resuming" not in str(info.value)
+
+
 def test_rng_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
     cb = RNGStateCallback()
     torch.manual_seed(1)

@@ -23,6 +23,7 @@ OLD_PATHS = [
     "lit_gpu.callbacks.logging_state.LoggingStateCallback",
     "lit_gpu.callbacks.interrupt.CheckpointOnInterrupt",
     "lit_gpu.callbacks.oom_recovery.OOMLoopName",
+    "lit_gpu.callbacks.oom_recovery.OOMRecovery",
     "lit_gpu.callbacks.step_path.SkipIdleHooks",
     "lit_gpu.callbacks.step_path.LeanOptimizerStep",
     "lit_gpu.callbacks.batch_path.LeanTrainingBatch",

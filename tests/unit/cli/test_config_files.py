@@ -12,7 +12,7 @@ from jsonargparse import get_loader
 
 from lit_gpu.cli import config_files, main
 from lit_gpu.cli.config_files import CONFIG_LIMITS
-from lit_gpu.files.text import READ_CHUNK, YAML_LIMITS
+from lit_gpu.textfiles import READ_CHUNK, YAML_LIMITS
 from tests.helpers.paths import CONFIGS
 
 SHIPPED = sorted(CONFIGS.rglob("*.yaml"))

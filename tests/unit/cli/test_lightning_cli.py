@@ -154,7 +154,7 @@ def test_print_config_lists_every_callback_lit_gpu_adds(tmp_path, monkeypatch, c
     # not behaviour to switch: the bar or its log-file lines (trainer.enable_progress_bar,
     # --progress_interval), LightningCLI's config saver, the model spec recorded in checkpoints, and
     # Lightning's own model summary (its class switched to drop an all-zero FLOPs column)
-    plumbing = {"LitProgressBar", "ProgressLog", "RunConfigSaver", "RecordModelSpec", "LeanModelSummary"}
+    plumbing = {"LitProgressBar", "ProgressLog", "RunConfigSaver", "RecordModelSpec"}
     on_trainer = [n for n in _lit_gpu_callbacks(cli) if n not in plumbing]
     assert sorted(on_trainer) == sorted(guarantees + listed + list(groups))
     assert on_trainer[: len(DEFAULT_CALLBACKS)] == [cls.__name__ for cls in DEFAULT_CALLBACKS]  # the order

@@ -181,8 +181,8 @@ def test_stale_trials(monkeypatch):
     import socket
     import time
 
-    from lit_gpu.commands.sweep.owners import STALE_AFTER_S, process_start, stale_reason
-    from lit_gpu.files.sweep_storage import Owner
+    from lit_gpu.commands.sweep.storage import Owner
+    from lit_gpu.commands.sweep.worker import STALE_AFTER_S, process_start, stale_reason
 
     host, now = socket.gethostname(), time.time()
     me = Owner(pid=os.getpid(), host=host, beat=now, started=process_start(os.getpid()))
@@ -204,8 +204,8 @@ def test_stale_trials(monkeypatch):
 def test_heartbeat_refreshes_and_hands_over(tmp_path, monkeypatch):
     import time
 
-    from lit_gpu.commands.sweep import owners
-    from lit_gpu.files.sweep_storage import read_owner
+    from lit_gpu.commands.sweep import worker as owners
+    from lit_gpu.commands.sweep.storage import read_owner
 
     monkeypatch.setattr(owners, "HEARTBEAT_S", 0.05)
     beat = owners.Heartbeat()
@@ -222,7 +222,7 @@ def test_heartbeat_refreshes_and_hands_over(tmp_path, monkeypatch):
 
 
 def test_a_continued_trial_keeps_one_metrics_csv(tmp_path):
-    from lit_gpu.commands.sweep import metrics_csv
+    from lit_gpu.commands.sweep import trial as metrics_csv
 
     (tmp_path / "metrics.csv").write_text("epoch,step,train/loss\n0,0,5\n0,1,4\n0,2,3\n0,3,2.5\n")
     metrics_csv.set_aside(tmp_path)  # continued from the checkpoint of step 2

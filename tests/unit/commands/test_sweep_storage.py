@@ -1,4 +1,4 @@
-"""``lit_gpu.files.sweep_storage``: trial attributes and owner records are checked data."""
+"""``lit_gpu.commands.sweep.storage``: trial attributes and owner records are checked data."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from lit_gpu.commands.sweep import owners
+from lit_gpu.commands.sweep import storage as sweep_storage
+from lit_gpu.commands.sweep import worker as owners
 from lit_gpu.commands.sweep.space import load_space
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files import sweep_storage
 
 LR = "model.init_args.optimizer.init_args.lr"
 

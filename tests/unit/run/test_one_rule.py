@@ -27,12 +27,8 @@ PACKAGE = REPO_ROOT / "lit_gpu"
 NAMES = ("version_", "config.yaml", "metrics.csv", "hparams.yaml", ".lit_gpu.lock", "hpc_ckpt", "evaluations")
 #: (module, name) -> why it is not the run's layout
 ALLOWED = {
-    ("lit_gpu/files/sweep_storage.py", "version_"): "a sweep trial's folder; lit_gpu.files cannot import run",
+    ("lit_gpu/commands/sweep/storage.py", "version_"): "a sweep trial's folder, named where it is read",
     ("lit_gpu/commands/init.py", "config.yaml"): "the config file of a project lit-gpu init writes",
-    (
-        "lit_gpu/cli/completion_flags.py",
-        "version_",
-    ): "generated: Lightning's --checkpoint.enable_version_counter",
     ("lit_gpu/__init__.py", "checkpoints"): "the submodule lit_gpu.checkpoints",
 }
 

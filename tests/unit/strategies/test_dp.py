@@ -13,7 +13,7 @@ from lightning.pytorch.strategies import StrategyRegistry
 from torch import nn
 from torch.nn import functional as F
 
-import lit_gpu  # noqa: F401  (registers "dp")
+import lit_gpu.strategies  # noqa: F401  (registers "dp")
 from lit_gpu.cli import LitGpuCLI
 from lit_gpu.errors import LitGpuError
 from lit_gpu.modules import RegressionModule

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-import lit_gpu  # noqa: F401
+import lit_gpu.strategies  # noqa: F401  (registers "dp")
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import FooNet
 from lit_gpu.strategies import DataParallelStrategy
@@ -109,7 +109,7 @@ def test_loss_equals_single_device_for_the_same_batch():
 
 def test_free_gpu_pick_creates_no_cuda_context():
     code = (
-        "import torch; from lit_gpu.free_gpus import pick_free_gpus; ids = pick_free_gpus(1); "
+        "import torch; from lit_gpu.devices import pick_free_gpus; ids = pick_free_gpus(1); "
         "assert 0 <= ids[0] < torch.cuda.device_count(); assert not torch.cuda.is_initialized(); print(ids)"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -11,12 +11,12 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from lit_gpu.callbacks.oom_recovery import OOMRecovery, _DeliverGradients
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.errors import LitGpuError
 from lit_gpu.modules import ClassificationModule, RegressionModule
 from lit_gpu.nets import SimpleModel
-from lit_gpu.testing import OOMAbove
+from lit_gpu.oom.recovery import OOMRecovery, _DeliverGradients
+from lit_gpu.oom.rehearse import OOMAbove
 from tests.helpers.run_if import RunIf
 from tests.helpers.trainers import quiet_trainer
 
@@ -83,7 +83,7 @@ def test_with_recovery_and_no_oom_the_run_is_bit_identical():
 @pytest.mark.integration
 def test_halves_down_to_one_sample_then_gives_up(capsys):
     recovery = OOMRecovery()
-    with pytest.raises(torch.OutOfMemoryError, match="simulated by lit_gpu.testing.OOMAbove"):
+    with pytest.raises(torch.OutOfMemoryError, match="simulated by lit_gpu.oom.OOMAbove"):
         _fit([recovery, OOMAbove(batch_size=0)])
     assert recovery.micro_batch_size == 1
     lines = [ln for ln in capsys.readouterr().err.splitlines() if "out of memory at step" in ln]
@@ -367,8 +367,8 @@ def _classifier_of(cls: type) -> pl.LightningModule:
 
 @pytest.mark.parametrize("loop", ["train", "validation", "test", "predict"])
 def test_without_recovery_the_error_names_its_loop(loop):
-    from lit_gpu.callbacks.oom_recovery import OOMLoopName
     from lit_gpu.explain import explain
+    from lit_gpu.oom.recovery import OOMLoopName
 
     fn = {"train": "fit", "validation": "validate", "test": "test", "predict": "predict"}[loop]
     with pytest.raises(torch.OutOfMemoryError) as caught:
@@ -421,7 +421,7 @@ def test_expandable_segments_for_the_run_on_a_gpu_unless_the_user_chose(monkeypa
     refused for memory a long-lived small allocation fragments); the user's environment always wins."""
     from lightning.pytorch.strategies import SingleDeviceStrategy
 
-    from lit_gpu.callbacks import cuda_allocator
+    from lit_gpu.oom import recovery as cuda_allocator
 
     for name in cuda_allocator.ALLOC_CONF_ENV:
         monkeypatch.delenv(name, raising=False)
@@ -443,3 +443,16 @@ def test_expandable_segments_for_the_run_on_a_gpu_unless_the_user_chose(monkeypa
     opted_out.setup(trainer, module, "validate")
     opted_out.teardown(trainer, module, "validate")
     assert settings == []
+
+
+def test_the_rehearsal_callback_s_old_path_still_loads_from_a_config():
+    """``lit_gpu.testing.OOMAbove`` in an old config resolves to ``lit_gpu.oom.OOMAbove``."""
+    import lit_gpu.oom
+    from lit_gpu.run import store as class_paths
+
+    tree = {
+        "trainer": {"callbacks": [{"class_path": "lit_gpu.testing.OOMAbove", "init_args": {"batch_size": 4}}]}
+    }
+    (entry,) = class_paths.current(tree)["trainer"]["callbacks"]
+    module, name = entry["class_path"].rsplit(".", 1)
+    assert module == "lit_gpu.oom" and getattr(lit_gpu.oom, name) is OOMAbove

@@ -1,14 +1,8 @@
-"""Rehearsal helpers: make rare failures happen on purpose, on any machine (a laptop CPU included).
-
-``OOMAbove`` rehearses out-of-memory recovery without a GPU::
+"""Rehearse out-of-memory recovery on any machine, a CPU included (``--trainer.callbacks.loops all``: in every
+loop)::
 
     lit-gpu fit --config configs/simple.yaml --oom_recovery true \\
-        --trainer.callbacks+=lit_gpu.testing.OOMAbove --trainer.callbacks.batch_size 32
-
-    # the same in every loop (training, the sanity check, validation; test and predict in their commands)
-    lit-gpu fit --config configs/simple.yaml --oom_recovery true \\
-        --trainer.callbacks+=lit_gpu.testing.OOMAbove --trainer.callbacks.batch_size 32 \\
-        --trainer.callbacks.loops all
+        --trainer.callbacks+=lit_gpu.oom.OOMAbove --trainer.callbacks.batch_size 32
 """
 
 from __future__ import annotations
@@ -44,26 +38,14 @@ def _samples(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
 
 
 class OOMAbove(Callback):
-    """Raise ``torch.OutOfMemoryError`` whenever the module's forward sees more than ``batch_size`` samples.
+    """Raise ``torch.OutOfMemoryError`` (a CUDA OOM's text) whenever the module's forward sees more than
+    ``batch_size`` samples (its first tensor argument: ``--oom_recovery``'s micro-batches count; a call inside
+    another, as DDP's redirected ``training_step``, does not).
 
-    Hooks on the LightningModule's forward (``self(x)`` in ``training_step``) count the samples of its
-    first tensor argument, so they see the micro-batches of ``--oom_recovery`` (a call that contains
-    another call of the module, as DDP's redirected ``training_step``, is not counted). Only the
-    ``loops`` chosen fail (training by default); the others run normally. The error text reads like a
-    CUDA OOM, so lit_gpu's answers and Lightning's batch-size finder treat it as one.
-
-    Args:
-        batch_size: The largest number of samples that "fits".
-        ranks: Global ranks that fail (e.g. ``[1]``: only rank 1 runs out of memory); ``None``: all.
-        from_step: Fail only from this global step on (memory that grows later in a run).
-        phase: ``"forward"`` raises at the end of the forward pass; ``"backward"`` raises in the
-            backward pass when it reaches the module's first parameter, after the gradients of the
-            later layers were written. Evaluation loops have no backward pass: they fail in the forward.
-        loops: Where to fail: ``"train"`` (default), ``"validation"`` (the sanity check included),
-            ``"test"``, ``"predict"``, ``"all"``, or a list of these.
-
-    Attributes:
-        raised: How many errors were raised so far (in this process).
+    ``ranks``: the global ranks that fail (``None``: all); ``from_step``: from this global step on; ``phase``:
+    ``"forward"`` (at its end) or ``"backward"`` (at the module's first parameter, after the later layers'
+    gradients; evaluation fails in the forward); ``loops``: ``"train"`` (default), ``"validation"`` (the
+    sanity check too), ``"test"``, ``"predict"``, ``"all"`` or a list. ``raised``: errors raised so far.
     """
 
     def __init__(
@@ -124,7 +106,7 @@ class OOMAbove(Callback):
         self.raised += 1
         rank = self._trainer.global_rank if self._trainer is not None else 0
         return torch.OutOfMemoryError(
-            f"CUDA out of memory. Tried to allocate 2.00 GiB (simulated by lit_gpu.testing.OOMAbove on rank "
+            f"CUDA out of memory. Tried to allocate 2.00 GiB (simulated by lit_gpu.oom.OOMAbove on rank "
             f"{rank}: {samples} samples > batch_size {self.batch_size}, in the {self.phase} pass)"
         )
 

@@ -1,4 +1,4 @@
-"""``lit_gpu.cli.trainer``: ``free:N`` / ``precision: auto`` in a parsed config; device errors as one line."""
+"""``lit_gpu.devices``: ``free:N`` / ``precision: auto`` in a parsed config; device errors as one line."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-from lit_gpu import devices, free_gpus, messages
-from lit_gpu.cli.trainer import explain_device_error, resolve_trainer_config, setting_source
+from lit_gpu import devices, messages
+from lit_gpu.devices import explain_device_error, resolve_trainer_config, setting_source
 from tests.helpers.fake_nvml import FakeGpu, install
 from tests.helpers.paths import CONFIGS
 
@@ -17,7 +17,7 @@ from tests.helpers.paths import CONFIGS
 def test_resolve_trainer_config_rewrites_free_and_auto(monkeypatch):
     install(monkeypatch, [FakeGpu(free_gib=3, capability=(7, 5)), FakeGpu(free_gib=9, capability=(8, 0))])
     monkeypatch.setattr(devices, "_cuda_available", lambda: True)
-    monkeypatch.setattr(free_gpus, "_cuda_initialized", lambda: False)  # a fresh process
+    monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)  # a fresh process
     trainer = Namespace(accelerator="gpu", devices="free:1", precision="auto")
     choice = resolve_trainer_config(trainer)
     assert trainer.devices == [0] and [g.index for g in choice.gpus] == [1]  # handed down as cuda:0
@@ -29,7 +29,7 @@ def test_resolve_trainer_config_rewrites_free_and_auto(monkeypatch):
 
 def test_free_n_is_handed_down_and_other_devices_values_are_left_alone(monkeypatch):
     fake = install(monkeypatch, [FakeGpu(free_gib=1), FakeGpu(free_gib=9)])
-    monkeypatch.setattr(free_gpus, "_cuda_initialized", lambda: False)  # a fresh process
+    monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)  # a fresh process
     trainer = Namespace(accelerator="gpu", devices="free:1")
     assert resolve_trainer_config(trainer) is not None
     assert trainer.devices == [0]  # cuda:0 of the handed-down visibility
@@ -98,7 +98,7 @@ def test_free_n_choice_is_logged_by_the_deciding_process_of_every_node(monkeypat
     from lightning.fabric.utilities.rank_zero import rank_zero_only
 
     fake = install(monkeypatch, [FakeGpu(free_gib=3), FakeGpu(free_gib=9)])
-    monkeypatch.setattr(free_gpus, "_cuda_initialized", lambda: False)  # a fresh process
+    monkeypatch.setattr(devices, "_cuda_initialized", lambda: False)  # a fresh process
     monkeypatch.setattr(rank_zero_only, "rank", 1)  # e.g. node 1 of a one-process-per-node job
     resolve_trainer_config(Namespace(accelerator="gpu", devices="free:1"))
     (line,) = capsys.readouterr().err.splitlines()
@@ -112,7 +112,7 @@ def test_free_n_choice_is_logged_by_the_deciding_process_of_every_node(monkeypat
 def test_invalid_trainer_settings_name_the_flag_and_keep_lightnings_reason():
     from lightning.pytorch import Trainer
 
-    from lit_gpu.cli.trainer import explain_trainer_error
+    from lit_gpu.devices import explain_trainer_error
 
     argv = ["--config", str(CONFIGS / "simple.yaml"), "--trainer.max_epochs", "-5"]
     try:
@@ -140,7 +140,7 @@ def test_a_setting_lightning_names_bare_is_blamed_not_the_accelerator(key, value
     ``debug.yaml (trainer.accelerator: cpu)``: Lightning names the setting without backticks."""
     from lightning.pytorch import Trainer
 
-    from lit_gpu.cli.trainer import explain_trainer_error
+    from lit_gpu.devices import explain_trainer_error
 
     argv = ["--config", str(CONFIGS / "debug.yaml"), f"--trainer.{key}", given]
     with pytest.raises(MisconfigurationException) as info:

@@ -1,4 +1,4 @@
-"""Red-team findings against the YAML reader (lit_gpu.files.yaml_json), each compared with jsonargparse's own
+"""Red-team findings against the YAML reader (lit_gpu.textfiles), each compared with jsonargparse's own
 loader (``jsonargparse._loaders_dumpers.yaml_load``): the same value where it reads one, one line where it
 cannot, and never more time or memory than lit_gpu's bounds allow."""
 
@@ -15,8 +15,7 @@ from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
 
 from lit_gpu.cli import config_files
-from lit_gpu.files.text import BadFileError, parse_yaml, read_yaml
-from lit_gpu.files.yaml_json import hparams_loader
+from lit_gpu.textfiles import BadFileError, hparams_loader, parse_yaml, read_yaml
 
 
 def _config(text: str):

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.state_paths import inside
-from lit_gpu.files.text import JSON_LIMITS, YAML_LIMITS, BadFileError, read_json, read_yaml
+from lit_gpu.textfiles import JSON_LIMITS, YAML_LIMITS, BadFileError, read_json, read_yaml
 
 SPACE_LIMITS = replace(YAML_LIMITS, max_bytes=1 << 20, max_depth=16)  # a search space is a few dozen lines
 OWNER_LIMITS = replace(JSON_LIMITS, max_bytes=64 << 10, max_depth=4)  # one flat record

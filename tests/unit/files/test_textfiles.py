@@ -1,4 +1,4 @@
-"""The budgeted text readers (lit_gpu.files.text) and the walls they end in: one line naming the file."""
+"""The budgeted text readers (lit_gpu.textfiles) and the walls they end in: one line naming the file."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from lit_gpu import textfiles
+from lit_gpu.commands.sweep.options import check_name
+from lit_gpu.commands.sweep.storage import read_owner
+from lit_gpu.data.mnist import check_idx_pair, idx_shape
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files import text, yaml_json
-from lit_gpu.files.idx import check_idx_pair, idx_shape
-from lit_gpu.files.names import check_name
-from lit_gpu.files.sweep_storage import read_owner
-from lit_gpu.files.text import BadFileError
+from lit_gpu.textfiles import BadFileError
 
 WRITTEN = Path(__file__).parent / "written"
 
@@ -27,10 +27,10 @@ def _one_line(err: pytest.ExceptionInfo, *parts: str) -> str:
 
 
 def test_the_files_lit_gpu_writes_read_back_unchanged():
-    header, rows = text.read_csv(WRITTEN / "metrics.csv")
+    header, rows = textfiles.read_csv(WRITTEN / "metrics.csv")
     assert header[:2] == ["epoch", "step"] and rows and set(rows[0]) == set(header)
-    assert text.read_yaml(WRITTEN / "config.yaml")["trainer"]
-    entries = list(text.json_lines(WRITTEN / "optuna_journal.log"))
+    assert textfiles.read_yaml(WRITTEN / "config.yaml")["trainer"]
+    entries = list(textfiles.json_lines(WRITTEN / "optuna_journal.log"))
     assert entries and all(isinstance(e, dict) and "op_code" in e for _, e in entries)
 
 
@@ -38,7 +38,7 @@ def test_a_byte_that_is_not_utf8_names_the_file_and_line(tmp_path):
     path = tmp_path / "metrics.csv"
     path.write_bytes(b"step,loss\n1,2\n3,\xff4\n")
     with pytest.raises(BadFileError) as err:
-        text.read_csv(path)
+        textfiles.read_csv(path)
     _one_line(err, str(path), "line 3", "0xff", "fix or remove")
 
 
@@ -46,36 +46,36 @@ def test_a_200kb_cell_and_a_long_line_are_refused(tmp_path):
     path = tmp_path / "metrics.csv"
     path.write_text("step,loss\n1," + "9" * 200_000 + "\n")
     with pytest.raises(BadFileError) as err:
-        text.read_csv(path)
+        textfiles.read_csv(path)
     _one_line(err, "line 2", "field larger")
     path.write_text("step,loss\n" + "1," * 600_000 + "\n")
     with pytest.raises(BadFileError) as err:
-        text.read_csv(path)
+        textfiles.read_csv(path)
     _one_line(err, "line 2", "longer than")
 
 
 def test_csv_extra_and_missing_cells_and_nul(tmp_path):
     path = tmp_path / "m.csv"
     path.write_text("a,b\n1,2,3\n4\n\n")
-    assert text.read_csv(path) == (["a", "b"], [{"a": "1", "b": "2"}, {"a": "4", "b": ""}])
+    assert textfiles.read_csv(path) == (["a", "b"], [{"a": "1", "b": "2"}, {"a": "4", "b": ""}])
     path.write_bytes(b"a,b\n1,\x002\n")  # a NUL is data to the csv module of Python 3.11+
-    assert text.read_csv(path)[1] == [{"a": "1", "b": "\x002"}]
+    assert textfiles.read_csv(path)[1] == [{"a": "1", "b": "\x002"}]
 
 
 def test_deep_json_and_big_integers(tmp_path):
     path = tmp_path / "r.json"
     path.write_text("[" * 100_000)
     with pytest.raises(BadFileError) as err:
-        text.read_json(path)
+        textfiles.read_json(path)
     _one_line(err, "nested more than")
     path.write_text('{"pid": 18446744073709551617}')
     with pytest.raises(BadFileError) as err:
-        text.read_json(path)
+        textfiles.read_json(path)
     _one_line(err, "out of range")
     path.write_text('{"beat": NaN}')
     with pytest.raises(BadFileError):
-        text.read_json(path)
-    assert text.parse_json('{"a": "[[[[", "b": [1]}', "x") == {"a": "[[[[", "b": [1]}
+        textfiles.read_json(path)
+    assert textfiles.parse_json('{"a": "[[[[", "b": [1]}', "x") == {"a": "[[[[", "b": [1]}
 
 
 def test_owner_records_past_the_budget_count_as_absent(tmp_path):
@@ -96,19 +96,19 @@ def test_yaml_bombs_depth_and_tags(tmp_path):
         laughs.append(f"{name}: &{name} [{', '.join(['*' + prev] * 9)}]")
     path.write_text("\n".join(laughs) + "\n")
     with pytest.raises(BadFileError) as err:
-        text.read_yaml(path)
+        textfiles.read_yaml(path)
     _one_line(err, "expands to more than")
     path.write_text("a: " + "[" * 100 + "]" * 100)
     with pytest.raises(BadFileError) as err:
-        text.read_yaml(path)
+        textfiles.read_yaml(path)
     _one_line(err, "nested more than")
     path.write_text("a: " + "9" * 5000)
     with pytest.raises(BadFileError) as err:
-        text.read_yaml(path)
+        textfiles.read_yaml(path)
     _one_line(err, "out of range")
     path.write_text("a: !!python/object/apply:os.system ['true']\n")
     with pytest.raises(BadFileError) as err:
-        text.read_yaml(path)
+        textfiles.read_yaml(path)
     _one_line(err, "line 1")
 
 
@@ -116,19 +116,19 @@ def test_only_regular_files_are_opened(tmp_path):
     fifo = tmp_path / "metrics.csv"
     os.mkfifo(fifo)
     with pytest.raises(BadFileError) as err:
-        text.read_csv(fifo)  # would block forever on open() without O_NONBLOCK
+        textfiles.read_csv(fifo)  # would block forever on open() without O_NONBLOCK
     _one_line(err, "not a regular file")
     with pytest.raises(BadFileError):
-        text.read_text(tmp_path)
+        textfiles.read_text(tmp_path)
     with pytest.raises(FileNotFoundError):
-        text.read_text(tmp_path / "missing")
+        textfiles.read_text(tmp_path / "missing")
 
 
 def test_whole_file_reads_stop_at_their_budget(tmp_path):
     path = tmp_path / "big.yaml"
     path.write_bytes(b"a: 1\n" * 100)
     with pytest.raises(BadFileError) as err:
-        text.read_yaml(path, text.Limits(max_bytes=100))
+        textfiles.read_yaml(path, textfiles.Limits(max_bytes=100))
     _one_line(err, "larger than 100 bytes")
 
 
@@ -136,13 +136,13 @@ def test_control_characters_of_a_file_name_are_escaped(tmp_path):
     path = tmp_path / "m\x1b[2J.csv"
     path.write_bytes(b"\xff")
     with pytest.raises(BadFileError) as err:
-        text.read_csv(path)
+        textfiles.read_csv(path)
     assert "\x1b" not in str(err.value) and "\\x1b" in str(err.value)
 
 
 def test_environment_records(monkeypatch):
     from lit_gpu.commands.sweep.trial import trial_spec
-    from lit_gpu.free_gpus import FREE_CHOICE_ENV, claim_free_gpus
+    from lit_gpu.devices import FREE_CHOICE_ENV, claim_free_gpus
 
     with pytest.raises(LitGpuError) as err:
         trial_spec("[" * 100_000)
@@ -249,19 +249,19 @@ def test_a_journal_that_is_not_optuna_s(tmp_path):
 )
 def test_a_yaml_alias_inside_its_own_anchor_is_refused(tmp_path, source):
     with pytest.raises(BadFileError) as err:
-        text.parse_yaml(source, "config.yaml")
+        textfiles.parse_yaml(source, "config.yaml")
     _one_line(err, "config.yaml", "contains itself")
     # an alias to a finished anchor is fine, shared or not
-    assert text.parse_yaml("a: &a [1]\nb: [*a, *a]", "ok.yaml") == {"a": [1], "b": [[1], [1]]}
+    assert textfiles.parse_yaml("a: &a [1]\nb: [*a, *a]", "ok.yaml") == {"a": [1], "b": [[1], [1]]}
 
 
 def test_the_plain_data_check_refuses_a_cycle_without_recursing():
     cyclic: list = []
     cyclic.append(cyclic)
-    with pytest.raises(yaml_json._Bad, match="contains itself"):
-        yaml_json._check_plain({"x": cyclic}, text.YAML_LIMITS)
+    with pytest.raises(textfiles._Bad, match="contains itself"):
+        textfiles._check_plain({"x": cyclic}, textfiles.YAML_LIMITS)
     shared = [1]
-    yaml_json._check_plain([shared, shared, {"k": shared}], text.YAML_LIMITS)  # shared, not cyclic
+    textfiles._check_plain([shared, shared, {"k": shared}], textfiles.YAML_LIMITS)  # shared, not cyclic
 
 
 def test_a_run_config_with_a_recursive_alias_has_no_signature(tmp_path):
@@ -281,6 +281,6 @@ def test_a_run_config_with_a_recursive_alias_has_no_signature(tmp_path):
 @pytest.mark.parametrize("number", ["1e400", "-1e999", "1" * 4000 + ".5", "0." + "1" * 100])
 def test_json_numbers_that_are_infinite_or_too_long_are_refused(number):
     with pytest.raises(BadFileError) as err:
-        text.parse_json(f'{{"value": {number}}}', "trial.json")
+        textfiles.parse_json(f'{{"value": {number}}}', "trial.json")
     _one_line(err, "trial.json", "number")
-    assert text.parse_json('{"value": 1.5e308}', "ok.json") == {"value": 1.5e308}
+    assert textfiles.parse_json('{"value": 1.5e308}', "ok.json") == {"value": 1.5e308}
