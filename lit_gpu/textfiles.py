@@ -40,11 +40,9 @@ class Limits:
     max_depth: int = 64  # nesting of lists and mappings (JSON, YAML)
     max_nodes: int = 1_000_000  # values a YAML document expands to, each use of an alias counted
     encoding: str = "utf-8"  # strict: a byte that does not decode is an error
-    int_bound: int | None = INT_MAX  # integers (YAML) within [-int_bound - 1, int_bound]; None: any
 
 
-# config.yaml, hparams.yaml, a search space, --config files; integers as jsonargparse and PyYAML read them
-YAML_LIMITS = Limits(max_bytes=8 * MiB, int_bound=None)
+YAML_LIMITS = Limits(max_bytes=8 * MiB)  # config.yaml, hparams.yaml, a search space, --config files
 JSON_LIMITS = Limits(max_bytes=1 * MiB)  # owner records, trial results, GPU leases, a parent's variables
 JSON_LINES_LIMITS = Limits(max_line=4 * MiB, max_depth=32)  # a sweep journal, streamed
 CSV_LIMITS = Limits(max_line=1 * MiB, max_field=128 * KiB, max_columns=10_000)  # metrics.csv, streamed
@@ -161,7 +159,7 @@ def _checked_int(text: str) -> int:
 
 
 def _check_plain(value: Any, limits: Limits) -> None:
-    """Every integer in range, nesting within ``max_depth``, no cycle (iterative; a shared value once)."""
+    """Nesting within ``max_depth``, no cycle (iterative; a shared value once); integers as PyYAML reads."""
     done: set[int] = set()  # containers fully checked (a value shared by two parents is checked once)
     open_: set[int] = set()  # containers on the current path: meeting one again is a cycle
     stack: list[tuple[Any, int, bool]] = [(value, 0, False)]
@@ -171,14 +169,6 @@ def _check_plain(value: Any, limits: Limits) -> None:
             open_.discard(id(item))
             done.add(id(item))
             continue
-        bound = limits.int_bound
-        if (
-            isinstance(item, int)
-            and not isinstance(item, bool)
-            and bound is not None
-            and not -bound - 1 <= item <= bound
-        ):
-            raise _Bad(f"the integer {str(item)[:24]} is out of range (at most 2**63 - 1 in size)")
         if isinstance(item, dict | list | tuple | set | frozenset):
             if id(item) in open_:
                 raise _Bad("a value contains itself (a recursive alias)")

@@ -42,8 +42,8 @@ FIX = "a config is plain YAML (mappings, lists, strings, numbers, true/false, nu
 #: what one config may hold (a file, standard input, a sub-config, a value on the command line): far above
 #: any real config (the biggest shipped one is 2 KB with 95 values, a ``--print_config`` output 3.3 KB
 #: with about 300), far below what jsonargparse handles slowly (300 000 keys: minutes and 260 MB)
-#: with jsonargparse's integers: any Python reads from text (numpy's 128-bit ``SeedSequence().entropy``)
-CONFIG_LIMITS = Limits(max_bytes=1 << 20, max_nodes=20_000, int_bound=None)
+#: (integers: any Python reads from text, as jsonargparse does: numpy's 128-bit ``SeedSequence().entropy``)
+CONFIG_LIMITS = Limits(max_bytes=1 << 20, max_nodes=20_000)
 #: how ``--config -`` is named in its errors
 STDIN = "standard input (--config -)"
 
