@@ -18,8 +18,7 @@ from typing_extensions import override
 
 from lit_gpu import messages
 from lit_gpu.files.contracts import ContractError
-from lit_gpu.files.optimizer_fit import check_optimizers
-from lit_gpu.upstream.loops import saved_loop_counters
+from lit_gpu.files.optimizer_fit import check_optimizers, watch
 
 __all__ = ["OptimizerFit", "check_at_fit_start", "fit_optimizers"]
 
@@ -40,15 +39,12 @@ def fit_optimizers(trainer: pl.Trainer, checkpoint: dict[str, Any], what: str, f
             )
         )
         return
-    check_optimizers(checkpoint, optimizers, schedulers, what, steps=_will_step(trainer, checkpoint))
-
-
-def _will_step(trainer: pl.Trainer, checkpoint: Mapping[str, Any]) -> bool:
-    """Whether the resumed fit takes an optimizer step: not where the checkpoint's loops (what Lightning
-    continues from) are at ``trainer.max_steps`` already, a finished run resumed with its own settings."""
-    loops = checkpoint.get("loops")
-    counters = saved_loop_counters(loops.get("fit_loop")) if isinstance(loops, Mapping) else None
-    return counters is None or trainer.max_steps == -1 or counters[0] < trainer.max_steps
+    callbacks = getattr(trainer, "callbacks", [])
+    averaging = any(isinstance(cb, pl.callbacks.StochasticWeightAveraging) for cb in callbacks)
+    # SWA replaces the schedulers by its SWALR once averaging started and restores that one itself
+    check_optimizers(checkpoint, optimizers, [] if averaging else schedulers, what)
+    for each in (*optimizers, *schedulers):
+        watch(each, what)  # Lightning's restore and the first step after it: their exception is one line
 
 
 class OptimizerFit(pl.Callback):

@@ -1,27 +1,19 @@
-"""Whether a checkpoint's optimizer and scheduler states fit the optimizers and schedulers the config builds.
+"""A checkpoint's optimizer and scheduler states against the optimizers and schedulers the config builds.
 
-The accepted set is the upstream's own: the ``state_dict()`` of the optimizer (and scheduler) the config
-builds, not a list of names. Lightning restores them with ``optimizer.load_state_dict`` (which takes the
-saved param-group values, torch's semantics) and ``scheduler.load_state_dict`` (``__dict__.update``): a
-state saved by another optimizer, another param-group layout or another schedule ends in a traceback
-(``KeyError: 'step'``, ``Tried to step 9 times``) or silently replaces the config's settings. Checked
-here, before the restore:
+Lightning restores them with ``optimizer.load_state_dict`` and ``scheduler.load_state_dict``, zipped with
+what the config builds (a state more or less is not restored). What fits is what those accept and the first
+step then runs from; this module checks the structure before the restore, and :func:`watch` turns an
+exception of the restore or of the first step after it into one line. A state that only poisons numbers
+is NaNGuard's (it stops before the bad update). Checked here:
 
-* **the optimizer** (:func:`optimizer_problem`): as many param groups, each with the built group's keys
-  and as many parameters, each value of the built value's kind (a number, a bool, ``None``, a tuple of
-  them: Adafactor's ``eps=(None, 1e-3)``); each parameter's state has the names and kinds of values
-  (tensors shaped after the parameter, numbers, lists: LBFGS's ``old_dirs``) that one step of the built
-  optimizer's class, with the built groups' settings, gives a parameter of its shape (a dry run on small
-  stand-ins: :func:`dry_state`); and one step of the class from that state, on copies of the parameters,
-  keeps them finite (:func:`~lit_gpu.files.optimizer_first_step.first_step_problem`: a negative second
-  moment);
-* **the scheduler** (:func:`scheduler_problem`): the built scheduler's state keys, values of its kinds,
-  and its settings (the ``__init__`` parameters it keeps under their own names: ``total_steps``,
-  ``milestones``) equal to the config's.
+* **the optimizer**: as many param groups and parameters as the built one, each group with the built
+  group's keys and kinds of values; an integer *setting* (an ``__init__`` argument: LBFGS's ``max_iter``)
+  at most the config's, so a file cannot make a step run without end (a progress counter such as timm's
+  ``lookahead_step`` is not a setting); each parameter's state plain data, with the same kinds of values
+  under the same name across parameters;
+* **the scheduler**: the built one's keys and kinds, and its settings equal to the config's.
 
-A difference is one line (:class:`~lit_gpu.files.contracts.ContractError`): what the checkpoint holds,
-what the config builds, and the way forward (``--fresh_optimizer true``: keep the weights and the
-progress, start the optimizers and schedulers fresh; ``docs/checkpoints.md``).
+A difference is one line (:class:`ContractError`) with the way forward: ``--fresh_optimizer true``.
 """
 
 from __future__ import annotations
@@ -30,42 +22,24 @@ import functools
 import inspect
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+import types
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from lit_gpu import messages
 from lit_gpu.files.contracts import ContractError, holds
-from lit_gpu.files.optimizer_dry import _stand_in, dry_state, early_keys, settings_problem
-from lit_gpu.files.optimizer_first_step import first_step_problem
-from lit_gpu.files.scheduler_dry import step_problem
 from lit_gpu.files.state_kinds import MAX_INT, keys_problem, kind, value_problem
 from lit_gpu.upstream.torch_hooks import scheduler_children
 
-__all__ = ["check_optimizers", "dry_state", "optimizer_problem", "scheduler_problem", "saved_optimizer_name"]
+__all__ = ["check_optimizers", "optimizer_problem", "scheduler_problem", "saved_optimizer_name", "watch"]
 
 _MAX_LIST = 2**16
+_MAX_DEPTH = 4
 
 
 # ---- the optimizer --------------------------------------------------------------------------------------
-@functools.cache
-def _class_keys() -> tuple[tuple[str, frozenset[str]], ...]:
-    """Each torch.optim optimizer's param-group keys (its defaults), to name what a checkpoint holds."""
-    found = []
-    for name, cls in vars(torch.optim).items():
-        if (
-            isinstance(cls, type)
-            and issubclass(cls, torch.optim.Optimizer)
-            and cls is not torch.optim.Optimizer
-        ):
-            try:
-                found.append((name, frozenset(cls([torch.nn.Parameter(torch.zeros(2, 2))]).defaults)))
-            except Exception:  # noqa: S112  # a class that needs arguments: not named
-                continue
-    return tuple(found)
-
-
 def saved_optimizer_name(saved: Any) -> str:
     """Which torch optimizer wrote ``saved`` (from its param groups' keys): ``"SGD"``, ``"Adam or AdamW"``."""
     groups = saved.get("param_groups") if isinstance(saved, Mapping) else None
@@ -79,92 +53,34 @@ def saved_optimizer_name(saved: Any) -> str:
     return " or ".join(n for size, n in fits if size == best)
 
 
-def _dims(
-    value: torch.Tensor, stand_in: tuple[int, ...], real: tuple[int, ...], totals: tuple[int, int]
-) -> tuple[int, ...]:
-    """The shape a dry-run state tensor of a stand-in parameter has for the real one."""
-    shape = []
-    for j, size in enumerate(value.shape):
-        if j < len(stand_in) and size == stand_in[j] and size != 1:
-            shape.append(real[j])
-        elif size == math.prod(stand_in):
-            shape.append(math.prod(real))
-        elif size == totals[0]:  # all the group's parameters flattened (LBFGS)
-            shape.append(totals[1])
-        else:
-            shape.append(size)
-    return tuple(shape)
+@functools.cache
+def _class_keys() -> tuple[tuple[str, frozenset[str]], ...]:
+    """Each torch.optim optimizer's param-group keys (its defaults), to name what a checkpoint holds."""
+    found = []
+    for name, cls in vars(torch.optim).items():
+        if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and cls.__name__ != "Optimizer":
+            try:
+                found.append((name, frozenset(cls([torch.nn.Parameter(torch.zeros(2, 2))]).defaults)))
+            except Exception:  # noqa: S112  # a class that needs arguments: not named
+                continue
+    return tuple(found)
 
 
-def _state_problem(
-    saved: Any,
-    dry: dict[str, Any],
-    real: tuple[int, ...],
-    stand: tuple[int, ...],
-    totals: tuple[int, int],
-    name: str,
-    nones: Mapping[str, Any],
-    early: set[frozenset[str]] | None = None,
-) -> str | None:
-    """``nones``: the state one step with the checkpoint's own settings gives (a ``None`` there is one the
-    optimizer reads: SGD's ``momentum_buffer`` with ``momentum=0``); a ``None`` elsewhere is a forgery the
-    optimizer's step ends on (``'NoneType' object has no attribute 'lerp_'``). ``early``: the names torch
-    writes before they settle to ``dry``'s (:func:`~lit_gpu.files.optimizer_dry.early_keys`)."""
-    if not isinstance(saved, Mapping):
-        return f"{name} = {holds(saved)}, not a dict"
-    if not saved:
-        return None  # a parameter that never had a gradient
-    if set(saved) != set(dry) and frozenset(saved) not in (early or set()):
-        return keys_problem(saved, dict.fromkeys(dry), name)
-    for key, value in dry.items():
-        if key not in saved:
-            continue
-        where = f"{name}[{messages.shown(repr(key), limit=30)}]"
-        got = saved[key]
-        none_read = value is None or key in nones and nones[key] is None
-        if kind(got) != kind(value) and not (value is None or got is None and none_read):
-            return f"{where} is {kind(got)}, where the config's optimizer keeps {kind(value)}"
-        items = (
-            list(zip(got, value, strict=False))
-            if isinstance(value, list | tuple) and isinstance(got, list | tuple)
-            else [(got, value)]
-        )
-        if isinstance(got, list | tuple) and len(got) > _MAX_LIST:
-            return f"{where} holds {len(got)} values"
-        if isinstance(got, list | tuple) and len(got) > len(value):  # LBFGS's history grows: as its elements
-            items += [(g, value[0] if value else g) for g in got[len(value) :]]
-        for g, v in items:
-            if problem := _tensor_problem(g, v, real, stand, totals, where):
-                return problem
-    return None
+def _init_names(cls: type) -> frozenset[str]:
+    try:
+        return frozenset(inspect.signature(cls.__init__).parameters) - {"self", "params"}
+    except (TypeError, ValueError):
+        return frozenset()
 
 
-def _tensor_problem(
-    got: Any, value: Any, real: tuple[int, ...], stand: tuple[int, ...], totals: tuple[int, int], where: str
-) -> str | None:
-    if not isinstance(got, torch.Tensor):
-        if isinstance(got, numbers.Real) and where.endswith("'step']") and not 0 <= got < MAX_INT:
-            return f"{where} = {holds(got)}, not a count"
-        return None
-    if got.is_meta:
-        return f"{where} holds a meta tensor (no data), which its optimizer cannot read"
-    if got.layout != torch.strided or not got.is_contiguous():
-        return f"{where}: not a contiguous dense tensor"
-    like = value if isinstance(value, torch.Tensor) else torch.zeros(())  # a number: a float scalar
-    if (got.is_complex(), got.dtype.is_floating_point) != (like.is_complex(), like.dtype.is_floating_point):
-        return f"{where}: {holds(got)}, where the config's optimizer keeps a {like.dtype} tensor"
-    if (got.is_floating_point() or got.is_complex()) and not bool(torch.isfinite(got).all()):
-        # what one step of the optimizer keeps is finite; a NaN or inf here is in every weight after it
-        return f"{where} holds NaN or infinite values (a step from it makes every weight NaN)"
-    if where.endswith("'step']") and got.dim() == 0 and not 0 <= float(got) < MAX_INT:
-        return f"{where} = {holds(got)}, not a count"
-    if isinstance(value, torch.Tensor) and value.dim() > 0:
-        expected = _dims(value, stand, real, totals)
-        if tuple(got.shape) != expected:
-            return f"{where} of shape {tuple(got.shape)}, where the config's optimizer keeps {expected}"
-    elif got.dim() > 1 or got.dim() == 1 and got.numel() > totals[1]:
-        return f"{where} of shape {tuple(got.shape)} for parameters of {totals[1]} values"
-    return None
+def _settings(built: torch.optim.Optimizer) -> frozenset[str]:
+    """The param-group keys that are settings: ``__init__`` arguments of the optimizer's class or of the
+    optimizer it wraps (timm's ``Lookahead``), not the counters a class keeps beside them."""
+    names = _init_names(type(built))
+    for inner in vars(built).values():
+        if isinstance(inner, torch.optim.Optimizer) and inner is not built:
+            names |= _init_names(type(inner))
+    return names
 
 
 def _filled_keys(groups: list[Any], built: torch.optim.Optimizer) -> list[set[str]] | None:
@@ -185,28 +101,78 @@ def _filled_keys(groups: list[Any], built: torch.optim.Optimizer) -> list[set[st
         return None
 
 
-def _group_problem(group: Mapping[str, Any], mine: Mapping[str, Any], filled: set[str], n: int) -> str | None:
+def _group_problem(
+    group: Mapping[str, Any], mine: Mapping[str, Any], filled: set[str], settings: frozenset[str], n: int
+) -> str | None:
     """A saved param group against the built one: every key the optimizer reads is there (or filled in by
-    its class, as torch does), each of the built value's kind; keys the built one lacks are kept, as torch
-    keeps them (an optimizer reads only its own)."""
-    # param_names is optional in torch's load_state_dict: a saved group without it keeps the optimizer's (a
-    # checkpoint of an optimizer built from parameters(), or by torch < 2.6, resumed with named_parameters())
+    its class), each of the built value's kind, an integer setting at most the config's."""
+    # param_names is optional in torch's load_state_dict
     missing = sorted(set(mine) - set(group) - filled - {"params", "param_names"})
     if missing:
         extra = sorted(map(str, set(group) - set(mine)))[:4]
         held = f"holds {', '.join(extra)} and " if extra else ""
         return f"param group {n} {held}lacks {', '.join(missing[:4])}, which the config's optimizer reads"
     for key, value in mine.items():
-        if key != "params" and key in group and (problem := value_problem(group[key], value, f"[{key!r}]")):
+        if key == "params" or key not in group:
+            continue
+        if problem := value_problem(group[key], value, f"[{key!r}]"):
             return f"param group {n}{problem}"
+        saved = group[key]
+        if key in settings and type(saved) is int and type(value) is int and saved > value:
+            return (
+                f"param group {n} has {messages.shown(key, limit=40)}={saved} above the config's {value} "
+                "(lit_gpu bounds a checkpoint's integer settings by the config's: raise it there to run "
+                "as it ran)"
+            )
     return None
 
 
-def optimizer_problem(
-    saved: Any, built: torch.optim.Optimizer, dry: list[list[dict[str, Any]]] | None = None
-) -> str | None:
+def _value_kind(value: Any, param: torch.Tensor, depth: int = 0) -> str | None:
+    """How a state value relates to its parameter (``None``: not plain data an optimizer keeps)."""
+    if isinstance(value, torch.Tensor):
+        if value.is_meta or value.layout != torch.strided or not value.is_contiguous():
+            return None
+        numeric = "float" if value.is_floating_point() or value.is_complex() else "int"
+        if value.dim() == 0:
+            return "a scalar"
+        return f"a {numeric} tensor " + ("shaped as its parameter" if value.shape == param.shape else "")
+    if value is None or isinstance(value, bool):
+        return kind(value)
+    if isinstance(value, numbers.Real):
+        return "a scalar"
+    if isinstance(value, list | tuple) and len(value) <= _MAX_LIST and depth < _MAX_DEPTH:
+        inner = {_value_kind(v, param, depth + 1) for v in value}
+        return None if None in inner else "a list"
+    return None
+
+
+def _state_problem(state: Any, place: Mapping[Any, torch.Tensor]) -> str | None:
+    """Each parameter's state: plain data (tensors, numbers, lists of them), a ``step`` a count, and the
+    same kind of value under one name for every parameter (a value of another kind is a forgery)."""
+    if not isinstance(state, Mapping):
+        return "a per-parameter state that is not a dict"
+    kinds: dict[Any, tuple[str, Any]] = {}
+    for pid, values in state.items():
+        if pid not in place:
+            return f"state for param id {holds(pid)}, which no param group names"
+        if not isinstance(values, Mapping):
+            return f"state[{pid}] = {holds(values)}, not a dict"
+        for key, value in values.items():
+            where = f"state[{pid}][{messages.shown(repr(key), limit=30)}]"
+            found = _value_kind(value, place[pid])
+            if found is None:
+                return f"{where} = {holds(value)}, not a value an optimizer keeps"
+            if key == "step" and not 0 <= (float(value) if found == "a scalar" else 0) < MAX_INT:
+                return f"{where} = {holds(value)}, not a count"
+            seen = kinds.setdefault(key, (found, pid))
+            if seen[0] != found and place[pid].dim() > 0 and place[seen[1]].dim() > 0:
+                return f"{where} is {found}, where state[{seen[1]}] holds {seen[0]}"
+    return None
+
+
+def optimizer_problem(saved: Any, built: torch.optim.Optimizer) -> str | None:
     """What in ``saved`` (an optimizer's ``state_dict()``) does not fit ``built`` (``None``: it fits)."""
-    if not isinstance(saved, Mapping) or set(saved) != {"state", "param_groups"}:
+    if not isinstance(saved, Mapping) or not {"state", "param_groups"} <= set(saved):
         return f"holds {holds(saved)}, not an optimizer's state_dict (state, param_groups)"
     groups, built_groups = saved["param_groups"], built.state_dict()["param_groups"]
     if not isinstance(groups, list) or not all(isinstance(g, Mapping) for g in groups):
@@ -218,36 +184,19 @@ def optimizer_problem(
     ]
     if not all(type(i) is int for i in ids) or len(set(ids)) != len(ids):
         return "param ids that are not distinct ints"
-    filled = _filled_keys(groups, built)
+    filled, settings = _filled_keys(groups, built), _settings(built)
     for n, (group, mine) in enumerate(zip(groups, built_groups, strict=True)):
         if len(group["params"]) != len(mine["params"]):
             counts = len(group["params"]), len(mine["params"])
             return f"param group {n} of {counts[0]} parameters, where the config builds {counts[1]}"
-        if problem := _group_problem(group, mine, filled[n] if filled else set(), n):
+        if problem := _group_problem(group, mine, filled[n] if filled else set(), settings, n):
             return problem
-    problem, saved_dry = settings_problem(groups, built)
-    if problem:
-        return problem
-    state = saved["state"]
-    if not isinstance(state, Mapping):
-        return "a per-parameter state that is not a dict"
-    place = {pid: (n, j) for n, g in enumerate(groups) for j, pid in enumerate(g["params"])}
-    dry = dry_state(built, steps=2) if dry is None else dry
-    early = early_keys(built) if dry is not None else None
-    for pid, values in state.items():
-        if pid not in place:
-            return f"state for param id {holds(pid)}, which no param group names"
-        if dry is None:
-            continue
-        n, j = place[pid]
-        params = built.param_groups[n]["params"]
-        real, stand = tuple(params[j].shape), _stand_in(params[j].shape)
-        totals = (sum(math.prod(_stand_in(p.shape)) for p in params), sum(p.numel() for p in params))
-        nones = saved_dry[n][j] if saved_dry else {}
-        known = early[n][j] if early else None
-        if problem := _state_problem(values, dry[n][j], real, stand, totals, f"state[{pid}]", nones, known):
-            return problem
-    return first_step_problem(saved, built)
+    place = {
+        pid: param
+        for group, mine in zip(groups, built.param_groups, strict=True)
+        for pid, param in zip(group["params"], mine["params"], strict=True)
+    }
+    return _state_problem(saved["state"], place)
 
 
 # ---- the scheduler --------------------------------------------------------------------------------------
@@ -263,12 +212,8 @@ def _settings(scheduler: Any) -> frozenset[str]:
     return frozenset(names) - _PROGRESS_ARGS
 
 
-def scheduler_problem(saved: Any, built: Any, steps: bool = True) -> str | None:
-    """What in ``saved`` (a scheduler's ``state_dict()``) does not fit ``built`` (``None``: it fits).
-
-    ``steps``: whether the fit will step it; a fit that takes no step (a finished run resumed with its own
-    ``max_steps``) does not run its first step, so that step is not probed (a ``OneCycleLR`` at its
-    ``total_steps`` cannot step again, and need not)."""
+def scheduler_problem(saved: Any, built: Any) -> str | None:
+    """What in ``saved`` (a scheduler's ``state_dict()``) does not fit ``built`` (``None``: it fits)."""
     mine = built.state_dict()
     if not isinstance(saved, Mapping):
         return f"holds {holds(saved)}, not a scheduler's state_dict"
@@ -279,9 +224,9 @@ def scheduler_problem(saved: Any, built: Any, steps: bool = True) -> str | None:
             name = type(built).__name__
             return f"{key}={holds(saved[key])}, where the config's {name} has {key}={holds(mine[key])}"
     for child_saved, child in scheduler_children(saved, built):  # SequentialLR's, ChainedScheduler's
-        if problem := scheduler_problem(child_saved, child, steps):
+        if problem := scheduler_problem(child_saved, child):
             return problem
-    return step_problem(saved, built) if steps else None
+    return None
 
 
 def _is_nan(value: Any) -> bool:
@@ -290,28 +235,27 @@ def _is_nan(value: Any) -> bool:
 
 # ---- all of a fit's -------------------------------------------------------------------------------------
 def check_optimizers(
-    checkpoint: Any, optimizers: Sequence[Any], schedulers: Sequence[Any], what: str, steps: bool = True
+    checkpoint: Any, optimizers: Sequence[Any], schedulers: Sequence[Any], what: str
 ) -> None:
     """Raise :class:`ContractError` (one line) where ``checkpoint``'s optimizer or scheduler states do not fit
-    ``optimizers`` and ``schedulers`` (what the config built, in Lightning's order); ``steps``: whether the
-    fit will take an optimizer step (:func:`scheduler_problem`)."""
+    ``optimizers`` and ``schedulers`` (what the config built, in Lightning's order). As Lightning, the states
+    are zipped with what the config builds: Lightning's ``StochasticWeightAveraging`` leaves a scheduler state
+    a config without a scheduler does not build, and restores it itself."""
     saved_optimizers = checkpoint.get("optimizer_states", [])
     saved_schedulers = checkpoint.get("lr_schedulers", [])
     held = built = problem = ""
-    if not isinstance(saved_optimizers, list) or len(saved_optimizers) != len(optimizers):
-        count = len(saved_optimizers) if isinstance(saved_optimizers, list) else holds(saved_optimizers)
-        held, built = f"{count} optimizer states", f"{len(optimizers)} optimizers"
-    elif not isinstance(saved_schedulers, list) or len(saved_schedulers) != len(schedulers):
-        count = len(saved_schedulers) if isinstance(saved_schedulers, list) else holds(saved_schedulers)
-        held, built = f"{count} scheduler states", f"{len(schedulers)} schedulers"
+    if not isinstance(saved_optimizers, list):
+        held, built = f"optimizer states of {holds(saved_optimizers)}", f"{len(optimizers)} optimizers"
+    elif not isinstance(saved_schedulers, list):
+        held, built = f"scheduler states of {holds(saved_schedulers)}", f"{len(schedulers)} schedulers"
     else:
-        for saved, optimizer in zip(saved_optimizers, optimizers, strict=True):
+        for saved, optimizer in zip(saved_optimizers, optimizers, strict=False):
             if problem := optimizer_problem(saved, optimizer) or "":
                 held, built = f"the state of {saved_optimizer_name(saved)}", type(optimizer).__name__
                 break
         else:
-            for saved, scheduler in zip(saved_schedulers, schedulers, strict=True):
-                if problem := scheduler_problem(saved, scheduler, steps) or "":
+            for saved, scheduler in zip(saved_schedulers, schedulers, strict=False):
+                if problem := scheduler_problem(saved, scheduler) or "":
                     held, built = "a scheduler state", type(scheduler).__name__
                     break
     if held:
@@ -320,3 +264,79 @@ def check_optimizers(
                 what=what, held=held, built=built, problem=messages.shown(problem, limit=200)
             )
         )
+
+
+def _refused(what: str, obj: Any, err: BaseException, at: str) -> ContractError:
+    held = "an optimizer state" if isinstance(obj, torch.optim.Optimizer) else "a scheduler state"
+    said = messages.shown(f"{type(err).__name__} at its {at}: {messages.first_line(err)}", limit=200)
+    return ContractError(
+        messages.OPTIMIZER_CHANGED.format(what=what, held=held, built=type(obj).__name__, problem=said)
+    )
+
+
+def _watched_step(original: Callable[..., Any], what: str, done: Callable[[], bool]) -> Callable[..., Any]:
+    """``step`` whose exception is one line, except one raised inside the closure (the user's step)."""
+
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not done():  # a later call, through a wrapper made after the watch: as it was
+            return original(*args, **kwargs)
+        inside: list[bool] = []
+        closure = kwargs.get("closure", args[0] if args else None)
+        if callable(closure):
+
+            def watched() -> Any:
+                inside.append(True)
+                result = closure()
+                inside.pop()
+                return result
+
+            if "closure" in kwargs:
+                kwargs["closure"] = watched
+            else:
+                args = (watched, *args[1:])
+        try:
+            return original(*args, **kwargs)
+        except Exception as err:
+            if inside:
+                raise
+            raise _refused(what, self, err, "first step after the restore") from err
+
+    return step
+
+
+def _watched_load(original: Callable[..., Any], what: str, done: Callable[[], bool]) -> Callable[..., Any]:
+    def load_state_dict(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not done():
+            return original(*args, **kwargs)
+        try:
+            return original(*args, **kwargs)
+        except Exception as err:
+            raise _refused(what, self, err, "restore") from err
+
+    return load_state_dict
+
+
+_NONE = object()
+
+
+def watch(obj: Any, what: str) -> None:
+    """Make the next ``obj.load_state_dict`` and the next ``obj.step`` (an optimizer's or a scheduler's) raise
+    one line naming ``what`` and ``--fresh_optimizer true`` where they fail: the restore is observed, not
+    predicted. Each method is the instance's own again after its one watched call."""
+    for name, wrap in (("load_state_dict", _watched_load), ("step", _watched_step)):
+        original = getattr(obj, name, None)
+        if not callable(original):
+            continue
+        had = vars(obj).get(name, _NONE)
+        ours: list[Any] = []  # [the watching method] until its one call
+
+        def done(name: str = name, had: Any = had, ours: list[Any] = ours) -> bool:
+            """Whether this is the watched call; the instance's own method back in place."""
+            if not ours:
+                return False
+            if vars(obj).get(name) is ours.pop():  # still ours (a scheduler made later wraps it: left)
+                vars(obj).pop(name) if had is _NONE else setattr(obj, name, had)
+            return True
+
+        ours.append(types.MethodType(wrap(original, what, done), obj))
+        setattr(obj, name, ours[0])

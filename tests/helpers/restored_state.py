@@ -24,7 +24,7 @@ import torchmetrics
 from lit_gpu.callbacks import LoggingStateCallback, RNGStateCallback
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.optimizer_fit import check_optimizers
+from lit_gpu.files.optimizer_fit import check_optimizers, watch
 from lit_gpu.io import check_restored_state, install_atomic_checkpoint_io
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
@@ -223,6 +223,7 @@ def restore_in_memory(checkpoint: dict[str, Any], kind: str) -> str:
         optimizer = module.configure_optimizers()
         optimizer = optimizer["optimizer"] if isinstance(optimizer, dict) else optimizer
         check_optimizers(checkpoint, [optimizer], [], "the fuzzed checkpoint")  # what on_fit_start checks
+        watch(optimizer, "the fuzzed checkpoint")  # and observes: the restore and the first step
         module.on_load_checkpoint(checkpoint)
         module.load_state_dict(checkpoint["state_dict"])
         for callback in callbacks:

@@ -179,9 +179,9 @@ def test_a_plain_lightning_checkpoint_resumes_full(case, tmp_path):
 def test_a_forged_setting_in_a_plain_lightning_checkpoint_is_one_line(tmp_path):
     path = _plain_checkpoint("named groups, OneCycleLR per step", tmp_path)
     checkpoint = torch.load(path, weights_only=True)
-    checkpoint["optimizer_states"][0]["param_groups"][0]["betas"] = (0.9, 1.5)
+    checkpoint["optimizer_states"][0]["param_groups"][0]["betas"] = "0.9, 1.5"
     torch.save(checkpoint, path)
-    with pytest.raises(ContractError, match=r"refused by AdamW: Invalid beta parameter at index 1: 1\.5"):
+    with pytest.raises(ContractError, match=r"param group 0\['betas'\] is a str, where the config builds"):
         _resume("named groups, OneCycleLR per step", path, fresh=False)
     assert _resume("named groups, OneCycleLR per step", path, fresh=True).global_step == 6
 

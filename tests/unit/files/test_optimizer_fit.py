@@ -9,7 +9,6 @@ import torch
 from lit_gpu.files.contracts import ContractError
 from lit_gpu.files.optimizer_fit import (
     check_optimizers,
-    dry_state,
     optimizer_problem,
     saved_optimizer_name,
     scheduler_problem,
@@ -101,10 +100,19 @@ def test_a_param_group_more_or_less_is_named():
     assert optimizer_problem(sgd.state_dict(), two) == "1 param groups, where the config builds 3"
 
 
-def test_a_changed_flag_that_changes_the_state_names_is_named():
+def test_a_changed_flag_is_the_checkpoints_as_torch_loads_it():
+    """amsgrad=True in the config: torch's load_state_dict takes the saved group's amsgrad=False."""
+    from lit_gpu.files.optimizer_fit import watch
+
     _, adam = _stepped("Adam")
-    built = torch.optim.Adam(_net("Adam").parameters(), amsgrad=True)
-    assert "lacks max_exp_avg_sq" in optimizer_problem(adam.state_dict(), built)
+    net = _net("Adam")
+    built = torch.optim.Adam(net.parameters(), amsgrad=True)
+    assert optimizer_problem(adam.state_dict(), built) is None
+    watch(built, "ckpt")
+    built.load_state_dict(adam.state_dict())
+    net(torch.ones(2, 3)).pow(2).sum().backward()
+    built.step()
+    assert built.param_groups[0]["amsgrad"] is False
 
 
 def test_a_changed_schedule_setting_is_named_not_taken_from_the_checkpoint():
@@ -114,10 +122,8 @@ def test_a_changed_schedule_setting_is_named_not_taken_from_the_checkpoint():
 
     problem = scheduler_problem(one_cycle(8).state_dict(), one_cycle(16))
     assert problem == "total_steps=8, where the config's OneCycleLR has total_steps=16"
-    with pytest.raises(ContractError, match="holds 1 scheduler states, the config builds 0 schedulers"):
-        check_optimizers(
-            {"optimizer_states": [], "lr_schedulers": [one_cycle(8).state_dict()]}, [], [], "ckpt"
-        )
+    # a state more or less is zipped away, as Lightning's restore does (SWA's SWALR, the config builds none)
+    check_optimizers({"optimizer_states": [], "lr_schedulers": [one_cycle(8).state_dict()]}, [], [], "ckpt")
 
 
 def test_numpy_numbers_in_the_state_are_numbers():
@@ -143,7 +149,6 @@ def test_a_foreign_optimizer_that_cannot_be_made_again_is_checked_by_its_groups(
     mine = NeedsArguments(net.parameters(), 0.1)
     net(torch.ones(1, 3)).sum().backward()
     mine.step()
-    assert dry_state(mine) is None
     assert optimizer_problem(mine.state_dict(), NeedsArguments(_net("SGD").parameters(), 0.1)) is None
 
 
@@ -156,8 +161,8 @@ def test_complex_parameters_keep_complex_state():
     optimizer.step()
     saved = optimizer.state_dict()
     assert optimizer_problem(saved, adam()) is None
-    saved["state"][0]["exp_avg"] = saved["state"][0]["exp_avg"].real.contiguous()
-    assert "keeps a torch.complex64 tensor" in optimizer_problem(saved, adam())
+    saved["state"][0]["exp_avg"] = "a str"
+    assert "not a value an optimizer keeps" in optimizer_problem(saved, adam())
 
 
 def test_a_plateau_schedulers_nan_best_is_refused_its_inf_best_kept():
@@ -173,56 +178,59 @@ def test_a_plateau_schedulers_nan_best_is_refused_its_inf_best_kept():
     assert "'best'] = nan, not a number" in scheduler_problem(state, built)
 
 
-#: each optimizer's state under a square root (a sum of squares: torch never writes a negative one)
-SECOND_MOMENTS = {
-    "Adam": "exp_avg_sq", "AdamW": "exp_avg_sq", "NAdam": "exp_avg_sq", "RAdam": "exp_avg_sq",
-    "Adagrad": "sum", "RMSprop": "square_avg", "Adadelta": "square_avg",
-}  # fmt: skip
-
-
-@pytest.mark.parametrize("name", sorted(SECOND_MOMENTS))
-def test_a_negative_second_moment_is_refused_before_it_reaches_the_weights(name):
-    """One step from it makes weights NaN (sqrt of a negative): the file is refused, and the probe leaves the
-    checkpoint's tensors as they were. (RAdam reads it from its 6th step on: before, its step is momentum
-    alone, and a negative one shows a few steps later as a NaN loss, which NaNGuard stops.)"""
-    _, optimizer = _stepped(name, steps=10)
-    saved = optimizer.state_dict()
-    key = SECOND_MOMENTS[name]
-    saved["state"][1][key] = -saved["state"][1][key].abs() - 1.0
-    before = {
-        pid: {k: v.clone() for k, v in s.items() if torch.is_tensor(v)} for pid, s in saved["state"].items()
-    }
-    problem = optimizer_problem(saved, _optimizer(name, _net(name).parameters()))
-    assert problem == (
-        f"state[1]: one step of {name} from it makes weights NaN or infinite (a value no step of it writes: "
-        "a negative second moment)"
-    )
-    for pid, values in before.items():
-        assert all(torch.equal(v, saved["state"][pid][k]) for k, v in values.items())
-
-
-def test_a_large_parameter_is_stepped_in_slices_of_rows(monkeypatch):
-    """A parameter past CHUNK values steps a slice of rows at a time: a bad value in the last one is found."""
-    from lit_gpu.files import optimizer_first_step
-
-    monkeypatch.setattr(optimizer_first_step, "CHUNK", 6)  # (4, 3) weight: 2 rows a slice
-    _, optimizer = _stepped("Adam")
-    saved = optimizer.state_dict()
-    built = _optimizer("Adam", _net("Adam").parameters())
+def test_a_progress_counter_in_a_param_group_is_not_a_setting():
+    """timm's Lookahead keeps ``lookahead_step`` in each group: a count that grows, not an argument."""
+    net = _net("Adam")
+    adam = torch.optim.Adam(net.parameters())
+    saved = adam.state_dict()
+    saved["param_groups"][0]["lookahead_step"] = 4
+    built = torch.optim.Adam(_net("Adam").parameters())
+    built.param_groups[0]["lookahead_step"] = 0
     assert optimizer_problem(saved, built) is None
-    saved["state"][0]["exp_avg_sq"][3, 2] = -1.0  # the (4, 3) weight's last row
-    assert optimizer_problem(saved, built).startswith("state[0]: one step of Adam")
 
 
-def test_a_schedule_at_its_end_fits_a_fit_that_takes_no_step():
-    """OneCycleLR at total_steps cannot step again: refused where the fit steps it, not where it does not."""
-    optimizer = torch.optim.SGD(_net("SGD").parameters(), lr=0.1)
-    done = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, total_steps=3)
-    for _ in range(3):
-        optimizer.step()
-        done.step() if done.last_epoch < 3 else None
-    built = torch.optim.lr_scheduler.OneCycleLR(
-        torch.optim.SGD(_net("SGD").parameters(), lr=0.1), 0.1, total_steps=3
+def test_an_integer_setting_above_the_configs_is_named():
+    """LBFGS's ``max_iter=10**9`` would make one step run without end."""
+    _, lbfgs = _stepped("LBFGS")
+    saved = lbfgs.state_dict()
+    saved["param_groups"][0]["max_iter"] = 10**9
+    problem = optimizer_problem(saved, _optimizer("LBFGS", _net("LBFGS").parameters()))
+    assert problem.startswith("param group 0 has max_iter=1000000000 above the config's 3")
+
+
+def test_a_value_of_another_kind_than_the_other_parameters_is_named():
+    _, adam = _stepped("Adam")
+    saved = adam.state_dict()
+    saved["state"][0]["exp_avg"] = None
+    assert "is a float tensor shaped as its parameter, where state[0] holds None" in optimizer_problem(
+        saved, torch.optim.Adam(_net("Adam").parameters())
     )
-    assert "Tried to step" in scheduler_problem(done.state_dict(), built)
-    assert scheduler_problem(done.state_dict(), built, steps=False) is None
+
+
+def test_a_failing_restore_or_first_step_is_one_line():
+    from lit_gpu.files.optimizer_fit import watch
+
+    _, adam = _stepped("Adam")
+    saved = adam.state_dict()
+    built = torch.optim.Adam(_net("Adam").parameters())
+    watch(built, "ckpt")
+    saved["param_groups"][0]["params"] = saved["param_groups"][0]["params"][:1]
+    with pytest.raises(ContractError, match=r"^ckpt: .*ValueError.*--fresh_optimizer true"):
+        built.load_state_dict(saved)
+    assert "load_state_dict" not in vars(built)  # one call watched
+
+    sgd = torch.optim.SGD(_net("SGD").parameters(), lr=0.1, momentum=0.9)
+    watch(sgd, "ckpt")
+    sgd.state[sgd.param_groups[0]["params"][0]]["momentum_buffer"] = "forged"
+    for p in sgd.param_groups[0]["params"]:
+        p.grad = torch.ones_like(p)
+    with pytest.raises(ContractError, match="AttributeError"):
+        sgd.step()
+
+    def user_bug() -> torch.Tensor:
+        raise KeyError("the user's step")
+
+    sgd = torch.optim.SGD(_net("SGD").parameters(), lr=0.1)
+    watch(sgd, "ckpt")
+    with pytest.raises(KeyError):  # raised inside the closure: the user's, with its traceback
+        sgd.step(user_bug)
