@@ -28,8 +28,8 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from typing_extensions import override
 
+from lit_gpu.checkpoints.io import atomic_file
 from lit_gpu.files.text import METRICS_FIX, csv_header, read_csv
-from lit_gpu.io import atomic_file
 from lit_gpu.logger_media import MediaWriter
 from lit_gpu.run.folder import RunFolder
 from lit_gpu.run.layout import HPARAMS_NAME, METRICS_NAME

@@ -55,9 +55,9 @@ from lit_gpu.callbacks.stopped_run import (
     save_stopped_run,
     start_clean,
 )
+from lit_gpu.checkpoints.io import clean_stale_temp_files
 from lit_gpu.data.workers import protect_workers
 from lit_gpu.errors import LitGpuError
-from lit_gpu.io import clean_stale_temp_files
 from lit_gpu.launch_env import requeue_problem
 from lit_gpu.translate import dataloader_worker_died
 from lit_gpu.upstream.loops import (
@@ -144,7 +144,7 @@ class CheckpointOnInterrupt(Callback):
     The checkpoint goes to the first ModelCheckpoint's folder (or ``default_root_dir/checkpoints``)
     and is written atomically by the CLI's checkpoint IO. ``lit-gpu fit`` then exits with status
     130 (SIGINT) or 143 (SIGTERM). Resume with ``--ckpt_path last``. At fit start, temp files left
-    in that folder by a killed save are removed (see :func:`lit_gpu.io.clean_stale_temp_files`).
+    in that folder by a killed save are removed (see :func:`lit_gpu.checkpoints.io.clean_stale_temp_files`).
     """
 
     def __init__(self) -> None:

@@ -17,7 +17,7 @@ from typing_extensions import override
 
 from lit_gpu import messages
 from lit_gpu.callbacks.rng_state import batches_in_flight
-from lit_gpu.files import contracts as c
+from lit_gpu.checkpoints import contracts as c
 from lit_gpu.upstream.logging_state import (
     LOGGING_STATE_KEY,
     REDUCTION_NAMES,

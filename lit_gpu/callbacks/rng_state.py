@@ -251,8 +251,8 @@ class RNGStateCallback(Callback):
 
     def restore_contract(self, pl_module: Any = None) -> list[Any]:
         """The saved generator states (:func:`_checked`), and the train loader's position it resumes."""
+        from lit_gpu.checkpoints import contracts as c
         from lit_gpu.data.stateful import position_contract
-        from lit_gpu.files import contracts as c
 
         def fits(state: Any) -> str | None:
             tensors = [state.get("torch")] if isinstance(state, dict) else []

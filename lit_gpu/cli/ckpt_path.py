@@ -15,7 +15,7 @@ import lightning.pytorch as pl
 from jsonargparse import Namespace
 
 from lit_gpu import messages
-from lit_gpu.io import AtomicCheckpointIO, clean_stale_temp_files
+from lit_gpu.checkpoints.io import AtomicCheckpointIO, clean_stale_temp_files
 from lit_gpu.run import store
 from lit_gpu.run.where import checkpoint_folders, checkpoint_patterns, root_dir, run_parents
 
@@ -85,7 +85,7 @@ def clean_run_folders(config: Namespace) -> None:
     """Remove temp files left by killed saves in every checkpoint folder of this config's runs.
 
     A fit starts a new ``version_N``; the litter is in the earlier runs' folders. Only files whose
-    writer is gone are removed (:func:`lit_gpu.io.clean_stale_temp_files`), only in this user's runs
+    writer is gone are removed (``checkpoints.io.clean_stale_temp_files``), only in this user's runs
     (:func:`lit_gpu.run.where.checkpoint_folders`: lit_gpu deletes nothing outside a run; the user's own
     ``--checkpoint.dirpath`` is theirs to place anywhere).
     """

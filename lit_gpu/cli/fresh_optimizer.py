@@ -2,8 +2,8 @@
 
 For a resume whose config changed the optimizer (SGD -> Adam), its param groups or the schedule
 (``OneCycleLR`` ``total_steps`` 8 -> 16): the checkpoint's optimizer and scheduler states no longer fit
-(:mod:`lit_gpu.files.optimizer_fit` says so in one line); with this flag they are replaced by the states
-of the ones the config built (:mod:`lit_gpu.optimizer_resume`). ``docs/checkpoints.md``.
+(:mod:`lit_gpu.checkpoints.optimizer` says so in one line); with this flag they are replaced by the states
+of the ones the config built (:mod:`lit_gpu.checkpoints.optimizer`). ``docs/checkpoints.md``.
 """
 
 from __future__ import annotations

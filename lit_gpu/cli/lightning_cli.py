@@ -29,6 +29,7 @@ from lit_gpu.callbacks.progress import use_progress_log
 from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.callbacks.stopped_run import signal_stop_code
+from lit_gpu.checkpoints.io import install_atomic_checkpoint_io
 from lit_gpu.cli import config_files, fresh_optimizer, quiet, run_folders, weights_only_switch
 from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, hand_over, resolve_ckpt_path
 from lit_gpu.cli.extra_arguments import add_extra_arguments, has_option
@@ -39,7 +40,6 @@ from lit_gpu.cli.sanity import check_seed
 from lit_gpu.cli.too_big import explain_build_failure, missing_requirement
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
-from lit_gpu.io import install_atomic_checkpoint_io
 from lit_gpu.profilers import skip_idle_profiler
 from lit_gpu.run.config_saver import RunConfigSaver
 from lit_gpu.run.folder import RunFolder

@@ -28,8 +28,8 @@ from typing_extensions import override
 from lit_gpu import loggers, messages
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.progress import default_progress_bar
+from lit_gpu.checkpoints.build import MODEL_SPEC_KEY, NET_SPEC_KEY, plain_spec
 from lit_gpu.cli.ckpt_path import config_value
-from lit_gpu.net_spec import MODEL_SPEC_KEY, NET_SPEC_KEY, plain_spec
 from lit_gpu.run import layout, rebuild
 from lit_gpu.run.folder import RunFolder, of_command
 from lit_gpu.run.store import Resolution

@@ -10,7 +10,7 @@ with ``class_path`` and ``init_args`` (``.safetensors`` files carry the same in 
     net.load_state_dict(torch.load("model.pt", map_location="cpu", weights_only=True))
 
 That recipe calls whatever the sidecar names: for files from elsewhere, build the net with
-``lit_gpu.files.build.build(meta)`` (checks the class first) or from your own code.
+``lit_gpu.checkpoints.build.build(meta)`` (checks the class first) or from your own code.
 
 Any LightningModule run by ``lit-gpu fit`` can be exported: the CLI records the model's config in every
 checkpoint (``lit_gpu_model``); a module with a ``net`` exports the net, any other the whole module.
@@ -31,11 +31,11 @@ from torch import nn
 
 from lit_gpu import messages
 from lit_gpu.checkpoints import CheckpointMismatchError, clean_keys, load_into
+from lit_gpu.checkpoints import build as safe_build
+from lit_gpu.checkpoints.build import MODEL_SPEC_KEY, NET_SPEC_KEY
+from lit_gpu.checkpoints.io import atomic_torch_save, atomic_write
+from lit_gpu.checkpoints.read import read_checkpoint
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files import build as safe_build
-from lit_gpu.files.checkpoint import read_checkpoint
-from lit_gpu.io import atomic_torch_save, atomic_write
-from lit_gpu.net_spec import MODEL_SPEC_KEY, NET_SPEC_KEY
 from lit_gpu.run.config import config_of_checkpoint, rebuild_fields
 
 FORMATS = (".pt", ".pth", ".safetensors")
@@ -121,7 +121,7 @@ def export_checkpoint(
 
     The net spec comes from the checkpoint (the CLI records the model's config; lit_gpu modules their
     net) or the model of the run's ``version_N/config.yaml``; a module without a ``net`` is exported
-    whole. It is rebuilt with :func:`lit_gpu.files.build.build` (only ``nn.Module`` classes from
+    whole. It is rebuilt with :func:`lit_gpu.checkpoints.build.build` (only ``nn.Module`` classes from
     trusted packages, checked before any call; ``trust_modules`` adds packages) and the weights loaded
     strictly before anything is written.
 

@@ -1,11 +1,11 @@
 """The one room that reads files someone else may have written; it returns plain, checked data.
 
-* :mod:`lit_gpu.files.checkpoint`: every ``torch.load`` of lit_gpu (weights-only unless the user's own
+* :mod:`lit_gpu.checkpoints.read`: every ``torch.load`` of lit_gpu (weights-only unless the user's own
   flag says otherwise), and the callback state of a checkpoint with paths outside its folder dropped.
-* :mod:`lit_gpu.files.bounds`: what reading a checkpoint may cost, checked before ``torch.load``: the zip
+* :mod:`lit_gpu.checkpoints.read`: what reading a checkpoint may cost, checked before ``torch.load``: the zip
   as ``torch.save`` lays it out and a scan of ``data.pkl`` within a budget of ``constant + 2 x size``.
-* :mod:`lit_gpu.files.build`: building what a file names (``class_path``) after checking it all
-  (:mod:`lit_gpu.files.build_policy`: which modules may be imported, which kinds an annotation accepts).
+* :mod:`lit_gpu.checkpoints.build`: building what a file names (``class_path``) after checking it all
+  (:mod:`lit_gpu.checkpoints.build`: which modules may be imported, which kinds an annotation accepts).
 * :mod:`lit_gpu.files.text`: every other text file (YAML, JSON, JSON lines, CSV, plain text), read within
   budgets (bytes, line and field size, nesting, integer range, encoding) into plain data, or one line.
 * :mod:`lit_gpu.files.idx`: MNIST's IDX files, their headers checked against their sizes.

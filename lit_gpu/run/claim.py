@@ -180,7 +180,7 @@ def _clear_start_files(folder: Path) -> None:
         for entry in folder.iterdir():
             if is_start_file(entry.name, metrics=True) and stat.S_ISREG(entry.lstat().st_mode):
                 entry.unlink()
-    # temp files of its killed saves in checkpoints/ go with the fit's stale-temp cleanup (lit_gpu.io)
+    # temp files of its killed saves in checkpoints/ go with the fit's stale-temp cleanup (checkpoints.io)
 
 
 def remove_dead_claims(parent: str | os.PathLike) -> None:

@@ -31,6 +31,7 @@ MOVED: Mapping[str, str] = {
     "lit_gpu.upstream.step_path.SkipIdleHooks": "lit_gpu.callbacks.SkipIdleHooks",
     "lit_gpu.upstream.step_path.LeanOptimizerStep": "lit_gpu.callbacks.LeanOptimizerStep",
     "lit_gpu.upstream.batch_path.LeanTrainingBatch": "lit_gpu.callbacks.LeanTrainingBatch",
+    "lit_gpu.io.AtomicCheckpointIO": "lit_gpu.checkpoints.io.AtomicCheckpointIO",
 }
 
 _MAX_NODES = 2_000_000  # containers one walk visits at most (parsed configs are bounded far below)

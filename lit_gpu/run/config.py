@@ -9,7 +9,7 @@ folder is data, so only two things are ever taken from it:
 * :func:`run_signature`: which model and data classes it names (``class_path`` strings, compared, never
   imported), to match ``--ckpt_path last|best`` with earlier runs;
 * :func:`rebuild_fields`: the ``model`` and ``data`` entries (class paths and init args, checked by
-  :func:`lit_gpu.files.build.check` as jsonargparse would load them) to rebuild a run from a checkpoint
+  :func:`lit_gpu.checkpoints.build.check` as jsonargparse would load them) to rebuild a run from a checkpoint
   alone. Never safety switches (``weights_only``), ``ckpt_path``, trainer settings (loggers, callbacks,
   plugins, strategies, ``default_root_dir``), ``predict_out`` or other paths: init args that name files
   or folders (by name or by value) and ``download`` are left out and listed.
@@ -176,7 +176,7 @@ def config_of_checkpoint(ckpt_path: str | os.PathLike) -> Path | None:
     found = run_of_checkpoint(ckpt)
     if found is None:
         return None
-    from lit_gpu.files.state_paths import inside
+    from lit_gpu.checkpoints.contracts import inside
 
     if not inside(ckpt, found.path):
         return None
@@ -263,9 +263,9 @@ def rebuild_fields(config: str | os.PathLike, trust_modules: Iterable[str] = ())
 
     Raises:
         LitGpuError: The file is unreadable, has no ``model`` spec, or names a class the build policy
-            refuses (:class:`~lit_gpu.files.build.UnsafeBuildError`); nothing was imported.
+            refuses (:class:`~lit_gpu.checkpoints.build.UnsafeBuildError`); nothing was imported.
     """
-    from lit_gpu.files import build
+    from lit_gpu.checkpoints import build as build
 
     path = Path(config)
     saved = _read(path)

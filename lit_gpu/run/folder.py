@@ -26,9 +26,9 @@ from typing import Any
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 
 from lit_gpu import messages
+from lit_gpu.checkpoints.io import atomic_file
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.text import METRICS_FIX, read_csv
-from lit_gpu.io import atomic_file
 from lit_gpu.messages import shown
 from lit_gpu.run import claim as claims
 from lit_gpu.run import layout

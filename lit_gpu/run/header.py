@@ -1,6 +1,6 @@
 """What a run asks of a checkpoint, as one typed value built from the one read of it.
 
-:func:`read` reads the file once (:func:`lit_gpu.files.checkpoint.inspect`: weights-only unless the
+:func:`read` reads the file once (:func:`lit_gpu.checkpoints.read.inspect`: weights-only unless the
 user's flag says otherwise, tensors memory-mapped) and keeps only what the run needs: the step and epoch
 (which ``last`` is newest), the monitored scores (which ``best`` is best), the model class recorded in its
 hyper-parameters (the config's class must match), the step a continued run logs from, and whether it is a
@@ -17,8 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from lit_gpu.files.checkpoint_facts import CheckpointFacts, inspect
-from lit_gpu.files.checkpoint_kind import not_lightning
+from lit_gpu.checkpoints.read import CheckpointFacts, inspect, not_lightning
 from lit_gpu.upstream.loops import batches_that_stepped, recorded_class_path, saved_loop_counters
 
 __all__ = ["CheckpointHeader", "read", "read_held", "resume_log_step"]
@@ -56,7 +55,7 @@ class CheckpointHeader:
 
     @classmethod
     def from_facts(cls, facts: CheckpointFacts) -> CheckpointHeader:
-        """From the reader's one look at a whole file (:func:`lit_gpu.files.checkpoint.inspect`)."""
+        """From the reader's one look at a whole file (:func:`lit_gpu.checkpoints.read.inspect`)."""
         return cls.built(facts.header, facts.problem)
 
     @classmethod
@@ -95,7 +94,7 @@ def read(path: str | os.PathLike, trust: bool = False, opt_out: str = "pass trus
     """Read ``path`` once and keep its header.
 
     Raises:
-        lit_gpu.files.checkpoint.CheckpointError: Missing, empty, corrupt, a pickle payload (one line).
+        lit_gpu.checkpoints.read.CheckpointError: Missing, empty, corrupt, a pickle payload (one line).
     """
     facts = inspect(path, trust=trust, opt_out=opt_out)
     if facts.unfinished is not None:

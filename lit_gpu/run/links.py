@@ -11,9 +11,9 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from lit_gpu.checkpoints.contracts import inside
+from lit_gpu.checkpoints.read import CheckpointFacts
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.checkpoint_facts import CheckpointFacts
-from lit_gpu.files.state_paths import inside
 from lit_gpu.run.layout import CHECKPOINTS, version_number
 
 __all__ = ["escaping_links", "refuse_escaping_link", "refuse_leaving", "refuse_links_out_of", "runs_around"]

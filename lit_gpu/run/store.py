@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from lit_gpu import messages
+from lit_gpu.checkpoints.read import CheckpointFacts, inspect
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.checkpoint_facts import CheckpointFacts, inspect
 from lit_gpu.messages import shown
 from lit_gpu.run import choice, layout
 from lit_gpu.run.config import Signature, run_signature
@@ -97,7 +97,7 @@ def check_checkpoint(path: str | os.PathLike, sub: Any, trust: bool = False) -> 
 
 
 def _look(path: str | os.PathLike, which: str, trust: bool, hold: bool = False) -> CheckpointFacts:
-    """The reader's one look at ``path`` (:func:`~lit_gpu.files.checkpoint.inspect`); a link leading out of
+    """The reader's one look at ``path`` (:func:`~lit_gpu.checkpoints.read.inspect`); a link leading out of
     its run folder is refused by name, before anything of it is read."""
     facts = inspect(path, within=runs_around(path), trust=trust, opt_out=_OPT_OUT, hold=hold)
     refuse_leaving(facts, which)

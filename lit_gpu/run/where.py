@@ -17,7 +17,7 @@ from typing import Any
 
 from jsonargparse import Namespace
 
-from lit_gpu.files.state_paths import inside
+from lit_gpu.checkpoints.contracts import inside
 from lit_gpu.run import layout
 
 __all__ = ["Where", "checkpoint_folders", "checkpoint_patterns", "of_config", "root_dir", "run_parents"]

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: packages that are leaves of every route (see the module docstring)
-LEAVES = ("messages", "numbering", "errors", "upstream")
+LEAVES = ("messages", "numbering", "errors", "upstream", "files", "textfiles")  # files: the text reader
 #: the import layers, highest first: a call from a lower room into a higher one is a climb back up
-LAYERS = ("commands", "cli", "runs", "run", "files", "io")
+LAYERS = ("commands", "cli", "runs", "run", "checkpoints")
 
 
 def room_of(module: str | None) -> str | None:

@@ -209,7 +209,7 @@ def test_next_fit_removes_the_temp_file_of_a_save_killed_in_an_earlier_run(tmp_p
     folder = tmp_path / RUN / "version_0" / "checkpoints"
     folder.mkdir(parents=True)
     code = (
-        "import os, signal, sys; from lit_gpu.io import atomic_write\n"
+        "import os, signal, sys; from lit_gpu.checkpoints.io import atomic_write\n"
         "def write(f):\n    f.write(b'x' * 4096); f.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
         "atomic_write(sys.argv[1], write)\n"
     )

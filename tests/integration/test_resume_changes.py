@@ -113,8 +113,8 @@ def test_test_and_export_read_a_checkpoint_with_numpy_numbers_lit_gpu_wrote(tmp_
 def test_a_checkpoint_plain_lightning_wrote_with_numpy_numbers_is_read(tmp_path):
     import lightning.pytorch as pl
 
+    from lit_gpu.checkpoints.read import read_checkpoint, read_for_resume
     from lit_gpu.data import SyntheticRegressionDataModule
-    from lit_gpu.files.checkpoint import read_checkpoint, read_for_resume
     from tests.helpers.optim_matrix import MatrixRegression
 
     trainer = pl.Trainer(

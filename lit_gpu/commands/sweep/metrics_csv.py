@@ -12,8 +12,8 @@ import csv
 import os
 from pathlib import Path
 
+from lit_gpu.checkpoints.io import atomic_file
 from lit_gpu.files.text import read_csv
-from lit_gpu.io import atomic_file
 from lit_gpu.run.layout import METRICS_NAME
 
 METRICS = METRICS_NAME

@@ -30,8 +30,8 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
+from lit_gpu.checkpoints.io import atomic_file
 from lit_gpu.files.sweep_storage import Owner
-from lit_gpu.io import atomic_file
 
 HEARTBEAT_S = 30.0
 STALE_AFTER_S = 180.0

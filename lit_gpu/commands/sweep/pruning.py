@@ -49,7 +49,7 @@ class SweepPruning(Callback):
 
     def restore_contract(self, pl_module: Any = None) -> list[Any]:
         """The number of reports made: an int >= 0 (anything else restarts the count)."""
-        from lit_gpu.files import contracts as c
+        from lit_gpu.checkpoints import contracts as c
 
         return [c.Contract(("callbacks", self.state_key), c.fields({"reports": c.anything()}))]
 

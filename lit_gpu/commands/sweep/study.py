@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from lit_gpu import messages
+from lit_gpu.checkpoints.contracts import inside
 from lit_gpu.commands.sweep.options import JOURNAL_NAME, SweepOptions
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.state_paths import inside
 from lit_gpu.files.text import JSON_LINES_LIMITS, BadFileError, json_lines
 
 RDB_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "oracle", "mssql")

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from lit_gpu.checkpoints import load_state_dict
+from lit_gpu.checkpoints import read as checkpoint
 from lit_gpu.cli.ckpt_path import resolve_ckpt_path
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files import checkpoint
 from lit_gpu.run import config as run_config
 from lit_gpu.run import store
 from tests.helpers.run_store import run_folder, subcommand

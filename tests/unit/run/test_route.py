@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from lit_gpu.checkpoints import read as checkpoint_facts
 from lit_gpu.cli.ckpt_path import resolve_ckpt_path
-from lit_gpu.files import checkpoint_facts
 from lit_gpu.run import folder, store
 from tests.helpers.route import recorded
 from tests.helpers.run_store import DATA, MODEL, subcommand
@@ -62,7 +62,7 @@ def test_a_file_enters_the_run_package_once_and_the_reader_once(tmp_path, monkey
     with recorded() as route:
         resolution = resolve_ckpt_path(config)
     assert resolution is not None and resolution.path == str(ckpt) and resolution.header.step == 4
-    assert route.stays == ["cli", "run", "files", "run", "cli"], route.describe()
+    assert route.stays == ["cli", "run", "checkpoints", "run", "cli"], route.describe()
     assert len(route.rooms) <= 3 and route.returns <= 3 and route.climbs == [] and route.leaf_calls == []
     assert looked == [ckpt]  # one look at the file: the link, whether it is whole, its header, its kind
 
@@ -86,9 +86,9 @@ def test_last_reads_each_file_once_and_never_climbs_back(tmp_path, monkeypatch, 
     # only the chosen run's files, each looked at once; the chosen one once more, keeping the bytes the load
     # reads (its header compared with the one it was chosen by)
     assert sorted(looked) == sorted([*newest, made[-1]])
-    assert route.rooms == ["cli", "run", "files"] and route.climbs == [] and route.leaf_calls == []
-    # the reader once per file, the config.yaml of each run once: nothing else goes back to files
-    assert route.count("files") == len(newest) + 3, route.describe()
+    assert route.rooms == ["cli", "run", "checkpoints"] and route.climbs == [] and route.leaf_calls == []
+    # the checkpoint reader once per look (each run's config.yaml is the text reader's, a leaf)
+    assert route.count("checkpoints") == len(looked), route.describe()
     assert route.count("cli") == 2  # one call of the store, one answer applied
 
 

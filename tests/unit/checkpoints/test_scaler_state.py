@@ -7,9 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lit_gpu.files.contracts import ContractError, check_contracts
-from lit_gpu.files.lightning_contracts import lightning_contract
-from lit_gpu.files.scaler_state import SCALER_STATE_KEYS, scaler_problem
+from lit_gpu.checkpoints.contracts import (
+    SCALER_STATE_KEYS,
+    ContractError,
+    check_contracts,
+    lightning_contract,
+    scaler_problem,
+)
 
 
 def _saved() -> dict:

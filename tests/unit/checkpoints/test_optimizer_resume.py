@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lit_gpu.files.contracts import ContractError
-from lit_gpu.optimizer_resume import fit_optimizers
+from lit_gpu.checkpoints.contracts import ContractError
+from lit_gpu.checkpoints.optimizer import fit_optimizers
 
 
 def _sgd_state() -> dict:

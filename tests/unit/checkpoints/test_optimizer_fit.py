@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lit_gpu.files.contracts import ContractError
-from lit_gpu.files.optimizer_fit import (
+from lit_gpu.checkpoints.contracts import ContractError
+from lit_gpu.checkpoints.optimizer import (
     check_optimizers,
     optimizer_problem,
     saved_optimizer_name,
@@ -102,7 +102,7 @@ def test_a_param_group_more_or_less_is_named():
 
 def test_a_changed_flag_is_the_checkpoints_as_torch_loads_it():
     """amsgrad=True in the config: torch's load_state_dict takes the saved group's amsgrad=False."""
-    from lit_gpu.files.optimizer_fit import watch
+    from lit_gpu.checkpoints.optimizer import watch
 
     _, adam = _stepped("Adam")
     net = _net("Adam")
@@ -202,13 +202,14 @@ def test_a_value_of_another_kind_than_the_other_parameters_is_named():
     _, adam = _stepped("Adam")
     saved = adam.state_dict()
     saved["state"][0]["exp_avg"] = None
-    assert "is a float tensor shaped as its parameter, where state[0] holds None" in optimizer_problem(
-        saved, torch.optim.Adam(_net("Adam").parameters())
+    assert (
+        "state[0]['exp_avg'] is None, where state[1] holds a float tensor shaped as its parameter"
+        in optimizer_problem(saved, torch.optim.Adam(_net("Adam").parameters()))
     )
 
 
 def test_a_failing_restore_or_first_step_is_one_line():
-    from lit_gpu.files.optimizer_fit import watch
+    from lit_gpu.checkpoints.optimizer import watch
 
     _, adam = _stepped("Adam")
     saved = adam.state_dict()

@@ -14,7 +14,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from lit_gpu.io import (
+from lit_gpu.checkpoints.io import (
     STALE_AFTER_S,
     AtomicCheckpointIO,
     DiskFullError,
@@ -128,7 +128,7 @@ def _temp_of(pid: int, folder: Path, token: str | None = None) -> Path:
 @pytest.mark.integration
 def test_sigkilled_save_leaves_a_temp_that_the_next_cleanup_removes(tmp_path):
     code = (
-        "import os, signal, sys; from lit_gpu.io import atomic_write\n"
+        "import os, signal, sys; from lit_gpu.checkpoints.io import atomic_write\n"
         "def write(f):\n    f.write(b'half a checkpoint'); f.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
         "atomic_write(sys.argv[1], write)\n"
     )

@@ -1,17 +1,10 @@
-"""Load checkpoints saved anywhere into any lit_gpu module or plain net.
+"""Loading checkpoints saved anywhere into any module: :func:`load_into`, :func:`load_lightning_module`.
 
-* Lightning ``.ckpt`` files, ``{"state_dict": ...}``/``{"model_state_dict": ...}`` dicts, plain state_dicts,
-  safetensors files, or a whole pickled ``nn.Module`` (only with ``trust=True``).
-* Storages are remapped with ``map_location`` (``"cpu"`` by default), so a checkpoint written on a GPU
-  loads on a CPU-only machine.
-* Wrapper prefixes are stripped: ``module.`` (DataParallel / DDP) and ``_orig_mod.`` (``torch.compile``);
-  the LightningModule attribute prefix (``net.``) is added or removed to fit the target.
-* ``weights_only=True`` unless you pass ``trust=True`` for a file you trust.
-* :func:`load_lightning_module` rebuilds any ``LightningModule`` (yours, Lightning's ``BoringModel``, a
-  lit_gpu module) from a checkpoint after checking what its hyper-parameters would import or build.
-
-Files are read in :mod:`lit_gpu.files` (the one door); this module re-exports its public readers.
-* Mismatches raise :class:`CheckpointMismatchError` listing missing, unexpected and mis-shaped keys.
+* Lightning ``.ckpt`` files, ``{"state_dict": ...}`` dicts, plain state_dicts, safetensors files;
+* storages remapped with ``map_location`` (``"cpu"`` by default);
+* ``module.`` (DP/DDP) and ``_orig_mod.`` (``torch.compile``) prefixes removed, ``net.`` fitted to the target;
+* weights-only unless you pass ``trust=True`` for a file you trust;
+* mismatches raise :class:`CheckpointMismatchError` listing missing, unexpected and mis-shaped keys.
 """
 
 from __future__ import annotations
@@ -19,33 +12,24 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import torch
 from torch import nn
 
+from lit_gpu.checkpoints.build import MODEL_SPEC_KEY, NET_SPEC_KEY, net_spec
+from lit_gpu.checkpoints.read import CheckpointError, check_checkpoint_file, read_checkpoint, read_into_memory
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.checkpoint import (
-    CheckpointError,
-    check_checkpoint_file,
-    read_checkpoint,
-    read_into_memory,
-)
-from lit_gpu.load_report import LoadReport, _listing
-from lit_gpu.net_spec import MODEL_SPEC_KEY, NET_SPEC_KEY, net_spec
-
-
-class CheckpointMismatchError(LitGpuError):
-    """A checkpoint whose keys or shapes do not fit the target model."""
-
+from lit_gpu.messages import shown as _shown
 
 __all__ = [
-    "MODEL_SPEC_KEY",
-    "NET_SPEC_KEY",
     "CheckpointError",
     "CheckpointMismatchError",
     "LoadReport",
+    "MODEL_SPEC_KEY",
+    "NET_SPEC_KEY",
     "check_checkpoint_file",
     "clean_keys",
     "load_into",
@@ -54,6 +38,52 @@ __all__ = [
     "net_spec",
     "read_checkpoint",
 ]
+
+
+# ---- load report --------------------------------------------------------------------------------
+_MAX_LISTED = 3
+
+
+@dataclass
+class LoadReport:
+    """What :func:`load_into` did."""
+
+    loaded: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    shape_mismatches: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when every key matched in name and shape."""
+        return not (self.missing or self.unexpected or self.shape_mismatches)
+
+    def summary(self) -> str:
+        """One line: the counts and the first few keys of each kind of mismatch."""
+        parts = []
+        if self.missing:
+            parts.append(f"{len(self.missing)} missing ({_listing(self.missing)})")
+        if self.unexpected:
+            parts.append(f"{len(self.unexpected)} unexpected ({_listing(self.unexpected)})")
+        if self.shape_mismatches:
+            shapes = [
+                f"{k}: checkpoint {tuple(a)} vs model {tuple(b)}"
+                for k, (a, b) in self.shape_mismatches.items()
+            ]
+            parts.append(f"{len(shapes)} shape mismatch(es) ({_listing(shapes)})")
+        return "; ".join(parts) if parts else f"all {len(self.loaded)} keys matched"
+
+
+def _listing(items: list[str]) -> str:
+    # keys come from the file: each one safe line (no escape sequences, no forged lines)
+    listed = ", ".join(_shown(str(i), limit=120) for i in items[:_MAX_LISTED])
+    return listed + (f", ... {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else "")
+
+
+# ---- checkpoints --------------------------------------------------------------------------------
+class CheckpointMismatchError(LitGpuError):
+    """A checkpoint whose keys or shapes do not fit the target model."""
+
 
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
@@ -233,7 +263,7 @@ def load_lightning_module(
 
     Lightning rebuilds a CLI-written module by handing the checkpoint's hyper-parameters to jsonargparse,
     which imports and instantiates any ``class_path`` they name. Here they are first checked with the
-    policy of :mod:`lit_gpu.files.build` (trusted packages only, classes of the right kind, plain data),
+    policy of :mod:`lit_gpu.checkpoints.build` (trusted packages only, classes of the right kind, plain data),
     and the file is read weights-only unless you pass ``weights_only=False`` (Lightning would default to
     ``False`` for ``http(s)://`` paths). Keyword arguments you pass replace the file's and are not checked.
 
@@ -247,7 +277,7 @@ def load_lightning_module(
     """
     import lightning.pytorch as pl
 
-    from lit_gpu.files.build import check_hparams, is_true_subclass
+    from lit_gpu.checkpoints.build import check_hparams, is_true_subclass
 
     if not is_true_subclass(cls, pl.LightningModule):
         raise TypeError(f"{cls!r} is not a LightningModule class")

@@ -157,8 +157,8 @@ def test_a_directory_as_checkpoint_says_so_and_names_a_ckpt_inside(tmp_path):
 
 
 def test_load_lightning_module_loads_the_very_bytes_it_checked(tmp_path, monkeypatch):
+    from lit_gpu.checkpoints import build as build
     from lit_gpu.checkpoints import load_lightning_module
-    from lit_gpu.files import build
 
     module = RegressionModule(net=SimpleModel())
     state = {k: torch.full_like(v, 0.5) for k, v in module.state_dict().items()}
@@ -178,7 +178,7 @@ def test_load_lightning_module_loads_the_very_bytes_it_checked(tmp_path, monkeyp
 
 
 def test_mismatched_keys_from_a_file_are_listed_escaped():
-    from lit_gpu.load_report import LoadReport
+    from lit_gpu.checkpoints.load import LoadReport
 
     forged = "w\x1b[2J\nlit-gpu: error: forged"
     summary = LoadReport(unexpected=[forged], missing=["fc.weight"]).summary()

@@ -1,4 +1,4 @@
-"""``lit_gpu.files.checkpoint.inside``: the path-containment check behind every "stays in the run folder"
+"""``lit_gpu.checkpoints.read.inside``: the path-containment check behind every "stays in the run folder"
 promise, with the vectors of the round-8 attacker pass (a checked path must be the path that is used)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
-from lit_gpu.files.checkpoint import inside
+from lit_gpu.checkpoints.read import inside
 
 
 class SaysOneOpensAnother(os.PathLike):
@@ -69,7 +69,7 @@ def test_a_checkpoint_link_named_with_tilde_is_not_removed(tmp_path, monkeypatch
 def test_dropped_paths_and_callback_names_from_a_file_are_printed_escaped(tmp_path, capsys):
     import torch
 
-    from lit_gpu.files.checkpoint import drop_outside_paths, read_for_resume
+    from lit_gpu.checkpoints.read import drop_outside_paths, read_for_resume
 
     evil = "/tmp/\x1b]0;TITLE\x07\x1b[2J\nlit-gpu: error: forged"
 

@@ -1,4 +1,4 @@
-"""Crash-safe file writes: a checkpoint on disk is always either the old one or the complete new one."""
+"""Saving a checkpoint: a temp file beside the target, fsync, rename; a full disk is one line."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import socket
 import tempfile
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -23,6 +23,9 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from typing_extensions import override
 
 from lit_gpu import messages
+from lit_gpu.checkpoints.contracts import check_restored_state
+from lit_gpu.checkpoints.optimizer import check_at_fit_start
+from lit_gpu.checkpoints.read import read_for_resume, read_remote
 from lit_gpu.errors import LitGpuError
 
 __all__ = [
@@ -294,7 +297,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     A kill during ``trainer.save_checkpoint`` can no longer leave a truncated ``last.ckpt``: readers
     see the previous complete file until the new one is fully on disk. Remote paths (``s3://``...)
     use Lightning's own transactional save. Local checkpoints are read through lit_gpu's door
-    (:func:`lit_gpu.files.checkpoint.read_for_resume`: weights-only unless the user opted out, and no
+    (:func:`lit_gpu.checkpoints.read.read_for_resume`: weights-only unless the user opted out, and no
     callback path outside the checkpoint's folder), and only files are ever removed.
     """
 
@@ -321,8 +324,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(
         self, path: Any, map_location: Any | None = None, weights_only: bool | None = None
     ) -> Any:
-        from lit_gpu.files.checkpoint import read_for_resume, read_remote
-
         held = self._take_held(path)
         if get_protocol(str(path)) != "file":
             checkpoint = read_remote(path, map_location, weights_only)  # bounded by its size, as a local file
@@ -338,8 +339,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     @override
     def remove_checkpoint(self, path: Any) -> None:
         if get_protocol(str(path)) == "file" and os.path.isdir(str(path)) and not os.path.islink(str(path)):
-            from lit_gpu import messages
-
             real = os.path.realpath(str(path))
             messages.tell(messages.REMOVE_OUTSIDE_REFUSED.format(path=path, dirpath="a file", real=real))
             return  # a checkpoint written by this IO is a file; never remove a folder
@@ -361,26 +360,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise DiskFullError(message) from err
 
 
-def check_restored_state(checkpoint: Any, module: Any, owners: Iterable[Any], what: str) -> None:
-    """Run every contract on ``checkpoint`` that ``module`` and ``owners`` declare, before any restore.
-
-    Each owner's ``restore_contract(module)`` (Lightning's callbacks: ``files.callback_contracts``).
-    A mismatch is one line (:class:`lit_gpu.files.contracts.ContractError`).
-    """
-    from lit_gpu.files.callback_contracts import callback_contracts
-    from lit_gpu.files.contracts import check_contracts, contracts_of
-    from lit_gpu.files.lightning_contracts import lightning_contract
-
-    owners = [owner for owner in (module, *owners) if owner is not None]
-    contracts = [*lightning_contract(), *contracts_of(owners, module), *callback_contracts(owners)]
-    check_contracts(checkpoint, contracts, what)  # the optimizers': optimizer_resume, once built
-
-
 def _check_for(trainer: pl.Trainer, checkpoint: Any, what: str, path: Any) -> None:
     """:func:`check_restored_state` for ``trainer``'s fit; the optimizers' states only for the fit's resume
     (``trainer.ckpt_path``), not Lightning's own reads (``ddp_spawn``'s weights-only hand-back file)."""
-    from lit_gpu.optimizer_resume import check_at_fit_start
-
     owners = [getattr(trainer, "datamodule", None), *trainer.callbacks]
     check_restored_state(checkpoint, trainer.lightning_module, owners, what)
     if trainer.ckpt_path is not None and os.fspath(trainer.ckpt_path) == os.fspath(path):

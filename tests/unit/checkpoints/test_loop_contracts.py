@@ -13,9 +13,8 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from lit_gpu.files.contracts import ContractError, check_contracts
-from lit_gpu.files.lightning_contracts import lightning_contract
-from lit_gpu.files.optimizer_fit import optimizer_problem, scheduler_problem
+from lit_gpu.checkpoints.contracts import ContractError, check_contracts, lightning_contract
+from lit_gpu.checkpoints.optimizer import optimizer_problem, scheduler_problem
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +31,7 @@ def loops() -> dict[str, Any]:
 
 def _checked(loops: dict[str, Any], epoch: int = 0) -> None:
     """The top-level counters are the loops' own (global step 0; ``epoch``): a file whose counters disagree
-    with its loops is refused (tests/unit/files/test_step_counters.py)."""
+    with its loops is refused (tests/unit/checkpoints/test_step_counters.py)."""
     check_contracts({"global_step": 0, "epoch": epoch, "loops": loops}, lightning_contract(), "ckpt")
 
 
@@ -156,7 +155,7 @@ def _callbacks() -> list[Any]:
 
 
 def _restored(states: dict[str, Any], callbacks: list[Any]) -> None:
-    from lit_gpu.io import check_restored_state
+    from lit_gpu.checkpoints.contracts import check_restored_state
 
     check_restored_state({"callbacks": states}, None, callbacks, "ckpt")
 

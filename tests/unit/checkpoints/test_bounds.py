@@ -1,4 +1,4 @@
-"""The size bound of checkpoint reading: an attacker's suite against :mod:`lit_gpu.files.bounds`.
+"""The size bound of checkpoint reading: an attacker's suite against :mod:`lit_gpu.checkpoints.read`.
 
 Every bomb is generated here (``tests/helpers/checkpoint_bombs.py``), none is checked in. Each must be
 refused by the scan alone, in one line, before ``torch.load`` runs; normal files must pass with their
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from lit_gpu.checkpoints import CheckpointError, load_state_dict, read_checkpoint
-from lit_gpu.files.bounds import BoundsError, CheckpointLimits, check_bounds
+from lit_gpu.checkpoints.read import BoundsError, CheckpointLimits, check_bounds
 from tests.helpers import checkpoint_bombs as bombs
 
 FAST = {k: v for k, v in bombs.BOMBS.items() if not k.startswith("compressed")}
@@ -185,7 +185,7 @@ def test_the_values_torch_save_writes_for_those_calls_still_pass(tmp_path):
 
 
 def test_any_error_torch_raises_on_a_checked_file_is_the_one_corrupt_line(tmp_path, monkeypatch):
-    from lit_gpu.files import checkpoint
+    from lit_gpu.checkpoints import read as checkpoint
 
     path = bombs.rejected_call(tmp_path, "complex of a 2000-bit int")
     monkeypatch.setattr(checkpoint, "check_buffer", lambda *a, **k: 0)  # a case the scan would miss
@@ -224,7 +224,7 @@ def test_a_member_name_that_is_not_utf8_is_the_one_corrupt_line(tmp_path):
     raises UnicodeDecodeError while listing the members; every reader answers with the corrupt line."""
     import struct
 
-    from lit_gpu.files.checkpoint import read_header
+    from lit_gpu.checkpoints.read import read_header
 
     path = tmp_path / "a.ckpt"
     torch.save({"state_dict": {"w": torch.ones(2)}, "pytorch-lightning_version": "2.6.6"}, path)

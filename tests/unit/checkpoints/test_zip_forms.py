@@ -16,8 +16,7 @@ import pytest
 import torch
 
 from lit_gpu.checkpoints import load_state_dict
-from lit_gpu.files.bounds import BoundsError, CheckpointLimits, check_buffer
-from lit_gpu.files.checkpoint import CheckpointError
+from lit_gpu.checkpoints.read import BoundsError, CheckpointError, CheckpointLimits, check_buffer
 from tests.helpers import checkpoint_bombs as bombs
 from tests.helpers.zip_forms import Member, forged_zip
 

@@ -13,10 +13,9 @@ import shutil
 import pytest
 import torch
 
+from lit_gpu.checkpoints.contracts import ContractError, check_restored_state
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.contracts import ContractError
-from lit_gpu.io import check_restored_state
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
 from lit_gpu.run import store

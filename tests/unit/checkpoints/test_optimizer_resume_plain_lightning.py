@@ -16,8 +16,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 from typing_extensions import override
 
-from lit_gpu.files.contracts import ContractError
-from lit_gpu.io import install_atomic_checkpoint_io
+from lit_gpu.checkpoints.contracts import ContractError
+from lit_gpu.checkpoints.io import install_atomic_checkpoint_io
 
 pytestmark = pytest.mark.integration  # trains for a second or two per case
 S = torch.optim.lr_scheduler

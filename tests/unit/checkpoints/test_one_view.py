@@ -9,9 +9,8 @@ import pytest
 import torch
 
 from lit_gpu.checkpoints import load_state_dict, read_checkpoint
-from lit_gpu.files import checkpoint
-from lit_gpu.files.bounds import BoundsError, check_buffer
-from lit_gpu.files.checkpoint import CheckpointError
+from lit_gpu.checkpoints import read as checkpoint
+from lit_gpu.checkpoints.read import BoundsError, CheckpointError, check_buffer
 from tests.helpers import checkpoint_bombs as bombs
 
 

@@ -1,19 +1,19 @@
-"""A checkpoint's optimizer and scheduler states against the optimizers and schedulers the config builds.
+"""A resumed fit's optimizer and scheduler states against the ones the config builds; ``--fresh_optimizer``.
 
-Lightning restores them with ``optimizer.load_state_dict`` and ``scheduler.load_state_dict``, zipped with
-what the config builds (a state more or less is not restored). What fits is what those accept and the first
-step then runs from; this module checks the structure before the restore, and :func:`watch` turns an
-exception of the restore or of the first step after it into one line. A state that only poisons numbers
-is NaNGuard's (it stops before the bad update). Checked here:
+Lightning builds the optimizers after it read the checkpoint and restores them after ``on_fit_start``
+(``optimizer.load_state_dict``, ``scheduler.load_state_dict``, zipped with what the config builds). Between
+the two, the structure is checked (:func:`check_optimizers`), and the restore and the first step after it
+are watched (:func:`watch`): their exception becomes one line. A state that only poisons numbers is
+NaNGuard's (it stops before the bad update). What is checked:
 
 * **the optimizer**: as many param groups and parameters as the built one, each group with the built
   group's keys and kinds of values; an integer *setting* (an ``__init__`` argument: LBFGS's ``max_iter``)
   at most the config's, so a file cannot make a step run without end (a progress counter such as timm's
-  ``lookahead_step`` is not a setting); each parameter's state plain data, with the same kinds of values
-  under the same name across parameters;
+  ``lookahead_step`` is not a setting); each parameter's state plain data, with the same kind of value
+  under one name across parameters;
 * **the scheduler**: the built one's keys and kinds, and its settings equal to the config's.
 
-A difference is one line (:class:`ContractError`) with the way forward: ``--fresh_optimizer true``.
+With ``--fresh_optimizer`` the checkpoint's states are replaced by the built ones' (a no-op restore).
 """
 
 from __future__ import annotations
@@ -24,17 +24,29 @@ import math
 import numbers
 import types
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
+import lightning.pytorch as pl
 import torch
+from typing_extensions import override
 
 from lit_gpu import messages
-from lit_gpu.files.contracts import ContractError, holds
-from lit_gpu.files.state_kinds import MAX_INT, keys_problem, kind, value_problem
+from lit_gpu.checkpoints.contracts import MAX_INT, ContractError, holds, keys_problem, kind, value_problem
 from lit_gpu.upstream.torch_hooks import scheduler_children
 
-__all__ = ["check_optimizers", "optimizer_problem", "scheduler_problem", "saved_optimizer_name", "watch"]
+__all__ = [
+    "OptimizerFit",
+    "check_at_fit_start",
+    "check_optimizers",
+    "fit_optimizers",
+    "optimizer_problem",
+    "saved_optimizer_name",
+    "scheduler_problem",
+    "watch",
+]
 
+
+# ---- optimizer fit --------------------------------------------------------------------------------
 _MAX_LIST = 2**16
 _MAX_DEPTH = 4
 
@@ -73,7 +85,7 @@ def _init_names(cls: type) -> frozenset[str]:
         return frozenset()
 
 
-def _settings(built: torch.optim.Optimizer) -> frozenset[str]:
+def _int_settings(built: torch.optim.Optimizer) -> frozenset[str]:
     """The param-group keys that are settings: ``__init__`` arguments of the optimizer's class or of the
     optimizer it wraps (timm's ``Lookahead``), not the counters a class keeps beside them."""
     names = _init_names(type(built))
@@ -135,7 +147,8 @@ def _value_kind(value: Any, param: torch.Tensor, depth: int = 0) -> str | None:
         numeric = "float" if value.is_floating_point() or value.is_complex() else "int"
         if value.dim() == 0:
             return "a scalar"
-        return f"a {numeric} tensor " + ("shaped as its parameter" if value.shape == param.shape else "")
+        shape = "shaped as its parameter" if value.shape == param.shape else "of another shape"
+        return f"a {numeric} tensor {shape}"
     if value is None or isinstance(value, bool):
         return kind(value)
     if isinstance(value, numbers.Real):
@@ -159,6 +172,8 @@ def _state_problem(state: Any, place: Mapping[Any, torch.Tensor]) -> str | None:
             return f"state[{pid}] = {holds(values)}, not a dict"
         for key, value in values.items():
             where = f"state[{pid}][{messages.shown(repr(key), limit=30)}]"
+            if isinstance(value, torch.Tensor) and value.is_meta:
+                return f"{where} holds a meta tensor (no data), which its optimizer cannot read"
             found = _value_kind(value, place[pid])
             if found is None:
                 return f"{where} = {holds(value)}, not a value an optimizer keeps"
@@ -166,7 +181,10 @@ def _state_problem(state: Any, place: Mapping[Any, torch.Tensor]) -> str | None:
                 return f"{where} = {holds(value)}, not a count"
             seen = kinds.setdefault(key, (found, pid))
             if seen[0] != found and place[pid].dim() > 0 and place[seen[1]].dim() > 0:
-                return f"{where} is {found}, where state[{seen[1]}] holds {seen[0]}"
+                odd, usual = (
+                    ((pid, found), seen) if seen[0].endswith("parameter") else (seen[::-1], (found, pid))
+                )
+                return f"state[{odd[0]}][{key!r}] is {odd[1]}, where state[{usual[1]}] holds {usual[0]}"
     return None
 
 
@@ -184,7 +202,7 @@ def optimizer_problem(saved: Any, built: torch.optim.Optimizer) -> str | None:
     ]
     if not all(type(i) is int for i in ids) or len(set(ids)) != len(ids):
         return "param ids that are not distinct ints"
-    filled, settings = _filled_keys(groups, built), _settings(built)
+    filled, settings = _filled_keys(groups, built), _int_settings(built)
     for n, (group, mine) in enumerate(zip(groups, built_groups, strict=True)):
         if len(group["params"]) != len(mine["params"]):
             counts = len(group["params"]), len(mine["params"])
@@ -340,3 +358,67 @@ def watch(obj: Any, what: str) -> None:
 
         ours.append(types.MethodType(wrap(original, what, done), obj))
         setattr(obj, name, ours[0])
+
+
+# ---- optimizer resume --------------------------------------------------------------------------------
+def fit_optimizers(trainer: pl.Trainer, checkpoint: dict[str, Any], what: str, fresh: bool) -> None:
+    """Check ``checkpoint``'s optimizer and scheduler states against ``trainer``'s (``fresh``: replace)."""
+    optimizers = list(trainer.optimizers)
+    schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
+    if fresh:
+        checkpoint["optimizer_states"] = [optimizer.state_dict() for optimizer in optimizers]
+        checkpoint["lr_schedulers"] = [scheduler.state_dict() for scheduler in schedulers]
+        names = [type(x).__name__ for x in optimizers], [type(x).__name__ for x in schedulers]
+        messages.tell(
+            messages.OPTIMIZER_FRESH.format(
+                what=what,
+                optimizers=", ".join(names[0]) or "no optimizer",
+                schedulers=", ".join(names[1]) or "no scheduler",
+            )
+        )
+        return
+    callbacks = getattr(trainer, "callbacks", [])
+    averaging = any(isinstance(cb, pl.callbacks.StochasticWeightAveraging) for cb in callbacks)
+    # SWA replaces the schedulers by its SWALR once averaging started and restores that one itself
+    check_optimizers(checkpoint, optimizers, [] if averaging else schedulers, what)
+    for each in (*optimizers, *schedulers):
+        watch(each, what)  # Lightning's restore and the first step after it: their exception is one line
+
+
+class OptimizerFit(pl.Callback):
+    """Runs :func:`fit_optimizers` once, at the start of the fit that loaded ``checkpoint``."""
+
+    def __init__(self) -> None:
+        self._pending: tuple[dict[str, Any], str, bool] | None = None
+
+    def arm(self, checkpoint: dict[str, Any], what: str, fresh: bool) -> None:
+        self._pending = (checkpoint, what, fresh)
+
+    @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        pending, self._pending = self._pending, None  # the checkpoint is not held past the check
+        if pending is not None:
+            fit_optimizers(trainer, *pending)
+
+
+def check_at_fit_start(trainer: pl.Trainer, checkpoint: Any, what: str) -> None:
+    """Check ``checkpoint`` (just read for ``trainer``'s fit) once the optimizers are built: now where the
+    strategy restores after its set-up, else at ``on_fit_start``. Nothing for validate, test and predict:
+    Lightning restores optimizers for a fit only."""
+    if trainer.state.fn != "fit" or not isinstance(checkpoint, Mapping):
+        return
+    fresh = getattr(trainer.strategy.checkpoint_io, "fresh_optimizer", False) is True
+    if not ("optimizer_states" in checkpoint and "lr_schedulers" in checkpoint):
+        # a weights-only checkpoint (ModelCheckpoint(save_weights_only=True)): Lightning's restore ends in
+        # a KeyError ("checkpoint contains only the model"); with --fresh_optimizer the built states fill in
+        if not fresh:
+            raise ContractError(messages.OPTIMIZER_STATE_MISSING.format(what=what))
+        checkpoint = cast("dict[str, Any]", checkpoint)
+    if trainer.strategy.restore_checkpoint_after_setup:
+        fit_optimizers(trainer, checkpoint, what, fresh)  # type: ignore[arg-type]
+        return
+    hook = next((cb for cb in trainer.callbacks if isinstance(cb, OptimizerFit)), None)
+    if hook is None:
+        hook = OptimizerFit()
+        trainer.callbacks.append(hook)
+    hook.arm(checkpoint, what, fresh)  # type: ignore[arg-type]

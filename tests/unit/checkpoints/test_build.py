@@ -1,4 +1,4 @@
-"""lit_gpu.files.build: class_path specs from files are checked before any import or call."""
+"""lit_gpu.checkpoints.build: class_path specs from files are checked before any import or call."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningCLI
 from torch import nn
 
+from lit_gpu.checkpoints import build as build_policy
+from lit_gpu.checkpoints import build as safe_build
+from lit_gpu.checkpoints.build import UnsafeBuildError, build, check, is_true_subclass
 from lit_gpu.cli import LitGpuCLI
 from lit_gpu.cli.ckpt_path import resolve_ckpt_path
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files import build as safe_build
-from lit_gpu.files import build_policy
-from lit_gpu.files.build import UnsafeBuildError, build, check, is_true_subclass
 from lit_gpu.nets import SimpleModel
 from tests.helpers.paths import CONFIGS
 
@@ -411,7 +411,7 @@ def test_check_hparams_accepts_plain_values_and_what_the_caller_passes(tmp_path)
 
 
 def test_shared_containers_are_checked_within_a_budget_of_values():
-    from lit_gpu.files.build import MAX_VALUES, UnsafeBuildError, check
+    from lit_gpu.checkpoints.build import MAX_VALUES, UnsafeBuildError, check
 
     shared: list = []
     for _ in range(40):  # 2**40 paths through 40 lists: a walk per path would never end

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from lit_gpu.files.bounds import check_buffer
-from lit_gpu.files.checkpoint import CheckpointError, read_checkpoint
-from lit_gpu.files.numpy_globals import dtype_args
+from lit_gpu.checkpoints.read import CheckpointError, check_buffer, read_checkpoint
+from lit_gpu.checkpoints.scan import dtype_args
 
 NUMERIC = [np.dtype(c).type for c in "?" + np.typecodes["AllInteger"] + np.typecodes["AllFloat"]]
 
@@ -116,7 +115,7 @@ def test_globals_the_user_allowed_in_torch_are_read() -> None:
 
 
 def test_a_numpy_scalar_of_more_bytes_than_any_number_is_refused() -> None:
-    from lit_gpu.files.numpy_globals import _scalar_function
+    from lit_gpu.checkpoints.scan import _scalar_function
 
     class Wide:
         def __reduce__(self) -> tuple:

@@ -1,20 +1,8 @@
-"""Reading checkpoint files: the only ``torch.load`` in lit_gpu, weights-only unless the user says otherwise.
+"""Reading a checkpoint: the only ``torch.load`` in lit_gpu, weights-only, the file read once, bounded.
 
-* :func:`read_checkpoint`: a ``torch.save`` file or ``.safetensors`` into plain Python data; a pickle
-  payload is one line (:class:`CheckpointError`) unless the *user* passed ``trust`` (a flag, never a file).
-* :func:`lit_gpu.files.checkpoint_facts.inspect`: the one look ``--ckpt_path`` resolution takes at a file.
-* :func:`read_header`: the small part of a checkpoint (step, epoch, hyper-parameters, callback state),
-  weights and optimizer state dropped: what ``--ckpt_path`` resolution needs, read once.
-* :func:`read_for_resume`: what Lightning restores (``AtomicCheckpointIO.load_checkpoint``), with every
-  path in callback state that leads outside the checkpoint's own folder dropped (:func:`drop_outside_paths`).
-* :func:`~lit_gpu.files.checkpoint_kind.not_lightning`: whether a file can start a run (its own room).
-* :func:`inside`: whether a path, after resolving ``..``, absolute forms and symlinks, is in a folder.
-
-Without ``trust``, a file is read once into memory and ``torch.load`` reads those bytes, after they were
-bounded by the file's size (:mod:`lit_gpu.files.bounds`, :class:`CheckpointLimits`): a file that would cost
-more than ``constant + 2 x its size`` of memory (the copy included), that is not laid out as ``torch.save``
-writes it, or that torch's zip reader and Python's would read differently, is one line before ``torch.load``
-runs.
+A file is read once into memory; those bytes are scanned (:mod:`lit_gpu.checkpoints.scan`) and then
+loaded, so a file changed in between changes nothing. A pickle payload is one line unless the *user* passed
+``trust`` (a flag, never a file).
 """
 
 from __future__ import annotations
@@ -23,33 +11,45 @@ import io
 import os
 import pickle
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
 from lit_gpu import messages
-from lit_gpu.errors import LitGpuError
-from lit_gpu.files import numpy_globals
-from lit_gpu.files.bounds import BoundsError, CheckpointLimits, PickledObjects, check_buffer
-from lit_gpu.files.budget import BadFileError, open_regular
-from lit_gpu.files.checkpoint_kind import (
-    LIGHTNING_KEYS,
-    NOT_LIGHTNING,
-    plain_state_dict,
-    what_it_is,
+from lit_gpu.checkpoints import scan
+from lit_gpu.checkpoints.contracts import STATE_PATH_KEYS, drop_outside_paths, inside
+from lit_gpu.checkpoints.scan import (
+    DEFAULT_LIMITS,
+    BoundsError,
+    CheckpointLimits,
+    PickledObjects,
+    Scan,
+    check_layout,
 )
-from lit_gpu.files.state_paths import STATE_PATH_KEYS, drop_outside_paths, inside
+from lit_gpu.errors import LitGpuError
+from lit_gpu.files.budget import BadFileError, open_regular
 from lit_gpu.messages import first_line
 
 __all__ = [
+    "BoundsError",
     "CheckpointError",
+    "CheckpointFacts",
     "CheckpointLimits",
+    "LIGHTNING_KEYS",
+    "NOT_LIGHTNING",
+    "PickledObjects",
     "STATE_PATH_KEYS",
+    "check_bounds",
+    "check_buffer",
     "check_checkpoint_file",
     "drop_outside_paths",
     "inside",
+    "inspect",
+    "not_lightning",
+    "plain_state_dict",
     "read_checkpoint",
     "read_for_check",
     "read_for_resume",
@@ -57,9 +57,62 @@ __all__ = [
     "read_header_held",
     "read_into_memory",
     "read_remote",
+    "what_it_is",
 ]
 
 
+# ---- checkpoint kind --------------------------------------------------------------------------------
+NOT_LIGHTNING = (
+    "{path} is {what}, not a Lightning checkpoint, so a run cannot start from it; give --ckpt_path "
+    "(ckpt_path=) a .ckpt written by lit-gpu fit, or load the weights into a module with "
+    "lit_gpu.checkpoints.load_into(module, path)"
+)
+
+
+#: top-level keys of a checkpoint Lightning's ``Trainer.save_checkpoint`` writes
+LIGHTNING_KEYS = frozenset({"pytorch-lightning_version", "state_dict", "global_step", "epoch", "loops"})
+
+
+def not_lightning(path: str | os.PathLike, header: Any) -> str | None:
+    """Why the file at ``path`` (its ``header``) cannot start or resume a run, or ``None`` when it can.
+
+    A file is taken for a Lightning checkpoint when its top-level dict has one of the keys Lightning writes
+    (a damaged one is then Lightning's to report); a plain state_dict, a safetensors file or any other
+    object is named.
+    """
+    if isinstance(header, Mapping) and not plain_state_dict(header) and LIGHTNING_KEYS & set(header):
+        from lit_gpu.checkpoints.contracts import counters_problem
+
+        problem = counters_problem(header)  # one step per checkpoint: shown, chosen by, resumed at
+        return (
+            None
+            if problem is None
+            else messages.COUNTERS_DISAGREE.format(path=messages.shown(path), problem=problem)
+        )
+    return NOT_LIGHTNING.format(path=messages.shown(path), what=what_it_is(path, header))
+
+
+def plain_state_dict(checkpoint: Any) -> bool:
+    return (
+        isinstance(checkpoint, Mapping)
+        and bool(checkpoint)
+        and all(isinstance(v, torch.Tensor) for v in checkpoint.values())
+    )
+
+
+def what_it_is(path: str | os.PathLike, checkpoint: Any) -> str:
+    """A few words on a file that is not a Lightning checkpoint."""
+    if str(path).endswith(".safetensors"):
+        return "a safetensors file of weights"
+    if isinstance(checkpoint, Mapping) and checkpoint:
+        if plain_state_dict(checkpoint):
+            return f"a plain state_dict of {len(checkpoint)} tensors (as lit-gpu export writes)"
+        keys = ", ".join(repr(k)[:30] for k in list(checkpoint)[:3])
+        return f"a torch.save file of a dict ({keys}{', ...' if len(checkpoint) > 3 else ''})"
+    return f"a torch.save file of {type(checkpoint).__name__}"
+
+
+# ---- checkpoint --------------------------------------------------------------------------------
 class CheckpointError(LitGpuError):
     """A checkpoint file that cannot be read (missing, empty, truncated, corrupt, untrusted)."""
 
@@ -183,7 +236,7 @@ def _torch_load(
     allowed: list[Any] = []
     if weights_only:
         source = _bounded(source, path, opt_out, limits)
-        allowed = numpy_globals.safe_globals()  # numeric numpy scalars and dtypes, as torch documents
+        allowed = scan.safe_globals()  # numeric numpy scalars and dtypes, as torch documents
     try:
         with torch.serialization.safe_globals(allowed):
             return torch.load(source, map_location=map_location, weights_only=weights_only, **kw)
@@ -373,3 +426,122 @@ def read_for_resume(
             )
         )
     return checkpoint
+
+
+# ---- bounds --------------------------------------------------------------------------------
+#: what each record costs while ``torch.load`` reads the file (its name and size here, torch's directory)
+RECORD_KEPT = 256
+
+
+def check_buffer(
+    data: bytes | bytearray | memoryview, limits: CheckpointLimits | None = None, *, where: str, held: int = 0
+) -> int:
+    """Check that ``torch.load`` of the in-memory ``torch.save`` zip ``data`` costs at most the budget.
+
+    Args:
+        data: The whole file, as ``torch.load`` will read it.
+        limits: The budgets; :data:`DEFAULT_LIMITS` when ``None``.
+        where: How to name the file in messages.
+        held: Bytes the caller keeps in memory while loading (``len(data)`` when it loads from ``data``):
+            charged first, so that the copy and what the load builds together stay within the budget.
+
+    Returns:
+        The bytes charged (``held``, storages and objects).
+
+    Raises:
+        BoundsError: One line: what in the file exceeds which budget, or is not as torch.save writes it.
+    """
+    limits = limits or DEFAULT_LIMITS
+    budget = limits.budget(len(data))
+    archive = check_layout(data, where, room=budget - held)  # its listing, with the copy held, fits
+    try:
+        pickled = archive.read("data.pkl")  # stored, so at most the file's size; torch's bytes
+    except (RuntimeError, ValueError, OSError) as err:
+        raise BoundsError(f"{where}: data.pkl is damaged ({err}); the file is corrupt") from None
+    scan = Scan(archive.records, budget, limits, where, limits.max_nodes + len(pickled))
+    scan.charge(held, "the file read into memory")
+    scan.charge(len(archive.records) * RECORD_KEPT, "the zip's records")  # kept while torch.load reads
+    scan.run(io.BytesIO(pickled))
+    return scan.used
+
+
+def check_bounds(
+    source: str | os.PathLike | IO[bytes], limits: CheckpointLimits | None = None, *, where: str = ""
+) -> int:
+    """:func:`check_buffer` of a path or a seekable binary file (read whole; its position is restored)."""
+    if isinstance(source, str | os.PathLike):
+        where = where or f"checkpoint {os.fspath(source)}"
+        with open(source, "rb") as f:
+            return check_buffer(f.read(), limits, where=where)
+    where = where or "checkpoint from a file object"
+    position = source.tell()
+    try:
+        source.seek(0)
+        return check_buffer(source.read(), limits, where=where)
+    finally:
+        source.seek(position)
+
+
+# ---- checkpoint facts --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CheckpointFacts:
+    """What one look at a checkpoint file says (:func:`inspect`).
+
+    Attributes:
+        path: The file looked at.
+        leaves: The folder among ``within`` whose inside the file's real path leaves (nothing of the file
+            was read); ``target``: that real path.
+        unfinished: Why the file is not a whole checkpoint (missing, empty, a truncated zip: a save that
+            did not finish; nothing was loaded).
+        header: Otherwise its top-level object, read once, weights and optimizer state dropped
+            (:func:`read_header`; ``None`` for a safetensors file).
+        problem: Why it cannot start or resume a run (:func:`not_lightning`); ``None``: a Lightning
+            checkpoint.
+        data: With ``hold``, the bytes the header was read from (checked): what the run's load reads.
+    """
+
+    path: Path
+    leaves: Path | None = None
+    target: str | None = None
+    unfinished: CheckpointError | None = None
+    header: Any = None
+    problem: str | None = None
+    data: io.BytesIO | None = field(default=None, repr=False, compare=False)
+
+
+def inspect(
+    path: str | os.PathLike,
+    within: Sequence[str | os.PathLike] = (),
+    trust: bool = False,
+    opt_out: str = "pass trust=True",
+    limits: CheckpointLimits | None = None,
+    hold: bool = False,
+) -> CheckpointFacts:
+    """Everything ``--ckpt_path`` resolution asks of the file at ``path``, in one call: the reader's one door.
+
+    In order, stopping at the first answer: does its real path (links resolved) leave a folder of
+    ``within`` (the run folders it lies in: nothing of it is read then); is it a whole checkpoint; then its
+    header (one weights-only read unless the user's ``trust``) and whether it is a Lightning checkpoint.
+
+    Raises:
+        CheckpointError: A whole file that cannot be read: corrupt, a pickle payload without ``trust``, or
+            past ``limits`` (one line).
+    """
+    for folder in within:
+        if not inside(path, folder):
+            return CheckpointFacts(Path(path), leaves=Path(folder), target=os.path.realpath(path))
+    if (
+        hold and Path(path).suffix != ".safetensors"
+    ):  # the file opened once: its checked bytes kept for the load
+        try:
+            held = read_into_memory(path)  # the same checks as check_checkpoint_file, on the bytes read
+        except CheckpointError as err:
+            return CheckpointFacts(Path(path), unfinished=err)
+        header, data = read_header_held(path, trust=trust, opt_out=opt_out, limits=limits, held=held)
+        return CheckpointFacts(Path(path), header=header, problem=not_lightning(path, header), data=data)
+    try:
+        check_checkpoint_file(path)
+    except CheckpointError as err:
+        return CheckpointFacts(Path(path), unfinished=err)
+    header = read_header(path, trust=trust, opt_out=opt_out, limits=limits)
+    return CheckpointFacts(Path(path), header=header, problem=not_lightning(path, header))
