@@ -300,37 +300,54 @@ def load_lightning_module(
     return original(checkpoint_path, map_location, hparams_file, strict, weights_only, **kwargs)
 
 
-#: a module rebuilt from a file may hold this many bytes of weights per byte of the file, plus the slack
-#: (as ``lit-gpu export`` allows): more, and the file's hyper-parameters name a net it does not hold
-_NET_PER_FILE_BYTE = 4
-_NET_SLACK = 16 * 2**20
+#: a module built from a file may hold this many bytes of weights per byte of the file (fp16 weights in a
+#: float32 net: 2x; fp8: 4x), plus the slack: more, and what the file names is not the net it holds
+NET_PER_FILE_BYTE = 4
+NET_SLACK = 16 * 2**20
+
+
+def unique_bytes(tensors: Iterable[Any]) -> int:
+    """Bytes of the storages under ``tensors``, each storage counted once (a meta tensor by itself)."""
+    seen: dict[Any, int] = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            storage = t.untyped_storage()
+            seen[storage.data_ptr() if t.device.type != "meta" else id(t)] = storage.nbytes()
+    return sum(seen.values())
+
+
+def larger_than(build: Any, held: int) -> tuple[nn.Module, int] | None:
+    """``build()`` run on the meta device (no memory for its weights): the module and the bytes of its
+    weights where they outweigh ``held`` file bytes past the allowance, else ``None``. A module that cannot
+    be built on meta is left to the real build (``None``); a :class:`LitGpuError` propagates."""
+    import warnings
+
+    try:
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            probe = build()
+    except LitGpuError:
+        raise
+    except Exception:  # noqa: BLE001 - the real build reports it
+        return None
+    tensors = {id(t): t for t in probe.state_dict(keep_vars=True).values() if isinstance(t, torch.Tensor)}
+    needed = sum(t.numel() * t.element_size() for t in tensors.values())
+    return (probe, needed) if needed > NET_PER_FILE_BYTE * held + NET_SLACK else None
 
 
 def _no_larger_than_the_file(
     original: Any, data: io.BytesIO, hparams_file: Any, weights_only: bool, kwargs: dict[str, Any]
 ) -> None:
-    """Rebuild the module on the meta device first (no memory for its weights): hyper-parameters naming
-    a net far larger than the file (``Linear(100000, 100000)`` in a 1 KB file) are refused before the
-    real build allocates it. A module that cannot be built on meta is left to the real build."""
-    import warnings
-
+    """Hyper-parameters naming a net far larger than the file (``Linear(100000, 100000)`` in a 1 KB file)
+    are refused before the real build allocates it."""
     size = len(data.getbuffer())
     try:
-        with torch.device("meta"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            probe = original(data, "meta", hparams_file, False, weights_only, **kwargs)
-    except LitGpuError:
-        raise
-    except Exception:  # noqa: BLE001 - the real build below reports it
-        return
+        found = larger_than(lambda: original(data, "meta", hparams_file, False, weights_only, **kwargs), size)
     finally:
         data.seek(0)
-    tensors = {id(t): t for t in probe.state_dict(keep_vars=True).values() if isinstance(t, torch.Tensor)}
-    needed = sum(t.numel() * t.element_size() for t in tensors.values())
-    if needed > _NET_PER_FILE_BYTE * size + _NET_SLACK:
+    if found is not None:
         raise CheckpointMismatchError(
             f"checkpoint {getattr(data, 'name', 'from a file object')}: its hyper-parameters build "
-            f"{type(probe).__name__} with "
-            f"{needed / 2**20:.1f} MiB of weights but the file holds {size / 2**20:.1f} MiB; it is not a "
-            "checkpoint of that model; load a checkpoint written for it"
+            f"{type(found[0]).__name__} with {found[1] / 2**20:.1f} MiB of weights but the file holds "
+            f"{size / 2**20:.1f} MiB; it is not a checkpoint of that model; load a checkpoint written for it"
         )
