@@ -8,12 +8,12 @@ import io
 import os
 import re
 import shutil
-import socket
 import tempfile
 import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from stat import S_ISREG
 from typing import IO, Any
 
 import lightning.pytorch as pl
@@ -23,9 +23,9 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from typing_extensions import override
 
 from lit_gpu import messages
+from lit_gpu.checkpoints import read
 from lit_gpu.checkpoints.contracts import check_restored_state
 from lit_gpu.checkpoints.optimizer import check_at_fit_start
-from lit_gpu.checkpoints.read import read_for_resume, read_remote
 from lit_gpu.errors import LitGpuError
 
 __all__ = [
@@ -58,53 +58,9 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
-def _writer_token() -> str:
-    """``<host>-<pid namespace>``: where a temp file's pid means something (see clean_stale_temp_files)."""
-    host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
-    try:
-        namespace = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        namespace = 0
-    return f"{host}-{namespace}"
-
-
-# .<name>.<host>-<pidns>.<pid>.<random>.tmp (this version) and .<name>.<random>.tmp (earlier ones)
-_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<token>[A-Za-z0-9-]+)\.(?P<pid>\d+)\.[a-z0-9_]{8}\.tmp$")
-_OLD_TEMP = re.compile(r"^\.(?P<name>.+\.(?:ckpt|pt|pth|json|yaml|csv))\.[a-z0-9_]{8}\.tmp$")
+#: lit_gpu's temp names: .<name>.lit_gpu-<random>.tmp, and those of earlier versions
+_TEMP = re.compile(r"^\.(?P<name>.+)\.(?:lit_gpu-|[A-Za-z0-9-]+\.\d{1,7}\.)?[a-z0-9_]{8}\.tmp$")
 STALE_AFTER_S = 3600.0
-#: the highest process number Linux can give (``PID_MAX_LIMIT``, 2**22): a larger one names no writer
-PID_MAX = 1 << 22
-
-
-def _boot_time() -> float | None:
-    try:
-        with open("/proc/stat") as f:
-            return next(float(line.split()[1]) for line in f if line.startswith("btime "))
-    except (OSError, StopIteration, ValueError, IndexError):
-        return None
-
-
-def _started_at(pid: int) -> float | None:
-    """Start time (epoch seconds) of a running process, from /proc; ``None`` when unknown."""
-    boot = _boot_time()
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return None if boot is None else boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _writer_alive(pid: int, written_at: float) -> bool:
-    """Whether the process that wrote a temp file (same host and pid namespace) may still be writing it."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # alive, another user's
-    started = _started_at(pid)
-    return started is None or started <= written_at + 1.0  # a later start: the pid was reused
 
 
 def _size(nbytes: float) -> str:
@@ -116,45 +72,20 @@ def _size(nbytes: float) -> str:
 
 
 def clean_stale_temp_files(folder: str | os.PathLike, now: float | None = None) -> list[str]:
-    """Delete temp files of :func:`atomic_write` in ``folder`` whose writer is gone.
-
-    A save killed by SIGKILL (OOM killer, ``scancel``, power loss) leaves ``.<name>.*.tmp`` behind.
-    A temp file is removed only when no live process can still be writing it:
-
-    * named by a process on this host and pid namespace (the name carries host, namespace and
-      pid): that pid is not running, or the process holding it started after the file was last
-      written (the pid was reused);
-    * named by another host / namespace, or by an earlier lit_gpu (no pid in the name): not
-      modified for :data:`STALE_AFTER_S` (an hour; a live save writes continuously).
-
-    Args:
-        folder: A checkpoint folder (not searched recursively); missing folders are fine.
-        now: Current time (for tests).
-
-    Returns:
-        ``"<path> (<size>)"`` for each file removed.
-    """
+    """Delete the temp files killed saves left in ``folder`` (SIGKILL, OOM killer, power loss): files named
+    as :func:`atomic_file` names them and not written for :data:`STALE_AFTER_S` (a live save writes
+    continuously). Not recursive; ``now`` is for tests. Returns ``"<path> (<size>)"`` for each removed."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
     now = time.time() if now is None else now
-    token = _writer_token()
     removed = []
     for path in sorted(folder.glob(".*.tmp")):
         try:
-            stat = path.stat()
+            stat = path.lstat()
         except OSError:
             continue
-        match = _TEMP.match(path.name)
-        if match and (len(match["pid"]) > 7 or int(match["pid"]) > PID_MAX):
-            continue  # no process can have that number: not a temp file lit_gpu wrote, left alone
-        if match and match["token"] == token:
-            stale = not _writer_alive(int(match["pid"]), stat.st_mtime)
-        elif match or _OLD_TEMP.match(path.name):
-            stale = now - stat.st_mtime > STALE_AFTER_S
-        else:
-            continue  # not ours
-        if stale:
+        if _TEMP.match(path.name) and S_ISREG(stat.st_mode) and now - stat.st_mtime > STALE_AFTER_S:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
                 removed.append(f"{path} ({_size(stat.st_size)})")
@@ -166,8 +97,8 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb", **open_kwargs: Any) -
     """Open a temp file beside ``path`` for writing; on a clean exit fsync it and rename it to ``path``.
 
     A crash, kill or exception at any point leaves the previous ``path`` (if any) untouched and no
-    temp file behind (except after SIGKILL, which leaves a hidden ``.<name>.*.tmp`` that
-    :func:`clean_stale_temp_files` removes at the next fit).
+    temp file behind (except after SIGKILL, which leaves a hidden ``.<name>.lit_gpu-*.tmp`` that
+    :func:`clean_stale_temp_files` removes at a later fit).
 
     Args:
         path: Destination file.
@@ -175,7 +106,7 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb", **open_kwargs: Any) -
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    prefix = f".{path.name}.{_writer_token()}.{os.getpid()}."  # see clean_stale_temp_files
+    prefix = f".{path.name}.lit_gpu-"  # see clean_stale_temp_files
     fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp_name, _FILE_MODE)  # mkstemp makes 0600; give the usual umask-based mode
@@ -326,10 +257,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     ) -> Any:
         held = self._take_held(path)
         if get_protocol(str(path)) != "file":
-            checkpoint = read_remote(path, map_location, weights_only)  # bounded by its size, as a local file
+            checkpoint = read.read_remote(path, map_location, weights_only)  # bounded, as a local file
         else:
             location = map_location if map_location is not None else (lambda storage, loc: storage)
-            checkpoint = read_for_resume(path, location, weights_only, data=held)
+            checkpoint = read.read_for_resume(path, location, weights_only, data=held)
             del held  # the bytes go back now
         trainer = None if self._trainer is None else self._trainer()
         if trainer is not None:
