@@ -80,13 +80,6 @@ MISSING_INIT_ARGS = (
     "{key}: {class_path} needs {names}, which the config does not give; "
     "set it under init_args (e.g. {example} VALUE)"
 )
-CKPT_IS_DIRECTORY = (
-    "--ckpt_path {path} is a directory, not a checkpoint file; pass a .ckpt file in it{example}, "
-    "or --ckpt_path last / best"
-)
-CKPT_NOT_REGULAR = (
-    "checkpoint {path} is not a regular file (a FIFO, a device or a socket); pass a checkpoint file"
-)
 NUM_CLASSES_MISMATCH = (
     "the net {net} outputs {outputs} classes but model.num_classes is {num_classes}; "
     "set --model.num_classes {outputs} or change the net's output size to {num_classes}"
@@ -151,7 +144,6 @@ PICKLE_REFUSED = (
     "file and where it came from, {opt_out}"
 )
 UNKNOWN_FLAG = "{flags}; flags are exact (no abbreviations): run '{prog} --help' for the options"
-BUILD_REFUSED = "{source}: refusing to build {key}: {what}; nothing was run; {fix}"
 
 SWEEP_BAD_SPACE = (
     "search space {where}: {what}; write e.g. 'model.init_args.optimizer.init_args.lr: "
@@ -191,24 +183,9 @@ SWEEP_METRIC_NOT_LOGGED = (
     "--metric {metric} was never logged by trial {number} (logged: {logged}); pass one of those, and make "
     "sure the config validates (trainer.limit_val_batches > 0)"
 )
-DISK_FULL = (
-    "{what}: could not save checkpoint {path} (about {size}{room}); {kept}no partial file was left; "
-    "free space on that disk or point --checkpoint.dirpath (or --trainer.default_root_dir) at a disk "
-    "with room, then resume with --ckpt_path last"
-)
 GUARANTEES_SWITCH_INVALID = (
     "{name}={value!r} is neither true nor false; unset it (lit_gpu's guarantees on) or set it to false "
     "(off: a run behaves as Lightning's, with no stop checkpoint on SIGINT/SIGTERM)"
-)
-OPTIMIZER_CHANGED = (
-    "{what}: its optimizer state does not fit the config: the checkpoint holds {held}, the config builds "
-    "{built} ({problem}); to keep the weights and the progress and start the optimizers and schedulers "
-    "fresh, add --fresh_optimizer true (docs/checkpoints.md), or resume with the config it was saved with"
-)
-OPTIMIZER_STATE_MISSING = (
-    "{what}: holds the weights and the progress but no optimizer or scheduler state (saved with "
-    "save_weights_only); to continue from it with the optimizers and schedulers started fresh, add "
-    "--fresh_optimizer true (docs/checkpoints.md)"
 )
 
 # ---- progress lines (printed with tell) ---------------------------------------------------------
@@ -228,10 +205,6 @@ CONFIG_EXISTS = (
     "{path} exists: an earlier run saved its config into the same folder. Aborting to avoid overwriting it "
     "(nothing ran); give this run its own folder (--trainer.default_root_dir DIR, or lit_gpu's loggers: "
     "a version_N folder per run), or remove the file"
-)
-COUNTERS_DISAGREE = (
-    "{path} holds {problem}: it was edited or put together from two checkpoints, so it names no one step to"
-    " resume at; use another checkpoint (its run's last.ckpt)"
 )
 RESUMED_BETWEEN_MICRO_BATCHES = (
     "resumed at {point}, between the micro-batches of an optimizer step ({done} of {every} accumulated):"
@@ -255,10 +228,6 @@ WROTE_PREDICTIONS = "wrote {rows} predictions to {path}"
 EXPORTED = "exported {weights} (metadata: {sidecar})"
 WROTE_PLOT = "wrote {path} ({width}x{height} px)"
 FREE_GPU_OF_RANK = "local rank {rank} -> GPU {index} {name} ({uuid})"
-OPTIMIZER_FRESH = (
-    "{what}: kept the weights and the progress; started {optimizers} and {schedulers} fresh "
-    "(--fresh_optimizer)"
-)
 DEPENDENCY_OUT_OF_RANGE = "{name} {found}: lit-gpu supports {supported}; pip install '{requirement}'"
 BAD_VARIABLE_IGNORED = "warning: {problem}; left out for this --help"
 CUDA_READS_PART = (

@@ -22,7 +22,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.text import BadFileError, parse_yaml, read_yaml
 from lit_gpu.files.yaml_json import hparams_loader
@@ -43,6 +42,8 @@ __all__ = [
     "trusted_roots",
     "user_roots",
 ]
+
+BUILD_REFUSED = "{source}: refusing to build {key}: {what}; nothing was run; {fix}"
 
 
 # ---- build policy --------------------------------------------------------------------------------
@@ -125,9 +126,7 @@ class Where:
     left: list[int] = field(default_factory=lambda: [MAX_VALUES])  # values one check may still visit
 
     def refuse(self, what: str, fix: str = FIX) -> UnsafeBuildError:
-        return UnsafeBuildError(
-            messages.BUILD_REFUSED.format(source=self.source, key=self.key, what=what, fix=fix)
-        )
+        return UnsafeBuildError(BUILD_REFUSED.format(source=self.source, key=self.key, what=what, fix=fix))
 
     def at(self, key: str) -> Where:
         return Where(

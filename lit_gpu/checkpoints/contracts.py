@@ -49,7 +49,7 @@ __all__ = [
 # ---- contracts --------------------------------------------------------------------------------
 #: a path step that means "every item of this list, or every value of this dict"
 EACH = "*"
-_MAX_INT = 2**62
+MAX_INT = 2**62  # counts and integer settings a file may hold
 
 
 class ContractError(LitGpuError):
@@ -99,7 +99,7 @@ def anything() -> Spec:
     return Spec("anything", lambda v: None)
 
 
-def integer(low: int = -_MAX_INT, high: int = _MAX_INT) -> Spec:
+def integer(low: int = -MAX_INT, high: int = MAX_INT) -> Spec:
     def test(v: Any) -> str | None:
         return None if type(v) is int and low <= v <= high else ""
 
@@ -276,7 +276,6 @@ def contracts_of(owners: Iterable[Any], *args: Any) -> list[Contract]:
 
 
 # ---- state kinds --------------------------------------------------------------------------------
-MAX_INT = 2**62
 
 
 # ---- kinds ------------------------------------------------------------------------------------
@@ -370,7 +369,6 @@ def keys_problem(saved: Mapping[Any, Any], built: Mapping[Any, Any], name: str, 
 #: where Lightning keeps the scaler's state: the precision plugins' qualnames, and the pre-2.0 key
 SCALER_STATE_KEYS = ("MixedPrecision", "FSDPPrecision", "native_amp_scaling_state")
 SCALER_KEYS = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
-_MAX_INT = 2**62
 
 
 def _number(value: Any) -> float | None:
@@ -392,7 +390,7 @@ def scaler_problem(state: Any) -> str | None:
         return f"backoff_factor = {holds(state['backoff_factor'])}; GradScaler takes a number in (0, 1)"
     for key, low in (("growth_interval", 1), ("_growth_tracker", 0)):
         value = state[key]
-        if type(value) is not int or not low <= value <= _MAX_INT:
+        if type(value) is not int or not low <= value <= MAX_INT:
             return f"{key} = {holds(value)}, not a count in [{low}, 2**62]"
     return None
 
@@ -579,7 +577,7 @@ def _progress_problem(value: Any, parts: Any, where: str) -> str | None:
             if key not in _COUNTS:
                 shown = messages.shown(repr(key), limit=40)
                 return f"{where} key {shown}, which would replace an attribute of Lightning's progress"
-            if type(count) is not int or not 0 <= count <= _MAX_INT:
+            if type(count) is not int or not 0 <= count <= MAX_INT:
                 return f"{where}[{key!r}] = {holds(count)}, not a count in [0, 2**62]"
         return None
     if set(value) != set(parts):
@@ -606,7 +604,7 @@ def _loop_problem(loop: Any, plain_batches: bool = False) -> str | None:
             if not isinstance(value, Mapping):
                 return f"{where} = {holds(value)}, not a dict"
             steps = saved_batches_that_stepped(value)
-            if type(steps) is not int or not 0 <= steps <= _MAX_INT:
+            if type(steps) is not int or not 0 <= steps <= MAX_INT:
                 return f"{where}._batches_that_stepped = {holds(steps)}, not a count in [0, 2**62]"
         elif name.endswith("progress"):
             parts = _PROGRESS if plain_batches and name == "batch_progress" else _PROGRESS_PARTS.get(name)
@@ -645,7 +643,7 @@ def lightning_contract() -> list[Contract]:
             else ""
         ),
     )
-    counter = integer(0, _MAX_INT)
+    counter = integer(0, MAX_INT)
     owner = "Lightning's restore"
     return [
         Contract(("epoch",), counter, owner=owner),

@@ -38,6 +38,12 @@ __all__ = [
     "install_atomic_checkpoint_io",
 ]
 
+DISK_FULL = (
+    "{what}: could not save checkpoint {path} (about {size}{room}); {kept}no partial file was left; "
+    "free space on that disk or point --checkpoint.dirpath (or --trainer.default_root_dir) at a disk "
+    "with room, then resume with --ckpt_path last"
+)
+
 
 def _umask() -> int:
     mask = os.umask(0)
@@ -219,7 +225,7 @@ def disk_full_message(err: BaseException, path: str | os.PathLike, checkpoint: A
         return None
     room = f", {_size(free)} free there" if free is not None else ""
     kept = f"the previous {path.name} is intact, " if path.exists() else ""
-    return messages.DISK_FULL.format(what=what, path=path, size=_size(needed), room=room, kept=kept)
+    return DISK_FULL.format(what=what, path=path, size=_size(needed), room=room, kept=kept)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -45,6 +45,21 @@ __all__ = [
     "watch",
 ]
 
+OPTIMIZER_CHANGED = (
+    "{what}: its optimizer state does not fit the config: the checkpoint holds {held}, the config builds "
+    "{built} ({problem}); to keep the weights and the progress and start the optimizers and schedulers "
+    "fresh, add --fresh_optimizer true (docs/checkpoints.md), or resume with the config it was saved with"
+)
+OPTIMIZER_STATE_MISSING = (
+    "{what}: holds the weights and the progress but no optimizer or scheduler state (saved with "
+    "save_weights_only); to continue from it with the optimizers and schedulers started fresh, add "
+    "--fresh_optimizer true (docs/checkpoints.md)"
+)
+OPTIMIZER_FRESH = (
+    "{what}: kept the weights and the progress; started {optimizers} and {schedulers} fresh "
+    "(--fresh_optimizer)"
+)
+
 
 # ---- optimizer fit --------------------------------------------------------------------------------
 _MAX_LIST = 2**16
@@ -278,7 +293,7 @@ def check_optimizers(
                     break
     if held:
         raise ContractError(
-            messages.OPTIMIZER_CHANGED.format(
+            OPTIMIZER_CHANGED.format(
                 what=what, held=held, built=built, problem=messages.shown(problem, limit=200)
             )
         )
@@ -288,7 +303,7 @@ def _refused(what: str, obj: Any, err: BaseException, at: str) -> ContractError:
     held = "an optimizer state" if isinstance(obj, torch.optim.Optimizer) else "a scheduler state"
     said = messages.shown(f"{type(err).__name__} at its {at}: {messages.first_line(err)}", limit=200)
     return ContractError(
-        messages.OPTIMIZER_CHANGED.format(what=what, held=held, built=type(obj).__name__, problem=said)
+        OPTIMIZER_CHANGED.format(what=what, held=held, built=type(obj).__name__, problem=said)
     )
 
 
@@ -370,7 +385,7 @@ def fit_optimizers(trainer: pl.Trainer, checkpoint: dict[str, Any], what: str, f
         checkpoint["lr_schedulers"] = [scheduler.state_dict() for scheduler in schedulers]
         names = [type(x).__name__ for x in optimizers], [type(x).__name__ for x in schedulers]
         messages.tell(
-            messages.OPTIMIZER_FRESH.format(
+            OPTIMIZER_FRESH.format(
                 what=what,
                 optimizers=", ".join(names[0]) or "no optimizer",
                 schedulers=", ".join(names[1]) or "no scheduler",
@@ -412,7 +427,7 @@ def check_at_fit_start(trainer: pl.Trainer, checkpoint: Any, what: str) -> None:
         # a weights-only checkpoint (ModelCheckpoint(save_weights_only=True)): Lightning's restore ends in
         # a KeyError ("checkpoint contains only the model"); with --fresh_optimizer the built states fill in
         if not fresh:
-            raise ContractError(messages.OPTIMIZER_STATE_MISSING.format(what=what))
+            raise ContractError(OPTIMIZER_STATE_MISSING.format(what=what))
         checkpoint = cast("dict[str, Any]", checkpoint)
     if trainer.strategy.restore_checkpoint_after_setup:
         fit_optimizers(trainer, checkpoint, what, fresh)  # type: ignore[arg-type]

@@ -60,6 +60,18 @@ __all__ = [
     "what_it_is",
 ]
 
+CKPT_IS_DIRECTORY = (
+    "--ckpt_path {path} is a directory, not a checkpoint file; pass a .ckpt file in it{example}, "
+    "or --ckpt_path last / best"
+)
+CKPT_NOT_REGULAR = (
+    "checkpoint {path} is not a regular file (a FIFO, a device or a socket); pass a checkpoint file"
+)
+COUNTERS_DISAGREE = (
+    "{path} holds {problem}: it was edited or put together from two checkpoints, so it names no one step to"
+    " resume at; use another checkpoint (its run's last.ckpt)"
+)
+
 
 # ---- checkpoint kind --------------------------------------------------------------------------------
 NOT_LIGHTNING = (
@@ -85,9 +97,7 @@ def not_lightning(path: str | os.PathLike, header: Any) -> str | None:
 
         problem = counters_problem(header)  # one step per checkpoint: shown, chosen by, resumed at
         return (
-            None
-            if problem is None
-            else messages.COUNTERS_DISAGREE.format(path=messages.shown(path), problem=problem)
+            None if problem is None else COUNTERS_DISAGREE.format(path=messages.shown(path), problem=problem)
         )
     return NOT_LIGHTNING.format(path=messages.shown(path), what=what_it_is(path, header))
 
@@ -129,10 +139,10 @@ def _check_entry(path: str | os.PathLike) -> Path:
     if path.is_dir():
         inside_ = sorted(path.rglob("*.ckpt"))
         example = f" (e.g. {inside_[-1]})" if inside_ else ""
-        raise CheckpointError(messages.CKPT_IS_DIRECTORY.format(path=path, example=example))
+        raise CheckpointError(CKPT_IS_DIRECTORY.format(path=path, example=example))
     if not path.is_file():
         if path.exists():  # a FIFO or a device (/dev/zero) named like a checkpoint: never opened
-            raise CheckpointError(messages.CKPT_NOT_REGULAR.format(path=path))
+            raise CheckpointError(CKPT_NOT_REGULAR.format(path=path))
         raise CheckpointError(f"checkpoint not found: {path}")
     if path.stat().st_size == 0:
         raise CheckpointError(

@@ -51,7 +51,6 @@ ALLOWED = {
     ): "Lightning module paths: the gate's own table",
     ("lit_gpu/run/config_saver.py", "yaml.safe_load"): "the parser's own dump of this run's config",
     ("lit_gpu/commands/sweep/best.py", "json.loads"): "a JSON round trip of the parsed config in memory",
-    ("lit_gpu/checkpoints/io.py", "open"): "/proc/stat and /proc/PID/stat, written by the kernel",
     ("lit_gpu/checkpoints/scan.py", "importlib.import_module"): "numpy's own modules, by constant names",
     ("lit_gpu/commands/sweep/owners.py", "read_text"): "/proc/PID/stat, written by the kernel",
     ("lit_gpu/devices.py", "read_text"): "/proc/cpuinfo, written by the kernel",
