@@ -22,12 +22,17 @@ SWA = [
 ]  # fmt: skip
 
 
-def test_a_fit_stopped_mid_averaging_resumes(tmp_path):
-    code, out = fit(tmp_path, [*BASE, *SWA, "--trainer.max_epochs", "2"])
+@pytest.mark.parametrize("scheduler", [None, "StepLR"])
+def test_a_fit_stopped_mid_averaging_resumes(tmp_path, scheduler):
+    """The config builds no scheduler (the checkpoint holds SWALR's state), or one SWA replaced."""
+    model = ["--model", "tests.helpers.optim_matrix.MatrixRegression", "--model.scheduler_name", scheduler]
+    args = [*BASE, *SWA, *(model if scheduler else [])]
+    code, out = fit(tmp_path, [*args, "--trainer.max_epochs", "2"])
     assert code == 0, out[-3000:]
     saved = last(tmp_path)
     assert len(saved["lr_schedulers"]) == 1 and saved["global_step"] == 8  # SWALR: averaging started
-    code, out = fit(tmp_path, [*BASE, *SWA, "--trainer.max_epochs", "3", "--ckpt_path", "last"])
+    assert "anneal_epochs" in saved["lr_schedulers"][0]  # SWALR's
+    code, out = fit(tmp_path, [*args, "--trainer.max_epochs", "3", "--ckpt_path", "last"])
     assert code == 0, out[-3000:]
     assert last(tmp_path)["global_step"] == 12
 
