@@ -27,8 +27,8 @@ __version__ = "0.1.0"
 #: lit_gpu's modules and subpackages, each an attribute imported on first use (PEP 562)
 SUBMODULES = frozenset(
     {
-        "callbacks", "checkpoints", "cli", "commands", "data", "demo", "devices", "errors", "files", "io",
-        "load_report", "messages", "modules", "net_spec", "nets", "profilers", "recipes", "registration",
+        "callbacks", "checkpoints", "cli", "commands", "data", "demo", "devices", "errors", "files",
+        "messages", "modules", "nets", "profilers", "recipes", "registration",
         "logger_media", "loggers", "package_check", "run", "strategies", "testing", "translate", "upstream",
     }
 )  # fmt: skip

@@ -691,4 +691,4 @@ def check_restored_state(checkpoint: Any, module: Any, owners: Iterable[Any], wh
     """
     owners = [owner for owner in (module, *owners) if owner is not None]
     contracts = [*lightning_contract(), *contracts_of(owners, module), *callback_contracts(owners)]
-    check_contracts(checkpoint, contracts, what)  # the optimizers': optimizer_resume, once built
+    check_contracts(checkpoint, contracts, what)  # the optimizers': checkpoints.optimizer, once built

@@ -31,4 +31,4 @@ def add_argument(parser: Any) -> None:
 def apply(trainer: pl.Trainer, config: Any, subcommand: str | None) -> None:
     """Tell ``trainer``'s checkpoint reader that the user asked for fresh optimizers (``fit`` only)."""
     if subcommand == "fit" and config_value(config, f"fit.{FLAG}", False):
-        trainer.strategy.checkpoint_io.fresh_optimizer = True  # read by optimizer_resume
+        trainer.strategy.checkpoint_io.fresh_optimizer = True  # read by checkpoints.optimizer
