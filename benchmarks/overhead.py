@@ -76,10 +76,10 @@ from lit_gpu.callbacks.nan_guard import NaNGuard  # noqa: E402
 from lit_gpu.callbacks.rng_state import RNGStateCallback  # noqa: E402
 from lit_gpu.callbacks.speed import SpeedLevers  # noqa: E402
 from lit_gpu.data.tensor_loader import TensorLoader  # noqa: E402
+from lit_gpu.fastpath.batch import LeanTrainingBatch  # noqa: E402
+from lit_gpu.fastpath.step import LeanOptimizerStep, SkipIdleHooks  # noqa: E402
 from lit_gpu.loggers import RunFolderSync  # noqa: E402
 from lit_gpu.nets import FastMnistNet  # noqa: E402
-from lit_gpu.upstream.batch_path import LeanTrainingBatch  # noqa: E402
-from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks  # noqa: E402
 
 BATCH = 128
 
@@ -237,6 +237,12 @@ def _lightning_profiler(trainer: pl.Trainer) -> None:
     trainer.profiler = PassThroughProfiler()  # Lightning's default instead of lit_gpu's NoProfiler
 
 
+def _no_fastpath(trainer: pl.Trainer) -> None:
+    """The whole of lit_gpu.fastpath off: Lightning's own loop (the fallback) under lit_gpu's stack."""
+    _drop(LeanOptimizerStep, LeanTrainingBatch, SkipIdleHooks)(trainer)
+    _lightning_profiler(trainer)
+
+
 #: component -> (extra CLI flags, edit of the built trainer, loader kind, module kind); each
 #: switches exactly one piece of the default stack off
 COMPONENTS: dict[str, tuple[list[str], Callable[[pl.Trainer], None] | None, str, str]] = {
@@ -255,6 +261,7 @@ COMPONENTS: dict[str, tuple[list[str], Callable[[pl.Trainer], None] | None, str,
     "lean_step": ([], _drop(LeanOptimizerStep), "tensor", "lit"),
     "lean_batch": ([], _drop(LeanTrainingBatch), "tensor", "lit"),
     "no_profiler": ([], _lightning_profiler, "tensor", "lit"),
+    "fastpath": ([], _no_fastpath, "tensor", "lit"),
     "stateful_loader": ([], None, "plain", "lit"),
     "module": ([], None, "tensor", "minimal"),
 }

@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _recipe import machine  # noqa: E402
 
-from lit_gpu.callbacks.progress_log import ProgressLog  # noqa: E402
+from lit_gpu.callbacks.progress import ProgressLog  # noqa: E402
 from lit_gpu.data.tensor_loader import TensorLoader  # noqa: E402
 from lit_gpu.modules import ClassificationModule  # noqa: E402
 from lit_gpu.nets import FastMnistNet  # noqa: E402

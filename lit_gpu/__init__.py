@@ -28,7 +28,7 @@ __version__ = "0.1.0"
 SUBMODULES = frozenset(
     {
         "callbacks", "checkpoints", "cli", "commands", "data", "demo", "devices", "errors", "files",
-        "messages", "modules", "nets", "profilers", "recipes", "registration",
+        "messages", "modules", "nets", "fastpath", "recipes", "registration",
         "logger_media", "loggers", "package_check", "run", "strategies", "testing", "translate", "upstream",
     }
 )  # fmt: skip

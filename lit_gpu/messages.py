@@ -8,6 +8,7 @@ through :func:`tell`, which prints once per job (global rank zero).
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import unicodedata
 from typing import TextIO
@@ -357,3 +358,77 @@ def tell_error(text: str) -> None:
     the terminal through an error.
     """
     print(f"{PREFIX}error: {one_line(text)}", file=sys.stderr, flush=True)
+
+
+# ---- the resume command: words several rooms print (progress lines, the stop line) ----------------------
+#: flags the resume command leaves out: the checkpoint is named anew, and the run continues in its folder
+_REPLACED_FLAGS = ("--ckpt_path", "--new_run")
+
+
+def resume_command(argv: list[str], checkpoint: str) -> str:
+    """``lit-gpu <argv>`` with ``--ckpt_path checkpoint`` in place of any ``--ckpt_path`` it had
+    (a ``--new_run true`` left out: the resume continues the folder of ``checkpoint``; a last ``--new_run
+    false`` kept, as LitGpuCLI adds it where a config file set ``new_run: true``), as one line that bash
+    reads back to the same words (:func:`command_word`). A command longer than :data:`RESUME_MAX_CHARS`
+    (the printed line would be cut) names the arguments instead of a cut, wrong command."""
+    kept: list[str] = []
+    new_run: str | None = None  # the value of the last --new_run
+    skip: str | None = None  # a dropped flag whose value comes next
+    for arg in argv:
+        if skip is not None:
+            new_run = arg if skip == "--new_run" else new_run
+            skip = None
+            continue
+        flag, equals, value = arg.partition("=")
+        if flag in _REPLACED_FLAGS:
+            if not equals:
+                skip = flag
+            elif flag == "--new_run":
+                new_run = value
+            continue
+        kept.append(arg)
+    if new_run is not None and new_run.strip().lower() == "false":  # a file may say new_run: true
+        kept += ["--new_run", "false"]
+    program = " ".join(command_word(word) for word in _program(argv))
+    command = " ".join([program, *(command_word(word) for word in [*kept, "--ckpt_path", checkpoint])])
+    if len(command) > RESUME_MAX_CHARS:
+        return f"{program} <the same arguments> --ckpt_path {command_word(checkpoint)}"
+    return command
+
+
+def _program(argv: list[str]) -> list[str]:
+    """The words that started this process before ``argv``: ``lit-gpu``, or, when ``argv`` is this process's
+    own command line run by another program (``python train.py`` with a LitGpuCLI of its own, ``python -m
+    lit_gpu``), those words as Python recorded them (``sys.orig_argv``): the resume runs the same CLI."""
+    own = sys.argv[1:]
+    if not own or argv[: len(own)] != own or os.path.basename(sys.argv[0]) == "lit-gpu" or not sys.argv[0]:
+        return ["lit-gpu"]
+    words = sys.orig_argv[: len(sys.orig_argv) - len(own)]
+    return words if words and own == sys.orig_argv[len(words) :] else ["lit-gpu"]
+
+
+#: the longest resume command printed whole (a stop line is cut at messages.LINE_MAX_CHARS)
+RESUME_MAX_CHARS = 3000
+
+
+def command_word(word: str) -> str:
+    """``word`` as a bash (and zsh) word that reads back as ``word`` and that :func:`shown`
+    prints unchanged: ``shlex.quote``, or, where ``word`` holds a character ``shown`` would escape (a
+    newline, a control, a bidi or format character, an undecodable byte), ANSI-C quoting ``$'...'`` with
+    that character's bytes as ``\\xHH`` (bash's definition of ``$'...'``; ``!`` as ``\\x21``: no history
+    expansion)."""
+    if all(shown(char) == char for char in word):
+        return shlex.quote(word)
+    out = []
+    for char in word:
+        if char in "\\'":
+            out.append("\\" + char)
+        elif char == "!" or shown(char) != char:
+            try:
+                raw = os.fsencode(char)  # a lone surrogate: the undecodable byte it stands for
+            except UnicodeEncodeError:
+                raw = char.encode("utf-8", "surrogatepass")
+            out.append("".join(f"\\x{byte:02x}" for byte in raw))
+        else:
+            out.append(char)
+    return "$'" + "".join(out) + "'"

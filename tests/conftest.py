@@ -117,7 +117,7 @@ def _fast_path_gate():
     """The gate reads the installed Lightning once per process (``gate.problem`` is cached): read it for
     every feature before any test wraps a Lightning method, and put it back after a test that changed it."""
     from lit_gpu.upstream import gate
-    from lit_gpu.upstream.features import FEATURES
+    from lit_gpu.upstream.table import FEATURES
 
     if gate.problem.cache_info().currsize < len(FEATURES):
         for name in FEATURES:

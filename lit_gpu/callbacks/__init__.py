@@ -1,37 +1,48 @@
 """Callbacks the ``lit-gpu`` CLI turns on by default; usable with any Lightning Trainer.
 
 These are the public names a run's ``config.yaml`` records (``lit_gpu.callbacks.LeanOptimizerStep``), so
-the files that define them can move; ``config.yaml`` files written before name the modules they lived in,
-which :mod:`lit_gpu.run.class_paths` (one table) maps to these names when a config is parsed.
+the files that define them can move: each name is loaded on first use from the module :data:`PUBLIC`
+names (one line to change when a file moves). ``config.yaml`` files written before name the modules they
+lived in, which :mod:`lit_gpu.run.class_paths` (one table) maps to these names when a config is parsed.
 """
 
-from lit_gpu import strategies as _strategies  # noqa: F401  (registers Trainer(strategy="dp"))
-from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
-from lit_gpu.callbacks.guarantees import GUARANTEES, guarantee_callbacks
-from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
-from lit_gpu.callbacks.logging_state import LoggingStateCallback
-from lit_gpu.callbacks.nan_guard import NaNGuard, NonFiniteLossError
-from lit_gpu.callbacks.oom_recovery import OOMLoopName, OOMRecovery
-from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
-from lit_gpu.callbacks.rng_state import RNGStateCallback
-from lit_gpu.loggers import RunFolderSync
-from lit_gpu.upstream.batch_path import LeanTrainingBatch
-from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks
+from __future__ import annotations
 
-__all__ = [
-    "CSVPredictionWriter",
-    "CheckpointOnInterrupt",
-    "FreshLastCheckpoint",
-    "GUARANTEES",
-    "LoggingStateCallback",
-    "LeanOptimizerStep",
-    "LeanTrainingBatch",
-    "NaNGuard",
-    "NonFiniteLossError",
-    "OOMLoopName",
-    "OOMRecovery",
-    "RNGStateCallback",
-    "RunFolderSync",
-    "SkipIdleHooks",
-    "guarantee_callbacks",
-]
+import importlib
+from typing import Any
+
+from lit_gpu import strategies as _strategies  # noqa: F401  (registers Trainer(strategy="dp"))
+
+#: public name -> the lit_gpu module that defines it
+PUBLIC: dict[str, str] = {
+    "CSVPredictionWriter": "lit_gpu.callbacks.prediction_writer",
+    "CheckpointOnInterrupt": "lit_gpu.callbacks.interrupt",
+    "FreshLastCheckpoint": "lit_gpu.callbacks.fresh_last",
+    "GUARANTEES": "lit_gpu.callbacks.guarantees",
+    "LeanOptimizerStep": "lit_gpu.fastpath.step",
+    "LeanTrainingBatch": "lit_gpu.fastpath.batch",
+    "LoggingStateCallback": "lit_gpu.callbacks.logging_state",
+    "NaNGuard": "lit_gpu.callbacks.nan_guard",
+    "NonFiniteLossError": "lit_gpu.callbacks.nan_guard",
+    "OOMLoopName": "lit_gpu.callbacks.oom_recovery",
+    "OOMRecovery": "lit_gpu.callbacks.oom_recovery",
+    "RNGStateCallback": "lit_gpu.callbacks.rng_state",
+    "RunFolderSync": "lit_gpu.loggers",
+    "SkipIdleHooks": "lit_gpu.fastpath.hooks",
+    "guarantee_callbacks": "lit_gpu.callbacks.guarantees",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in PUBLIC:
+        value = getattr(importlib.import_module(PUBLIC[name]), name)
+        globals()[name] = value  # once: the next lookup is a plain attribute
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *PUBLIC})
+
+
+__all__ = sorted(PUBLIC)

@@ -1,4 +1,9 @@
-"""FreshLastCheckpoint: a ModelCheckpoint whose ``last.ckpt`` always holds the latest save point."""
+"""FreshLastCheckpoint: a ModelCheckpoint whose ``last.ckpt`` always holds the latest save point.
+
+It overrides ModelCheckpoint's protected save and remove hooks and reads its trigger state, as the upstream
+table declares for this module (features ``fresh last`` and ``removal guard``); where the gate finds another
+``ModelCheckpoint`` than the one verified, the save hooks are Lightning's own.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +12,16 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import Tensor
 from typing_extensions import override
 
 from lit_gpu import messages, numbering
-from lit_gpu.upstream.checkpointing import CheckpointHooks
+from lit_gpu.upstream.gate import stands_aside
 from lit_gpu.upstream.loops import open_accumulation
 
 
-class FreshLastCheckpoint(CheckpointHooks):
+class FreshLastCheckpoint(ModelCheckpoint):
     """Lightning's ``ModelCheckpoint``, with ``last.ckpt`` refreshed at every save point.
 
     Lightning 2.6 rewrites ``last.ckpt`` only when a top-k checkpoint was written at the same step.
@@ -29,9 +35,8 @@ class FreshLastCheckpoint(CheckpointHooks):
     that ends mid-epoch at ``max_steps`` writes ``last.ckpt`` at its last step, so that
     ``--ckpt_path last`` continues that epoch.
 
-    It extends Lightning's protected hooks and reads its trigger state through
-    :class:`~lit_gpu.upstream.checkpointing.CheckpointHooks` (the gate's feature ``fresh last``: where
-    the installed ``ModelCheckpoint`` is not the one verified, Lightning's own ``last.ckpt`` runs).
+    It extends Lightning's protected hooks and reads its trigger state (the gate's feature ``fresh last``:
+    where the installed ``ModelCheckpoint`` is not the one verified, Lightning's own ``last.ckpt`` runs).
 
     Nothing outside its own folder is ever deleted: paths in restored state that resolve outside
     ``dirpath`` (``..``, absolute, symlinks) are dropped with one line, and :meth:`remove_checkpoint`
@@ -121,8 +126,33 @@ class FreshLastCheckpoint(CheckpointHooks):
                 )
         super().load_state_dict(state)
 
+    @property
+    def fresh_last_on(self) -> bool:
+        """Whether the fresh-``last`` behaviour runs (else the gate's line said why, once)."""
+        return not stands_aside("fresh last")
+
+    # ---- Lightning's protected hooks, routed to this class's own (Lightning's where the gate says so) ---
     @override
+    def _save_topk_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]) -> None:
+        if self.fresh_last_on:
+            self.write_topk(trainer, monitor_candidates)
+        else:
+            super()._save_topk_checkpoint(trainer, monitor_candidates)
+
+    @override
+    def _save_last_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]) -> None:
+        if self.fresh_last_on:
+            self.write_last(trainer, monitor_candidates)
+        else:
+            super()._save_last_checkpoint(trainer, monitor_candidates)
+
+    @override
+    def _remove_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        stands_aside("removal guard")  # cannot stand aside: on a mismatch the line says so, the guard runs
+        self.remove_checkpoint(trainer, filepath)
+
     def remove_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        """Lightning's removal of an old checkpoint, for a path that resolves inside ``dirpath`` only."""
         from lit_gpu.checkpoints.contracts import inside
 
         local = "://" not in str(filepath) and self.dirpath and "://" not in str(self.dirpath)
@@ -133,7 +163,7 @@ class FreshLastCheckpoint(CheckpointHooks):
                 messages.REMOVE_OUTSIDE_REFUSED.format(path=filepath, dirpath=self.dirpath, real=real)
             )
             return
-        super().remove_checkpoint(trainer, filepath)
+        super()._remove_checkpoint(trainer, filepath)
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -148,19 +178,19 @@ class FreshLastCheckpoint(CheckpointHooks):
             return super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         if open_accumulation(trainer):
             return  # between the micro-batches of one step: every trigger waits for the step's end
-        if self._last_due and self.save_last and not self.should_skip_saving(trainer):
-            saved_at = self.last_global_step_saved  # a top-k save due at this step still runs
-            self.write_last(trainer, self.monitor_candidates(trainer))
-            self.last_global_step_saved = saved_at
-        time_checked = self.last_time_checked
+        if self._last_due and self.save_last and not self._should_skip_saving_checkpoint(trainer):
+            saved_at = self._last_global_step_saved  # a top-k save due at this step still runs
+            self.write_last(trainer, self._monitor_candidates(trainer))
+            self._last_global_step_saved = saved_at
+        time_checked = self._last_time_checked
         automatic = pl_module.automatic_optimization
-        every = self.every_n_train_steps
-        if not (automatic and every < 1 and self.train_time_interval is None):
+        every = self._every_n_train_steps
+        if not (automatic and every < 1 and self._train_time_interval is None):
             # with no step or time trigger, Lightning's hook only reads state and returns (pinned)
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         if not self.save_last or not automatic:
             return
-        time_due = self.last_time_checked != time_checked  # Lightning's time trigger fired
+        time_due = self._last_time_checked != time_checked  # Lightning's time trigger fired
         # trainer.max_steps and trainer.global_step (automatic optimization: the optimizer steps), read
         # without their seven property calls a step; pinned in tests/unit/test_upstream_pins.py
         epoch_loop = trainer.fit_loop.epoch_loop
@@ -175,15 +205,15 @@ class FreshLastCheckpoint(CheckpointHooks):
         final = 0 < max_steps <= global_step
         if not (step_due or time_due or final) or self._last_written_at_step == global_step:
             return
-        if self.should_skip_saving(trainer):
+        if self._should_skip_saving_checkpoint(trainer):
             return
         # a save point whose top-k save Lightning deferred (or skipped): write last.ckpt now, and
         # leave Lightning's "saved at this step" mark as it was, so that a top-k save later at this
         # step (the deferred one, after validation) still runs. At an epoch's last batch that later
         # save may rewrite last.ckpt (an epoch-end state is as good); at the final step it must not
-        saved_at, written_at = self.last_global_step_saved, self._last_written_at_step
-        self.write_last(trainer, self.monitor_candidates(trainer))
-        self.last_global_step_saved = saved_at
+        saved_at, written_at = self._last_global_step_saved, self._last_written_at_step
+        self.write_last(trainer, self._monitor_candidates(trainer))
+        self._last_global_step_saved = saved_at
         if not final:
             self._last_written_at_step = written_at
 
@@ -195,21 +225,21 @@ class FreshLastCheckpoint(CheckpointHooks):
             return
         super().on_train_end(trainer, pl_module)
 
-    @override
     def write_topk(self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]) -> None:
+        """Lightning's top-k save, then ``last.ckpt`` if that save did not write it."""
         if self.monitor_fallback and self.monitor is not None and self.monitor not in monitor_candidates:
             self._fall_back_to_last(trainer, monitor_candidates)
-        super().write_topk(trainer, monitor_candidates)
-        if self.save_last and self.last_global_step_saved != trainer.global_step:
+        super()._save_topk_checkpoint(trainer, monitor_candidates)
+        if self.save_last and self._last_global_step_saved != trainer.global_step:
             self.write_last(trainer, monitor_candidates)
 
-    @override
     def write_last(self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]) -> None:
+        """Lightning's ``last.ckpt`` save, once a step, at an optimizer step boundary only."""
         if self._last_written_at_step == trainer.global_step and self.last_model_path:
             return  # already written for this step (Lightning asks twice after our refresh)
         if self.save_last and open_accumulation(trainer):
             self._last_due = True  # a resume from it would lose the accumulated gradients
             return
-        super().write_last(trainer, monitor_candidates)
+        super()._save_last_checkpoint(trainer, monitor_candidates)
         if self.save_last:
             self._last_written_at_step, self._last_due = trainer.global_step, False

@@ -104,7 +104,7 @@ class SpeedLevers(Callback):
         num_threads: ``torch.set_num_threads`` for CPU ops (``None`` keeps PyTorch's default,
             one per core). On a busy shared CPU, fewer threads than cores can be faster.
         cuda_graph: Whole-step capture: each training step's forward, backward and optimizer step
-            replayed as one CUDA graph (:mod:`lit_gpu.upstream.step_graph`), for GPU steps bound by
+            replayed as one CUDA graph (:mod:`lit_gpu.fastpath.graph`), for GPU steps bound by
             kernel launches and Python. Needs static batch shapes (``drop_last``); it stands aside with
             one printed line for what it cannot capture.
         cuda_graph_warmup: Ordinary steps before the capture.

@@ -23,7 +23,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
 from lit_gpu import messages, numbering
-from lit_gpu.callbacks.progress_lines import command_word, resume_command
+from lit_gpu.messages import command_word, resume_command
 from lit_gpu.run.layout import CHECKPOINTS
 
 __all__ = [

@@ -11,7 +11,7 @@ from typing import Literal
 from lightning.pytorch.cli import LightningArgumentParser
 
 from lit_gpu.callbacks.nan_guard import NaNGuard
-from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
+from lit_gpu.callbacks.progress import DEFAULT_INTERVAL
 from lit_gpu.cli import fresh_optimizer
 
 

@@ -25,8 +25,7 @@ from lit_gpu.callbacks.model_summary import lean_model_summary
 from lit_gpu.callbacks.nan_guard import NaNGuard
 from lit_gpu.callbacks.oom_recovery import OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
-from lit_gpu.callbacks.progress import use_progress_log
-from lit_gpu.callbacks.progress_log import DEFAULT_INTERVAL
+from lit_gpu.callbacks.progress import DEFAULT_INTERVAL, use_progress_log
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.callbacks.stopped_run import signal_stop_code
 from lit_gpu.checkpoints.io import install_atomic_checkpoint_io
@@ -40,15 +39,15 @@ from lit_gpu.cli.sanity import check_seed
 from lit_gpu.cli.too_big import explain_build_failure, missing_requirement
 from lit_gpu.cli.trainer import allow_auto_precision, as_argv, explain_trainer_error, resolve_trainer_config
 from lit_gpu.errors import LitGpuError
-from lit_gpu.profilers import skip_idle_profiler
+from lit_gpu.fastpath.batch import LeanTrainingBatch
+from lit_gpu.fastpath.hooks import skip_idle_profiler
+from lit_gpu.fastpath.step import LeanOptimizerStep, SkipIdleHooks
 from lit_gpu.run.config_saver import RunConfigSaver
 from lit_gpu.run.folder import RunFolder
 from lit_gpu.run.layout import next_cluster_checkpoint
 from lit_gpu.run.store import Resolution
-from lit_gpu.upstream.batch_path import LeanTrainingBatch
 from lit_gpu.upstream.cli import CLIHooks
 from lit_gpu.upstream.cluster import no_cluster_resume, own_cluster_saves
-from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks
 
 # ---- parser ---------------------------------------------------------------------------------------
 # the --config file being read, so that a YAML syntax error can name it (jsonargparse says "<unicode string>")

@@ -29,6 +29,7 @@ MOVED: Mapping[str, str] = {
     "lit_gpu.callbacks.step_path.LeanOptimizerStep": "lit_gpu.callbacks.LeanOptimizerStep",
     "lit_gpu.callbacks.batch_path.LeanTrainingBatch": "lit_gpu.callbacks.LeanTrainingBatch",
     "lit_gpu.upstream.step_path.SkipIdleHooks": "lit_gpu.callbacks.SkipIdleHooks",
+    "lit_gpu.upstream.hooks.SkipIdleHooks": "lit_gpu.callbacks.SkipIdleHooks",
     "lit_gpu.upstream.step_path.LeanOptimizerStep": "lit_gpu.callbacks.LeanOptimizerStep",
     "lit_gpu.upstream.batch_path.LeanTrainingBatch": "lit_gpu.callbacks.LeanTrainingBatch",
     "lit_gpu.io.AtomicCheckpointIO": "lit_gpu.checkpoints.io.AtomicCheckpointIO",

@@ -1,27 +1,25 @@
-"""The one room for upstream internals: every private name of Lightning, torch, torchmetrics, jsonargparse
-or optuna that lit_gpu reads, overrides or imports is used here, behind small public functions and hook
-classes; everything else in lit_gpu imports those (tests/unit/upstream/test_one_room.py scans the source).
+"""What lit_gpu reaches in its upstreams (Lightning, torch, torchmetrics, jsonargparse, optuna): one table
+and its gate, a few accessors here, and the shims not yet beside their users.
 
-* the fast path: ``step_path`` (lean optimizer step), ``batch_path`` (lean training batch), ``hooks`` (idle
-  hooks hidden, fit patches, hook dispatch), ``blockers`` (when a fit is left to Lightning), ``lean_log``,
-  ``step_graph`` (whole-step capture), ``logging_state`` (the epoch's logged aggregates across a resume);
-* hook classes with public names: ``checkpointing.CheckpointHooks`` (ModelCheckpoint),
-  ``strategy.OneProcessStrategy`` (ParallelStrategy, for ``dp``), ``cli.CLIHooks`` (LightningCLI);
-* accessors: this module's (``loggers_record_this_step``, ``detect_anomaly``, ``PlainHookName``...),
-  ``loops`` (loop, signal and checkpoint state), ``torch_hooks`` (torch's), ``tools`` (jsonargparse's,
-  optuna's);
-* the gate: ``gate`` (the mechanism), ``features`` (what each feature depends on: mirrored functions with a
-  digest each in ``digests``, private names with their signatures, torch's range for the capture). On a
-  mismatch that feature alone stands aside with one line, once per process, and stock Lightning runs; a
-  feature that keeps a promise says it cannot stand aside, and its test is the judge.
+* ``table``: every private upstream name lit_gpu reaches, by feature, with the lit_gpu modules that may reach
+  it (its users, wherever they sit) and the tests that pin it; the digest of every Lightning function lit_gpu
+  mirrors (model: Lightning's ``fabric/utilities/imports.py``). tests/unit/upstream/test_declared.py lints
+  the source against it.
+* ``gate``: the check at run time. On a mismatch that feature alone stands aside with one line, once per
+  process, and stock Lightning runs; a feature that keeps a promise says it cannot stand aside, and its
+  test is the judge.
 
-  Gated features (the keys of ``features.FEATURES``; * keeps a promise, it cannot stand aside): fast path;
+  Gated features (the keys of ``table.FEATURES``; * keeps a promise, it cannot stand aside): fast path;
   capture; fresh last; removal guard*; whole steps*; exact resume*; logging state; validation steps; hook
   name; anomaly check; allocator setting; scheduler children; interrupt*; loader replay*; cluster resume*;
   torch zip reader*; config reading*; sweep trial ids*; step log check; dp*; one-subcommand parse; config
   decides*; own CLI path*.
+* accessors here (``loggers_record_this_step``, ``detect_anomaly``, ``given_hyperparameters``,
+  ``restricted_classmethod``); shims, each for the users the table names: ``loops``, ``logging_state``,
+  ``train_loaders``, ``cluster``, ``strategy``, ``cli``, ``tools``, ``torch_hooks``, ``torch_reader``.
 
-Importing this package imports neither torch nor Lightning; each module imports what it uses.
+The fast path (lit_gpu's lean training loop) is its own package, :mod:`lit_gpu.fastpath`. Importing this
+package imports neither torch nor Lightning; each module imports what it uses.
 """
 
 from __future__ import annotations
@@ -82,43 +80,9 @@ def detect_anomaly(trainer: Any) -> bool:
     return bool(getattr(trainer, "_detect_anomaly", False))
 
 
-def own_hook(obj: object, hook: str, base: type) -> Any:
-    """``obj``'s bound ``hook`` if it is callable and not ``base``'s empty method, else None."""
-    fn = getattr(obj, hook, None)
-    if callable(fn) and getattr(fn, "__func__", None) is not getattr(base, hook, None):
-        return fn
-    return None
-
-
-def _hook_name_aside() -> bool:
-    from lit_gpu.upstream.gate import stands_aside
-
-    return stands_aside("hook name")
-
-
-class PlainHookName:
-    """LightningModule mixin: Lightning's ``_current_fx_name`` set without ``nn.Module``'s attribute checks.
-
-    Lightning's dispatch sets ``module._current_fx_name`` (the hook now running, which ``self.log``
-    reads) before and after every hook call, some 30 times a training step; ``nn.Module.__setattr__``
-    checks each value against ``Parameter``, ``Buffer`` and ``Module`` (Python-level instance checks).
-    The name is a ``str`` or ``None``, never one of them: it is stored as a plain attribute, where
-    ``nn.Module.__setattr__`` puts it too. Pinned by test_lightning_module__current_fx_name; behind the
-    gate's "hook name" (aside: ``nn.Module.__setattr__`` stores it).
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "_current_fx_name" and not _hook_name_aside():
-            object.__setattr__(self, name, value)
-        else:
-            super().__setattr__(name, value)
-
-
 __all__ = [
-    "PlainHookName",
     "detect_anomaly",
     "given_hyperparameters",
     "loggers_record_this_step",
-    "own_hook",
     "restricted_classmethod",
 ]

@@ -1,6 +1,6 @@
 """The one runtime gate: every lit_gpu feature that reaches into Lightning's (or torch's) internals.
 
-Each feature declares, in :mod:`lit_gpu.upstream.features`, what it depends on:
+Each feature declares, in :mod:`lit_gpu.upstream.table`, what it depends on:
 
 * the Lightning functions whose behaviour it reproduces (``mirrored``): a SHA-256 digest per function
   (:data:`DIGESTS`), so that a mismatch names the function that changed;
@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import inspect
-from collections.abc import Callable
 from typing import Any
 
 from lit_gpu import messages
-from lit_gpu.upstream.declare import digest, resolve
-from lit_gpu.upstream.digests import EARLIER
-from lit_gpu.upstream.features import DIGESTS, FEATURES
+from lit_gpu.upstream.table import DIGESTS, EARLIER, FEATURES, Feature
 
 #: the newest Lightning release lit_gpu was verified on (Lightning's own tests: .ci/lightning_tests.py)
 VERIFIED_UP_TO = "2.6.6"
@@ -39,6 +37,27 @@ CANNOT_STAND_ASIDE = (
     "{feature} runs on an unverified Lightning ({reason}); it cannot stand aside: it is the only way to "
     "keep {promise} (its test is the judge)"
 )
+
+
+def resolve(where: str) -> Any:
+    """The object ``"module:Qual.name"`` names (a property gives its getter); AttributeError/ImportError."""
+    module_name, qualname = where.split(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = inspect.getattr_static(obj, part) if isinstance(obj, type) else getattr(obj, part)
+        if isinstance(obj, property):
+            obj = obj.fget
+        elif isinstance(obj, classmethod | staticmethod):
+            obj = obj.__func__
+    return obj
+
+
+def digest(fn: Any) -> str:
+    """SHA-256 (16 hex digits) of a function's source; "" if it cannot be read."""
+    try:
+        return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
+    except (OSError, TypeError):
+        return ""
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -126,7 +145,7 @@ def problem(name: str) -> str | None:
 _told: set[tuple[str, str]] = set()
 
 
-def _tell_once(name: str, reason: str) -> None:
+def tell_once(name: str, reason: str) -> None:
     if (name, reason) in _told:
         return
     _told.add((name, reason))
@@ -145,7 +164,7 @@ def stands_aside(name: str) -> bool:
     reason = problem(name)
     if reason is None:
         return False
-    _tell_once(name, reason)
+    tell_once(name, reason)
     return FEATURES[name].promise is None
 
 
@@ -155,52 +174,20 @@ def reset() -> None:
     _told.clear()
 
 
-# ---- the fast path: the feature above, plus this fit's objects ------------------------------------
-#: private attributes the fast path reads on a fit's objects: a path from the trainer
-FIT_PRIVATE_NAMES = (
-    "fit_loop._combined_loader",
-    "fit_loop.epoch_loop._results",
-    "fit_loop.epoch_loop._batches_that_stepped",
-    "fit_loop.epoch_loop.automatic_optimization._skip_backward",
-    "fit_loop.epoch_loop.automatic_optimization.optim_progress",
-    "strategy._lightning_optimizers",
-    "_logger_connector",
-    "_signal_connector",
-    "_data_connector._datahook_selector",
-    "_detect_anomaly",
-    "_val_check_time_interval",  # set by a function (trainer/setup.py), not in Trainer's source
-)
+def take_digests() -> dict[str, str]:
+    """The digest of every mirrored function, as installed (to re-take :data:`DIGESTS`)."""
+    names = sorted({where for feature in FEATURES.values() for where in feature.mirrored})
+    return {where: digest(resolve(where)) for where in names}
 
 
-def release_problem() -> str | None:
-    """What about the installed Lightning keeps the fast path off, or None (once per process)."""
-    return problem("fast path")
-
-
-def _fit_problem(trainer: Any) -> str | None:
-    for path in FIT_PRIVATE_NAMES:
-        obj = trainer
-        for name in path.split("."):
-            if not hasattr(obj, name):
-                return f"this fit's trainer has no {path}"
-            obj = getattr(obj, name)
-    return None
-
-
-def fast_path_problem(trainer: Any) -> str | None:
-    """Why this fit runs stock Lightning's loop (the reason is told once per process), or None."""
-    if stands_aside("fast path"):
-        return problem("fast path")
-    reason = _fit_problem(trainer)
-    if reason is not None:
-        _tell_once("fast path", reason)
-    return reason
-
-
-def source_digest(functions: list[Callable[..., Any]]) -> str:
-    """SHA-256 (16 hex digits) of several functions' source, joined; "" if one cannot be read."""
-    try:
-        text = "\n".join(inspect.getsource(fn) for fn in functions)
-    except (OSError, TypeError):
-        return ""
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+__all__ = [
+    "VERIFIED_UP_TO",
+    "Feature",
+    "digest",
+    "problem",
+    "reset",
+    "resolve",
+    "stands_aside",
+    "take_digests",
+    "tell_once",
+]

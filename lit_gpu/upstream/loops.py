@@ -1,6 +1,6 @@
 """Small accessors for Lightning's private loop, trainer and module state (what callbacks and modules read).
 
-Each names the private member it reads; the gate's features (:mod:`lit_gpu.upstream.features`) declare
+Each names the private member it reads; the gate's features (:mod:`lit_gpu.upstream.table`) declare
 them, and a feature that stands aside stops calling them.
 """
 

@@ -1,11 +1,15 @@
 """The syntax-tree scan for private upstream names (Lightning's, torch's, torchmetrics', jsonargparse's,
-optuna's): shared by tests/unit/upstream/ (the one room, and the gate's declarations of what it reaches)."""
+optuna's), and what the one table (lit_gpu/upstream/table.py) allows each module of lit_gpu to reach: shared
+by tests/unit/upstream/test_declared.py and tests/unit/test_import_contracts.py. The rule holds wherever the
+code sits: a module may reach a private upstream name where a feature of the table declares the name and
+lists the module among its users."""
 
 from __future__ import annotations
 
 import ast
 import re
 from pathlib import Path
+from typing import Any
 
 from tests.helpers.paths import REPO_ROOT
 
@@ -62,14 +66,47 @@ def class_names(tree: ast.AST) -> dict[str, set[str]]:
     return found
 
 
-def files_inside() -> list[Path]:
-    """Every module of the room (lit_gpu/upstream/)."""
-    return sorted((PACKAGE / "upstream").glob("*.py"))
+def modules() -> dict[str, Path]:
+    """Every module of lit_gpu by its dotted name (``lit_gpu.fastpath.step``; a package's ``__init__`` by the
+    package's name)."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
 
 
-def files_outside() -> list[Path]:
-    """Every module of lit_gpu outside the room."""
-    return [p for p in sorted(PACKAGE.rglob("*.py")) if p.relative_to(PACKAGE).parts[0] != "upstream"]
+def feature_names(feature: Any, fit_paths: tuple[str, ...] = ()) -> set[str]:
+    """The private names one feature of the table declares (its mirrored and private members' parts, its
+    keys, and for the fast path the private parts of the trainer paths it checks per fit)."""
+    names: set[str] = set()
+    for where in (*feature.mirrored, *feature.private):
+        module, _, qualname = where.partition(":")
+        names.update(p for p in (*module.split("."), *qualname.split(".")) if p.startswith("_"))
+    names.update(feature.keys)
+    for path in fit_paths:
+        names.update(p for p in path.split(".") if p.startswith("_"))
+    return names
+
+
+def is_user(module: str, users: tuple[str, ...]) -> bool:
+    """Whether ``module`` is one of ``users`` (a dotted module, or ``pkg.*``: every module of the package)."""
+    return any(
+        module == user or (user.endswith(".*") and (module + ".").startswith(user[:-1])) for user in users
+    )
+
+
+def allowed_names() -> dict[str, set[str]]:
+    """Module -> the private upstream names the table lets it reach."""
+    from lit_gpu.upstream.table import FEATURES, FIT_PRIVATE_NAMES
+
+    allowed: dict[str, set[str]] = {}
+    for name, feature in FEATURES.items():
+        names = feature_names(feature, FIT_PRIVATE_NAMES if name == "fast path" else ())
+        for module in modules():
+            if is_user(module, feature.users):
+                allowed.setdefault(module, set()).update(names)
+    return allowed
 
 
 def reaches(path: Path, defined: dict[str, set[str]]) -> list[str]:

@@ -24,12 +24,10 @@ def test_lint_imports_keeps_every_contract():
 
 
 UPSTREAM = ("lightning", "jsonargparse", "optuna", "torchmetrics", "torch")
-#: where private upstream APIs may be used: the one room (tests/unit/upstream/test_one_room.py scans the rest)
-ROOMS = ("upstream",)
 
 
-def _private_upstream_imports(path: Path) -> list[str]:
-    """``from lightning... import _x`` / ``import lightning.x._y`` in one module: private upstream names."""
+def _private_upstream_imports(path: Path) -> list[tuple[int, str]]:
+    """``from lightning... import _x`` / ``import lightning.x._y`` in one module: (line, name) each."""
     import ast
 
     found = []
@@ -37,27 +35,30 @@ def _private_upstream_imports(path: Path) -> list[str]:
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in UPSTREAM:
             parts = (node.module or "").split(".")
             names = [a.name for a in node.names]
-            if any(p.startswith("_") for p in parts) or any(n.startswith("_") for n in names):
-                found.append(f"{node.lineno}: from {node.module} import {', '.join(names)}")
+            found += [(node.lineno, p) for p in (*parts, *names) if p.startswith("_")]
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 parts = alias.name.split(".")
-                if parts[0] in UPSTREAM and any(p.startswith("_") for p in parts):
-                    found.append(f"{node.lineno}: import {alias.name}")
+                if parts[0] in UPSTREAM:
+                    found += [(node.lineno, p) for p in parts if p.startswith("_")]
     return found
 
 
-def test_private_upstream_apis_only_in_the_rooms():
-    """Lightning/jsonargparse/Optuna internals are imported only in the rooms (:data:`ROOMS`)."""
-    package = REPO_ROOT / "lit_gpu"
-    outside = {
-        str(path.relative_to(REPO_ROOT)): hits
-        for path in sorted(package.rglob("*.py"))
-        if path.relative_to(package).parts[0] not in ROOMS and (hits := _private_upstream_imports(path))
+def test_private_upstream_apis_imported_only_where_the_table_declares_them():
+    """Lightning/jsonargparse/Optuna/torch internals are imported only by a module the one table
+    (lit_gpu/upstream/table.py) lists as a user of a feature that declares the name, wherever it sits."""
+    from tests.helpers.private_names import allowed_names, modules
+
+    allowed = allowed_names()
+    found = {module: _private_upstream_imports(path) for module, path in modules().items()}
+    undeclared = {
+        module: [f"{line}: {name}" for line, name in hits if name not in allowed.get(module, set())]
+        for module, hits in found.items()
     }
-    assert outside == {}, "import it from lit_gpu/upstream (pinned) instead"
-    inside = [p for room in ROOMS for p in (package / room).rglob("*.py") if _private_upstream_imports(p)]
-    assert inside, "the scan finds nothing at all: it is broken"
+    assert {m: hits for m, hits in undeclared.items() if hits} == {}, (
+        "declare it in lit_gpu/upstream/table.py"
+    )
+    assert any(found.values()), "the scan finds nothing at all: it is broken"
 
 
 @pytest.mark.integration  # a fresh interpreter importing Lightning: not the inner loop

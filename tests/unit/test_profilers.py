@@ -5,7 +5,7 @@ from __future__ import annotations
 import lightning.pytorch as pl
 from lightning.pytorch.profilers import PassThroughProfiler, SimpleProfiler
 
-from lit_gpu.profilers import NoProfiler, skip_idle_profiler
+from lit_gpu.fastpath.hooks import NoProfiler, skip_idle_profiler
 
 
 def _trainer(**kwargs) -> pl.Trainer:

@@ -1,35 +1,117 @@
-"""Rooms of one concern: no module of lit_gpu is over 400 lines (issue 48).
+"""The house's size: a line budget per package (one per guarantee), a total, and few entries at the top.
 
-Generated tables are not rooms. A module that grows over the limit is split where it holds two concerns.
+Not a cap per file: a file is never split for size. Functions stay short through ruff (``C901``,
+``PLR0915`` in pyproject.toml). A package is ``lit_gpu/NAME/`` or ``lit_gpu/NAME.py``; its lines are all
+its ``.py`` files' lines. Budgets are the design's targets (issue 63); the product packages' (modules, nets,
+data, strategies, demo) are their size at the redesign + 10 %. A package not (yet) present counts 0.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from tests.helpers.paths import REPO_ROOT
 
-LIMIT = 400
-#: packages cut by what they promise: a line budget for the package, not a cap per file
-BUDGETS = {"lit_gpu/checkpoints": 4100}
-#: generated from the parser (python -m lit_gpu.cli.completion), not written by hand
-GENERATED = {"lit_gpu/cli/completion_flags.py"}
+PACKAGE = REPO_ROOT / "lit_gpu"
+
+#: package (a folder or a module at the top of lit_gpu/) -> most lines
+BUDGETS: dict[str, int] = {
+    "checkpoints": 3_300,
+    "resume": 1_550,
+    "preemption": 450,
+    "run": 2_300,
+    "devices": 750,
+    "oom": 800,
+    "callbacks": 1_600,
+    "cli": 1_450,
+    "commands": 3_100,
+    "textfiles": 450,
+    "fastpath": 2_000,
+    "upstream": 400,
+    "messages": 350,
+    "explain": 350,
+    "errors": 20,
+    "__init__": 50,
+    "__main__": 10,
+    # the product: its size at the redesign + 10 % (data: images, mnist, synthetic + the IDX reader)
+    "modules": 465,
+    "nets": 225,
+    "data": 790,
+    "strategies": 335,
+    "demo": 120,
+}
+TOTAL_LINES = 21_000
+TOTAL_FILES = 90
+TOP_ENTRIES = 22
+
+#: budgets today's tree does not meet yet: the moves of issue 63 land them (the integrator removes each entry)
+NOT_YET = {
+    "checkpoints",
+    "resume",
+    "callbacks",
+    "cli",
+    "commands",
+    "run",
+    "upstream",
+    "messages",
+    "explain",
+    "data",
+}
+_WAIT = "issue 63: the package's moves have not all landed yet"
 
 
-def _lines(module: str) -> int:
-    return len((REPO_ROOT / module).read_text().splitlines())
+def _files(name: str) -> list[Path]:
+    folder, module = PACKAGE / name, PACKAGE / f"{name}.py"
+    if folder.is_dir():
+        return sorted(folder.rglob("*.py"))
+    return [module] if module.is_file() else []
 
 
-def test_no_room_of_lit_gpu_is_over_the_limit():
-    modules = sorted(str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "lit_gpu").rglob("*.py"))
-    budgeted = tuple(f"{package}/" for package in BUDGETS)
-    over = [
-        f"{m}: {_lines(m)} lines"
-        for m in modules
-        if m not in GENERATED and not m.startswith(budgeted) and _lines(m) > LIMIT
-    ]
-    assert over == []
+def _lines(paths: list[Path]) -> int:
+    return sum(len(p.read_text().splitlines()) for p in paths)
 
 
-def test_each_package_with_a_budget_keeps_to_it():
-    for package, budget in BUDGETS.items():
-        modules = [str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / package).rglob("*.py")]
-        assert sum(map(_lines, modules)) <= budget, package
+def _entries() -> list[str]:
+    """The top of lit_gpu/: its folders and modules (caches and data folders without code left out)."""
+    return sorted(
+        p.name
+        for p in PACKAGE.iterdir()
+        if p.name != "__pycache__" and (p.suffix == ".py" or (p.is_dir() and any(p.rglob("*.py"))))
+    )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=False, reason=_WAIT)) if n in NOT_YET else n
+        for n in BUDGETS
+    ],
+)
+def test_each_package_is_within_its_budget(name):
+    lines = _lines(_files(name))
+    assert lines <= BUDGETS[name], f"lit_gpu/{name}: {lines} lines, budget {BUDGETS[name]}"
+
+
+@pytest.mark.xfail(strict=False, reason=_WAIT)
+def test_every_entry_at_the_top_has_a_budget():
+    unbudgeted = [e for e in _entries() if e.removesuffix(".py") not in BUDGETS]
+    assert unbudgeted == []
+
+
+@pytest.mark.xfail(strict=False, reason=_WAIT)
+def test_the_whole_package_is_within_its_total():
+    files = sorted(PACKAGE.rglob("*.py"))
+    assert _lines(files) <= TOTAL_LINES
+    assert len(files) <= TOTAL_FILES
+
+
+@pytest.mark.xfail(strict=False, reason=_WAIT)
+def test_few_entries_at_the_top():
+    assert len(_entries()) <= TOP_ENTRIES, _entries()
+
+
+def test_the_budgets_measure_something():
+    """The scan sees the tree: the packages present are counted (not all 0)."""
+    assert _lines(_files("modules")) > 0 and _lines(_files("callbacks")) > 0

@@ -429,7 +429,7 @@ def test_checkpoint_loop_state_read_by_resume_log_step(tmp_path):
 
 
 def test_call_callback_hooks__call_lightning_module_hook__skip_a_non_callable_hook(tmp_path):
-    """lit_gpu.upstream.step_path.SkipIdleHooks sets no-op hooks to ``None`` on the instance: Lightning's
+    """lit_gpu.fastpath.step.SkipIdleHooks sets no-op hooks to ``None`` on the instance: Lightning's
     dispatch (``trainer/call.py``) must skip a hook attribute that is not callable."""
     from lightning.pytorch.trainer import call
 
@@ -497,7 +497,7 @@ def test_lightning_cli__add_subcommands__subcommand_parsers(tmp_path, monkeypatc
 
 @pins("lightning")
 def test_automatic_optimization__run__build_kwargs__optim_progress():
-    """lit_gpu.upstream.step_path.LeanOptimizerStep replaces, per fit instance,
+    """lit_gpu.fastpath.step.LeanOptimizerStep replaces, per fit instance,
     ``_AutomaticOptimization.run`` and ``_TrainingEpochLoop._build_kwargs`` (called as
     ``self.automatic_optimization.run(optimizer, batch_idx, kwargs)`` and ``self._build_kwargs(kwargs, batch,
     batch_idx)`` from ``advance``), reads ``_skip_backward`` and moves ``optim_progress.optimizer.{step,
@@ -548,7 +548,7 @@ def test_automatic_optimization__run__build_kwargs__optim_progress():
 
 @pins("torch")
 def test_enable_grad_is_set_grad_enabled_true_and_back():
-    """lit_gpu.upstream.step_path's lean closure enables gradients as ``torch.enable_grad()`` does, without
+    """lit_gpu.fastpath.step's lean closure enables gradients as ``torch.enable_grad()`` does, without
     its context-manager calls: ``torch._C._set_grad_enabled(True)``, then the previous mode back."""
     enter = inspect.getsource(torch.enable_grad.__enter__)
     leave = inspect.getsource(torch.enable_grad.__exit__)
@@ -566,7 +566,7 @@ def test_strategy_training_step_with_plain_precision_is_the_modules_training_ste
     """The lean step calls ``module.training_step`` itself where ``Strategy.training_step`` would only wrap
     it in the plain ``Precision``'s ``train_step_context`` (a ``nullcontext``) and the strategy's
     ``post_training_step``/``pre_backward``/``post_backward`` are Lightning's no-ops
-    (``lit_gpu.upstream.step_path._plain_strategy_step``)."""
+    (``lit_gpu.fastpath.step._plain_strategy_step``)."""
     from lightning.fabric.plugins.precision import Precision as FabricPrecision
     from lightning.pytorch.plugins.precision import Precision
     from lightning.pytorch.strategies import Strategy
@@ -593,7 +593,7 @@ def test_strategy__lightning_optimizers__on_before_step_do_nothing(tmp_path):
     automatic optimization; the wrapper list is the strategy's private ``_lightning_optimizers``."""
     from lightning.pytorch.core.optimizer import do_nothing_closure
 
-    from lit_gpu.upstream.step_path import LeanOptimizerStep
+    from lit_gpu.fastpath.step import LeanOptimizerStep
 
     seen = []
 
@@ -611,7 +611,7 @@ def test_strategy__lightning_optimizers__on_before_step_do_nothing(tmp_path):
 
 @pins("lightning")
 def test_lightning_module__current_fx_name():
-    """lit_gpu.upstream.PlainHookName stores ``_current_fx_name`` with ``object.__setattr__``: it
+    """lit_gpu.fastpath.PlainHookName stores ``_current_fx_name`` with ``object.__setattr__``: it
     must be a plain instance attribute that Lightning's dispatch sets around every hook call."""
     from lightning.pytorch.trainer import call
 
@@ -645,7 +645,7 @@ def test_model_checkpoint__on_train_batch_end_without_a_step_or_time_trigger_cha
 
 @pins("lightning")
 def test_training_epoch_loop__advance__as_lean_training_batch_mirrors_it(tmp_path):
-    """lit_gpu.upstream.batch_path.LeanTrainingBatch reproduces ``_TrainingEpochLoop.advance`` and
+    """lit_gpu.fastpath.batch.LeanTrainingBatch reproduces ``_TrainingEpochLoop.advance`` and
     ``on_advance_end`` and the logger connector's batch methods of the Lightning releases whose source
     digest it names (it stands aside on any other), and reads these private members while a fit runs."""
     from lightning.fabric.utilities.apply_func import _BLOCKING_DEVICE_TYPES
@@ -711,14 +711,14 @@ def test_allocator_settings_at_run_time_as_oom_recovery_sets_them():
 
 @pins("lightning")
 def test_callback_and_model_hooks_batch_hooks_are_empty():
-    """lit_gpu.upstream.step_path.HookDispatch (the lean batch and step) skips a callback's or module's
+    """lit_gpu.fastpath.step.HookDispatch (the lean batch and step) skips a callback's or module's
     batch hook that is Lightning's own ``Callback``/``ModelHooks`` method: those bodies do nothing."""
     import ast
 
     from lightning.pytorch.callbacks import Callback
     from lightning.pytorch.core.hooks import ModelHooks
 
-    from lit_gpu.upstream.step_path import BATCH_HOOKS, MODULE_HOOKS
+    from lit_gpu.fastpath.step import BATCH_HOOKS, MODULE_HOOKS
 
     for base, hooks in ((Callback, BATCH_HOOKS), (ModelHooks, MODULE_HOOKS)):
         for name in hooks:
@@ -745,7 +745,7 @@ def test_trainer__detect_anomaly(tmp_path):
 
 @pins("lightning")
 def test_abstract_closure__consume_result_raises_when_not_run():
-    """lit_gpu.upstream.step_path raises Lightning's own "closure hasn't been executed" through
+    """lit_gpu.fastpath.step raises Lightning's own "closure hasn't been executed" through
     ``AbstractClosure.consume_result`` with ``_result`` None."""
     from types import SimpleNamespace
 

@@ -11,10 +11,10 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 
 from lit_gpu.callbacks.nan_guard import NaNGuard
+from lit_gpu.fastpath.batch import LeanTrainingBatch, lean_batch_blocker
+from lit_gpu.fastpath.step import LeanOptimizerStep, SkipIdleHooks
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
-from lit_gpu.upstream.batch_path import LeanTrainingBatch, lean_batch_blocker
-from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks
 from tests.helpers.trainers import quiet_trainer
 
 
@@ -351,7 +351,7 @@ def test_anything_the_lean_batch_does_not_cover_runs_lightnings_loop(
 
 def test_another_lightning_loop_source_makes_it_stand_aside(tmp_path, monkeypatch):
     from lit_gpu.upstream import gate
-    from lit_gpu.upstream.features import DIGESTS
+    from lit_gpu.upstream.table import DIGESTS
 
     gate.reset()
     assert gate.problem("fast path") is None  # the installed Lightning is mirrored

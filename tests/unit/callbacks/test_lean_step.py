@@ -10,9 +10,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from lit_gpu.callbacks.nan_guard import NaNGuard
+from lit_gpu.fastpath.step import LeanOptimizerStep, SkipIdleHooks
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
-from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks
 from tests.helpers.trainers import quiet_trainer
 
 STEP_HOOKS = ("on_before_zero_grad", "on_before_backward", "on_after_backward", "on_before_optimizer_step")

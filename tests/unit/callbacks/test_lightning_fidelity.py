@@ -118,9 +118,9 @@ def test_a_changed_lightning_source_makes_the_whole_fast_path_stand_aside_in_one
     step, the lean batch and the idle-hook hiding all stand aside; training is stock Lightning's exactly."""
     from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 
+    from lit_gpu.fastpath.batch import LeanTrainingBatch
+    from lit_gpu.fastpath.step import LeanOptimizerStep, SkipIdleHooks
     from lit_gpu.upstream import gate
-    from lit_gpu.upstream.batch_path import LeanTrainingBatch
-    from lit_gpu.upstream.step_path import LeanOptimizerStep, SkipIdleHooks
 
     def fit(callbacks) -> RegressionModule:
         torch.manual_seed(0)
@@ -154,8 +154,8 @@ def test_a_changed_lightning_source_makes_the_whole_fast_path_stand_aside_in_one
 def test_a_lightning_newer_than_verified_never_runs_the_mirrored_code(tmp_path, monkeypatch, capsys):
     import lightning
 
+    from lit_gpu.fastpath.step import LeanOptimizerStep
     from lit_gpu.upstream import gate
-    from lit_gpu.upstream.step_path import LeanOptimizerStep
 
     monkeypatch.setattr(lightning, "__version__", "2.99.0")
     gate.reset()

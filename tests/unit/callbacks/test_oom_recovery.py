@@ -383,7 +383,7 @@ def test_without_recovery_the_error_names_its_loop(loop):
 @pytest.mark.integration  # trains for seconds: not the inner loop (--fast)
 def test_a_recovered_step_is_the_same_through_the_lean_optimizer_step(phase):
     """lit-gpu's default LeanOptimizerStep runs the step OOMRecovery wraps: bit-identical to Lightning's."""
-    from lit_gpu.upstream.step_path import LeanOptimizerStep
+    from lit_gpu.fastpath.step import LeanOptimizerStep
 
     runs = []
     for lean in (False, True):

@@ -14,8 +14,14 @@ import pytest
 from lightning.pytorch.callbacks import ModelSummary, RichModelSummary
 
 from lit_gpu import numbering
-from lit_gpu.callbacks.progress import LitProgressBar, default_progress_bar, use_progress_log
-from lit_gpu.callbacks.progress_log import ProgressLog, live_bar_fits, resume_command
+from lit_gpu.callbacks.progress import (
+    LitProgressBar,
+    ProgressLog,
+    default_progress_bar,
+    live_bar_fits,
+    resume_command,
+    use_progress_log,
+)
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
@@ -102,7 +108,7 @@ def test_the_live_bar_and_the_lines_number_epochs_alike(tmp_path):
 def test_interval_lines_are_written_only_when_due(monkeypatch):
     out = io.StringIO()
     clock = iter(range(0, 10_000, 10))  # every call to time.monotonic: 10 s later
-    monkeypatch.setattr("lit_gpu.callbacks.progress_log.time.monotonic", lambda: next(clock))
+    monkeypatch.setattr("lit_gpu.callbacks.progress.time.monotonic", lambda: next(clock))
     log = ProgressLog(interval=35, stream=out)
     trainer = quiet_trainer(enable_progress_bar=True, callbacks=[log], max_epochs=2, limit_val_batches=0)
     trainer.fit(RegressionModule(SimpleModel(10, 10)), SyntheticRegressionDataModule(num_samples=640))
@@ -146,7 +152,7 @@ def test_samples_per_second_counts_partial_batches_and_json_lines_are_strict(mon
     """650 training samples in batches of 64 (10 full, one of 10) and 162 test samples (64, 64, 34), one
     fake second a batch: samples/s is samples over seconds, not batches times the last batch's size."""
     now = [0.0]
-    monkeypatch.setattr("lit_gpu.callbacks.progress_log.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("lit_gpu.callbacks.progress.time.monotonic", lambda: now[0])
     out = io.StringIO()
     log = ProgressLog(interval=0, format="json", stream=out)
     trainer = quiet_trainer(
@@ -173,7 +179,7 @@ def test_the_epoch_end_rate_leaves_out_the_fits_validation(monkeypatch):
     """Each epoch: 11 training batches (one fake second each), then 2 validation batches of 10 s each:
     the epoch-end line's samples/s is the training's, 650 / 11, not 650 / 31."""
     now = [0.0]
-    monkeypatch.setattr("lit_gpu.callbacks.progress_log.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("lit_gpu.callbacks.progress.time.monotonic", lambda: now[0])
     out = io.StringIO()
     log = ProgressLog(interval=0, format="json", stream=out)
     trainer = quiet_trainer(

@@ -9,8 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lit_gpu.callbacks.progress import LitProgressBar
-from lit_gpu.callbacks.progress_log import ProgressLog
+from lit_gpu.callbacks.progress import LitProgressBar, ProgressLog
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel

@@ -10,8 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lit_gpu.callbacks.progress_lines import RESUME_MAX_CHARS, resume_command
-from lit_gpu.messages import LINE_MAX_CHARS, shown
+from lit_gpu.messages import LINE_MAX_CHARS, RESUME_MAX_CHARS, resume_command, shown
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 

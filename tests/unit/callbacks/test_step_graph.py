@@ -18,11 +18,11 @@ from lightning.pytorch.callbacks import Callback
 from lit_gpu.callbacks.nan_guard import NaNGuard, NonFiniteLossError
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.data import SyntheticRegressionDataModule
+from lit_gpu.fastpath import graph as step_graph
+from lit_gpu.fastpath.graph import StepGraph
+from lit_gpu.fastpath.step import LeanOptimizerStep
 from lit_gpu.modules import ClassificationModule, RegressionModule
 from lit_gpu.nets import SimpleModel
-from lit_gpu.upstream import step_graph
-from lit_gpu.upstream.step_graph import StepGraph
-from lit_gpu.upstream.step_path import LeanOptimizerStep
 from tests.helpers.run_if import RunIf
 from tests.helpers.trainers import quiet_trainer
 

@@ -9,9 +9,9 @@ from lightning.pytorch.callbacks import Callback
 
 from lit_gpu.callbacks import RNGStateCallback
 from lit_gpu.callbacks.nan_guard import NaNGuard
+from lit_gpu.fastpath.step import SkipIdleHooks, idle_hooks
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
-from lit_gpu.upstream.step_path import SkipIdleHooks, idle_hooks
 from tests.helpers.trainers import quiet_trainer
 
 
@@ -94,7 +94,7 @@ def test_validate_test_and_predict_after_fit_with_hidden_hooks(tmp_path):
 def test_hook_names_go_through_a_modules_own_setattr_and_straight_to_dict_otherwise(tmp_path):
     import lightning.pytorch as pl
 
-    from lit_gpu.upstream.step_path import HookDispatch
+    from lit_gpu.fastpath.step import HookDispatch
 
     class Watching(pl.LightningModule):
         def __setattr__(self, name, value):
@@ -120,7 +120,7 @@ def test_hook_names_go_through_a_modules_own_setattr_and_straight_to_dict_otherw
 
 @pytest.mark.parametrize(("precision", "direct"), [("32-true", True), ("bf16-mixed", False)])
 def test_the_lean_step_calls_training_step_itself_only_with_the_plain_precision(tmp_path, precision, direct):
-    from lit_gpu.upstream.step_path import _plain_strategy_step
+    from lit_gpu.fastpath.step import _plain_strategy_step
 
     seen = []
 
@@ -136,7 +136,7 @@ def test_the_lean_step_calls_training_step_itself_only_with_the_plain_precision(
 def test_the_dispatch_skips_lightnings_empty_hooks_of_any_callback_and_module():
     from types import SimpleNamespace
 
-    from lit_gpu.upstream.step_path import HookDispatch
+    from lit_gpu.fastpath.step import HookDispatch
 
     calls = []
 
@@ -167,7 +167,7 @@ def test_the_dispatch_skips_lightnings_empty_hooks_of_any_callback_and_module():
 
 
 def test_the_dispatch_knows_an_idle_hook_until_the_callbacks_change(tmp_path):
-    from lit_gpu.upstream.step_path import HookDispatch
+    from lit_gpu.fastpath.step import HookDispatch
 
     class Late(Callback):
         def __init__(self) -> None:

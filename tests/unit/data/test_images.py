@@ -145,9 +145,9 @@ def test_on_a_gpu_the_pixels_travel_as_uint8_and_normalize_there_as_on_the_host(
     lit_gpu's lean batch on the GPU sees float batches."""
     from lightning.pytorch.callbacks import Callback
 
+    from lit_gpu.fastpath.batch import LeanTrainingBatch
+    from lit_gpu.fastpath.step import LeanOptimizerStep
     from lit_gpu.modules import ClassificationModule
-    from lit_gpu.upstream.batch_path import LeanTrainingBatch
-    from lit_gpu.upstream.step_path import LeanOptimizerStep
     from tests.helpers.trainers import quiet_trainer
 
     dm = SyntheticImageDataModule(

@@ -44,9 +44,10 @@ ALLOWED = {
     ("lit_gpu/cli/main.py", "importlib.import_module"): "a module path from lit_gpu's own COMMANDS table",
     ("lit_gpu/cli/completion.py", "importlib.import_module"): "module paths from lit_gpu's COMMANDS table",
     ("lit_gpu/__init__.py", "importlib.import_module"): "a name in lit_gpu's own SUBMODULES set (PEP 562)",
+    ("lit_gpu/callbacks/__init__.py", "importlib.import_module"): "a module path from its own PUBLIC table",
     ("lit_gpu/registration.py", "importlib.import_module"): "lit_gpu.strategies, a constant (registers dp)",
     (
-        "lit_gpu/upstream/declare.py",
+        "lit_gpu/upstream/gate.py",
         "importlib.import_module",
     ): "Lightning module paths: the gate's own table",
     ("lit_gpu/run/config_saver.py", "yaml.safe_load"): "the parser's own dump of this run's config",

@@ -1,54 +1,147 @@
-"""Every private upstream name the room reaches is declared by a feature of the gate's table: the room's
-source (its syntax tree) against ``features.FEATURES``."""
+"""Every private upstream name lit_gpu reaches is declared in one table (``lit_gpu/upstream/table.py``): by
+the feature that reaches it, with the module that reaches it among the feature's users, and pinned by a test.
+
+A lint over the declaration, wherever the code sits (a shim may move next to its user: the table says who
+may reach what, not a folder): the source's syntax tree against ``FEATURES``, and lit_gpu's classes at run
+time against upstream's private members.
+"""
 
 from __future__ import annotations
 
-from lit_gpu.upstream.features import FEATURES
-from lit_gpu.upstream.gate import FIT_PRIVATE_NAMES
+import importlib
+import inspect
+
+import pytest
+
+from lit_gpu.upstream.table import FEATURES, FIT_PRIVATE_NAMES
 from tests.helpers.paths import REPO_ROOT
-from tests.helpers.private_names import defined_names, files_inside, files_outside, names_in, reaches
+from tests.helpers.private_names import (
+    METACLASS_SET,
+    UPSTREAM,
+    allowed_names,
+    defined_names,
+    feature_names,
+    is_user,
+    modules,
+    names_in,
+    private,
+    reaches,
+)
 
 #: private names lit_gpu's own classes define (not upstream's), read on an object that is not ``self``
-ROOM_OWN = {
-    "_seen": "upstream/hooks.py's hook dispatch: the callback list it has seen",
-    "_seen_len": "upstream/hooks.py's hook dispatch: that list's length",
-    "_restore": "upstream/hooks.py's fit patches: undo what they set on a fit's objects",
+LIT_GPU_OWN = {
+    "_seen": "fastpath/hooks.py's hook dispatch: the callback list it has seen",
+    "_seen_len": "fastpath/hooks.py's hook dispatch: that list's length",
+    "_restore": "fastpath/hooks.py's fit patches: undo what they set on a fit's objects",
     "_forward_batch": "LitModule's forward on a batch (lit_gpu/modules/base.py), which the capture calls",
     "_record_step": "LitModule's per-step record (lit_gpu/modules/base.py), which the lean step calls",
 }
 
 
-def _declared() -> set[str]:
-    names: set[str] = set()
-    for feature in FEATURES.values():
-        for where in (*feature.mirrored, *feature.private):
-            module, _, qualname = where.partition(":")
-            names.update(p for p in (*module.split("."), *qualname.split(".")) if p.startswith("_"))
-        names.update(feature.keys)
-    for path in FIT_PRIVATE_NAMES:  # the fast path's, checked on each fit's trainer
-        names.update(path.split("."))
-    return names
-
-
-def _used() -> dict[str, list[str]]:
-    defined = defined_names(files_inside())
-    used: dict[str, list[str]] = {}
-    for path in files_inside():
+def _undeclared() -> dict[str, list[str]]:
+    paths = modules()
+    defined = defined_names(list(paths.values()))
+    allowed = allowed_names()
+    found: dict[str, list[str]] = {}
+    for module, path in paths.items():
         for hit in reaches(path, defined):
-            for name in names_in(hit):
-                used.setdefault(name, []).append(f"{path.relative_to(REPO_ROOT)}:{hit.split(':')[0]}")
-    return used
+            names = [n for n in names_in(hit) if n not in LIT_GPU_OWN and n not in allowed.get(module, set())]
+            if names:
+                found.setdefault(str(path.relative_to(REPO_ROOT)), []).append(hit)
+    return found
 
 
-def test_every_private_upstream_name_the_room_reaches_is_declared_by_a_feature():
-    declared = _declared() | set(ROOM_OWN)
-    undeclared = {name: where for name, where in _used().items() if name not in declared}
-    assert undeclared == {}, "declare it in lit_gpu/upstream/features.py (the feature that reaches it)"
+def test_every_private_upstream_name_reached_is_declared_for_the_module_that_reaches_it():
+    assert _undeclared() == {}, (
+        "declare it in lit_gpu/upstream/table.py: the feature that reaches it, with this module in its users"
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "x = trainer._signal_connector",
+        "from lightning.fabric.strategies import _StrategyRegistry",
+        "import torch.utils.data._utils",
+        "x = getattr(trainer, '_logger_connector', None)",
+        "x = state['_batches_that_stepped']",
+        "x = hparams.pop('_instantiator', None)",
+        "class C(ModelCheckpoint):\n    def f(self):\n        return self._last_time_checked",
+    ],
+)
+def test_the_scan_finds_each_kind_of_reach(tmp_path, source):
+    path = tmp_path / "m.py"
+    path.write_text(source + "\n")
+    assert reaches(path, {}), source
+
+
+def test_every_declared_user_is_a_module_that_reaches_a_name_of_its_feature():
+    """No stale user: each module a feature lists exists and reaches (or overrides) a name of the feature."""
+    paths = modules()
+    defined = defined_names(list(paths.values()))
+    stale = []
+    for name, feature in FEATURES.items():
+        names = feature_names(feature, FIT_PRIVATE_NAMES if name == "fast path" else ())
+        for user in feature.users:
+            users = [m for m in paths if is_user(m, (user,))]
+            used = {n for m in users for hit in reaches(paths[m], defined) for n in names_in(hit)}
+            used |= {n for m in users for ns in defined_names([paths[m]]).values() for n in ns}  # overrides
+            if not users or not used & names:
+                stale.append(f"{name}: {user}")
+    assert stale == []
+
+
+def test_every_feature_is_pinned_by_tests_that_exist():
+    missing = []
+    for name, feature in FEATURES.items():
+        if not feature.pins:
+            missing.append(f"{name}: no pin")
+        for pin in feature.pins:
+            path, _, test = pin.partition("::")
+            source = REPO_ROOT / "tests" / path
+            if not source.is_file() or f"def {test}(" not in source.read_text():
+                missing.append(f"{name}: {pin}")
+    assert missing == []
+
+
+def test_every_pin_test_is_named_by_a_feature():
+    """No orphan pin: each ``@pins`` test in tests/unit/test_upstream_pins.py pins a feature of the table."""
+    import re
+
+    text = (REPO_ROOT / "tests" / "unit" / "test_upstream_pins.py").read_text()
+    pinned = {pin.partition("::")[2] for feature in FEATURES.values() for pin in feature.pins}
+    tests = re.findall(r"^@pins\([^)]*\)\ndef (test_\w+)", text, re.MULTILINE)
+    assert tests, "the scan finds no pin: it is broken"
+    assert [t for t in tests if t not in pinned] == []
+
+
+def test_a_class_overrides_a_private_upstream_member_only_where_the_table_declares_it():
+    """At run time: a private name a lit_gpu class defines that one of its upstream bases has too (an
+    override of a protected hook) is declared for that class's module."""
+    allowed = allowed_names()
+    found = []
+    for module_name, path in modules().items():
+        if path.stem == "__main__" or "completion_flags" in module_name:
+            continue
+        module = importlib.import_module(module_name)
+        for cls in vars(module).values():
+            if not inspect.isclass(cls) or cls.__module__ != module.__name__:
+                continue
+            upstream_bases = [b for b in cls.__mro__[1:] if b.__module__.split(".")[0] in UPSTREAM]
+            for name in vars(cls):
+                if (
+                    private(name)
+                    and name not in METACLASS_SET
+                    and any(hasattr(b, name) for b in upstream_bases)
+                    and name not in allowed.get(module_name, set())
+                ):
+                    found.append(f"{cls.__module__}.{cls.__qualname__}.{name}")
+    assert found == []
 
 
 def test_the_own_names_are_lit_gpu_s():
-    defined = set().union(*defined_names(files_inside() + files_outside()).values())
-    assert set(ROOM_OWN) <= defined
+    defined = set().union(*defined_names(list(modules().values())).values())
+    assert set(LIT_GPU_OWN) <= defined
 
 
 def _listed(text: str) -> dict[str, bool]:
@@ -58,7 +151,7 @@ def _listed(text: str) -> dict[str, bool]:
     return {item.rstrip("*"): item.endswith("*") for item in listed.split("; ")}
 
 
-def test_the_docs_and_the_room_s_docstring_list_the_gate_s_features():
+def test_the_docs_and_the_table_s_docstring_list_the_gate_s_features():
     import lit_gpu.upstream
 
     table = {name: feature.promise is not None for name, feature in FEATURES.items()}
@@ -88,7 +181,7 @@ def test_an_earlier_release_s_digest_is_accepted_for_its_function_alone(monkeypa
     """A digest in EARLIER (a release in pyproject.toml's range that differs outside what lit_gpu mirrors) is
     accepted for its function; any other source still is not."""
     from lit_gpu.upstream import gate
-    from lit_gpu.upstream.digests import DIGESTS, EARLIER
+    from lit_gpu.upstream.table import DIGESTS, EARLIER
 
     assert set(EARLIER) <= set(DIGESTS)  # only functions lit_gpu mirrors
     for where, releases in EARLIER.items():

@@ -16,8 +16,8 @@ from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
 from lit_gpu.upstream import detect_anomaly, gate
-from lit_gpu.upstream.features import FEATURES
 from lit_gpu.upstream.logging_state import VAL_STEPS_KEY
+from lit_gpu.upstream.table import FEATURES
 
 
 def _fit(tmp_path, callbacks: list[pl.Callback]) -> RegressionModule:

@@ -18,7 +18,7 @@ from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
 from lit_gpu.upstream import gate
-from lit_gpu.upstream.features import FEATURES
+from lit_gpu.upstream.table import FEATURES
 
 _EPOCH = "lightning.pytorch.loops.training_epoch_loop"
 _LOGGER = "lightning.pytorch.trainer.connectors.logger_connector.logger_connector"

@@ -1,4 +1,5 @@
-"""The fast path's hook plumbing: idle hooks hidden, one fit's patches, Lightning's hook dispatch.
+"""The fast path's plumbing: when it runs (the gate's "fast path" feature, this fit's objects, the cases it
+leaves to Lightning), idle hooks hidden, one fit's patches, Lightning's hook dispatch, the no-op profiler.
 
 Keep Lightning from dispatching per-batch hooks that do nothing (lit_gpu's and Lightning's own objects).
 
@@ -12,10 +13,16 @@ removes them again at teardown. Only objects of lit_gpu's and Lightning's own cl
 (a user's callback is left as it is), only hooks their class does not override (what runs is
 exactly what ran before), and on the module only the training hooks (Lightning reads the
 signatures of its evaluation batch hooks).
+
+Lightning also wraps every hook call in ``trainer.profiler.profile(name)``; its default
+``PassThroughProfiler`` records nothing, but its ``profile`` is a generator-based context manager, about 8
+Python calls each time, some 150 times a training step. :class:`NoProfiler` returns one shared
+``nullcontext`` instead. A profiler the user asks for (``--trainer.profiler simple``) is left as it is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -24,10 +31,12 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.core.hooks import ModelHooks
+from lightning.pytorch.profilers import PassThroughProfiler
 from typing_extensions import override
 
-from lit_gpu.upstream import PlainHookName, own_hook
-from lit_gpu.upstream.gate import fast_path_problem
+from lit_gpu.fastpath import PlainHookName, own_hook
+from lit_gpu.upstream.gate import problem, stands_aside, tell_once
+from lit_gpu.upstream.table import FIT_PRIVATE_NAMES
 
 #: the hooks Lightning calls once per batch (training, then evaluation and prediction)
 BATCH_HOOKS = (
@@ -235,13 +244,150 @@ def hook_name_setter(module: pl.LightningModule) -> Callable[[str | None], None]
     return functools.partial(setattr, module, "_current_fx_name")
 
 
+# ---- the gate: the "fast path" feature of lit_gpu.upstream's table, plus this fit's objects ----------
+def _fit_problem(trainer: Any) -> str | None:
+    for path in FIT_PRIVATE_NAMES:
+        obj = trainer
+        for name in path.split("."):
+            if not hasattr(obj, name):
+                return f"this fit's trainer has no {path}"
+            obj = getattr(obj, name)
+    return None
+
+
+def fast_path_problem(trainer: Any) -> str | None:
+    """Why this fit runs stock Lightning's loop (the reason is told once per process), or None."""
+    if stands_aside("fast path"):
+        return problem("fast path")
+    reason = _fit_problem(trainer)
+    if reason is not None:
+        tell_once("fast path", reason)
+    return reason
+
+
+# ---- when the fast path leaves a fit to Lightning --------------------------------------------------
+# ---- the automatic-optimization step without Lightning's dispatch layers ---------------------------
+#: LightningModule methods whose override would make the lean step differ from Lightning's: then it
+#: stands aside (``optimizer_step`` receives Lightning's closure and optimizer wrapper)
+_MODULE_METHODS = ("optimizer_step", "configure_gradient_clipping", "clip_gradients")
+
+
+def lean_step_blocker(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str | None:
+    """Why :class:`LeanOptimizerStep` must leave this fit to Lightning's own step, or None if it need not.
+
+    The lean step covers one device (``SingleDeviceStrategy``), fp32 or autocast without a grad
+    scaler (``32-true``, ``bf16-mixed``), automatic optimization with one optimizer, no gradient
+    clipping, no profiler, and a module that keeps Lightning's ``optimizer_step`` and
+    ``configure_gradient_clipping``. Gradient accumulation is checked at every step.
+    """
+    from lightning.pytorch.core.optimizer import do_nothing_closure
+    from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+    from lightning.pytorch.profilers import PassThroughProfiler
+    from lightning.pytorch.strategies import SingleDeviceStrategy
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    strategy, precision = trainer.strategy, trainer.precision_plugin
+    if type(strategy) is not SingleDeviceStrategy or trainer.world_size != 1:  # a world size set by hand too
+        return f"strategy {type(strategy).__name__} with world size {trainer.world_size}"
+    if type(precision) not in (Precision, MixedPrecision) or getattr(precision, "scaler", None) is not None:
+        return f"precision plugin {type(precision).__name__}"
+    if not isinstance(trainer.profiler, PassThroughProfiler):  # lit_gpu's NoProfiler is one too
+        return f"profiler {type(trainer.profiler).__name__}"
+    if not pl_module.automatic_optimization or len(trainer.optimizers) != 1:
+        return "manual optimization or several optimizers"
+    if trainer.gradient_clip_val:
+        return "gradient clipping"
+    for name in _MODULE_METHODS:
+        if is_overridden(name, pl_module, pl.LightningModule) or replaced_on_instance(pl_module, name):
+            return f"the module overrides {name}"
+    wrappers = strategy._lightning_optimizers  # private (pinned)
+    if len(wrappers) != 1 or any(
+        getattr(wrappers[0], hook, None) is not do_nothing_closure
+        for hook in ("_on_before_step", "_on_after_step")
+    ):
+        return "a wrapped optimizer step"
+    return None
+
+
+#: the data hooks between the loader and ``training_step`` (Lightning's defaults only move the batch)
+TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
+
+
+def transfer_hooks_overridden(trainer: pl.Trainer, pl_module: pl.LightningModule) -> bool:
+    """Whether the module or data module overrides one of :data:`TRANSFER_HOOKS`.
+
+    Where one does, the lean batch makes Lightning's own transfer calls (its defaults only move the batch).
+    """
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    selector = trainer._data_connector._datahook_selector  # private (pinned)
+    for hook in TRANSFER_HOOKS:
+        owner = selector.get_instance(hook) if selector is not None else pl_module
+        if is_overridden(hook, owner) or replaced_on_instance(owner, hook):
+            return True
+    return False
+
+
+def lean_batch_blocker(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str | None:
+    """Why :class:`LeanTrainingBatch` must leave this fit to Lightning's loop, or None if it need not.
+
+    It covers one device (``SingleDeviceStrategy``), no profiler, automatic optimization, a precision
+    plugin that leaves inputs as they are, and the Lightning release whose loop it mirrors. Batch-transfer
+    hooks a module or data module overrides (GPU augmentation in ``on_after_batch_transfer``) it calls as
+    Lightning's loop does.
+    """
+    from lightning.fabric.plugins.precision.precision import Precision as FabricPrecision
+    from lightning.pytorch.profilers import PassThroughProfiler
+    from lightning.pytorch.strategies import SingleDeviceStrategy, Strategy
+
+    strategy = trainer.strategy
+    if type(strategy) is not SingleDeviceStrategy or (
+        type(strategy).on_train_batch_start is not Strategy.on_train_batch_start
+    ):
+        return f"strategy {type(strategy).__name__}"
+    if type(trainer.precision_plugin).convert_input is not FabricPrecision.convert_input:
+        return f"precision plugin {type(trainer.precision_plugin).__name__} converts inputs"
+    if not isinstance(trainer.profiler, PassThroughProfiler):  # lit_gpu's NoProfiler is one too
+        return f"profiler {type(trainer.profiler).__name__}"
+    if not pl_module.automatic_optimization:
+        return "manual optimization"
+    return None
+
+
+# ---- the profiler that profiles nothing ------------------------------------------------------------
+_NOTHING = contextlib.nullcontext()
+
+
+class NoProfiler(PassThroughProfiler):
+    """``PassThroughProfiler`` whose ``profile(name)`` costs one call: nothing is recorded either way."""
+
+    @override
+    def profile(self, action_name: str) -> Any:  # type: ignore[override]
+        return _NOTHING
+
+
+def skip_idle_profiler(trainer: Any) -> bool:
+    """Give ``trainer`` a :class:`NoProfiler` if it has Lightning's do-nothing default; whether it did."""
+    if type(trainer.profiler) is PassThroughProfiler:
+        trainer.profiler = NoProfiler()
+        return True
+    return False
+
+
 __all__ = [
     "BATCH_HOOKS",
     "MODULE_HOOKS",
+    "TRANSFER_HOOKS",
     "FitPatch",
     "HookDispatch",
+    "NoProfiler",
     "SkipIdleHooks",
+    "fast_path_problem",
     "hook_name_setter",
     "idle_hooks",
+    "lean_batch_blocker",
+    "lean_step_blocker",
     "replaced_on_instance",
+    "skip_idle_profiler",
+    "transfer_hooks_overridden",
 ]

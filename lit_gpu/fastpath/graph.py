@@ -8,7 +8,7 @@ and replaying it launches them all at once and skips their Python. ``torch.compi
 this captures eager kernels, so the warm-up is a few ordinary steps and one capture (milliseconds).
 
 Opt in with ``--speed.cuda_graph true`` (:class:`~lit_gpu.callbacks.speed.SpeedLevers`); it runs
-inside :class:`~lit_gpu.upstream.step_path.LeanOptimizerStep`. What a step does stays what it was:
+inside :class:`~lit_gpu.fastpath.step.LeanOptimizerStep`. What a step does stays what it was:
 
 * the module's arithmetic (``_forward_batch`` and ``compute_loss``) is captured; its logging and
   metrics (``_record_step``) run after each replay on the step's outputs, with the loss cloned out
@@ -40,7 +40,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.core.hooks import ModelHooks
 
 from lit_gpu import messages
-from lit_gpu.upstream import own_hook
+from lit_gpu.fastpath import own_hook
 
 #: the hooks Lightning calls inside an optimizer step, in its order
 STEP_HOOKS = ("on_before_zero_grad", "on_before_backward", "on_after_backward", "on_before_optimizer_step")
@@ -113,7 +113,7 @@ class _Rerun:
 
 
 class StepGraph:
-    """One fit's captured step (made by :class:`~lit_gpu.upstream.step_path.LeanOptimizerStep`).
+    """One fit's captured step (made by :class:`~lit_gpu.fastpath.step.LeanOptimizerStep`).
 
     Args:
         trainer: The fitting trainer.

@@ -2,9 +2,9 @@
 
 Where nothing in a fit can tell (:func:`lean_step_blocker`), the optimizer step makes the calls Lightning's
 ``_AutomaticOptimization.run`` makes, in the same order, without its closure and wrapper objects; with
-``--speed.cuda_graph`` it hands the step to the whole-step capture (:mod:`lit_gpu.upstream.step_graph`).
+``--speed.cuda_graph`` it hands the step to the whole-step capture (:mod:`lit_gpu.fastpath.graph`).
 The hook plumbing it shares with the lean batch (idle hooks hidden, fit patches, hook dispatch) is
-:mod:`lit_gpu.upstream.hooks`.
+:mod:`lit_gpu.fastpath.hooks`.
 """
 
 from __future__ import annotations
@@ -16,20 +16,21 @@ import torch
 from typing_extensions import override
 
 from lit_gpu import messages
-from lit_gpu.upstream.gate import fast_path_problem, stands_aside
+from lit_gpu.upstream.gate import stands_aside
 
 if TYPE_CHECKING:
-    from lit_gpu.upstream.step_graph import StepGraph
+    from lit_gpu.fastpath.graph import StepGraph
 
-from lit_gpu.upstream.blockers import lean_step_blocker
-from lit_gpu.upstream.hooks import (
+from lit_gpu.fastpath.hooks import (
     BATCH_HOOKS,
     MODULE_HOOKS,
     FitPatch,
     HookDispatch,
     SkipIdleHooks,
+    fast_path_problem,
     hook_name_setter,
     idle_hooks,
+    lean_step_blocker,
     replaced_on_instance,
 )
 
@@ -68,7 +69,7 @@ class LeanOptimizerStep(FitPatch):
         optimization = epoch_loop.automatic_optimization
         lean = _LeanStep(trainer, optimization)
         if wanted is not None:  # the capture's module only where it is asked for
-            from lit_gpu.upstream.step_graph import StepGraph, capture_blocker
+            from lit_gpu.fastpath.graph import StepGraph, capture_blocker
 
             if not stands_aside(
                 "capture"

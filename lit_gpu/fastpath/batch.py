@@ -13,9 +13,9 @@ which validation may run, or in a fit with a plateau scheduler or ``should_stop`
 ``on_advance_end``. It also gives the loop a ``run`` whose stop test reads the counters directly,
 takes a batch of one sized loader straight from its iterator (moving the fetcher's counters), and
 gives the training result collection a ``log`` that does not move a metric already on the value's
-device there again (:class:`~lit_gpu.upstream.lean_log.LeanLog`). The copy is tied to the Lightning
+device there again (:class:`~lit_gpu.fastpath.batch.LeanLog`). The copy is tied to the Lightning
 source it mirrors: where the installed Lightning's methods differ from it, the callback stands aside.
-When it stands aside for a fit: :func:`~lit_gpu.upstream.blockers.lean_batch_blocker`.
+When it stands aside for a fit: :func:`~lit_gpu.fastpath.hooks.lean_batch_blocker`.
 """
 
 from __future__ import annotations
@@ -29,16 +29,20 @@ import torch
 from lightning.fabric.utilities import apply_func
 from typing_extensions import override
 
-from lit_gpu.upstream.blockers import TRANSFER_HOOKS, lean_batch_blocker, transfer_hooks_overridden
-from lit_gpu.upstream.gate import fast_path_problem
-from lit_gpu.upstream.lean_log import LeanLog
-from lit_gpu.upstream.step_path import FitPatch, HookDispatch
+from lit_gpu.fastpath.hooks import (
+    TRANSFER_HOOKS,
+    FitPatch,
+    HookDispatch,
+    fast_path_problem,
+    lean_batch_blocker,
+    transfer_hooks_overridden,
+)
 
 
 class LeanTrainingBatch(FitPatch):
     """Runs each plain training batch's glue without Lightning's dispatch layers, where nothing can tell.
 
-    Added by the ``lit-gpu`` CLI after :class:`~lit_gpu.upstream.step_path.LeanOptimizerStep`, which
+    Added by the ``lit-gpu`` CLI after :class:`~lit_gpu.fastpath.step.LeanOptimizerStep`, which
     takes the optimizer step itself. For this fit only it sets ``run``, ``advance`` and ``on_advance_end``
     on the epoch loop instance and ``log`` on its result collection (removed at ``on_train_end``,
     ``teardown`` or ``on_exception``). Per batch it does what Lightning's
@@ -382,8 +386,57 @@ def _single_sized_cycle(data_fetcher: Any, cycle: Any) -> bool:
     return tree_unflatten([marker], combined._spec) is marker
 
 
+# ---- a value logged again where it was ------------------------------------------------------------
+class LeanLog:
+    """``_ResultCollection.log`` of the training loop, for a value logged again on the device it was.
+
+    Lightning's ``log`` moves the stored metric to the value's device at every call
+    (``_ResultMetric.to``: a walk over the metric's whole ``__dict__`` that deep-copies its metadata,
+    ~600 Python calls). Once the metric is there that move changes nothing, so this skips it when the
+    key exists with the same arguments (the stored metadata is the one Lightning made for them) and
+    the metric's state is on the value's device; anything else is Lightning's ``log``.
+    """
+
+    def __init__(self, results: Any) -> None:
+        from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection
+
+        self.results = results
+        self.lightning = _ResultCollection.log.__get__(results)
+        #: key -> (the arguments it was last logged with by Lightning, the metric and its metadata then)
+        self._known: dict[str, tuple[dict[str, Any], Any, Any]] = {}
+        #: what replaces ``results.log``: like Lightning's, not traced by dynamo
+        self.log = torch.compiler.disable(self._log)
+
+    def _log(self, fx: str, name: str, value: Any, **kwargs: Any) -> None:
+        results = self.results
+        key = f"{fx}.{name}"
+        known = self._known.get(key)
+        if (
+            known is not None
+            and type(value) is torch.Tensor
+            and results.dataloader_idx is None
+            and known[0] == kwargs
+            and not kwargs.get("enable_graph", False)
+        ):
+            metric = results.get(key)
+            if (
+                metric is known[1]
+                and metric.meta is known[2]
+                and metric.is_tensor
+                and metric.value.device == value.device
+            ):
+                value = value.detach()  # recursive_detach of a tensor
+                batch_size = results._extract_batch_size(metric, kwargs.get("batch_size"), metric.meta)
+                results.update_metrics(key, value, batch_size)
+                return
+        self.lightning(fx, name, value, **kwargs)
+        metric = results.get(key)
+        self._known[key] = (dict(kwargs), metric, getattr(metric, "meta", None))
+
+
 __all__ = [
     "TRANSFER_HOOKS",
+    "LeanLog",
     "LeanTrainingBatch",
     "lean_batch_blocker",
 ]
