@@ -355,8 +355,11 @@ _NONE = object()
 def watch(obj: Any, what: str) -> None:
     """Make the next ``obj.load_state_dict`` and the next ``obj.step`` (an optimizer's or a scheduler's) raise
     one line naming ``what`` and ``--fresh_optimizer true`` where they fail: the restore is observed, not
-    predicted. Each method is the instance's own again after its one watched call."""
-    for name, wrap in (("load_state_dict", _watched_load), ("step", _watched_step)):
+    predicted. Each method is the instance's own again after its one watched call. A scheduler's
+    ``load_state_dict`` is ``__dict__.update`` (it does not fail) and its ``state_dict`` is its ``__dict__``:
+    only its ``step`` is watched, and hidden from its ``state_dict``."""
+    optimizer = isinstance(obj, torch.optim.Optimizer)
+    for name, wrap in (("load_state_dict", _watched_load), ("step", _watched_step))[0 if optimizer else 1 :]:
         original = getattr(obj, name, None)
         if not callable(original):
             continue
@@ -373,6 +376,21 @@ def watch(obj: Any, what: str) -> None:
 
         ours.append(types.MethodType(wrap(original, what, done), obj))
         setattr(obj, name, ours[0])
+    if not optimizer and "state_dict" not in vars(obj):
+        setattr(obj, "state_dict", types.MethodType(_without_watches(obj.state_dict), obj))  # noqa: B010
+
+
+def _without_watches(original: Callable[[], Any]) -> Callable[[Any], Any]:
+    """A scheduler's ``state_dict`` (its ``__dict__``) without the methods :func:`watch` set on it."""
+
+    def state_dict(self: Any) -> Any:
+        hidden = {name: vars(self).pop(name) for name in ("step", "state_dict") if name in vars(self)}
+        try:
+            return original()
+        finally:
+            vars(self).update(hidden)
+
+    return state_dict
 
 
 # ---- optimizer resume --------------------------------------------------------------------------------

@@ -215,6 +215,8 @@ def test_next_fit_removes_the_temp_file_of_a_save_killed_in_an_earlier_run(tmp_p
     )
     subprocess.run([sys.executable, "-c", code, str(folder / "last.ckpt")], check=False)  # SIGKILL mid-save
     (litter,) = folder.glob(".last.ckpt.*.tmp")
+    hours_ago = time.time() - 2 * 3600  # a temp is stale once unwritten for an hour (a live save writes on)
+    os.utime(litter, (hours_ago, hours_ago))
     main(["fit", "--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")])
     err = capsys.readouterr().err
     assert (

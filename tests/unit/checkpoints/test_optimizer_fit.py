@@ -235,3 +235,21 @@ def test_a_failing_restore_or_first_step_is_one_line():
     watch(sgd, "ckpt")
     with pytest.raises(KeyError):  # raised inside the closure: the user's, with its traceback
         sgd.step(user_bug)
+
+
+def test_a_watched_schedulers_state_stays_plain_data():
+    """A scheduler's state_dict is its __dict__: a save before its first step after the restore (a stop at
+    once, an epoch-interval schedule) must not hold the watching method (weights-only reads refuse it)."""
+    import io
+
+    from lit_gpu.checkpoints.optimizer import watch
+
+    sgd = torch.optim.SGD(_net("SGD").parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(sgd, 2)
+    plain = scheduler.state_dict()
+    watch(scheduler, "ckpt")
+    assert scheduler.state_dict() == plain
+    buffer = io.BytesIO()
+    torch.save(scheduler.state_dict(), buffer)
+    buffer.seek(0)
+    assert torch.load(buffer, weights_only=True) == plain
