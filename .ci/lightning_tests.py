@@ -41,7 +41,7 @@ TIERS = {
 
 #: test id (or its start) -> why its outcome differs with lit_gpu's callbacks and that is not a defect
 _REPLAY_STATE = (
-    "with lit_gpu a module's plain train loader has a state (lit_gpu.data.replay: exact mid-epoch resume); "
+    "with lit_gpu a module's plain train loader has a state (lit_gpu.resume.plain: exact mid-epoch resume); "
     "this test resumes a finished fit, which trains nothing, so Lightning never hands the saved state to the "
     "loader and the checkpoint it saves again lacks it (as with any stateful loader in stock Lightning); "
     "the test compares the two checkpoints' loop states"
@@ -49,7 +49,7 @@ _REPLAY_STATE = (
 _EXACT_RESUME = (
     "Lightning warns that a mid-epoch resume of a plain (stateless) train loader is inexact; with lit_gpu "
     "the "
-    "module's plain loader is made replayable (lit_gpu.data.replay: its position is in the checkpoint), the "
+    "module's plain loader is made replayable (lit_gpu.resume.plain: its position is in the checkpoint), the "
     "resume continues at the exact batch and Lightning rightly does not warn; the test expects the warning"
 )
 BY_DESIGN: dict[str, str] = {

@@ -40,8 +40,8 @@ from torch.utils.data import DataLoader
 
 from lit_gpu.data import SyntheticImageDataModule
 from lit_gpu.data.images import normalize_images
-from lit_gpu.data.stateful import ResumableSampler
 from lit_gpu.nets import ResNet18, ResNet50
+from lit_gpu.resume.loaders import ResumableSampler
 
 LR, MAX_LR, WEIGHT_DECAY = 0.002, 0.004, 0.05
 HAND = ("naive", "tuned", "hand_graph", "compile")

@@ -71,15 +71,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _recipe import MAX_LOAD, machine  # noqa: E402
 
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint  # noqa: E402
-from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt  # noqa: E402
 from lit_gpu.callbacks.nan_guard import NaNGuard  # noqa: E402
-from lit_gpu.callbacks.rng_state import RNGStateCallback  # noqa: E402
 from lit_gpu.callbacks.speed import SpeedLevers  # noqa: E402
-from lit_gpu.data.tensor_loader import TensorLoader  # noqa: E402
 from lit_gpu.fastpath.batch import LeanTrainingBatch  # noqa: E402
 from lit_gpu.fastpath.step import LeanOptimizerStep, SkipIdleHooks  # noqa: E402
-from lit_gpu.loggers import RunFolderSync  # noqa: E402
 from lit_gpu.nets import FastMnistNet  # noqa: E402
+from lit_gpu.preemption import CheckpointOnInterrupt  # noqa: E402
+from lit_gpu.resume.loaders import TensorLoader  # noqa: E402
+from lit_gpu.resume.state import RNGStateCallback  # noqa: E402
+from lit_gpu.run.loggers import RunFolderSync  # noqa: E402
 
 BATCH = 128
 

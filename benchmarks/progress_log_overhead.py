@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _recipe import machine  # noqa: E402
 
 from lit_gpu.callbacks.progress import ProgressLog  # noqa: E402
-from lit_gpu.data.tensor_loader import TensorLoader  # noqa: E402
 from lit_gpu.modules import ClassificationModule  # noqa: E402
 from lit_gpu.nets import FastMnistNet  # noqa: E402
+from lit_gpu.resume.loaders import TensorLoader  # noqa: E402  # noqa: E402
 
 
 def run(x: torch.Tensor, y: torch.Tensor, batch_size: int, interval: float | None) -> float:

@@ -29,7 +29,7 @@ SUBMODULES = frozenset(
     {
         "callbacks", "checkpoints", "cli", "commands", "data", "demo", "devices", "errors", "files",
         "messages", "modules", "nets", "fastpath", "recipes", "registration",
-        "logger_media", "loggers", "package_check", "run", "strategies", "testing", "translate", "upstream",
+        "package_check", "run", "strategies", "testing", "translate", "upstream",
     }
 )  # fmt: skip
 

@@ -136,9 +136,6 @@ NET_INPUT_FIX_IMAGES = (
     "(e.g. --model.net lit_gpu.nets.MnistCNN) or flatten the input first (nn.Flatten())"
 )
 TUNE_NEEDS_BATCH_SIZE = "--tune_batch_size needs a data module with a batch_size argument"
-NO_CONFIG_BESIDE = (
-    "no config.yaml for {ckpt} ({looked}) to rebuild its run from; pass the run's settings with --config FILE"
-)
 PICKLE_REFUSED = (
     "{path} holds pickled Python objects, which can run code when loaded, so weights-only loading refused "
     "it; use a checkpoint that holds weights only (any lit-gpu fit writes one), or, only if you trust the "
@@ -190,22 +187,12 @@ GUARANTEES_SWITCH_INVALID = (
 )
 
 # ---- progress lines (printed with tell) ---------------------------------------------------------
-RESUMING_FROM = "resuming from {path} ({why})"
-USING_CHECKPOINT = "using {path} ({why})"
-REBUILDING_FROM = "rebuilding the run from {config}: took {taken}; nothing else is read from it{left_out}"
 STATE_PATHS_DROPPED = (
     "{ckpt}: ignored {count} path(s) in its callback state that lead outside {folder} ({fields}); "
     "nothing outside the run is touched"
 )
 REMOVE_OUTSIDE_REFUSED = (
     "not removing {path}: it is not a checkpoint file inside {dirpath} (resolved: {real}); left as it is"
-)
-RUN_CONFIG_REFUSED = "{config}: {what}; nothing was read from it; pass the run's settings with --config FILE"
-CONFIG_CHANGED = "the config differs from {old} ({changes}); saved it beside as {new}"
-CONFIG_EXISTS = (
-    "{path} exists: an earlier run saved its config into the same folder. Aborting to avoid overwriting it "
-    "(nothing ran); give this run its own folder (--trainer.default_root_dir DIR, or lit_gpu's loggers: "
-    "a version_N folder per run), or remove the file"
 )
 RESUMED_BETWEEN_MICRO_BATCHES = (
     "resumed at {point}, between the micro-batches of an optimizer step ({done} of {every} accumulated):"
@@ -249,24 +236,15 @@ TORCHVISION_MISMATCH = (
     "torchvision {vision} does not fit torch {torch} ({why}): they come from different builds; install the "
     "pair from one index: pip install --force-reinstall 'torch=={base}' '{wanted}'{index}"
 )
-LOGGER_CALL_IGNORED = (
-    "the CSV logger keeps no {method} (tag '{tag}') and ignores it (said once); the TensorBoard logger's "
-    "event files keep it: tensorboard --logdir {folder}"
-)
 NOT_A_TRAINER = (
     "trainer_class {factory} returned {kind}, not a lightning.pytorch.Trainer: LightningCLI runs a Trainer's "
     "{subcommand}(), and lit_gpu's guarantees go on its callbacks; return a Trainer (or a subclass) from it"
 )
-MEDIA_FULL = (
-    "the CSV logger's media folder {folder} holds {limit} now: it keeps no more images, figures or text "
-    "for this run (said once); the TensorBoard logger's event files still take them"
-)
-MEDIA_TOO_BIG = "the CSV logger skips image '{tag}': {pixels} pixels, over PIL's bound of {bound} (said once)"
 MISSING_REQUIREMENT = (
     "the config names a class that needs {requirement}, not installed here: pip install -U '{requirement}'"
 )
 
-# a resume whose training loader is not the checkpoint's (callbacks/rng_state.py, data/loader_order.py)
+# a resume whose training loader is not the checkpoint's (resume/state.py, resume/plain.py)
 LOADER_CHANGED = (
     "resumed at {point}, but the training loader changed since the checkpoint ({what}): its order from here"
     " on is not the stopped run's, so this run differs from an uninterrupted one"

@@ -25,12 +25,11 @@ from typing import Any
 from lightning.pytorch.callbacks import BatchSizeFinder, Callback, LearningRateFinder
 
 from lit_gpu import messages
-from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
-from lit_gpu.callbacks.logging_state import LoggingStateCallback
 from lit_gpu.callbacks.oom_loop import OOMLoopName
-from lit_gpu.callbacks.rng_state import RNGStateCallback
 from lit_gpu.errors import LitGpuError
-from lit_gpu.loggers import RunFolderSync
+from lit_gpu.preemption import CheckpointOnInterrupt
+from lit_gpu.resume.state import LoggingStateCallback, RNGStateCallback
+from lit_gpu.run.loggers import RunFolderSync
 
 __all__ = [
     "GUARANTEES",

@@ -60,9 +60,9 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from typing_extensions import override
 
 from lit_gpu import messages, numbering
-from lit_gpu.callbacks.finished_run import finished_line
-from lit_gpu.callbacks.stopped_run import remember_command
 from lit_gpu.messages import resume_command, shown
+from lit_gpu.preemption import remember_command
+from lit_gpu.resume.state import finished_line
 from lit_gpu.run.layout import version_number
 
 # ---- what a line says and how it is written (text or strict JSON) -------------------------------
@@ -680,7 +680,7 @@ class RunLines(pl.Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        self._lines.count_batch()  # a resumed fit that trained is no "nothing to train" (finished_run.py)
+        self._lines.count_batch()  # a resumed fit that trained is no "nothing to train" (resume/state.py)
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import stat
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,6 @@ from lit_gpu.checkpoints.scan import (
     check_layout,
 )
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.budget import BadFileError, open_regular
 from lit_gpu.messages import first_line
 
 __all__ = [
@@ -154,9 +154,17 @@ def _check_entry(path: str | os.PathLike) -> Path:
 def _open(path: str | os.PathLike) -> Any:
     """``path`` opened if still a regular file (a FIFO put there after the entry check is not waited on)."""
     try:
-        return open_regular(path)
-    except (BadFileError, OSError) as err:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
         raise _corrupt(path, err) from err
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _corrupt(path, OSError(f"{path} is not a regular file"))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def check_checkpoint_file(path: str | os.PathLike) -> Path:

@@ -2,8 +2,8 @@
 
 * :mod:`lit_gpu.cli.main`: the command table, ``--help``/``--version``, dispatch, error lines, exit codes.
 * :mod:`lit_gpu.cli.lightning_cli`: LitGpuCLI, its parser, default callbacks and the extra arguments.
-* :mod:`lit_gpu.cli.ckpt_path`: ``--ckpt_path last|best|FILE`` mapped to one call of :mod:`lit_gpu.run.store`.
-* :mod:`lit_gpu.cli.run_folders`: loggers under ``trainer.default_root_dir``, rebuild from a checkpoint.
+* ``--ckpt_path last|best|FILE``: one call of :func:`lit_gpu.run.store.resolve_ckpt_path`.
+* :mod:`lit_gpu.cli.run_folders`: the progress bar and monitor defaults (loggers: :mod:`lit_gpu.run`).
 * :mod:`lit_gpu.cli.sanity`: a seed or a model Lightning would refuse deep inside a run, refused first.
 * :mod:`lit_gpu.cli.trainer`: ``devices: free:N``, ``precision: auto``, device errors.
 * :mod:`lit_gpu.cli.quiet`: the warning/logging filters ``main`` installs.

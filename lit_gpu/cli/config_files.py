@@ -10,7 +10,7 @@ once and no tag can turn a section into something else; the YAML core schema's t
 keep the meaning jsonargparse's own loader gives them (:data:`lit_gpu.files.yaml_json.CORE_SCHEMA_TAGS`).
 What the reader returns (plain dicts, lists, strings, numbers) is what
 jsonargparse then applies, with the class paths that moved put to their public names
-(:mod:`lit_gpu.run.class_paths`, one table); values resolve as jsonargparse's own YAML loader resolves
+(:mod:`lit_gpu.run.store`, one table); values resolve as jsonargparse's own YAML loader resolves
 them (``1e-3`` is a float, a date stays a string), so every legitimate config parses as before.
 
 A file's problem is one line naming it and the line (``lit-gpu: error: FILE, line N: ...``, exit 2); a
@@ -27,7 +27,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from lit_gpu.files.text import BadFileError, Limits, parse_yaml, read_text
-from lit_gpu.run import class_paths
+from lit_gpu.run import store as class_paths
 from lit_gpu.upstream.tools import (
     jsonargparse_bounded_reads,
     jsonargparse_config_contexts,

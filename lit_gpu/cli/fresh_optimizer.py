@@ -12,7 +12,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from lit_gpu.cli.ckpt_path import config_value
+from lit_gpu.run.layout import config_value
 
 FLAG = "fresh_optimizer"
 

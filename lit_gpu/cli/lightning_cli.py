@@ -27,10 +27,8 @@ from lit_gpu.callbacks.oom_recovery import OOMRecovery
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
 from lit_gpu.callbacks.progress import DEFAULT_INTERVAL, use_progress_log
 from lit_gpu.callbacks.speed import SpeedLevers
-from lit_gpu.callbacks.stopped_run import signal_stop_code
 from lit_gpu.checkpoints.io import install_atomic_checkpoint_io
 from lit_gpu.cli import config_files, fresh_optimizer, quiet, run_folders, weights_only_switch
-from lit_gpu.cli.ckpt_path import clean_run_folders, config_value, hand_over, resolve_ckpt_path
 from lit_gpu.cli.extra_arguments import add_extra_arguments, has_option
 from lit_gpu.cli.module_steps import check_has_step, runs_lightnings
 from lit_gpu.cli.needs_data import check_has_data
@@ -42,10 +40,11 @@ from lit_gpu.errors import LitGpuError
 from lit_gpu.fastpath.batch import LeanTrainingBatch
 from lit_gpu.fastpath.hooks import skip_idle_profiler
 from lit_gpu.fastpath.step import LeanOptimizerStep, SkipIdleHooks
-from lit_gpu.run.config_saver import RunConfigSaver
-from lit_gpu.run.folder import RunFolder
-from lit_gpu.run.layout import next_cluster_checkpoint
-from lit_gpu.run.store import Resolution
+from lit_gpu.preemption import signal_stop_code
+from lit_gpu.run import loggers as run_loggers
+from lit_gpu.run.folder import RunConfigSaver, RunFolder
+from lit_gpu.run.layout import config_value, next_cluster_checkpoint
+from lit_gpu.run.store import Resolution, built_classes, clean_run_folders, hand_over, resolve_ckpt_path
 from lit_gpu.upstream.cli import CLIHooks
 from lit_gpu.upstream.cluster import no_cluster_resume, own_cluster_saves
 
@@ -196,7 +195,7 @@ class LitGpuCLI(CLIHooks):
     """LightningCLI with lit_gpu's defaults: seed 42, CSV + TensorBoard loggers, best/last checkpoints.
 
     Everything a run writes lands in ``trainer.default_root_dir/lit_gpu/version_N`` (``runs`` by
-    default; :mod:`lit_gpu.cli.run_folders`). The ``checkpoint`` group configures the
+    default; :mod:`lit_gpu.run.loggers`). The ``checkpoint`` group configures the
     :class:`FreshLastCheckpoint` (``--checkpoint.monitor val/acc --checkpoint.mode max``); model and
     data are chosen in YAML with ``class_path`` (or given as ``model_class``/``datamodule_class``).
 
@@ -219,7 +218,7 @@ class LitGpuCLI(CLIHooks):
         args = recipes.resolve_args(args)  # --config lit_gpu:NAME -> the shipped file's path
         # the command line, so that a device error can name the flag or file that asked for a GPU
         self.argv = as_argv(sys.argv[1:] if args is None else args)
-        args = run_folders.with_saved_config(args)  # --ckpt_path FILE alone: config.yaml beside it first
+        args = run_loggers.with_saved_config(args, kwargs)  # --ckpt_path FILE alone: its config.yaml first
         self.run_folder: RunFolder | None = None
         self.resolution: Resolution | None = None  # what --ckpt_path resolved to, with its header
         # `fit ...`: only fit's parser is built (the other three cost ~0.12 s together: cli_construct.py)
@@ -245,7 +244,7 @@ class LitGpuCLI(CLIHooks):
         parser.add_lightning_class_args(FreshLastCheckpoint, "checkpoint")
         parser.add_lightning_class_args(SpeedLevers, "speed")  # --speed.channels_last, --speed.compile, ...
         add_extra_arguments(parser)  # --nan_guard.*, --predict_out, --tune_batch_size, --oom_recovery
-        run_folders.add_arguments(parser)  # --loggers
+        run_loggers.add_arguments(parser)  # --loggers
         defaults: dict[str, Any] = {
             "checkpoint.monitor": "val/loss",
             "checkpoint.mode": "min",
@@ -256,7 +255,7 @@ class LitGpuCLI(CLIHooks):
         }
         if has_option(parser, "trainer.callbacks"):  # a trainer_class may take none
             defaults["trainer.callbacks"] = default_callbacks()  # SkipIdleHooks, LeanOptimizerStep, ...
-        for key, value in run_folders.TRAINER_DEFAULTS.items():  # default_root_dir: runs
+        for key, value in run_loggers.TRAINER_DEFAULTS.items():  # default_root_dir: runs
             if key not in self.trainer_defaults and has_option(parser, f"trainer.{key}"):
                 defaults[f"trainer.{key}"] = value
         parser.set_defaults(defaults)
@@ -271,7 +270,7 @@ class LitGpuCLI(CLIHooks):
     def _lit_gpu_parsed(self) -> None:
         weights_only_switch.check(self.config, self.argv, from_command_line=not self._args_are_a_dict)
         # last/best/FILE -> one checkpoint, read once (weights-only; never switched off by a file)
-        self.resolution = resolve_ckpt_path(self.config)
+        self.resolution = resolve_ckpt_path(self.config, self)  # its model_class= too
         check_seed(self.config)  # out of numpy's range: one line, not a ValueError from seed_everything
 
     @override
@@ -305,8 +304,8 @@ class LitGpuCLI(CLIHooks):
             config["callbacks"] = [cls() for cls in STEP_PATH_CALLBACKS]  # a config older than the list
         parsed = self.config[self.subcommand] if self.subcommand else self.config
         if "logger" in config and config["logger"] in (None, True):
-            loggers, self.run_folder = run_folders.trainer_loggers(  # CSV + TB, one folder
-                init, self.subcommand, self.resolution, parsed
+            loggers, self.run_folder = run_loggers.trainer_loggers(  # CSV + TB, one folder
+                init, self.subcommand, self.resolution, parsed, built_classes(self)
             )
             if loggers is not None:
                 config["logger"] = loggers
@@ -348,7 +347,8 @@ class LitGpuCLI(CLIHooks):
         lean_model_summary(trainer)  # no all-zero FLOPs column (after the bar chose the summary's kind)
         run_folders.adapt_checkpoint_monitor(trainer)  # default val/loss: last.ckpt only if never logged
         parsed = self.config[self.subcommand] if self.subcommand else self.config
-        trainer.callbacks.append(run_folders.RecordModelSpec(parsed.get("model")))  # for lit-gpu export
+        spec = run_loggers.RecordModelSpec(parsed.get("model"), built_classes(self))  # for lit-gpu export
+        trainer.callbacks.append(spec)
 
     @override
     def _lit_gpu_before_run(self, subcommand: str) -> None:

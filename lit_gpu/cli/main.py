@@ -45,7 +45,7 @@ NO_UPSTREAM_IMPORT = ("configs", "init", "completion")
 #: the commands that only report: a malformed launcher variable is one line of their report, never a refusal
 DIAGNOSTICS = ("env",)
 
-#: the exit status after Ctrl+C: lit_gpu.callbacks.interrupt's (not imported here: that imports Lightning)
+#: the exit status after Ctrl+C: lit_gpu.preemption's (not imported here: that imports Lightning)
 INTERRUPT_EXIT_CODE = 128 + signal.SIGINT  # 130
 
 # the distributions `--version` reports besides lit-gpu itself

@@ -6,8 +6,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from lit_gpu.cli.ckpt_path import config_value
 from lit_gpu.errors import LitGpuError
+from lit_gpu.run.layout import config_value
 
 NO_STEP = (
     "model.class_path {class_path}: the model has no {step}{extra}, so lit-gpu {command} cannot run it; "

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lit_gpu.cli.ckpt_path import config_value
 from lit_gpu.errors import LitGpuError
+from lit_gpu.run.layout import config_value
 
 __all__ = ["BAD_SEED", "check_seed"]
 

@@ -37,7 +37,7 @@ from lit_gpu.checkpoints.io import atomic_torch_save, atomic_write
 from lit_gpu.checkpoints.load import larger_than, unique_bytes
 from lit_gpu.checkpoints.read import read_checkpoint
 from lit_gpu.errors import LitGpuError
-from lit_gpu.run.config import config_of_checkpoint, rebuild_fields
+from lit_gpu.run.store import config_of_checkpoint, rebuild_fields
 
 FORMATS = (".pt", ".pth", ".safetensors")
 

@@ -9,9 +9,14 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from typing_extensions import override
 
-from lit_gpu.data._checks import check_counts, check_fits_in_memory, check_loader_args
-from lit_gpu.data._trainer import rank_and_world, use_pin_memory
-from lit_gpu.data.stateful import ResumableDataLoader
+from lit_gpu.resume.loaders import (
+    ResumableDataLoader,
+    check_counts,
+    check_fits_in_memory,
+    check_loader_args,
+    rank_and_world,
+    use_pin_memory,
+)
 
 #: per-channel mean and std the images are normalized with (uint8 values / 255)
 IMAGE_MEAN, IMAGE_STD = 0.5, 0.25

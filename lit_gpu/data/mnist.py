@@ -11,14 +11,17 @@ from torch.utils.data import DataLoader, Dataset, Subset, random_split
 from typing_extensions import override
 
 from lit_gpu import messages
-from lit_gpu.data._checks import check_loader_args
-from lit_gpu.data._trainer import rank_and_world, use_pin_memory
-from lit_gpu.data.stateful import ResumableDataLoader
-from lit_gpu.data.tensor_loader import TensorLoader
 from lit_gpu.devices import on_cuda
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.idx import check_idx_pair, idx_problem
 from lit_gpu.messages import first_line
+from lit_gpu.resume.loaders import (
+    ResumableDataLoader,
+    TensorLoader,
+    check_loader_args,
+    rank_and_world,
+    use_pin_memory,
+)
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 RAW_FILES = (
@@ -60,7 +63,7 @@ class MNISTDataModule(pl.LightningDataModule):
         storage: ``"dataset"`` (default): torchvision's per-sample ToTensor/Normalize path through
             a DataLoader (use it to add augmentations). ``"tensor"``: the whole split normalized
             once into a float tensor ``(N, 1, 28, 28)`` and batched by index slicing
-            (:class:`~lit_gpu.data.tensor_loader.TensorLoader`; no workers, no PIL).
+            (:class:`~lit_gpu.resume.loaders.TensorLoader`; no workers, no PIL).
             ``"gpu"``: as ``"tensor"``, with the tensors moved once to the trainer's CUDA device
             (falls back to ``"tensor"`` on CPU).
         drop_last: Drop the last incomplete training batch (tensor storage).

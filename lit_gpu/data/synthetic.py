@@ -8,10 +8,15 @@ from torch.utils.data import DataLoader, TensorDataset
 from typing_extensions import override
 
 from lit_gpu import messages
-from lit_gpu.data._checks import check_counts, check_fits_in_memory, check_loader_args, check_number
-from lit_gpu.data._trainer import rank_and_world
-from lit_gpu.data.stateful import ResumableDataLoader
 from lit_gpu.errors import LitGpuError
+from lit_gpu.resume.loaders import (
+    ResumableDataLoader,
+    check_counts,
+    check_fits_in_memory,
+    check_loader_args,
+    check_number,
+    rank_and_world,
+)
 
 
 class SyntheticRegressionDataModule(pl.LightningDataModule):

@@ -1,17 +1,16 @@
 """The folder a run writes into: a new ``version_N`` claimed, a run continued, an evaluation inside a run.
 
 * :class:`RunFolder`: the folder lit_gpu's loggers share, claimed on global rank 0 when a run starts
-  (:func:`lit_gpu.run.claims.claim_run`: a new ``version_N``, or the folder of a start of the same
-  model that died before its first checkpoint), continued (a fit resumed from a checkpoint of one of
-  your runs: :func:`continuation`), or, for ``validate``/``test``/``predict``, a new
-  ``evaluations/<command>_<k>`` inside the run of the checkpoint evaluated (:func:`evaluation`);
-* :func:`remove_if_unused` removes the folder of a run that failed before it logged or saved anything;
-* :func:`continue_run`: a continued run's ``metrics.csv`` rows written after the checkpoint are dropped
-  (and the TensorBoard events purged), unless ``--new_run true`` asked for a new folder.
-
-:func:`continuation` and :func:`evaluation` take the checkpoint as the store resolved it
-(:class:`lit_gpu.run.store.Resolution`: its header read once, its run found once); given a path (a
-Python caller), they resolve it once with :func:`lit_gpu.run.store.of_file`.
+  (:func:`~lit_gpu.run.layout.claim_run`: a new ``version_N``, or the folder of a start of the same model
+  that died before its first checkpoint), continued (a fit resumed from a checkpoint of one of your runs:
+  :func:`continuation`; its ``metrics.csv`` rows after the checkpoint dropped, :func:`continue_run`), or,
+  for ``validate``/``test``/``predict``, a new ``evaluations/<command>_<k>`` inside the run of the
+  checkpoint evaluated (:func:`evaluation`); :func:`of_command` is the one call that hands it the
+  resolution (:class:`~lit_gpu.run.store.Resolution`: header read once, run found once).
+* :class:`RunConfigSaver`: Lightning's config saver; a continued run keeps its ``config.yaml`` and a
+  changed config is saved beside it as ``config.<n>.yaml`` with one line naming the change.
+* :func:`args_with_saved_config`: ``SUBCOMMAND --ckpt_path FILE`` alone rebuilds the run from the model and
+  data of the checkpoint's ``version_N/config.yaml`` (checked, path-like init args left out).
 """
 
 from __future__ import annotations
@@ -19,36 +18,60 @@ from __future__ import annotations
 import csv
 import os
 import shutil
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import lightning.pytorch as pl
+import yaml
 from lightning.fabric.utilities.rank_zero import rank_zero_only
+from lightning.pytorch.cli import SaveConfigCallback
+from typing_extensions import override
 
 from lit_gpu import messages
 from lit_gpu.checkpoints.io import atomic_file
 from lit_gpu.errors import LitGpuError
 from lit_gpu.files.text import METRICS_FIX, read_csv
 from lit_gpu.messages import shown
-from lit_gpu.run import claim as claims
 from lit_gpu.run import layout
-from lit_gpu.run.config import Signature, run_signature
-from lit_gpu.run.links import escaping_links, refuse_links_out_of
-from lit_gpu.run.store import Resolution, of_file
-from lit_gpu.run.where import root_dir, value
+from lit_gpu.run.layout import (
+    CHECKPOINTS,
+    CLASSES_NAME,
+    CONFIG_N_RE,
+    CONFIG_NAME,
+    RunLock,
+    claim_evaluation,
+    claim_run,
+    config_value,
+    escaping_links,
+    refuse_escaping_link,
+    refuse_links_out_of,
+    remove_dead_claims,
+    root_dir,
+)
+from lit_gpu.run.store import (
+    RebuildFields,
+    Resolution,
+    Signature,
+    config_of_checkpoint,
+    of_file,
+    read_plain,
+    rebuild_fields,
+    root_of_checkpoint,
+    run_signature,
+    saved_configs,
+)
 
-__all__ = [
-    "Continuation",
-    "Evaluation",
-    "RunFolder",
-    "continuation",
-    "continue_run",
-    "evaluation",
-    "of_command",
-    "remove_if_unused",
-]
-
-
+CONFIG_CHANGED = "the config differs from {old} ({changes}); saved it beside as {new}"
+CONFIG_EXISTS = (
+    "{path} exists: an earlier run saved its config into the same folder. Aborting to avoid overwriting it "
+    "(nothing ran); give this run its own folder (--trainer.default_root_dir DIR, or lit_gpu's loggers: "
+    "a version_N folder per run), or remove the file"
+)
+NO_CONFIG_BESIDE = (
+    "no config.yaml for {ckpt} ({looked}) to rebuild its run from; pass the run's settings with --config FILE"
+)
 CONTINUING_RUN = (
     "continuing the run in {folder} from step {step}{dropped}; --new_run true starts a new folder"
 )
@@ -72,7 +95,7 @@ def remove_if_unused(folder: str | os.PathLike) -> bool:
     return not folder.exists()
 
 
-# ---- continuing a run in its folder ------------------------------------------------------------------
+# ---- continuing a run in its folder -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class Continuation:
     """A fit resumed from a checkpoint of ``folder`` logs there again, from ``step`` on."""
@@ -196,7 +219,7 @@ def _step_at_or_after(cell: str | None, step: int) -> bool:
         return False
 
 
-# ---- the folder lit_gpu's loggers share ---------------------------------------------------------------
+# ---- the folder lit_gpu's loggers share -------------------------------------------------------------------
 def _rank() -> int:
     return int(getattr(rank_zero_only, "rank", 0) or 0)
 
@@ -204,23 +227,13 @@ def _rank() -> int:
 class RunFolder:
     """The folder lit_gpu's loggers share; claimed on first use, on global rank 0 only.
 
-    Not a second run type: a run on disk is a :class:`~lit_gpu.run.layout.Run`. This is the loggers'
-    handle on the folder a starting run *will* write, before it exists: Lightning's ``(root, name,
-    version)`` triple, claimed lazily on rank 0 and adopted by the other ranks, and which may be an
-    evaluation's folder (``evaluations/<command>_<k>``, not a run).
-
-    The claim happens when a logger first needs its folder (Lightning creates the loggers'
-    experiments on rank 0 when a run starts), so building a Trainer claims nothing, and other ranks
-    never create folders: :class:`RunFolderSync` hands them rank 0's folder at setup.
-
-    * a new run: :func:`lit_gpu.files.claims.claim_run` (with ``same_model``, the folder of a start of
-      the same model that died before its first checkpoint is taken over); the run's lock is held
-      until :meth:`release`;
-    * ``continues``: a fit resumed from a checkpoint of one of your run folders uses that folder:
-      rank 0 drops the ``metrics.csv`` rows logged after the checkpoint (:func:`continue_run`), and
-      the TensorBoard logger purges those events;
-    * ``evaluates``: a new ``evaluations/<command>_<k>`` in the evaluated run (or in
-      ``ROOT/lit_gpu/evaluations/``), where metrics are logged at the checkpoint's step.
+    Not a second run type (a run on disk is a :class:`~lit_gpu.run.layout.Run`): the loggers' handle on
+    the folder a starting run *will* write, Lightning's ``(root, name, version)``, claimed when a logger
+    first needs it (building a Trainer claims nothing) and adopted by the other ranks at setup
+    (:class:`~lit_gpu.run.loggers.RunFolderSync`). A new run: :func:`~lit_gpu.run.layout.claim_run` (an
+    abandoned start of ``same_model`` taken over), its lock held until :meth:`release`; ``continues``:
+    the checkpoint's run, its ``metrics.csv`` rows after the checkpoint dropped (:func:`continue_run`)
+    and TensorBoard's events purged; ``evaluates``: a new ``evaluations/<command>_<k>``.
 
     Args:
         root: ``trainer.default_root_dir``.
@@ -229,6 +242,8 @@ class RunFolder:
             come from where that folder is.
         same_model: The model and data this run trains, to take over an abandoned start of it.
         evaluates: The evaluation this run is (:func:`evaluation`).
+        classes: The classes the CLI was built with where its config names none
+            (:func:`~lit_gpu.run.store.built_classes`): recorded in the run's ``classes.yaml``.
     """
 
     def __init__(
@@ -238,6 +253,7 @@ class RunFolder:
         continues: Continuation | None = None,
         same_model: Signature | None = None,
         evaluates: Evaluation | None = None,
+        classes: Mapping[str, str] | None = None,
     ) -> None:
         if continues is not None:
             root, name = continues.folder.parent.parent, continues.folder.parent.name
@@ -249,8 +265,9 @@ class RunFolder:
         self.continues = continues
         self.same_model = same_model
         self.evaluates = evaluates
+        self.classes = dict(classes or {})
         self.claimed: Path | None = None  # the folder this process created
-        self.lock: claims.RunLock | None = None
+        self.lock: RunLock | None = None
         self._version: str | None = None
 
     @property
@@ -268,21 +285,30 @@ class RunFolder:
             if self.continues is not None:
                 self._continue(self.continues)
             elif self.evaluates is not None:
-                self.claimed = claims.claim_evaluation(self.root, self.evaluates.command)
+                self.claimed = claim_evaluation(self.root, self.evaluates.command)
                 self._version = self.claimed.name
             else:
-                claim = claims.claim_run(self.root, self.name, self._same_model_check())
+                claim = claim_run(self.root, self.name, self._same_model_check())
                 self.lock = claim.lock
                 self.claimed = claim.folder  # a taken-over folder holds only start-up files again
                 self._version = claim.folder.name
                 if claim.taken_over:
                     messages.tell(TAKING_OVER.format(folder=shown(claim.folder)))
+            if self.evaluates is None:
+                self._record_classes(self.path)
         return self._version
+
+    def _record_classes(self, folder: Path) -> None:
+        """``classes.yaml``: the classes a ``model_class=`` CLI was built with (its config.yaml names none),
+        so that ``--ckpt_path last|best`` finds the run and export rebuilds it."""
+        if self.classes and not os.path.lexists(folder / CLASSES_NAME):
+            with atomic_file(folder / CLASSES_NAME, "w") as f:
+                yaml.safe_dump(self.classes, f)
 
     def _continue(self, continues: Continuation) -> None:
         folder, step = continues.folder, continues.step
-        claims.remove_dead_claims(folder.parent)  # a start killed while it claimed a folder
-        self.lock = claims.RunLock.hold(folder)
+        remove_dead_claims(folder.parent)  # a start killed while it claimed a folder
+        self.lock = RunLock.hold(folder)
         if self.lock is None:
             raise LitGpuError(RUN_BEING_WRITTEN.format(folder=shown(folder)))
         dropped = continue_run(folder, step)
@@ -328,7 +354,11 @@ class RunFolder:
 
 
 def of_command(
-    command: str | None, config: Any, resolution: Resolution | None, parsed: Any = None
+    command: str | None,
+    config: Any,
+    resolution: Resolution | None,
+    parsed: Any = None,
+    classes: Mapping[str, str] | None = None,
 ) -> RunFolder:
     """The folder the loggers of ``command`` share, from its config and its resolved ``--ckpt_path``.
 
@@ -337,15 +367,174 @@ def of_command(
     (:func:`continuation`) unless ``--new_run true``; otherwise a new run, which may take over the folder
     of a start of the same model (``parsed``: the parsed config naming it; ``config`` if not given) that
     died before its first checkpoint. One call hands the resolution on (docs/architecture.md, the route).
+    ``classes``: the classes the CLI was built with (:func:`~lit_gpu.run.store.built_classes`).
     """
     root = root_dir(config)
     if command in ("validate", "test", "predict"):
         return RunFolder(root, layout.NAME, evaluates=evaluation(command, resolution))
     continues = None
-    if command == "fit" and not value(config, "new_run", False):
+    if command == "fit" and not config_value(config, "new_run", False):
         continues = continuation(resolution)
-    same_model = Signature.of_parsed(config if parsed is None else parsed)
-    return RunFolder(root, layout.NAME, continues=continues, same_model=same_model)
+    same_model = Signature.of_parsed(config if parsed is None else parsed, classes)
+    return RunFolder(root, layout.NAME, continues=continues, same_model=same_model, classes=classes)
 
 
 TAKING_OVER = "taking over {folder}: its start stopped before its first checkpoint"
+
+
+# ---- config.yaml of a run folder: saved when the run starts; a continued run keeps it ---------------------
+# how a run was started and where it lives, not what it trains
+_IGNORED_CONFIG_KEYS = ("ckpt_path", "weights_only", "new_run", "free_gpus", "trainer.default_root_dir")
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, Mapping) and node:
+        flat: dict[str, Any] = {}
+        for key, value in node.items():
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: node}
+
+
+def config_changes(old: Mapping[str, Any], new: Mapping[str, Any], limit: int = 3) -> list[str]:
+    """What differs between two saved configs, as ``key: old -> new`` (at most ``limit``, then a count).
+
+    Where a run lives and how it was started (``ckpt_path``, ``weights_only``, ``new_run``,
+    ``free_gpus``, ``trainer.default_root_dir``) are not changes of the run.
+    """
+    before, after = _flatten(old), _flatten(new)
+    keys = [
+        k
+        for k in dict.fromkeys([*before, *after])
+        if before.get(k) != after.get(k) and not k.startswith(_IGNORED_CONFIG_KEYS)
+    ]
+    shown = [f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in keys[:limit]]
+    if len(keys) > limit:
+        shown.append(f"and {len(keys) - limit} more")
+    return shown
+
+
+def next_config_path(folder: str | os.PathLike) -> Path:
+    """``config.<n>.yaml`` with the next free ``n`` (from 1) in a run folder."""
+    saved = saved_configs(folder)
+    numbers = [int(m.group(1)) for p in saved if (m := CONFIG_N_RE.match(p.name))]
+    return Path(folder) / f"config.{max(numbers, default=0) + 1}.yaml"
+
+
+def continued_run(trainer: pl.Trainer) -> RunFolder | None:
+    """The run folder lit_gpu's loggers continue, or ``None`` (a new folder, or other loggers)."""
+    for logger in trainer.loggers:
+        run = getattr(logger, "run", None)
+        if isinstance(run, RunFolder):
+            return run if run.continues is not None else None
+    return None
+
+
+class RunConfigSaver(SaveConfigCallback):
+    """Lightning's config saver; a continued run folder (or a folder evaluations share) keeps ``config.yaml``,
+    a change is saved beside."""
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # a continued run keeps its config.yaml; so does a folder an evaluation shares with earlier ones
+        # (validate/test/predict with the loggers off): a changed config goes beside it, never over it
+        beside = (
+            continued_run(trainer) is not None
+            or (stage == "fit" and self._resumes_its_own_folder(trainer))
+            or (stage != "fit" and not self.overwrite)
+        )
+        if self.already_saved or not self.save_to_log_dir or not beside:
+            try:
+                super().setup(trainer, pl_module, stage)
+            except RuntimeError as err:  # Lightning's stop before an earlier run's config.yaml: one line
+                if "Aborting to avoid overwriting" not in str(err):
+                    raise
+                path = os.path.join(str(trainer.log_dir), self.config_filename)
+                raise LitGpuError(CONFIG_EXISTS.format(path=path)) from err
+            return
+        log_dir = trainer.log_dir  # broadcast from rank 0, as Lightning's saver does
+        if trainer.is_global_zero:
+            self._save_beside(Path(str(log_dir)))
+            self.save_config(trainer, pl_module, stage)
+        self.already_saved = trainer.strategy.broadcast(True)
+
+    def _resumes_its_own_folder(self, trainer: pl.Trainer) -> bool:
+        """A fit resumed from a checkpoint inside the folder it logs into (a sweep trial continued, a logger
+        with a fixed ``version``): that run, continued, whichever loggers write it."""
+        ckpt = self.config.get("ckpt_path") if hasattr(self.config, "get") else None
+        log_dir = trainer.log_dir
+        if not isinstance(ckpt, str | os.PathLike) or not ckpt or log_dir is None:
+            return False
+        try:
+            return Path(ckpt).resolve().is_relative_to(Path(log_dir).resolve())
+        except (OSError, ValueError):
+            return False
+
+    def _save_beside(self, folder: Path) -> None:
+        saved = saved_configs(folder)
+        if not saved:
+            folder.mkdir(parents=True, exist_ok=True)
+            self.parser.save(self.config, folder / self.config_filename, skip_none=False, overwrite=True)
+            return
+        old = read_plain(saved[-1]) or {}
+        new = yaml.safe_load(self.parser.dump(self.config)) or {}  # None values read as missing ones
+        changes = config_changes(old if isinstance(old, dict) else {}, new)
+        if not changes:
+            return
+        path = next_config_path(folder)
+        self.parser.save(self.config, path, skip_none=False, overwrite=False, multifile=self.multifile)
+        messages.tell(CONFIG_CHANGED.format(old=saved[-1].name, changes="; ".join(changes), new=path.name))
+
+
+# ---- SUBCOMMAND --ckpt_path FILE alone: the model and data of the checkpoint's run put before the flags ----
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
+
+
+def _option_value(argv: Sequence[str], option: str) -> str | None:
+    """Value of the last ``--option VALUE`` / ``--option=VALUE`` in ``argv``."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == option and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(option + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def args_with_saved_config(
+    argv: Sequence[str], trust_modules: Iterable[str] = (), fixed: Mapping[str, str] | None = None
+) -> tuple[list[str], RebuildFields | None]:
+    """Put the model and data of the checkpoint's run config in front of the user's flags.
+
+    For ``SUBCOMMAND --ckpt_path FILE`` with neither ``--config`` nor ``--model``: ``--model`` and
+    ``--data`` from ``version_N/config.yaml`` (checked, path-like init args left out) and
+    ``--trainer.default_root_dir ROOT`` from where the checkpoint lies; flags given on the command line
+    come later, so they override. Returns the new argv and what was taken (``None``: argv unchanged).
+    ``fixed``: the classes the CLI was built with (``model_class=``): their init args only are taken.
+
+    Raises:
+        LitGpuError: The checkpoint is not in a run folder with a ``config.yaml``, or the config names
+            something the build policy refuses.
+    """
+    argv = list(argv)
+    sub_index = next((i for i, a in enumerate(argv) if a in SUBCOMMANDS), None)
+    if sub_index is None:
+        return argv, None
+    rest = argv[sub_index + 1 :]
+    if any(a in ("-c", "--config", "--model") or a.startswith(("--config=", "--model=")) for a in argv):
+        return argv, None
+    ckpt = _option_value(rest, "--ckpt_path")
+    if not ckpt or not Path(ckpt).is_file():
+        return argv, None
+    refuse_escaping_link(ckpt, ckpt)
+    config = config_of_checkpoint(ckpt)
+    if config is None:
+        beside = Path(ckpt).parent.parent / CONFIG_NAME
+        looked = f"looked for {beside} in a ROOT/NAME/version_N/{CHECKPOINTS} layout"
+        raise LitGpuError(NO_CONFIG_BESIDE.format(ckpt=ckpt, looked=looked))
+    fields = rebuild_fields(config, trust_modules, fixed)
+    inserted = fields.argv()
+    root = root_of_checkpoint(ckpt)
+    if root is not None:
+        inserted += ["--trainer.default_root_dir", str(root)]
+    return argv[: sub_index + 1] + inserted + rest, fields

@@ -369,7 +369,7 @@ FEATURES: dict[str, Feature] = {
         ),
     ),
     "interrupt": Feature(
-        "the interrupt callback's signal handling (CheckpointOnInterrupt, data/workers.py)",
+        "the interrupt callback's signal handling (CheckpointOnInterrupt, preemption.py)",
         "",
         private={
             "lightning.pytorch.trainer.trainer:Trainer._signal_connector": None,

@@ -3,7 +3,7 @@
 Lightning saves ``state_dict()`` of every train loader that has one and, on a resume, hands it back in
 ``_FitLoop.setup_data`` (``_load_combined_loader_states``, right after it built the loaders and before
 it creates their iterator). :func:`prepare_train_loaders` lets lit_gpu turn a module's plain loaders
-into stateful ones there (:func:`lit_gpu.data.replay.make_replayable`); it is an instance attribute on
+into stateful ones there (:func:`lit_gpu.resume.plain.make_replayable`); it is an instance attribute on
 this fit's loop, removed by :func:`release_train_loaders`. Pinned by
 test_fit_loop__setup_data__load_combined_loader_states in tests/unit/test_upstream_pins.py.
 """
@@ -80,7 +80,7 @@ class SeededIterators(DataLoader):
     makes one iterator and resets it each epoch (``_iterator``, private). A resumed loader whose uninterrupted
     run had reset its iterator must not draw from the restored generators, and its workers must start from
     the base seed that run's workers had: :meth:`seed_next_iterator_from` gives it the generator state that
-    seed was drawn from. Pinned by the replay tests (tests/unit/data/test_replay.py).
+    seed was drawn from. Pinned by the replay tests (tests/unit/resume/test_replay.py).
     """
 
     _seed_from: bytes | None = None

@@ -12,6 +12,7 @@ SECONDS: dict[str, int] = {  # the default tier on 2 idle cores (the README's `p
     "tests/integration/test_preemption.py": 34,
     "tests/integration/test_sweep.py": 27,
     "tests/integration/test_resume_exact.py": 27,
+    "tests/integration/test_resume_processes.py": 30,
     "tests/unit/cli/test_lightning_cli.py": 22,
     "tests/integration/test_failures.py": 20,
     "tests/integration/test_resume_changes.py": 20,
@@ -41,8 +42,8 @@ SECONDS: dict[str, int] = {  # the default tier on 2 idle cores (the README's `p
     "tests/unit/test_import_side_effects.py": 7,
     "tests/integration/test_predict.py": 7,
     "tests/integration/test_gpu_modes_cli.py": 7,
-    "tests/unit/data/test_resume_property.py": 12,
-    "tests/unit/data/test_workers.py": 6,
+    "tests/unit/resume/test_resume_property.py": 12,
+    "tests/unit/preemption/test_workers.py": 6,
     "tests/unit/test_import_contracts.py": 6,
     "tests/unit/checkpoints/test_contracts.py": 6,
     "tests/unit/checkpoints/test_io.py": 6,
@@ -52,5 +53,5 @@ SECONDS: dict[str, int] = {  # the default tier on 2 idle cores (the README's `p
     "tests/integration/test_command_chain.py": 5,
     "tests/integration/test_restored_state_fuzz.py": 5,
     "tests/unit/callbacks/test_whole_steps.py": 5,  # issue 57: 20 small fits (stops and resumes)
-    "tests/unit/callbacks/test_logging_state.py": 4,
+    "tests/unit/resume/test_logging_state.py": 4,
 }

@@ -94,8 +94,8 @@ class Tally:
 def _read_metrics(path: Path) -> None:
     from lit_gpu.commands import plot
     from lit_gpu.commands.sweep import metrics_csv
-    from lit_gpu.loggers import MetricsWriter
     from lit_gpu.run.folder import continue_run
+    from lit_gpu.run.loggers import MetricsWriter
 
     plot.read_metrics(path.parent)  # lit-gpu plot
     other = len(path.read_bytes()) % 3  # one of the other readers, varying with the file
@@ -109,7 +109,7 @@ def _read_metrics(path: Path) -> None:
 
 def _read_config(path: Path) -> None:
     from lit_gpu.files.text import read_yaml
-    from lit_gpu.run.config import read_plain
+    from lit_gpu.run.store import read_plain
 
     read_plain(path)
     read_yaml(path)

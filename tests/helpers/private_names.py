@@ -25,8 +25,8 @@ UPSTREAM = (
 )
 #: private names that are lit_gpu's own (or a documented public API), read outside their class
 OWN = {
-    "_advance": "GlobalPosition (lit_gpu/data/stateful.py), moved by its loaders",
-    "_finish_pass": "GlobalPosition (lit_gpu/data/stateful.py), moved by its loaders",
+    "_advance": "GlobalPosition (lit_gpu/resume/loaders.py), moved by its loaders",
+    "_finish_pass": "GlobalPosition (lit_gpu/resume/loaders.py), moved by its loaders",
     "_exit": "os._exit, documented public API of the standard library",
     "_fields": "a namedtuple's documented public field list",
     "_sigchld_inner": "CheckpointOnInterrupt's own attribute, in its pickled state",

@@ -12,9 +12,9 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from lit_gpu.callbacks.stopped_run import delegate_signal
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import RegressionModule
+from lit_gpu.preemption import delegate_signal
 
 #: the environment variable naming the global step at which :class:`SlowSteps` waits for the job's signal
 HOLD_ENV = "LIT_GPU_TEST_HOLD_AT"

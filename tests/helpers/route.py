@@ -3,7 +3,9 @@
 A *room* is a package of lit_gpu a route can stay in: ``cli``, ``run``, ``files``, ``runs``, ``io``...
 (``lit_gpu.run.store`` and ``lit_gpu.run.layout`` are one room, ``run``). A *stay* is a stretch of the
 route spent in one room; entering a room the route already left is a *return*; a call from a room into a
-room above it in the import layers (``files`` -> ``run``, ``run`` -> ``cli``) is a *climb* back up.
+room above it in the import layers (``files`` -> ``run``, ``run`` -> ``cli``) is a *climb* back up. An
+*entry* is a call into another room; a *re-entry* is a call into a room the route had entered and left
+(none of its frames still running): a return to a room already left, not the unwinding of the calls.
 
 The leaves every room uses, and that call nothing of lit_gpu back, are not rooms: the text door
 (``lit_gpu.messages``, ``lit_gpu.numbering``), the error type (``lit_gpu.errors``) and ``lit_gpu.upstream``
@@ -21,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: packages that are leaves of every route (see the module docstring)
-LEAVES = ("messages", "numbering", "errors", "upstream", "files", "textfiles")  # files: the text reader
+LEAVES = ("messages", "numbering", "errors", "upstream")
 #: the import layers, highest first: a call from a lower room into a higher one is a climb back up
-LAYERS = ("commands", "cli", "runs", "run", "checkpoints")
+LAYERS = ("commands", "cli", "run", "checkpoints", "files", "textfiles")
 
 
 def room_of(module: str | None) -> str | None:
@@ -41,6 +43,8 @@ class Route:
     stays: list[str] = field(default_factory=list)
     climbs: list[str] = field(default_factory=list)
     leaf_calls: list[str] = field(default_factory=list)  # a leaf that called into a room: none expected
+    entries: list[str] = field(default_factory=list)  # the rooms called into, in order
+    reentries: list[str] = field(default_factory=list)  # calls into a room already left: "from -> to (fn)"
 
     @property
     def rooms(self) -> list[str]:
@@ -90,6 +94,10 @@ def recorded() -> Iterator[Route]:
                     route.leaf_calls.append(f"{caller_leaf} -> {room}")
                 if here is not None and here != room and _layer(room) < _layer(here):
                     route.climbs.append(f"{here} -> {room} ({frame.f_code.co_qualname})")
+                if here != room:
+                    if room in route.entries and room not in stack:
+                        route.reentries.append(f"{here} -> {room} ({frame.f_code.co_qualname})")
+                    route.entries.append(room)
                 enter(room)
             stack.append(room)
         elif event == "return" and stack:

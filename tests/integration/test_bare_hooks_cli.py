@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_gpu.callbacks.stopped_run import SIGTERM_EXIT_CODE
+from lit_gpu.preemption import SIGTERM_EXIT_CODE
 from tests.helpers.paths import CONFIGS
 
 STEP = 3

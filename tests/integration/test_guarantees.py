@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from lit_gpu.callbacks.guarantees import SWITCH
-from lit_gpu.callbacks.stopped_run import SIGTERM_EXIT_CODE
+from lit_gpu.preemption import SIGTERM_EXIT_CODE
 from tests.helpers.forked_cli import ForkedRun, popen
 from tests.helpers.paths import CONFIGS
 

@@ -63,8 +63,8 @@ def test_a_fit_from_python_with_an_unsafe_job_id_stops_before_the_requeue_handle
     import lightning.pytorch as pl
     from lightning.pytorch.demos.boring_classes import BoringModel
 
-    from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
     from lit_gpu.errors import LitGpuError
+    from lit_gpu.preemption import CheckpointOnInterrupt
     from tests.helpers.trainers import quiet_trainer
 
     slurm = {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "train", "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}

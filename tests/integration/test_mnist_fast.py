@@ -10,8 +10,8 @@ import torch
 
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.cli import LitGpuCLI
-from lit_gpu.data.tensor_loader import TensorLoader
 from lit_gpu.nets import FastMnistNet
+from lit_gpu.resume.loaders import TensorLoader
 from tests.helpers.paths import CONFIGS
 
 

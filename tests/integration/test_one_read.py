@@ -49,8 +49,8 @@ def test_a_file_replaced_after_the_resolution_is_not_what_is_loaded(
     other = _other_file(good_ckpt, tmp_path / "other.ckpt", marker)
     resolve = lightning_cli.resolve_ckpt_path
 
-    def resolve_then_swap(config):  # right after the resolution, long before Lightning's load
-        resolution = resolve(config)
+    def resolve_then_swap(config, *args):  # right after the resolution, long before Lightning's load
+        resolution = resolve(config, *args)
         os.replace(other, ckpt)
         return resolution
 

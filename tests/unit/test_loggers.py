@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_gpu import loggers
-from lit_gpu.run import claim as claims
-from lit_gpu.run import config as run_config
 from lit_gpu.run import folder as folders
-from lit_gpu.run import header as run_header
-from lit_gpu.run import layout, store
-from lit_gpu.run.config import config_of_checkpoint
+from lit_gpu.run import folder as run_config
+from lit_gpu.run import layout, loggers, store
+from lit_gpu.run import layout as claims
+from lit_gpu.run import store as run_header
+from lit_gpu.run.store import config_of_checkpoint
 from tests.helpers.run_store import SIMPLE, version_folder
 
 

@@ -7,11 +7,12 @@ import sys
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 
 from lit_gpu import messages
+from lit_gpu.run import store
 
 
 def test_tell_prints_prefixed_on_rank_zero(capsys, monkeypatch):
     monkeypatch.setattr(rank_zero_only, "rank", 0)
-    messages.tell(messages.USING_CHECKPOINT.format(path="runs/x/last.ckpt", why="step 3"))
+    messages.tell(store.USING_CHECKPOINT.format(path="runs/x/last.ckpt", why="step 3"))
     messages.tell("to stdout", stream=sys.stdout)
     out, err = capsys.readouterr()
     assert err == "lit-gpu: using runs/x/last.ckpt (step 3)\n" and out == "lit-gpu: to stdout\n"

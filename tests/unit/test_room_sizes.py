@@ -50,6 +50,7 @@ TOP_ENTRIES = 22
 NOT_YET = {
     "checkpoints",
     "resume",
+    "preemption",
     "callbacks",
     "cli",
     "commands",

@@ -92,8 +92,6 @@ OWN: dict[tuple[str, str], str] = {
     ("lit_gpu/commands/env.py", "facts"): "a Rich grid whose cells are escaped where it is built",
     ("lit_gpu/commands/env.py", "col"): "a column name of env's own",
     ("lit_gpu/commands/bench.py", "name"): "a column name of bench's own (table_rows' header)",
-    ("lit_gpu/logger_media.py", "record"): "a JSON line of a run's media/<tag>.jsonl (a file; "
-    "json.dumps escapes control characters)",
 }
 
 

@@ -322,9 +322,9 @@ def test_optuna_trial__trial_id(tmp_path):
 
 @pins("lightning")
 def test_fit_loop_loader_state_internals_used_by_exact_resume():
-    """lit_gpu.data.stateful (the #20550 guard, batch-counter sync, interrupt rewind) reads these.
+    """lit_gpu.resume.loaders (the #20550 guard, batch-counter sync, interrupt rewind) reads these.
 
-    Behaviour is covered by tests/unit/data/test_resume_in_fit.py; this names what it relies on.
+    Behaviour is covered by tests/unit/resume/test_resume_in_fit.py; this names what it relies on.
     """
     from lightning.pytorch.loops.fit_loop import _FitLoop
     from lightning.pytorch.loops.progress import _BatchProgress
@@ -342,7 +342,7 @@ def test_fit_loop_loader_state_internals_used_by_exact_resume():
 def test_fit_loop_restart_stage_after_a_save_at_an_epochs_last_batch():
     """lit_gpu.upstream.loops.start_next_epoch_after_a_finished_one: ``_FitLoop.reset`` counts the epoch of a
     save at its last batch done but keeps ``RESTARTED_MID_EPOCH``, which makes ``on_advance_start`` skip the
-    next epoch's ready/started counts. Behaviour: tests/unit/data/test_resume_property.py
+    next epoch's ready/started counts. Behaviour: tests/unit/resume/test_resume_property.py
     (test_a_second_resume_after_one_from_an_epochs_last_batch)."""
     from lightning.pytorch.loops.fit_loop import _FitLoop
 
@@ -409,9 +409,9 @@ def test_trainer__signal_connector_received_sigterm_and_original_handlers(tmp_pa
 
 
 def test_checkpoint_loop_state_read_by_resume_log_step(tmp_path):
-    """lit_gpu.run.header.resume_log_step reads ``_batches_that_stepped`` and the batch progress of a saved
+    """lit_gpu.run.store.resume_log_step reads ``_batches_that_stepped`` and the batch progress of a saved
     checkpoint, to drop the metrics a stopped attempt logged after it; Lightning logs again from there."""
-    from lit_gpu.run.header import resume_log_step
+    from lit_gpu.run.store import resume_log_step
 
     cb = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1, filename="{step}")
     trainer = quiet_trainer(
@@ -812,8 +812,8 @@ def test_result_collection__result_metric__metadata__sync__first_loop_iter(tmp_p
 
 @pins("torch")
 def test_dataloader_get_iterator__set_sigchld_handler():
-    """lit_gpu.data.workers starts a protected loader's workers with SIGINT/SIGTERM blocked by wrapping
-    ``DataLoader._get_iterator`` (``__iter__`` calls it to start workers); lit_gpu.callbacks.interrupt puts
+    """lit_gpu.preemption starts a protected loader's workers with SIGINT/SIGTERM blocked by wrapping
+    ``DataLoader._get_iterator`` (``__iter__`` calls it to start workers); lit_gpu.preemption puts
     its own SIGCHLD handler over torch's, installed first with
     ``torch.utils.data._utils.signal_handling._set_SIGCHLD_handler`` (once per process), whose report of a
     worker killed by a signal reads ``killed by signal: <strsignal>``."""

@@ -65,7 +65,7 @@ def _interrupt_code(err: BaseException) -> int | None:
 
     ``LitGpuCLI`` ends such a fit (``last.ckpt`` saved) with ``SystemExit(130 | 143)``.
     """
-    from lit_gpu.callbacks.stopped_run import is_signal_stop
+    from lit_gpu.preemption import is_signal_stop
 
     return int(err.code) if isinstance(err, SystemExit) and is_signal_stop(err) else None
 

@@ -28,8 +28,7 @@ from lit_gpu.files.sweep_storage import (
     read_trial,
     trial_folder,
 )
-from lit_gpu.run.layout import CHECKPOINTS
-from lit_gpu.run.links import refuse_links_out_of
+from lit_gpu.run.layout import CHECKPOINTS, refuse_links_out_of
 from lit_gpu.upstream.tools import trial_id
 
 WAIT_S = 10.0  # --until_complete: how often to look again while other workers run the last trials

@@ -15,8 +15,8 @@ from lit_gpu.callbacks.guarantees import (
     install_guarantees,
     with_guarantees,
 )
-from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
 from lit_gpu.errors import LitGpuError
+from lit_gpu.preemption import CheckpointOnInterrupt
 
 NAMES = [cls.__name__ for cls in GUARANTEES]
 

@@ -174,7 +174,7 @@ def test_a_stand_in_checkpoint_callback_without_dirpath_is_fine(tmp_path):
     """As in Lightning's test_stateful_trainer_ckpt_path_support: a spec'd Mock has no ``dirpath``."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from lit_gpu.callbacks.stopped_run import checkpoint_folder
+    from lit_gpu.preemption import checkpoint_folder
 
     trainer = _trainer(tmp_path, callbacks=[Mock(spec=ModelCheckpoint), *_defaults()])
     assert checkpoint_folder(trainer) == tmp_path / "checkpoints"

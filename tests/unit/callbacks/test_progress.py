@@ -74,7 +74,7 @@ def test_resume_command_replaces_the_ckpt_path():
 
 
 def test_the_live_bar_shows_the_runs_version_and_samples_per_second(tmp_path, capsys):
-    from lit_gpu import loggers
+    from lit_gpu.run import loggers
 
     bar = LitProgressBar()
     folder = loggers.RunFolder(tmp_path)

@@ -20,9 +20,9 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 
 from lit_gpu.callbacks import CheckpointOnInterrupt, FreshLastCheckpoint, RNGStateCallback
-from lit_gpu.callbacks.logging_state import LoggingStateCallback
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.nets import SimpleModel
+from lit_gpu.resume.state import LoggingStateCallback
 from tests.helpers.resume import NoisyRegression
 from tests.helpers.trainers import quiet_trainer
 

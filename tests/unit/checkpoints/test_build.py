@@ -20,9 +20,9 @@ from lit_gpu.checkpoints import build as build_policy
 from lit_gpu.checkpoints import build as safe_build
 from lit_gpu.checkpoints.build import UnsafeBuildError, build, check, is_true_subclass
 from lit_gpu.cli import LitGpuCLI
-from lit_gpu.cli.ckpt_path import resolve_ckpt_path
 from lit_gpu.errors import LitGpuError
 from lit_gpu.nets import SimpleModel
+from lit_gpu.run.store import resolve_ckpt_path
 from tests.helpers.paths import CONFIGS
 
 HERE = __name__  # trusted below by the user's LIT_GPU_TRUST_MODULES (being imported trusts nothing)

@@ -106,7 +106,7 @@ def test_a_meta_tensor_in_the_optimizer_state_is_refused_before_the_restore():
 def test_the_logging_state_contract_knows_reductions_and_metric_names():
     import torchmetrics
 
-    from lit_gpu.callbacks.logging_state import logging_state_contract
+    from lit_gpu.resume.state import logging_state_contract
 
     module = torch.nn.Module()
     module.acc = torchmetrics.MeanMetric()
@@ -201,7 +201,7 @@ def test_the_states_of_torchs_schedulers_fit_the_schedulers_they_came_from():
 def test_the_validation_counters_in_the_logging_callbacks_own_state_are_checked(steps):
     """The per-step validation rows' counters live in LoggingStateCallback's own state (the checkpoint's top
     level stays Lightning's); forged ones are one line before any restore."""
-    from lit_gpu.callbacks.logging_state import LoggingStateCallback
+    from lit_gpu.resume.state import LoggingStateCallback
     from lit_gpu.upstream.logging_state import VAL_STEPS_KEY
 
     callback = LoggingStateCallback()

@@ -19,7 +19,7 @@ from lit_gpu.errors import LitGpuError
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
 from lit_gpu.run import store
-from lit_gpu.run.header import CheckpointHeader
+from lit_gpu.run.store import CheckpointHeader
 from tests.helpers.run_store import run_folder, subcommand
 from tests.helpers.trainers import quiet_trainer
 

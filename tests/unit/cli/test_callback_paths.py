@@ -10,8 +10,8 @@ import yaml
 import lit_gpu.callbacks
 from lit_gpu.cli import LitGpuCLI
 from lit_gpu.cli.lightning_cli import DEFAULT_CALLBACKS, STEP_PATH_CALLBACKS
-from lit_gpu.run import class_paths
-from lit_gpu.run import config as run_config
+from lit_gpu.run import store as class_paths
+from lit_gpu.run import store as run_config
 from tests.helpers.paths import CONFIGS
 
 SIMPLE_DEBUG = ["--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")]
@@ -53,7 +53,7 @@ def test_a_config_naming_the_old_paths_still_loads(tmp_path, monkeypatch):
 
 
 def test_old_paths_are_one_table_and_no_module_lives_on_at_them(tmp_path):
-    """No shim modules: the old paths are mapped (lit_gpu.run.class_paths.MOVED) to the public names."""
+    """No shim modules: the old paths are mapped (lit_gpu.run.store.MOVED) to the public names."""
     for module in ("step_path", "batch_path", "step_graph"):
         assert importlib.util.find_spec(f"lit_gpu.callbacks.{module}") is None
     for path in OLD_PATHS:

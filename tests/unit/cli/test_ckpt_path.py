@@ -8,7 +8,7 @@ import time
 from jsonargparse import Namespace
 
 from lit_gpu.checkpoints.io import STALE_AFTER_S
-from lit_gpu.cli.ckpt_path import checkpoint_dirs, clean_run_folders
+from lit_gpu.run.store import checkpoint_dirs, clean_run_folders
 
 
 def _stale_temp(folder):

@@ -114,7 +114,7 @@ def test_the_command_freezes_its_import_heap_and_python_callers_keep_theirs(
 
 
 def test_the_ctrl_c_exit_status_is_the_interrupt_callbacks():
-    from lit_gpu.callbacks.stopped_run import INTERRUPT_EXIT_CODE
     from lit_gpu.cli.main import INTERRUPT_EXIT_CODE as FRONT_DOORS
+    from lit_gpu.preemption import INTERRUPT_EXIT_CODE
 
     assert FRONT_DOORS == INTERRUPT_EXIT_CODE == 130

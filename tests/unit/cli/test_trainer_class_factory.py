@@ -29,7 +29,7 @@ def test_a_factory_returning_no_trainer_is_one_line(tmp_path, monkeypatch):
 
 
 def test_a_factory_returning_a_trainer_runs_with_the_guarantees(tmp_path, monkeypatch):
-    from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
+    from lit_gpu.preemption import CheckpointOnInterrupt
 
     monkeypatch.chdir(tmp_path)
     cli = LitGpuCLI(trainer_class=a_trainer, args=["fit", "--model", BORING])

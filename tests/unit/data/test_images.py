@@ -9,8 +9,8 @@ from torch.utils.data import DataLoader
 
 from lit_gpu.data import SyntheticImageDataModule
 from lit_gpu.data.images import IMAGE_MEAN, IMAGE_STD, ImageTensors, crop_and_flip, make_images
-from lit_gpu.data.stateful import ResumableDataLoader, SeededSamples
 from lit_gpu.nets import ResNet18
+from lit_gpu.resume.loaders import ResumableDataLoader, SeededSamples
 from tests.helpers.run_if import RunIf
 
 
@@ -128,8 +128,8 @@ def test_the_data_module_trains_resnet18_a_step_on_cpu():
 def test_image_sizes_are_checked_at_init(monkeypatch):
     import pytest
 
-    from lit_gpu.data import _checks
     from lit_gpu.errors import LitGpuError
+    from lit_gpu.resume import loaders as _checks
 
     with pytest.raises(LitGpuError, match=r"^data.channels must be a positive integer, got None"):
         SyntheticImageDataModule(channels=None)

@@ -81,8 +81,8 @@ def test_bad_sizes_are_one_line_at_init(kwargs, line):
 
 
 def test_data_that_cannot_fit_in_memory_is_refused_before_allocating(monkeypatch):
-    from lit_gpu.data import _checks
     from lit_gpu.errors import LitGpuError
+    from lit_gpu.resume import loaders as _checks
 
     monkeypatch.setattr(_checks, "host_memory_bytes", lambda: 10**6)  # a 1 MB machine
     SyntheticRegressionDataModule(num_samples=1000, in_features=10, out_features=10)  # 120 kB: fits

@@ -8,12 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lit_gpu.run.claim import LOCK_NAME, RunLock
+from lit_gpu.run.layout import LOCK_NAME, RunLock
 
 HOLD_AND_FORK = """
 import os, sys, time
 from pathlib import Path
-from lit_gpu.run.claim import RunLock
+from lit_gpu.run.layout import RunLock
 lock = RunLock.create(Path(sys.argv[1]))
 child = os.fork()
 if child == 0:  # a DataLoader worker or a forked rank: lives on after its parent is killed

@@ -12,8 +12,10 @@ import yaml
 from jsonargparse import dict_to_namespace
 
 from lit_gpu.errors import LitGpuError
-from lit_gpu.run import claim, layout, rebuild, store
-from lit_gpu.run.config import Signature, config_of_checkpoint, root_of_checkpoint
+from lit_gpu.run import folder as rebuild
+from lit_gpu.run import layout, store
+from lit_gpu.run import layout as claim
+from lit_gpu.run.store import Signature, config_of_checkpoint, root_of_checkpoint
 from tests.helpers.run_store import FOONET, SIMPLE, version_folder
 
 
@@ -207,7 +209,7 @@ def test_checkpoint_without_config_is_one_line(tmp_path):
 
 def test_links_leading_out_of_a_run_folder_are_found(tmp_path):
     """A continued run writes into its folder: links there that lead outside (dangling too) are named."""
-    from lit_gpu.run.links import escaping_links, refuse_links_out_of
+    from lit_gpu.run.layout import escaping_links, refuse_links_out_of
 
     run = tmp_path / "runs" / "lit_gpu" / "version_0"
     (run / "checkpoints").mkdir(parents=True)
@@ -252,7 +254,7 @@ def test_symlinked_last_ckpt_leaving_its_run_is_refused_naming_the_target(tmp_pa
 
 def test_a_version_folder_planted_as_a_link_elsewhere_is_not_a_run_here(tmp_path):
     """Found attacking the doors: ``runs/lit_gpu/version_0 -> /elsewhere`` was continued and written."""
-    from lit_gpu.run.links import escaping_links
+    from lit_gpu.run.layout import escaping_links
 
     elsewhere = version_folder(tmp_path / "elsewhere", 0, SIMPLE, {"last.ckpt": 1000.0})
     parent = tmp_path / "runs" / "lit_gpu"
@@ -267,7 +269,7 @@ def test_a_version_folder_planted_as_a_link_elsewhere_is_not_a_run_here(tmp_path
 
 def test_a_hard_linked_file_in_a_run_folder_is_named(tmp_path):
     """Found attacking the doors: Lightning writes hparams.yaml in place, so through a hard link too."""
-    from lit_gpu.run.links import escaping_links
+    from lit_gpu.run.layout import escaping_links
 
     run = version_folder(tmp_path / "runs" / "lit_gpu", 0, SIMPLE)
     victim = tmp_path / "victim.txt"

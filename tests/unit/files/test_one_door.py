@@ -50,7 +50,7 @@ ALLOWED = {
         "lit_gpu/upstream/gate.py",
         "importlib.import_module",
     ): "Lightning module paths: the gate's own table",
-    ("lit_gpu/run/config_saver.py", "yaml.safe_load"): "the parser's own dump of this run's config",
+    ("lit_gpu/run/folder.py", "yaml.safe_load"): "the parser's own dump of this run's config",
     ("lit_gpu/commands/sweep/best.py", "json.loads"): "a JSON round trip of the parsed config in memory",
     ("lit_gpu/checkpoints/scan.py", "importlib.import_module"): "numpy's own modules, by constant names",
     ("lit_gpu/commands/sweep/owners.py", "read_text"): "/proc/PID/stat, written by the kernel",

@@ -265,7 +265,8 @@ def test_the_plain_data_check_refuses_a_cycle_without_recursing():
 
 
 def test_a_run_config_with_a_recursive_alias_has_no_signature(tmp_path):
-    from lit_gpu.run.config import _class_paths, _read
+    from lit_gpu.run.store import _class_paths
+    from lit_gpu.run.store import _read_config as _read
 
     path = tmp_path / "config.yaml"
     path.write_text("model:\n  class_path: m.M\n  init_args:\n    extra: &a [*a]\n")

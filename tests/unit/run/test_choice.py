@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lit_gpu.run.choice import Candidate, CkptFacts, choose_file, order_runs, skipped_newer
 from lit_gpu.run.layout import Run
+from lit_gpu.run.store import Candidate, CkptFacts, choose_file, order_runs, skipped_newer
 
 
 def _run(

@@ -15,8 +15,8 @@ import torch
 from jsonargparse import Namespace
 
 from lit_gpu.cli import LitGpuCLI
-from lit_gpu.cli.ckpt_path import resolve_ckpt_path
 from lit_gpu.run import layout, store
+from lit_gpu.run.store import resolve_ckpt_path
 from tests.helpers.paths import CONFIGS
 
 SIMPLE = ["--config", str(CONFIGS / "simple.yaml")]

@@ -5,11 +5,9 @@ from __future__ import annotations
 import dataclasses
 import io
 
-import pytest
 import torch
 
-from lit_gpu.errors import LitGpuError
-from lit_gpu.run import header, store
+from lit_gpu.run import store
 
 
 def _lightning_ckpt(path, step: int):
@@ -24,15 +22,6 @@ def test_a_file_resolution_keeps_the_bytes_it_checked(tmp_path):
     assert data.getvalue() == path.read_bytes()
     _lightning_ckpt(path, 4)  # replaced afterwards: the held bytes are still the ones checked
     assert torch.load(data, weights_only=True)["global_step"] == 3
-
-
-def test_a_chosen_file_replaced_before_its_bytes_were_kept_is_one_line(tmp_path):
-    path = _lightning_ckpt(tmp_path / "last.ckpt", 3)
-    chosen_by = header.read(path)
-    assert store._held(path, {}, trust=False, chosen_by=chosen_by)[0] == chosen_by
-    _lightning_ckpt(path, 9)  # another process wrote it between the choice and the kept read
-    with pytest.raises(LitGpuError, match="changed while it was being chosen"):
-        store._held(path, {}, trust=False, chosen_by=chosen_by)
 
 
 def test_the_bytes_are_not_part_of_a_resolutions_identity(tmp_path):

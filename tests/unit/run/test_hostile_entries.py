@@ -15,10 +15,10 @@ import torch
 
 from lit_gpu.checkpoints import load_state_dict
 from lit_gpu.checkpoints import read as checkpoint
-from lit_gpu.cli.ckpt_path import resolve_ckpt_path
 from lit_gpu.errors import LitGpuError
-from lit_gpu.run import config as run_config
 from lit_gpu.run import store
+from lit_gpu.run import store as run_config
+from lit_gpu.run.store import resolve_ckpt_path
 from tests.helpers.run_store import run_folder, subcommand
 
 

@@ -14,7 +14,11 @@ from pathlib import Path
 
 import torch
 
-from lit_gpu.run import choice, claim, config, folder, layout, links, store
+from lit_gpu.run import folder, layout, store
+from lit_gpu.run import layout as claim
+from lit_gpu.run import layout as links
+from lit_gpu.run import store as choice
+from lit_gpu.run import store as config
 from tests.helpers.paths import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "lit_gpu"
@@ -127,7 +131,7 @@ def test_last_is_chosen_by_one_rule_the_highest_complete_step(tmp_path):
         files.append(choice.CkptFacts(path, True, step))
     assert choice.choose_file(files, "last").path.name == "last-v1.ckpt"
     where = store.Where(dirpath=str(tmp_path), parents=[])
-    chosen, headers = store._read_files(layout.checkpoints_in(tmp_path, "last"), "last", where)
+    chosen, headers, _data = store._read_files(layout.checkpoints_in(tmp_path, "last"), "last", where)
     assert chosen is not None and chosen.path.name == "last-v1.ckpt" and headers[chosen.path].step == 9
     assert not hasattr(store, "find_last_checkpoint") and "find_last_checkpoint" not in dir(
         __import__("lit_gpu.checkpoints", fromlist=["x"])

@@ -11,10 +11,10 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from lit_gpu.callbacks.logging_state import LoggingStateCallback
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
+from lit_gpu.resume.state import LoggingStateCallback
 from lit_gpu.upstream import detect_anomaly, gate
 from lit_gpu.upstream.logging_state import VAL_STEPS_KEY
 from lit_gpu.upstream.table import FEATURES

@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from lightning.pytorch.trainer.states import RunningStage
 from torch.utils.data import Dataset, TensorDataset
 
-from lit_gpu.data.stateful import (
+from lit_gpu.resume.loaders import (
     ResumableDataLoader,
     ResumableSampler,
+    TensorLoader,
     sample_seeds,
     shard_positions,
 )
-from lit_gpu.data.tensor_loader import TensorLoader
 
 N = 50
 

@@ -1,4 +1,4 @@
-"""lit_gpu.data.replay without a Trainer: what can be replayed, the state's contract, the replay itself."""
+"""lit_gpu.resume.plain without a Trainer: what can be replayed, the state's contract, the replay itself."""
 
 from __future__ import annotations
 
@@ -6,10 +6,15 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset, SequentialSampler, TensorDataset
 
-from lit_gpu.data.loader_order import order_settings
-from lit_gpu.data.replay import ReplayDataLoader, check_replay_state, make_replayable, why_not_replayable
-from lit_gpu.data.stateful import ResumableDataLoader
 from lit_gpu.errors import LitGpuError
+from lit_gpu.resume.loaders import ResumableDataLoader
+from lit_gpu.resume.plain import (
+    ReplayDataLoader,
+    check_replay_state,
+    make_replayable,
+    order_settings,
+    why_not_replayable,
+)
 
 DATA = TensorDataset(torch.arange(40.0))
 
@@ -155,7 +160,7 @@ def test_an_invalid_generator_state_is_refused_by_the_static_contract_before_any
 def test_an_unhashable_replay_state_version_is_a_problem_not_a_type_error(version):
     """Red team wt-rt2 (a seeded fuzz of the saved state). Before: ``replay_state: []`` ended the contract
     check in ``TypeError: unhashable type: 'list'`` (a traceback) instead of its one line."""
-    from lit_gpu.data.replay import saved_replay_problem
+    from lit_gpu.resume.plain import saved_replay_problem
 
     state = {"replay_state": version, "generators": [], "batches": 1}
     assert "replay state version" in saved_replay_problem(state)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from lit_gpu.data.workers import JobSignalSafeWorkerInit, protect_workers
+from lit_gpu.preemption import JobSignalSafeWorkerInit, protect_workers
 
 
 class _Pids(Dataset):

@@ -14,6 +14,11 @@ loads their saved states, and says on which step to resume at the fit's start
 (:meth:`ReplayDataLoader.resume_at`): Lightning's own batch counter of the epoch, restored from the
 checkpoint, is the number of batches to skip. A loader that cannot be replayed (an iterable dataset, a
 custom sampler or loader class) is left as it is: :func:`why_not_replayable` names why.
+
+A replay's generator states draw the saved order only around the saved loader: :func:`order_settings`
+records each setting the order depends on (the dataset's length, batch size, ``drop_last``, the sampler and
+its settings and seed, the loader's generator, ``num_workers``, ``persistent_workers``, the world size), and
+:func:`changed_settings` names those that differ on resume.
 """
 
 from __future__ import annotations
@@ -32,35 +37,101 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from lit_gpu.data.loader_order import ORDER_KEYS, changed_settings, check_order_settings, order_settings
 from lit_gpu.upstream.train_loaders import SeededIterators, skip_batches
 
-__all__ = [
-    "LOADER_STATES",
-    "REPLAY_STATE_CONTRACT",
-    "ReplayDataLoader",
-    "check_replay_state",
-    "make_replayable",
-    "saved_replay_problem",
-    "why_not_replayable",
-]
+# ---- what the order depends on: recorded with the replay state, compared on resume --------------------
+#: the recorded settings and the types each may have (the restored state's contract: nothing else is taken)
+ORDER_KEYS: dict[str, tuple[type, ...]] = {
+    "samples": (int,),
+    "batch_size": (int, type(None)),
+    "drop_last": (bool,),
+    "sampler": (str,),
+    "shuffle": (bool,),
+    "replacement": (bool,),
+    "sampler_seed": (int, type(None)),
+    "loader_seed": (int, type(None)),
+    "num_workers": (int,),
+    "persistent_workers": (bool,),
+    "world_size": (int,),
+}
+_INT_RANGE = (-(2**63), 2**64 - 1)  # a torch seed (initial_seed is unsigned 64-bit), a length, a count
+_NAME_MAX = 200
 
+
+def _seed(generator: torch.Generator | None) -> int | None:
+    return None if generator is None else int(generator.initial_seed())
+
+
+def _world_size(sampler: Any) -> int:
+    if isinstance(sampler, DistributedSampler):
+        return int(sampler.num_replicas)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return int(torch.distributed.get_world_size())
+    return 1
+
+
+def order_settings(loader: DataLoader, sampler: Any) -> dict[str, Any]:
+    """The settings of ``loader`` (whose index sampler is ``sampler``) that its sample order depends on."""
+    batch_sampler = loader.batch_sampler
+    random = isinstance(sampler, RandomSampler)
+    if random:
+        sampler_seed = _seed(sampler.generator)
+    else:
+        sampler_seed = int(sampler.seed) if isinstance(sampler, DistributedSampler) else None
+    return {
+        "samples": len(loader.dataset),  # type: ignore[arg-type]
+        "batch_size": None if batch_sampler is None else int(batch_sampler.batch_size),  # type: ignore[attr-defined]
+        "drop_last": bool(batch_sampler.drop_last) if batch_sampler is not None else False,  # type: ignore[attr-defined]
+        "sampler": type(sampler).__name__,
+        "shuffle": random or bool(getattr(sampler, "shuffle", False)),
+        "replacement": bool(getattr(sampler, "replacement", False)),
+        "sampler_seed": sampler_seed,
+        "loader_seed": _seed(loader.generator),
+        "num_workers": int(loader.num_workers),
+        "persistent_workers": bool(loader.persistent_workers),
+        "world_size": _world_size(sampler),
+    }
+
+
+def check_order_settings(settings: Any) -> str | None:
+    """What is wrong with recorded ``settings`` read from a checkpoint (``None``: nothing)."""
+    if not isinstance(settings, dict) or set(settings) != set(ORDER_KEYS):
+        return "its loader settings are not the keys " + ", ".join(ORDER_KEYS)
+    for key, types in ORDER_KEYS.items():
+        value = settings[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            return f"its loader setting {key} is a {type(value).__name__}"
+        low, high = _INT_RANGE
+        if isinstance(value, int) and not isinstance(value, bool) and not low <= value <= high:
+            return f"its loader setting {key} is out of range"
+        if isinstance(value, str) and len(value) > _NAME_MAX:
+            return f"its loader setting {key} is longer than {_NAME_MAX} characters"
+    return None
+
+
+def changed_settings(saved: dict[str, Any], now: dict[str, Any]) -> str | None:
+    """``batch_size 8 -> 9, samples 64 -> 63``: the settings that differ (``None``: none does)."""
+    from lit_gpu.messages import shown
+
+    changes = [
+        f"{key} {shown(saved[key], limit=60)} -> {shown(now[key], limit=60)}"
+        for key in ORDER_KEYS
+        if saved.get(key) != now.get(key)
+    ]
+    return ", ".join(changes) or None
+
+
+# ---- the replay ------------------------------------------------------------------------------------
 REPLAY_STATE_VERSION = 2
-# The restored state's contract, checked by check_replay_state before anything is set: a mapping
-# {"replay_state": 2, "generators": [...], "batches": N, "order": {...}, "handed_out": H, "offset": O,
-# "workers_seed": None,
-# "made_iterator": bool}; generators a list of at most 3 ``bytes`` (the global torch generator's state, then
-# the loader's generator's, then the random sampler's), as many as the loader has and each as long as that
-# generator's state, or [] before the loader's first epoch started; handed_out the batches the saved pass had
-# handed out, counted as Lightning counts the epoch's batches (an int in [0, 2**62]: an epoch-start resume
-# finishes that pass's draws or redoes it); offset where in the epoch that pass began (0, or the batch a
-# resume that could not continue there restarted the loader at; in [0, 2**62]); workers_seed the state
-# the persistent workers' base seed was drawn from (None without persistent workers: not b"", which torch's
-# pickle protocol writes as a call of ``bytes`` that weights-only loading refuses); made_iterator whether
-# the saved pass made its iterator (False: it reset the persistent one); batches (the loader's length when
-# saved) an int in [0, 2**62]; order the settings the order depends on (lit_gpu.data.loader_order). Bytes,
-# not tensors: the fit loop's state stays comparable with ``==`` (Lightning's own tests compare it) and
-# loads with ``weights_only=True``. Version 1 (generators and batches only) is still read.
+# The restored state (checked by check_replay_state before anything is set): "generators" at most 3 bytes
+# (the global torch generator's state, the loader's generator's, the random sampler's: as many as the loader
+# has, each as long as that generator's state; [] before its first epoch); "handed_out" the batches the saved
+# pass had handed out (Lightning's count); "offset" the batch that pass began at (0, or where a resume that
+# could not continue restarted it); "workers_seed" the state the persistent workers' base seed was drawn from
+# (None without: b"" pickles as a call weights-only loading refuses); "made_iterator" whether the saved pass
+# made its iterator (False: it reset the persistent one); "batches" the loader's length; "order" its
+# order_settings. Bytes, not tensors: the loop state compares with ``==`` (Lightning's tests do) and loads
+# weights-only. Version 1 (generators and batches only) is still read.
 REPLAY_STATE_CONTRACT: dict[str, Any] = {
     "replay_state": (int, (1, REPLAY_STATE_VERSION)),
     "generators": (list, {"max_len": 3, "item": bytes}),
@@ -96,6 +167,18 @@ def why_not_replayable(loader: Any) -> str | None:
     if type(sampler) not in REPLAYABLE_SAMPLERS:
         return f"its sampler {type(sampler).__name__} has no state"
     return None
+
+
+def seed_persistent_workers(loader: Any, seed: int) -> Any:
+    """An evaluation loader with persistent workers draws their base seed once, when its iterator is made:
+    in the uninterrupted run at the sanity check (Lightning isolates its draws) or the fit's first
+    validation, in a resumed run at its first validation. From a generator of its own, seeded by ``seed``
+    (kept in the checkpoint), that draw is the same in both and shifts no main-process stream (the next
+    epoch's shuffle). Returns ``loader``."""
+    persistent = isinstance(loader, DataLoader) and loader.persistent_workers and loader.num_workers > 0
+    if persistent and loader.generator is None:
+        loader.generator = torch.Generator().manual_seed(seed)
+    return loader
 
 
 def make_replayable(loaders: list[Any]) -> list[Any]:
@@ -336,7 +419,7 @@ class ReplayDataLoader(SeededIterators):
 
         def fits(state: Any) -> str | None:
             if not isinstance(state, dict) or "replay_state" not in state:
-                return None  # another loader's state (lit_gpu.data.stateful.position_contract checks it)
+                return None  # another loader's state (lit_gpu.resume.loaders.position_contract checks it)
             return saved_replay_problem(state)
 
         spec = c.checked("a replay state (keys replay_state, generators, batches, ...)", fits)

@@ -6,11 +6,11 @@ import io
 
 import pytest
 
-from lit_gpu.callbacks.finished_run import finished_line
 from lit_gpu.callbacks.progress import ProgressLog
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
+from lit_gpu.resume.state import finished_line
 from tests.helpers.trainers import quiet_trainer
 
 

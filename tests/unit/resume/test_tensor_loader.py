@@ -9,8 +9,8 @@ from lightning.pytorch.trainer.states import RunningStage
 from torch.utils.data import DataLoader, TensorDataset
 
 from lit_gpu.data import MNISTDataModule
-from lit_gpu.data.tensor_loader import TensorLoader
 from lit_gpu.errors import LitGpuError
+from lit_gpu.resume.loaders import TensorLoader
 from tests.helpers.trainers import quiet_trainer
 
 

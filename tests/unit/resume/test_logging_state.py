@@ -24,7 +24,7 @@ from torchmetrics import MaxMetric, MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from lit_gpu.callbacks import CheckpointOnInterrupt, FreshLastCheckpoint, RNGStateCallback
-from lit_gpu.callbacks.logging_state import LoggingStateCallback
+from lit_gpu.resume.state import LoggingStateCallback
 from tests.helpers.trainers import quiet_trainer
 
 

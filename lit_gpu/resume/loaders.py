@@ -1,5 +1,8 @@
 """Training loaders that resume at the exact sample, on any number of processes and any batch size.
 
+:class:`ResumableDataLoader` (real workers) and :class:`TensorLoader` (index slicing of in-memory tensors),
+and the checks of the loader settings every data module takes.
+
 The state of a training loader is *global*: the epoch, the seed of that epoch's permutation, and
 how many samples of it the whole job has consumed (its *position*). It is not a per-rank batch
 count: only global rank 0 writes the checkpoint, and a resume may run on another number of
@@ -8,7 +11,7 @@ processes or with another batch size. Lightning (>= 2.2) stores ``state_dict()``
 to ``load_state_dict()`` on resume; the loaders here implement both.
 
 Order and sharding, identical for :class:`ResumableDataLoader` and
-:class:`~lit_gpu.data.tensor_loader.TensorLoader`:
+:class:`TensorLoader`:
 
 * epoch ``e``'s order is ``randperm(N)`` seeded by ``(seed, e)`` (``arange(N)`` unshuffled);
 * from position ``p`` on, the remaining ``N - p`` positions are padded by wrapping around (or
@@ -35,16 +38,11 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, get_worker_info
 
 from lit_gpu import messages
+from lit_gpu.devices import on_cuda
+from lit_gpu.errors import LitGpuError
+from lit_gpu.translate import host_memory_bytes, human_bytes
 
-__all__ = [
-    "GlobalPosition",
-    "ResumableDataLoader",
-    "ResumableSampler",
-    "SeededSamples",
-    "epoch_order",
-    "sample_seeds",
-    "shard_positions",
-]
+# ---- the global position, ResumableDataLoader -----------------------------------------------------
 
 _MASK64 = (1 << 64) - 1
 STATE_VERSION = 1
@@ -57,7 +55,7 @@ def position_contract() -> list[Any]:
     """What a saved loader state must be: a dict, and where it is one of ours (it has ``num_items``), a
     :meth:`GlobalPosition.state_dict` with its position inside the epoch."""
     from lit_gpu.checkpoints import contracts as c
-    from lit_gpu.data.replay import LOADER_STATES, saved_replay_problem
+    from lit_gpu.resume.plain import LOADER_STATES, saved_replay_problem
 
     ours = c.fields(
         {
@@ -74,7 +72,7 @@ def position_contract() -> list[Any]:
     def fits(state: Any) -> str | None:
         if not isinstance(state, dict):
             return ""
-        if "replay_state" in state:  # a plain DataLoader made replayable (lit_gpu.data.replay)
+        if "replay_state" in state:  # a plain DataLoader made replayable (lit_gpu.resume.plain)
             return saved_replay_problem(state)
         if "num_items" not in state:
             return None  # another loader's state: not restored by lit_gpu
@@ -319,17 +317,10 @@ class ResumableSampler(GlobalPosition, DistributedSampler):
 class ResumableDataLoader(DataLoader):
     """A ``DataLoader`` (real workers, pinned memory) whose state is the job's global sample position.
 
-    Args:
-        dataset: Map-style dataset.
-        batch_size: Per-process batch size.
-        shuffle: A new seeded permutation every epoch.
-        seed: Seed of the permutations and of the per-sample RNG streams.
-        rank: This process's global rank.
-        world_size: Number of processes sharing the data.
-        drop_last: Trim the epoch's tail to a multiple of the world size and drop the incomplete
-            last batch.
-        **kwargs: Other ``DataLoader`` arguments (``num_workers``, ``pin_memory``,
-            ``persistent_workers``, ``collate_fn``, ``prefetch_factor``...).
+    ``batch_size`` per process; ``seed`` of the permutations (a new one each epoch with ``shuffle``) and of
+    the per-sample random streams; this process's global ``rank`` of ``world_size``; ``drop_last`` trims the
+    epoch's tail to a multiple of the world size and drops the incomplete last batch; other ``DataLoader``
+    arguments (``num_workers``, ``pin_memory``, ``persistent_workers``, ``prefetch_factor``...) as given.
     """
 
     def __init__(
@@ -390,3 +381,158 @@ class ResumableDataLoader(DataLoader):
 def batches_for(samples: int, batch_size: int, drop_last: bool) -> int:
     """Batches of ``batch_size`` that ``samples`` samples make."""
     return samples // batch_size if drop_last else math.ceil(samples / batch_size)
+
+
+# ---- TensorLoader: batches by index slicing of in-memory tensors (no workers, no collate) ---------------
+class TensorLoader(GlobalPosition):
+    """An iterable "dataloader" over tensors that share their first dimension (no workers, no collate).
+
+    Epoch ``e``'s order and rank ``r``'s shard are :class:`GlobalPosition`'s; batches are index-selects on
+    the stored tensors, which stay where they are (CPU or GPU). Lightning swaps samplers of torch
+    ``DataLoader`` objects only, so it leaves this one alone under DDP; its per-epoch
+    ``loader.sampler.set_epoch(epoch)`` reaches the loader itself (``sampler``). Arguments as
+    :class:`ResumableDataLoader`'s, ``*tensors`` of equal length ``N`` in place of a dataset.
+    """
+
+    def __init__(
+        self,
+        *tensors: torch.Tensor,
+        batch_size: int,
+        shuffle: bool = False,
+        drop_last: bool = False,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        if not tensors:
+            raise ValueError("TensorLoader needs at least one tensor")
+        n = len(tensors[0])
+        if any(len(t) != n for t in tensors):
+            raise ValueError(f"all tensors must have the same length, got {[len(t) for t in tensors]}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+        self.tensors = tensors
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.drop_last_shards = drop_last
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.num_items = n
+        self._init_position()
+
+    #: Lightning's loader checks read ``batch_sampler``; batching is built in here.
+    batch_sampler = None
+
+    @property
+    def sampler(self) -> TensorLoader:
+        """Itself, so that Lightning's per-epoch ``loader.sampler.set_epoch(epoch)`` reaches it."""
+        return self
+
+    @property
+    def position_state(self) -> TensorLoader:
+        """Itself: the object holding the epoch / seed / position state."""
+        return self
+
+    @property
+    def num_samples(self) -> int:
+        """Samples this rank sees per epoch (before ``drop_last`` trims the last batch)."""
+        return self.shard_size(0)
+
+    def indices(self, start: int = 0) -> torch.Tensor:
+        """This rank's sample indices for the current epoch from global position ``start``, in batch order."""
+        return self.order()[self.positions(start) % self.num_items]
+
+    def remaining_batches(self) -> int:
+        """Batches this rank yields from the current position to the end of the epoch."""
+        return batches_for(self.shard_size(self.start), self.batch_size, self.drop_last)
+
+    def __len__(self) -> int:
+        return batches_for(self.num_samples, self.batch_size, self.drop_last)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        start = self.start
+        count = self.remaining_batches()
+        b = self.batch_size
+        if not self.shuffle and self.world_size == 1:
+            for i in range(count):  # plain slices: views, no copy
+                lo = start + i * b
+                batch = tuple([t[lo : lo + b] for t in self.tensors])  # a list: no generator frames
+                self._advance(i + 1, b)  # handed out = consumed (a checkpoint after this step counts it)
+                yield batch
+        else:
+            idx = self.indices(start).to(self.tensors[0].device)
+            for i in range(count):
+                batch_idx = idx[i * b : (i + 1) * b]
+                batch = tuple([t.index_select(0, batch_idx) for t in self.tensors])
+                self._advance(i + 1, b)
+                yield batch
+        self._finish_pass()
+
+
+# ---- the loader settings every data module takes: a bad value is one line, not a traceback -----------
+def _bad(name: str, rule: str, value: object, example: str) -> LitGpuError:
+    return LitGpuError(messages.BAD_DATA_SETTING.format(name=name, rule=rule, value=value, example=example))
+
+
+def _integer(value: object, minimum: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= minimum
+
+
+def check_loader_args(batch_size: int, num_workers: int) -> None:
+    """Raise :class:`LitGpuError` for ``batch_size < 1`` or ``num_workers < 0`` (DataLoader's ValueErrors)."""
+    if not _integer(batch_size, 1):
+        raise _bad("batch_size", "a positive integer", batch_size, "e.g. 64")
+    if not _integer(num_workers, 0):
+        example = "0 (load in the main process) or the number of worker processes"
+        raise _bad("num_workers", "0 or more", num_workers, example)
+
+
+def check_counts(**counts: tuple[object, int]) -> None:
+    """Raise :class:`LitGpuError` for a size that is not an integer ``>= minimum`` (``name=(value, min)``):
+    ``out_features: null`` or ``num_samples: -5`` in a config would otherwise fail deep inside torch."""
+    for name, (value, minimum) in counts.items():
+        if not _integer(value, minimum):
+            rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise _bad(name, rule, value, "e.g. 10")
+
+
+def check_number(name: str, value: object, minimum: float = 0.0) -> None:
+    """Raise :class:`LitGpuError` for a setting that is not a finite number ``>= minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not minimum <= value < float("inf"):
+        raise _bad(name, f"a finite number >= {minimum:g}", value, "e.g. 0.05")
+
+
+DATA_TOO_BIG = (
+    "{settings}: the data's tensors would need {needs}, more than this machine's {have} of memory; "
+    "make data.{largest} smaller (--data.{largest}, or {largest}: in your config)"
+)
+
+
+def check_fits_in_memory(sizes: dict[str, int], needs: int) -> None:
+    """Refuse data sizes whose tensors (``needs`` bytes) cannot fit in this machine's memory at all, before
+    anything is allocated (else torch's traceback, or a kill while filling them); ``sizes`` are the settings
+    that decide ``needs``, the largest named as the one to change."""
+    have = host_memory_bytes()
+    if have is None or needs <= have:
+        return
+    settings = ", ".join(f"data.{name}={value}" for name, value in sizes.items())
+    largest = max(sizes, key=lambda name: sizes[name])
+    needs_text, have_text = human_bytes(needs), human_bytes(have)
+    raise LitGpuError(
+        DATA_TOO_BIG.format(settings=settings, needs=needs_text, have=have_text, largest=largest)
+    )
+
+
+# ---- what a data module reads of its trainer (none attached: one process, no GPU) ---------------------
+def rank_and_world(trainer: Any) -> tuple[int, int]:
+    """``(global_rank, world_size)`` of ``trainer``; ``(0, 1)`` without one."""
+    return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
+
+def use_pin_memory(pin_memory: bool | None, trainer: Any) -> bool:
+    """``pin_memory`` as set, or (``None``) whether ``trainer`` trains on CUDA."""
+    return pin_memory if pin_memory is not None else on_cuda(trainer)

@@ -11,10 +11,10 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_gpu.callbacks import CheckpointOnInterrupt
-from lit_gpu.callbacks.stopped_run import stop_exit_code
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
+from lit_gpu.preemption import stop_exit_code
 from tests.helpers.trainers import quiet_trainer
 
 
@@ -105,7 +105,7 @@ class _WorkerDeathAt(pl.Callback):
     ids=["SIGTERM", "SIGINT"],
 )
 def test_a_worker_killed_by_the_jobs_signal_is_a_stop_at_the_last_finished_step(text, code, tmp_path, capsys):
-    from lit_gpu.callbacks.stopped_run import signal_stop_code
+    from lit_gpu.preemption import signal_stop_code
 
     trainer = quiet_trainer(
         tmp_path, max_epochs=3, callbacks=[CheckpointOnInterrupt(), _WorkerDeathAt(5, text)]
@@ -124,8 +124,8 @@ def test_a_worker_killed_by_the_jobs_signal_is_a_stop_at_the_last_finished_step(
 
 
 def test_a_worker_death_of_another_cause_stays_a_crash(tmp_path, monkeypatch, capsys):
-    from lit_gpu.callbacks import interrupt
-    from lit_gpu.callbacks.stopped_run import signal_stop_code
+    from lit_gpu import preemption as interrupt
+    from lit_gpu.preemption import signal_stop_code
 
     monkeypatch.setattr(interrupt, "WORKER_DEATH_GRACE_S", 0.05)  # no job signal comes
     for text in (

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from lit_gpu.callbacks import rng_state
-from lit_gpu.callbacks.rng_state import RNGStateCallback, _capture
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
+from lit_gpu.resume import state as rng_state
+from lit_gpu.resume.state import RNGStateCallback, _capture
 from tests.helpers.trainers import quiet_trainer
 
 
@@ -75,7 +75,7 @@ def _fit_and_keep(
 
 
 def test_numpy_and_python_states_are_kept_each_step_where_a_save_can_land_mid_step(tmp_path):
-    from lit_gpu.callbacks.interrupt import CheckpointOnInterrupt
+    from lit_gpu.preemption import CheckpointOnInterrupt
 
     full = {"torch", "numpy", "python"}
     # without the interrupt callback a first Ctrl+C raises mid-step: every step keeps them
