@@ -83,6 +83,7 @@ MOVED: Mapping[str, str] = {
     "lit_gpu.upstream.hooks.SkipIdleHooks": "lit_gpu.callbacks.SkipIdleHooks",
     "lit_gpu.upstream.step_path.LeanOptimizerStep": "lit_gpu.callbacks.LeanOptimizerStep",
     "lit_gpu.upstream.batch_path.LeanTrainingBatch": "lit_gpu.callbacks.LeanTrainingBatch",
+    "lit_gpu.io.AtomicCheckpointIO": "lit_gpu.checkpoints.io.AtomicCheckpointIO",
 }
 
 _MAX_WALK = 2_000_000  # containers one walk over a config visits at most (parsed configs are far below)
