@@ -111,7 +111,7 @@ def main() -> None:
     if args.one:
         _one(*args.one)
         return
-    from lit_gpu.files.bounds import CheckpointLimits
+    from lit_gpu.checkpoints.read import CheckpointLimits
     from tests.helpers import checkpoint_bombs as bombs
 
     print(f"load average before: {Path('/proc/loadavg').read_text().strip()}")

@@ -24,8 +24,8 @@ __version__ = "0.1.0"
 #: lit_gpu's modules and subpackages, each an attribute imported on first use (PEP 562)
 SUBMODULES = frozenset(
     {
-        "callbacks", "checkpoints", "cli", "commands", "data", "demo", "devices", "errors", "files", "io",
-        "load_report", "messages", "modules", "net_spec", "nets", "fastpath", "oom", "recipes", "textfiles",
+        "callbacks", "checkpoints", "cli", "commands", "data", "demo", "devices", "errors",
+        "messages", "modules", "nets", "fastpath", "oom", "recipes", "textfiles",
         "package_check", "run", "strategies", "explain", "upstream",
     }
 )  # fmt: skip

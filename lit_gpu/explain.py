@@ -99,7 +99,7 @@ def state_dict_mismatch(err: BaseException) -> str | None:
     text = str(err)
     if not isinstance(err, RuntimeError) or "Error(s) in loading state_dict" not in text:
         return None
-    from lit_gpu.load_report import LoadReport  # a leaf: no import circle with checkpoints
+    from lit_gpu.checkpoints.load import LoadReport  # a leaf: no import circle with checkpoints
 
     report = LoadReport()
     for line in (ln.strip() for ln in text.splitlines()):

@@ -32,13 +32,6 @@ TOO_FEW_GPUS = (
     "{source} asks for GPUs {requested}, but only {count} {verb} visible {available}; "
     "use --trainer.devices {count} (or 'free:N'), or " + CPU_FIX
 )
-CKPT_IS_DIRECTORY = (
-    "--ckpt_path {path} is a directory, not a checkpoint file; pass a .ckpt file in it{example}, "
-    "or --ckpt_path last / best"
-)
-CKPT_NOT_REGULAR = (
-    "checkpoint {path} is not a regular file (a FIFO, a device or a socket); pass a checkpoint file"
-)
 NUM_CLASSES_MISMATCH = (
     "the net {net} outputs {outputs} classes but model.num_classes is {num_classes}; "
     "set --model.num_classes {outputs} or change the net's output size to {num_classes}"
@@ -71,7 +64,6 @@ PICKLE_REFUSED = (
     "it; use a checkpoint that holds weights only (any lit-gpu fit writes one), or, only if you trust the "
     "file and where it came from, {opt_out}"
 )
-BUILD_REFUSED = "{source}: refusing to build {key}: {what}; nothing was run; {fix}"
 
 SWEEP_BAD_SPACE = (
     "search space {where}: {what}; write e.g. 'model.init_args.optimizer.init_args.lr: "
@@ -111,24 +103,9 @@ SWEEP_METRIC_NOT_LOGGED = (
     "--metric {metric} was never logged by trial {number} (logged: {logged}); pass one of those, and make "
     "sure the config validates (trainer.limit_val_batches > 0)"
 )
-DISK_FULL = (
-    "{what}: could not save checkpoint {path} (about {size}{room}); {kept}no partial file was left; "
-    "free space on that disk or point --checkpoint.dirpath (or --trainer.default_root_dir) at a disk "
-    "with room, then resume with --ckpt_path last"
-)
 GUARANTEES_SWITCH_INVALID = (
     "{name}={value!r} is neither true nor false; unset it (lit_gpu's guarantees on) or set it to false "
     "(off: a run behaves as Lightning's, with no stop checkpoint on SIGINT/SIGTERM)"
-)
-OPTIMIZER_CHANGED = (
-    "{what}: its optimizer state does not fit the config: the checkpoint holds {held}, the config builds "
-    "{built} ({problem}); to keep the weights and the progress and start the optimizers and schedulers "
-    "fresh, add --fresh_optimizer true (docs/checkpoints.md), or resume with the config it was saved with"
-)
-OPTIMIZER_STATE_MISSING = (
-    "{what}: holds the weights and the progress but no optimizer or scheduler state (saved with "
-    "save_weights_only); to continue from it with the optimizers and schedulers started fresh, add "
-    "--fresh_optimizer true (docs/checkpoints.md)"
 )
 
 # ---- progress lines (printed with tell) ---------------------------------------------------------
@@ -138,10 +115,6 @@ STATE_PATHS_DROPPED = (
 )
 REMOVE_OUTSIDE_REFUSED = (
     "not removing {path}: it is not a checkpoint file inside {dirpath} (resolved: {real}); left as it is"
-)
-COUNTERS_DISAGREE = (
-    "{path} holds {problem}: it was edited or put together from two checkpoints, so it names no one step to"
-    " resume at; use another checkpoint (its run's last.ckpt)"
 )
 RESUMED_BETWEEN_MICRO_BATCHES = (
     "resumed at {point}, between the micro-batches of an optimizer step ({done} of {every} accumulated):"
@@ -163,10 +136,6 @@ WROTE_PREDICTIONS = "wrote {rows} predictions to {path}"
 EXPORTED = "exported {weights} (metadata: {sidecar})"
 WROTE_PLOT = "wrote {path} ({width}x{height} px)"
 FREE_GPU_OF_RANK = "local rank {rank} -> GPU {index} {name} ({uuid})"
-OPTIMIZER_FRESH = (
-    "{what}: kept the weights and the progress; started {optimizers} and {schedulers} fresh "
-    "(--fresh_optimizer)"
-)
 DEPENDENCY_OUT_OF_RANGE = "{name} {found}: lit-gpu supports {supported}; pip install '{requirement}'"
 CUDA_READS_PART = (
     "CUDA_VISIBLE_DEVICES={value}: CUDA reads it as {listed} (the list ends at the first entry that is not a "

@@ -38,10 +38,10 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from lit_gpu import messages, numbering
+from lit_gpu.checkpoints.io import clean_stale_temp_files
 from lit_gpu.devices import requeue_problem
 from lit_gpu.errors import LitGpuError
 from lit_gpu.explain import dataloader_worker_died
-from lit_gpu.io import clean_stale_temp_files
 from lit_gpu.messages import command_word, resume_command
 from lit_gpu.run.layout import CHECKPOINTS
 from lit_gpu.upstream.loops import (
@@ -319,7 +319,7 @@ class CheckpointOnInterrupt(Callback):
 
     The checkpoint goes to the first ModelCheckpoint's folder (or ``default_root_dir/checkpoints``), written
     atomically by the CLI's checkpoint IO; ``lit-gpu fit`` exits 130 (SIGINT) or 143 (SIGTERM). At fit start,
-    temp files a killed save left there are removed (:func:`lit_gpu.io.clean_stale_temp_files`).
+    temp files a killed save left there are removed (:func:`lit_gpu.checkpoints.io.clean_stale_temp_files`).
     """
 
     def __init__(self) -> None:

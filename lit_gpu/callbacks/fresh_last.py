@@ -101,14 +101,14 @@ class FreshLastCheckpoint(ModelCheckpoint):
 
     def restore_contract(self, pl_module: Any = None) -> list[Any]:
         """ModelCheckpoint's state: paths are strings, scores finite-or-inf scalar tensors, best_k a dict."""
-        from lit_gpu.files import contracts as c
-        from lit_gpu.files.callback_contracts import model_checkpoint_state
+        from lit_gpu.checkpoints import contracts as c
+        from lit_gpu.checkpoints.contracts import model_checkpoint_state
 
         return [c.Contract(("callbacks", self.state_key), model_checkpoint_state())]
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        from lit_gpu.files.state_paths import drop_outside_state_paths
+        from lit_gpu.checkpoints.contracts import drop_outside_state_paths
 
         state = dict(state_dict)
         # Lightning restores these paths only when the state's dirpath is this callback's own
@@ -153,7 +153,7 @@ class FreshLastCheckpoint(ModelCheckpoint):
 
     def remove_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
         """Lightning's removal of an old checkpoint, for a path that resolves inside ``dirpath`` only."""
-        from lit_gpu.files.state_paths import inside
+        from lit_gpu.checkpoints.contracts import inside
 
         local = "://" not in str(filepath) and self.dirpath and "://" not in str(self.dirpath)
         used = os.path.expanduser(str(filepath))  # fsspec, which removes it, expands ~ as inside() does

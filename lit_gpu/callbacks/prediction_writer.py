@@ -16,7 +16,7 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from typing_extensions import override
 
 from lit_gpu import messages
-from lit_gpu.io import atomic_file
+from lit_gpu.checkpoints.io import atomic_file
 
 
 class CSVPredictionWriter(BasePredictionWriter):

@@ -25,6 +25,7 @@ from lit_gpu.callbacks.nan_guard import NaNGuard
 from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
 from lit_gpu.callbacks.progress import DEFAULT_INTERVAL, use_progress_log
 from lit_gpu.callbacks.speed import SpeedLevers
+from lit_gpu.checkpoints.io import install_atomic_checkpoint_io
 from lit_gpu.cli import config_files, quiet, run_folders
 from lit_gpu.cli.errors import (
     check_has_data,
@@ -42,7 +43,6 @@ from lit_gpu.explain import explain
 from lit_gpu.fastpath.batch import LeanTrainingBatch
 from lit_gpu.fastpath.hooks import skip_idle_profiler
 from lit_gpu.fastpath.step import LeanOptimizerStep, SkipIdleHooks
-from lit_gpu.io import install_atomic_checkpoint_io
 from lit_gpu.oom.recovery import OOMRecovery
 from lit_gpu.preemption import signal_stop_code
 from lit_gpu.run import loggers as run_loggers
@@ -231,8 +231,8 @@ def add_extra_arguments(parser: LightningArgumentParser) -> None:
 #
 # For a resume whose config changed the optimizer (SGD -> Adam), its param groups or the schedule
 # (``OneCycleLR`` ``total_steps`` 8 -> 16): the checkpoint's optimizer and scheduler states no longer fit
-# (:mod:`lit_gpu.files.optimizer_fit` says so in one line); with this flag they are replaced by the states
-# of the ones the config built (:mod:`lit_gpu.optimizer_resume`). ``docs/checkpoints.md``.
+# (:mod:`lit_gpu.checkpoints.optimizer` says so in one line); with this flag they are replaced by the states
+# of the ones the config built (:mod:`lit_gpu.checkpoints.optimizer`). ``docs/checkpoints.md``.
 FRESH_OPTIMIZER = "fresh_optimizer"
 
 

@@ -10,7 +10,7 @@ with ``class_path`` and ``init_args`` (``.safetensors`` files carry the same in 
     net.load_state_dict(torch.load("model.pt", map_location="cpu", weights_only=True))
 
 That recipe calls whatever the sidecar names: for files from elsewhere, build the net with
-``lit_gpu.files.build.build(meta)`` (checks the class first) or from your own code.
+``lit_gpu.checkpoints.build.build(meta)`` (checks the class first) or from your own code.
 
 Any LightningModule run by ``lit-gpu fit`` can be exported: the CLI records the model's config in every
 checkpoint (``lit_gpu_model``); a module with a ``net`` exports the net, any other the whole module.
@@ -31,11 +31,12 @@ from torch import nn
 
 from lit_gpu import messages
 from lit_gpu.checkpoints import CheckpointMismatchError, clean_keys, load_into
+from lit_gpu.checkpoints import build as safe_build
+from lit_gpu.checkpoints.build import MODEL_SPEC_KEY, NET_SPEC_KEY
+from lit_gpu.checkpoints.io import atomic_torch_save, atomic_write
+from lit_gpu.checkpoints.load import larger_than, unique_bytes
+from lit_gpu.checkpoints.read import read_checkpoint
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files import build as safe_build
-from lit_gpu.files.checkpoint import read_checkpoint
-from lit_gpu.io import atomic_torch_save, atomic_write
-from lit_gpu.net_spec import MODEL_SPEC_KEY, NET_SPEC_KEY
 from lit_gpu.run.store import config_of_checkpoint, rebuild_fields
 
 FORMATS = (".pt", ".pth", ".safetensors")
@@ -69,45 +70,18 @@ def _spec(checkpoint: Any, ckpt_path: Path, trust_modules: Sequence[str]) -> tup
     return None, "", "", False
 
 
-#: a net may hold this many times the bytes of the weights in the file (fp16/bf16 weights loaded into a
-#: float32 net: 2x; fp8: 4x), plus a little, before export builds it for real
-_NET_PER_FILE_BYTE = 4
-_NET_SLACK = 16 * 2**20
-
-
-def _unique_bytes(tensors: Any) -> int:
-    seen: dict[Any, int] = {}
-    for t in tensors:
-        if isinstance(t, torch.Tensor):
-            storage = t.untyped_storage()
-            seen[storage.data_ptr() if t.device.type != "meta" else id(t)] = storage.nbytes()
-    return sum(seen.values())
-
-
 def _no_larger_than_the_file(
     spec: dict[str, Any], state_dict: Any, source: str, key: str, trust_modules: Sequence[str]
 ) -> None:
-    """Build the net on the meta device first: a spec naming a net far larger than the file's weights
-    (``Linear(100000, 100000)`` beside a few bytes) is refused before any memory is allocated for it."""
-    held = _unique_bytes(state_dict.values()) if isinstance(state_dict, dict) else 0
-    try:
-        with torch.device("meta"):
-            probe = safe_build.build(spec, nn.Module, source=source, key=key, trust_modules=trust_modules)
-    except LitGpuError:
-        raise
-    except Exception:  # noqa: BLE001 - a net that cannot be built on meta is checked by loading only
-        return
-    needed = sum(
-        t.numel() * t.element_size()
-        for t in {id(t): t for t in probe.state_dict(keep_vars=True).values()}.values()
-    )
-    if needed > _NET_PER_FILE_BYTE * held + _NET_SLACK:
+    """A spec naming a net far larger than the file's weights is refused before it is built for real."""
+    held = unique_bytes(state_dict.values()) if isinstance(state_dict, dict) else 0
+    build = lambda: safe_build.build(spec, nn.Module, source=source, key=key, trust_modules=trust_modules)  # noqa: E731
+    found = larger_than(build, held)
+    if found is not None:
         raise LitGpuError(
             f"{source}: {key} builds {messages.shown(spec.get('class_path'))} with "
-            f"{needed / 2**20:.1f} MiB of weights but "
-            "the "
-            f"checkpoint holds {held / 2**20:.1f} MiB; it is not the net these weights belong to; export a "
-            "checkpoint written by lit-gpu fit of that net"
+            f"{found[1] / 2**20:.1f} MiB of weights but the checkpoint holds {held / 2**20:.1f} MiB; it is "
+            "not the net these weights belong to; export a checkpoint written by lit-gpu fit of that net"
         )
 
 
@@ -121,7 +95,7 @@ def export_checkpoint(
 
     The net spec comes from the checkpoint (the CLI records the model's config; lit_gpu modules their
     net) or the model of the run's ``version_N/config.yaml``; a module without a ``net`` is exported
-    whole. It is rebuilt with :func:`lit_gpu.files.build.build` (only ``nn.Module`` classes from
+    whole. It is rebuilt with :func:`lit_gpu.checkpoints.build.build` (only ``nn.Module`` classes from
     trusted packages, checked before any call; ``trust_modules`` adds packages) and the weights loaded
     strictly before anything is written.
 

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from lit_gpu import messages
+from lit_gpu.checkpoints.contracts import inside
+from lit_gpu.checkpoints.io import atomic_file
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.state_paths import inside
-from lit_gpu.io import atomic_file
 from lit_gpu.run import layout
 from lit_gpu.textfiles import METRICS_FIX, csv_dicts, open_regular
 

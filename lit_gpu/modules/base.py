@@ -12,10 +12,10 @@ from torch import nn
 from typing_extensions import Self, override
 
 from lit_gpu import messages
+from lit_gpu.checkpoints.build import NET_SPEC_KEY, net_spec
 from lit_gpu.errors import LitGpuError
 from lit_gpu.explain import beyond_float32, init_arg_error, net_input_mismatch
 from lit_gpu.fastpath import PlainHookName
-from lit_gpu.net_spec import NET_SPEC_KEY, net_spec
 from lit_gpu.upstream import loggers_record_this_step, restricted_classmethod
 from lit_gpu.upstream.logging_state import LOGGING_STATE_KEY
 from lit_gpu.upstream.loops import attached_trainer
@@ -241,7 +241,7 @@ class LitModule(PlainHookName, pl.LightningModule):
 
     def restore_contract(self, pl_module: Any = None) -> list[Any]:
         """The epoch's train-loss accumulators: a scalar float sum, a count, one float loss per batch size."""
-        from lit_gpu.files import contracts as c
+        from lit_gpu.checkpoints import contracts as c
 
         def same_length(saved: Any) -> str | None:
             losses, sizes = saved.get("losses"), saved.get("sizes")
@@ -272,7 +272,7 @@ class LitModule(PlainHookName, pl.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """The epoch's train-loss accumulators of a save made inside an epoch: its ``train/loss_epoch``
         then covers every step of the epoch, before and after the resume (checked first: its contract)."""
-        from lit_gpu.files.contracts import check_contracts
+        from lit_gpu.checkpoints.contracts import check_contracts
 
         check_contracts(checkpoint, self.restore_contract(), "the checkpoint")
         logging_state = checkpoint.get(LOGGING_STATE_KEY)

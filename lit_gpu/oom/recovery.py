@@ -390,7 +390,7 @@ class OOMRecovery(OOMLoopName):
 
     def restore_contract(self, pl_module: Any = None) -> list[Any]:
         """The micro-batch sizes it halved to: None or a positive int."""
-        from lit_gpu.files import contracts as c
+        from lit_gpu.checkpoints import contracts as c
 
         size = c.optional(c.integer(1, 2**31))
         spec = c.fields({"micro_batch_size": size, "eval_micro_batch_size": size})

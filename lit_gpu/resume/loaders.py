@@ -54,7 +54,7 @@ _POSITION_KEYS = ("epoch", "position", "seed", "shuffle")
 def position_contract() -> list[Any]:
     """What a saved loader state must be: a dict, and where it is one of ours (it has ``num_items``), a
     :meth:`GlobalPosition.state_dict` with its position inside the epoch."""
-    from lit_gpu.files import contracts as c
+    from lit_gpu.checkpoints import contracts as c
     from lit_gpu.resume.plain import LOADER_STATES, saved_replay_problem
 
     ours = c.fields(

@@ -415,7 +415,7 @@ class ReplayDataLoader(SeededIterators):
 
     def restore_contract(self, pl_module: Any = None) -> list[Any]:
         """What :meth:`load_state_dict` expects, checked before any restore (:func:`saved_replay_problem`)."""
-        from lit_gpu.files import contracts as c
+        from lit_gpu.checkpoints import contracts as c
 
         def fits(state: Any) -> str | None:
             if not isinstance(state, dict) or "replay_state" not in state:

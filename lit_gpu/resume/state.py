@@ -21,8 +21,8 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from lit_gpu import messages, numbering
+from lit_gpu.checkpoints import contracts as c
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files import contracts as c
 from lit_gpu.resume.loaders import GlobalPosition, position_contract
 from lit_gpu.resume.plain import (
     ReplayDataLoader,

@@ -30,8 +30,8 @@ from lightning.pytorch.cli import SaveConfigCallback
 from typing_extensions import override
 
 from lit_gpu import messages
+from lit_gpu.checkpoints.io import atomic_file
 from lit_gpu.errors import LitGpuError
-from lit_gpu.io import atomic_file
 from lit_gpu.messages import shown
 from lit_gpu.run import layout
 from lit_gpu.run.layout import (

@@ -43,8 +43,8 @@ from typing import Any
 from jsonargparse import Namespace
 
 from lit_gpu import messages
+from lit_gpu.checkpoints.contracts import inside
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.state_paths import inside
 
 DEFAULT_ROOT = "runs"  # trainer.default_root_dir unless the config names one
 NAME = "lit_gpu"  # the folder between ROOT and the runs
@@ -428,7 +428,7 @@ def _clear_start_files(folder: Path) -> None:
         for entry in folder.iterdir():
             if is_start_file(entry.name, metrics=True) and stat.S_ISREG(entry.lstat().st_mode):
                 entry.unlink()
-    # temp files of its killed saves in checkpoints/ go with the fit's stale-temp cleanup (lit_gpu.io)
+    # temp files of its killed saves in checkpoints/ go with the fit's stale-temp cleanup (checkpoints.io)
 
 
 def remove_dead_claims(parent: str | os.PathLike) -> None:

@@ -36,9 +36,9 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from typing_extensions import override
 
 from lit_gpu import messages
-from lit_gpu.io import atomic_file
+from lit_gpu.checkpoints.build import MODEL_SPEC_KEY, NET_SPEC_KEY, plain_spec
+from lit_gpu.checkpoints.io import atomic_file
 from lit_gpu.messages import shown, tell
-from lit_gpu.net_spec import MODEL_SPEC_KEY, NET_SPEC_KEY, plain_spec
 from lit_gpu.run import layout
 from lit_gpu.run.folder import RunFolder, args_with_saved_config, of_command
 from lit_gpu.run.layout import HPARAMS_NAME, METRICS_NAME, config_value

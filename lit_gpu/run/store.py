@@ -39,10 +39,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 
 from lit_gpu import messages
+from lit_gpu.checkpoints.contracts import inside
+from lit_gpu.checkpoints.read import CheckpointFacts, inspect, not_lightning
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.checkpoint_facts import CheckpointFacts, inspect
-from lit_gpu.files.checkpoint_kind import not_lightning
-from lit_gpu.files.state_paths import inside
 from lit_gpu.messages import shown
 from lit_gpu.numbering import ckpt_point
 from lit_gpu.run import layout
@@ -86,6 +85,7 @@ MOVED: Mapping[str, str] = {
     "lit_gpu.upstream.hooks.SkipIdleHooks": "lit_gpu.callbacks.SkipIdleHooks",
     "lit_gpu.upstream.step_path.LeanOptimizerStep": "lit_gpu.callbacks.LeanOptimizerStep",
     "lit_gpu.upstream.batch_path.LeanTrainingBatch": "lit_gpu.callbacks.LeanTrainingBatch",
+    "lit_gpu.io.AtomicCheckpointIO": "lit_gpu.checkpoints.io.AtomicCheckpointIO",
 }
 
 _MAX_WALK = 2_000_000  # containers one walk over a config visits at most (parsed configs are far below)
@@ -143,7 +143,7 @@ class CheckpointHeader:
 
     @classmethod
     def from_facts(cls, facts: CheckpointFacts) -> CheckpointHeader:
-        """From the reader's one look at a whole file (:func:`lit_gpu.files.checkpoint.inspect`)."""
+        """From the reader's one look at a whole file (:func:`lit_gpu.checkpoints.read.inspect`)."""
         return cls.built(facts.header, facts.problem)
 
     @classmethod
@@ -355,7 +355,7 @@ def _read_config(path: Path) -> dict[str, Any] | None:
     try:
         if not path.is_file() or path.stat().st_size > _MAX_BYTES:
             return None
-        data = read_yaml(path)  # lit_gpu.files.text: budgeted plain YAML
+        data = read_yaml(path)  # lit_gpu.textfiles: budgeted plain YAML
     except (OSError, yaml.YAMLError, UnicodeDecodeError, RecursionError, BadFileError):
         return None
     return current(data) if isinstance(data, dict) else None  # classes that moved: their public names
@@ -486,9 +486,9 @@ def rebuild_fields(
 
     Raises:
         LitGpuError: The file is unreadable, has no ``model`` spec, or names a class the build policy
-            refuses (:class:`~lit_gpu.files.build.UnsafeBuildError`); nothing was imported.
+            refuses (:class:`~lit_gpu.checkpoints.build.UnsafeBuildError`); nothing was imported.
     """
-    from lit_gpu.files import build
+    from lit_gpu.checkpoints import build as build
 
     path = Path(config)
     saved = _read_config(path)
@@ -708,7 +708,7 @@ def check_checkpoint(path: str | os.PathLike, sub: Any, trust: bool = False) -> 
 
 
 def _look(path: str | os.PathLike, which: str, trust: bool, hold: bool = False) -> CheckpointFacts:
-    """The reader's one look at ``path`` (:func:`~lit_gpu.files.checkpoint.inspect`); a link leading out of
+    """The reader's one look at ``path`` (:func:`~lit_gpu.checkpoints.read.inspect`); a link leading out of
     its run folder is refused by name, before anything of it is read."""
     facts = inspect(path, within=runs_around(path), trust=trust, opt_out=_OPT_OUT, hold=hold)
     refuse_leaving(facts, which)
@@ -1021,7 +1021,7 @@ def hand_over(trainer: pl.Trainer, resolution: Resolution | None) -> Resolution 
     """
     if resolution is None or resolution.data is None:
         return resolution
-    from lit_gpu.io import AtomicCheckpointIO
+    from lit_gpu.checkpoints.io import AtomicCheckpointIO
 
     checkpoint_io = trainer.strategy.checkpoint_io
     if isinstance(checkpoint_io, AtomicCheckpointIO) and resolution.path is not None:
@@ -1033,11 +1033,11 @@ def clean_run_folders(config: Any) -> None:
     """Remove temp files left by killed saves in every checkpoint folder of this config's runs.
 
     A fit starts a new ``version_N``; the litter is in the earlier runs' folders. Only files whose
-    writer is gone are removed (:func:`lit_gpu.io.clean_stale_temp_files`), only in this user's runs
+    writer is gone are removed (``checkpoints.io.clean_stale_temp_files``), only in this user's runs
     (:func:`~lit_gpu.run.layout.checkpoint_folders`: lit_gpu deletes nothing outside a run; the user's own
     ``--checkpoint.dirpath`` is theirs to place anywhere).
     """
-    from lit_gpu.io import clean_stale_temp_files
+    from lit_gpu.checkpoints.io import clean_stale_temp_files
 
     dirpath = config_value(config, "checkpoint.dirpath")
     for folder in layout.checkpoint_folders(root_dir(config), run_parents(config), dirpath):

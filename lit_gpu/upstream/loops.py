@@ -140,7 +140,7 @@ def saved_loop_counters(fit_loop_state: Any) -> tuple[int, int] | None:
 
 def saved_batches_that_stepped(loop_state: Mapping[str, Any], default: Any = 0) -> Any:
     """What a loop's saved ``state_dict`` holds as the epoch loop's ``_batches_that_stepped``, unchecked (a
-    restore contract checks it: :mod:`lit_gpu.files.lightning_contracts`)."""
+    restore contract checks it: :mod:`lit_gpu.checkpoints.contracts`)."""
     return loop_state.get("_batches_that_stepped", default)
 
 

@@ -273,7 +273,7 @@ FEATURES: dict[str, Feature] = {
         private={f"{_CKPT}._remove_checkpoint": f"(self, trainer: '{_TRAINER}', filepath: str) -> None"},
         promise="nothing outside the checkpoint folder deleted",
         users=("lit_gpu.callbacks.fresh_last",),
-        pins=("unit/files/test_inside.py::test_a_checkpoint_link_named_with_tilde_is_not_removed",),
+        pins=("unit/checkpoints/test_inside.py::test_a_checkpoint_link_named_with_tilde_is_not_removed",),
     ),
     "whole steps": Feature(
         "checkpoints only at optimizer step boundaries under gradient accumulation (FreshLastCheckpoint, "

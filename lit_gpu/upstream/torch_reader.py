@@ -2,7 +2,7 @@
 
 ``torch.load`` reads a checkpoint through this reader, which finds a member by its name ignoring letter
 case and may read a name differently from Python's ``zipfile`` (a NUL byte). The bounded reader
-(:mod:`lit_gpu.files.zip_layout`) lists the records through it, on the same bytes ``torch.load`` then
+(:mod:`lit_gpu.checkpoints.scan`) lists the records through it, on the same bytes ``torch.load`` then
 reads, so that what is scanned is what is loaded. A private torch API: pinned by
 ``test_torch_pytorch_file_reader`` in tests/unit/test_upstream_pins.py.
 """

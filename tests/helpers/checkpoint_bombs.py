@@ -2,7 +2,7 @@
 
 Each ``BOMBS`` entry writes one file (a few KB to a few MB) into a folder and returns its path; none is
 checked in. ``torch_zip`` writes a zip laid out as ``torch.save`` writes it around any ``data.pkl``.
-Used by ``tests/unit/files/test_bounds.py``, ``tests/integration/test_checkpoint_bombs.py`` and
+Used by ``tests/unit/checkpoints/test_bounds.py``, ``tests/integration/test_checkpoint_bombs.py`` and
 ``benchmarks/load_bounds.py``.
 """
 

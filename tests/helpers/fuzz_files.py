@@ -163,7 +163,7 @@ def _read_free_choice_env(path: Path) -> None:
 
 
 def _read_checkpoint(path: Path) -> None:
-    from lit_gpu.files.checkpoint import read_header
+    from lit_gpu.checkpoints.read import read_header
 
     read_header(path)
 

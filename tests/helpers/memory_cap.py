@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from lit_gpu.files.bounds import CheckpointLimits
+from lit_gpu.checkpoints.read import CheckpointLimits
 
 SLACK = 96 * 2**20
 

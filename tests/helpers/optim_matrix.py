@@ -133,3 +133,16 @@ class MatrixRegression(RegressionModule):
         if isinstance(scheduler, S.ReduceLROnPlateau):
             config.update(monitor="val/loss", interval="epoch")
         return {"optimizer": optimizer, "lr_scheduler": config}
+
+
+class TimmRegression(RegressionModule):
+    """RegressionModule with timm's ``create_optimizer_v2(self, opt=...)`` (``lookahead_adamw``, ``kron``)."""
+
+    def __init__(self, opt: str = "lookahead_adamw") -> None:
+        super().__init__(nn.Linear(FEATURES, FEATURES))
+        self.opt = opt
+
+    def configure_optimizers(self) -> Any:
+        from timm.optim import create_optimizer_v2
+
+        return create_optimizer_v2(self, opt=self.opt, lr=0.01)

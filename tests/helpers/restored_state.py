@@ -22,11 +22,12 @@ import torch
 import torchmetrics
 
 from lit_gpu.callbacks import LoggingStateCallback, RNGStateCallback
+from lit_gpu.checkpoints.contracts import check_restored_state
+from lit_gpu.checkpoints.io import install_atomic_checkpoint_io
+from lit_gpu.checkpoints.optimizer import check_optimizers, watch
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.errors import LitGpuError
 from lit_gpu.explain import explain
-from lit_gpu.files.optimizer_fit import check_optimizers
-from lit_gpu.io import check_restored_state, install_atomic_checkpoint_io
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
 from lit_gpu.upstream.logging_state import LOGGING_STATE_KEY, _restore_metrics
@@ -223,6 +224,7 @@ def restore_in_memory(checkpoint: dict[str, Any], kind: str) -> str:
         optimizer = module.configure_optimizers()
         optimizer = optimizer["optimizer"] if isinstance(optimizer, dict) else optimizer
         check_optimizers(checkpoint, [optimizer], [], "the fuzzed checkpoint")  # what on_fit_start checks
+        watch(optimizer, "the fuzzed checkpoint")  # and observes: the restore and the first step
         module.on_load_checkpoint(checkpoint)
         module.load_state_dict(checkpoint["state_dict"])
         for callback in callbacks:
@@ -256,7 +258,7 @@ def restore_in_memory(checkpoint: dict[str, Any], kind: str) -> str:
 
 def fuzz(checkpoints: dict[str, Path], count: int, seed: int = 0) -> dict[str, int]:
     """``count`` mutations spread over ``checkpoints`` (kind -> path): outcomes counted; RNGs put back."""
-    from lit_gpu.files.checkpoint import read_checkpoint
+    from lit_gpu.checkpoints.read import read_checkpoint
 
     states = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     outcomes: dict[str, int] = {}

@@ -25,7 +25,7 @@ from typing import Any
 #: packages that are leaves of every route (see the module docstring)
 LEAVES = ("messages", "numbering", "errors", "upstream")
 #: the import layers, highest first: a call from a lower room into a higher one is a climb back up
-LAYERS = ("commands", "cli", "run", "checkpoints", "files", "textfiles", "io")
+LAYERS = ("commands", "cli", "run", "checkpoints", "files", "textfiles")
 
 
 def room_of(module: str | None) -> str | None:

@@ -3,7 +3,7 @@
 :func:`forged_zip` lays members out as ``torch.save`` does (stored, end to end, the central directory
 last, torch's zip64 end records before the end record) and lets each member's directory entry say
 something else: its sizes (``sizes``), a zip64 extra field (``zip64``), another count in the end
-record (``entries``). Used by ``tests/unit/files/test_zip_forms.py``.
+record (``entries``). Used by ``tests/unit/checkpoints/test_zip_forms.py``.
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ def test_a_bare_torch_load_runs_out_but_lit_gpu_refuses_in_one_line(name, made):
 
 def test_a_normal_checkpoint_loads_under_the_same_cap(tmp_path):
     from lit_gpu.checkpoints import load_state_dict, read_checkpoint
-    from lit_gpu.files.checkpoint import read_header
+    from lit_gpu.checkpoints.read import read_header
 
     path = bombs.normal_checkpoint(tmp_path, tensors=16, numel=2**20)  # 64 MiB of weights
     size = path.stat().st_size

@@ -20,8 +20,8 @@ import pytest
 import torch
 import yaml
 
+from lit_gpu.checkpoints import build as safe_build
 from lit_gpu.cli import main
-from lit_gpu.files import build as safe_build
 from tests.helpers.paths import CONFIGS
 from tests.helpers.payload import Payload as _Payload
 

@@ -17,9 +17,9 @@ import pytest
 import torch
 import yaml
 
+from lit_gpu.checkpoints import build as safe_build
 from lit_gpu.checkpoints import read_checkpoint
 from lit_gpu.cli import main
-from lit_gpu.files import build as safe_build
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
 from tests.helpers.payload import Payload as _Payload

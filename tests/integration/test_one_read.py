@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from lit_gpu.checkpoints import read as checkpoint_files
 from lit_gpu.cli import lightning_cli, main
-from lit_gpu.files import checkpoint as checkpoint_files
 from tests.helpers.payload import Payload as _Payload
 from tests.helpers.simple_run import SIMPLE, fit_simple
 

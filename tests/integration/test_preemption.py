@@ -209,12 +209,14 @@ def test_next_fit_removes_the_temp_file_of_a_save_killed_in_an_earlier_run(tmp_p
     folder = tmp_path / RUN / "version_0" / "checkpoints"
     folder.mkdir(parents=True)
     code = (
-        "import os, signal, sys; from lit_gpu.io import atomic_write\n"
+        "import os, signal, sys; from lit_gpu.checkpoints.io import atomic_write\n"
         "def write(f):\n    f.write(b'x' * 4096); f.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
         "atomic_write(sys.argv[1], write)\n"
     )
     subprocess.run([sys.executable, "-c", code, str(folder / "last.ckpt")], check=False)  # SIGKILL mid-save
     (litter,) = folder.glob(".last.ckpt.*.tmp")
+    hours_ago = time.time() - 2 * 3600  # a temp is stale once unwritten for an hour (a live save writes on)
+    os.utime(litter, (hours_ago, hours_ago))
     main(["fit", "--config", str(CONFIGS / "simple.yaml"), "--config", str(CONFIGS / "debug.yaml")])
     err = capsys.readouterr().err
     assert (

@@ -44,7 +44,7 @@ def test_twenty_thousand_mutations_restore_or_refuse_without_a_traceback(made):
 
 def _sample(made: dict[str, Path], folder: Path, count: int, seed: int) -> list[tuple[str, Path]]:
     """``count`` mutated lit_gpu checkpoints the contracts refuse, written as files."""
-    from lit_gpu.files.checkpoint import read_checkpoint
+    from lit_gpu.checkpoints.read import read_checkpoint
 
     base = read_checkpoint(made["lit_gpu"])
     chosen = []
@@ -119,7 +119,7 @@ def test_forged_loop_progress_through_fit_is_one_line_and_trains_nothing(
 ):
     """A str count was a TypeError traceback in the fit; a ``reset`` key was restored over the tracker's
     method (the fit went on, exit 0); a missing part was a KeyError traceback."""
-    from lit_gpu.files.checkpoint import read_checkpoint
+    from lit_gpu.checkpoints.read import read_checkpoint
 
     forged = read_checkpoint(made["lit_gpu"])
     forged["loops"]["fit_loop"][part][key] = value

@@ -113,8 +113,8 @@ def test_test_and_export_read_a_checkpoint_with_numpy_numbers_lit_gpu_wrote(tmp_
 def test_a_checkpoint_plain_lightning_wrote_with_numpy_numbers_is_read(tmp_path):
     import lightning.pytorch as pl
 
+    from lit_gpu.checkpoints.read import read_checkpoint, read_for_resume
     from lit_gpu.data import SyntheticRegressionDataModule
-    from lit_gpu.files.checkpoint import read_checkpoint, read_for_resume
     from tests.helpers.optim_matrix import MatrixRegression
 
     trainer = pl.Trainer(
@@ -134,7 +134,7 @@ def test_a_checkpoint_plain_lightning_wrote_with_numpy_numbers_is_read(tmp_path)
 def test_a_finished_one_cycle_run_resumed_as_it_was_has_nothing_to_train_not_a_refusal(tmp_path):
     """A requeued job (or the same command again) after the run reached max_steps = total_steps: Lightning
     stops at once and the schedule never steps, so its full schedule is no refusal; a larger max_steps would
-    step it past total_steps, which stays one line."""
+    step it past total_steps: its ValueError, observed at that step, is one line."""
     finished = ["--trainer.max_steps", "8"]
     code, out = fit(tmp_path, _args("SGD", "OneCycleLR", *finished))
     assert code == 0, out[-3000:]
@@ -142,8 +142,17 @@ def test_a_finished_one_cycle_run_resumed_as_it_was_has_nothing_to_train_not_a_r
     assert code == 0 and "lit-gpu: nothing to train: " in out and "lit-gpu: error" not in out, out[-3000:]
     _refused(
         tmp_path,
-        _args("SGD", "OneCycleLR", "--trainer.max_steps", "9", "--ckpt_path", "last"),
+        _args(
+            "SGD",
+            "OneCycleLR",
+            "--trainer.max_steps",
+            "9",
+            "--trainer.max_epochs",
+            "3",
+            "--ckpt_path",
+            "last",
+        ),
         "a scheduler state",
         "OneCycleLR",
-        "Tried to step 9 times",
+        "Tried to step 9 times",  # the first step after the restore, observed
     )

@@ -77,7 +77,7 @@ OWN: dict[tuple[str, str], str] = {
     ("lit_gpu/cli/lightning_cli.py", "message"): "jsonargparse's own error, passed on only where it raises "
     "(exit_on_error=False) or under JSONARGPARSE_DEBUG (the user asked for its raw report)",
     ("lit_gpu/cli/lightning_cli.py", "ex"): "the exception of jsonargparse's own error (as for message)",
-    ("lit_gpu/io.py", "f"): "atomic_write hands its file object to the writer it is given (a file)",
+    ("lit_gpu/checkpoints/io.py", "f"): "atomic_write hands its file object to the writer (a file)",
     ("lit_gpu/commands/sweep/study.py", "table"): "a Rich table whose cells are escaped where it is built",
     ("lit_gpu/commands/env.py", "table"): "a Rich table whose cells are escaped where it is built",
     ("lit_gpu/commands/env.py", "facts"): "a Rich grid whose cells are escaped where it is built",

@@ -182,7 +182,7 @@ def load_space(path: str | os.PathLike) -> SearchSpace:
     """
     text_path = str(path)
     try:
-        data = read_space_file(path)  # lit_gpu.files: files someone else may have written are read there
+        data = read_space_file(path)  # lit_gpu.textfiles: files someone else may have written are read there
     except FileNotFoundError:
         raise LitGpuError(messages.SWEEP_SPACE_NOT_FOUND.format(path=text_path)) from None
     except (OSError, ValueError) as err:

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lit_gpu import messages
+from lit_gpu.checkpoints.contracts import inside
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.state_paths import inside
 from lit_gpu.textfiles import JSON_LIMITS, YAML_LIMITS, BadFileError, read_json, read_yaml
 
 SPACE_LIMITS = replace(YAML_LIMITS, max_bytes=1 << 20, max_depth=16)  # a search space is a few dozen lines

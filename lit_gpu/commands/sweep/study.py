@@ -22,12 +22,12 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from lit_gpu import messages
+from lit_gpu.checkpoints.contracts import inside
 from lit_gpu.commands.plot import plain_label
 from lit_gpu.commands.sweep.options import JOURNAL_NAME, SweepOptions
 from lit_gpu.commands.sweep.space import fmt, short_names
 from lit_gpu.commands.sweep.storage import TrialRecord
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files.state_paths import inside
 from lit_gpu.textfiles import JSON_LINES_LIMITS, BadFileError, json_lines
 
 # ---- study -----------------------------------------------------------------------------------------------
@@ -287,7 +287,7 @@ class SweepPruning(Callback):
 
     def restore_contract(self, pl_module: Any = None) -> list[Any]:
         """The number of reports made: an int >= 0 (anything else restarts the count)."""
-        from lit_gpu.files import contracts as c
+        from lit_gpu.checkpoints import contracts as c
 
         return [c.Contract(("callbacks", self.state_key), c.fields({"reports": c.anything()}))]
 

@@ -30,9 +30,9 @@ from typing import Any
 from typing_extensions import override
 
 from lit_gpu import messages
+from lit_gpu.checkpoints.io import atomic_file
 from lit_gpu.commands.sweep.study import SweepPruning, load_trial
 from lit_gpu.explain import explain
-from lit_gpu.io import atomic_file
 from lit_gpu.run.layout import METRICS_NAME
 from lit_gpu.textfiles import JSON_LIMITS, BadFileError, parse_json, read_csv, read_json
 

@@ -41,6 +41,7 @@ from typing import Any
 
 from lit_gpu import devices as lit_devices
 from lit_gpu import messages
+from lit_gpu.checkpoints.io import atomic_file
 from lit_gpu.commands.sweep.options import JOURNAL_NAME, SweepOptions
 from lit_gpu.commands.sweep.space import SearchSpace, fmt, format_value, logger_flag, short_names
 from lit_gpu.commands.sweep.storage import (
@@ -56,7 +57,6 @@ from lit_gpu.commands.sweep.study import SweepPruning
 from lit_gpu.commands.sweep.trial import TrialResult, put_back, run_in_child, run_in_process, set_aside
 from lit_gpu.devices import parse_free_request
 from lit_gpu.errors import LitGpuError
-from lit_gpu.io import atomic_file
 from lit_gpu.run.layout import CHECKPOINTS, refuse_links_out_of
 from lit_gpu.textfiles import JSON_LIMITS, BadFileError, read_json
 from lit_gpu.upstream.tools import trial_id

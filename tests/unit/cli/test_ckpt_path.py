@@ -7,7 +7,7 @@ import time
 
 from jsonargparse import Namespace
 
-from lit_gpu.io import STALE_AFTER_S
+from lit_gpu.checkpoints.io import STALE_AFTER_S
 from lit_gpu.run.store import checkpoint_dirs, clean_run_folders
 
 

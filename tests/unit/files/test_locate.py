@@ -285,7 +285,7 @@ def test_a_file_that_is_not_a_lightning_checkpoint_is_one_line_naming_what_it_is
     ``.temp.ckpt``, a plain state_dict) still loads through the resume reader."""
     from safetensors.torch import save_file
 
-    from lit_gpu.files.checkpoint import read_for_resume
+    from lit_gpu.checkpoints.read import read_for_resume
 
     weights = {"net.weight": torch.ones(2, 2), "net.bias": torch.zeros(2)}
     if kind == "state_dict":

@@ -144,7 +144,7 @@ def test_a_malformed_state_is_one_line_and_changes_nothing(state, problem):
 
 def test_an_invalid_generator_state_is_refused_by_the_static_contract_before_any_restore():
     """The checkpoint-level contract (run before Lightning restores anything) refuses what set_state would."""
-    from lit_gpu.files.contracts import ContractError, check_contracts
+    from lit_gpu.checkpoints.contracts import ContractError, check_contracts
 
     loader = make_replayable([DataLoader(DATA, batch_size=4, shuffle=True)])[0]
     next(iter(loader))

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from lit_gpu.checkpoints import load_state_dict
+from lit_gpu.checkpoints import read as checkpoint
 from lit_gpu.errors import LitGpuError
-from lit_gpu.files import checkpoint
 from lit_gpu.run import store
 from lit_gpu.run import store as run_config
 from lit_gpu.run.store import resolve_ckpt_path

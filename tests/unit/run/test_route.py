@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from lit_gpu.checkpoints import read as checkpoint_facts
 from lit_gpu.cli import lightning_cli
 from lit_gpu.cli.lightning_cli import LitGpuCLI
-from lit_gpu.files import checkpoint_facts
 from lit_gpu.run import folder, store
 from lit_gpu.run.store import resolve_ckpt_path
 from tests.helpers.route import recorded, room_of
