@@ -79,8 +79,7 @@ def test_a_file_goes_cli_run_reader_with_no_return_and_is_opened_once(tmp_path, 
         resolution = _from_the_cli(config, monkeypatch)
     assert resolution is not None and resolution.path == str(ckpt) and resolution.header.step == 4
     assert resolution.data is not None  # the bytes the load reads: the file is not opened again
-    # the reader opens the file through the text reader's open_regular (a regular file, never a FIFO)
-    assert route.entries == ["cli", "run", READER, TEXT], route.describe()
+    assert route.entries == ["cli", "run", READER], route.describe()
     assert route.reentries == [] and route.climbs == [] and route.leaf_calls == []
     assert looked == [ckpt]  # one look at the file: the link, whether it is whole, its header, its kind
 
