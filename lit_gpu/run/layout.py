@@ -34,6 +34,7 @@ import os
 import re
 import shutil
 import stat
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -431,12 +432,23 @@ def _clear_start_files(folder: Path) -> None:
     # temp files of its killed saves in checkpoints/ go with the fit's stale-temp cleanup (checkpoints.io)
 
 
+def _claim_is_old(folder: Path, seconds: float = 10.0) -> bool:
+    """Whether a claim's lock file was made more than ``seconds`` ago (between ``RunLock.create``'s open and
+    its ``flock`` another process could otherwise take the lock and remove a live claim)."""
+    try:
+        return time.time() - (folder / LOCK_NAME).lstat().st_mtime > seconds
+    except OSError:
+        return False
+
+
 def remove_dead_claims(parent: str | os.PathLike) -> None:
     """Remove the temp folders of claims killed before their rename (their lock is free), yours only."""
     parent = Path(parent)
     with contextlib.suppress(OSError):
         for entry in parent.iterdir():
             if entry.name.startswith(_CLAIM_PREFIX) and real_dir(entry) and owner_of(entry) == my_uid():
+                if not _claim_is_old(entry):  # a claim being made: its lock file exists before its flock
+                    continue
                 lock = RunLock.take(entry)
                 if lock is not None:
                     shutil.rmtree(entry, ignore_errors=True)
@@ -474,16 +486,19 @@ def claim_run(
     n = runs[-1].version + 1 if runs else 0
     for _ in range(MAX_TRIES):
         target = parent / f"{VERSION_PREFIX}{n}"
-        if not os.path.lexists(target):
-            try:
-                os.rename(temp, target)  # an empty folder made there this instant would be replaced: none is
-            except OSError as err:
-                if err.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
-                    raise
-            else:
-                lock.folder = target
-                return Claim(target, lock)
         n += 1
+        try:
+            os.mkdir(target)  # the name is ours alone: rename replaces an empty folder, so take it first
+        except FileExistsError:
+            continue
+        try:
+            os.rename(temp, target)  # onto our own empty folder: the version appears whole
+        except OSError as err:
+            if err.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+                raise
+        else:
+            lock.folder = target
+            return Claim(target, lock)
     lock.release()
     shutil.rmtree(temp, ignore_errors=True)
     raise OSError(errno.EEXIST, f"no free version_N folder in {parent}")
