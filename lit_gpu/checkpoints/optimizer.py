@@ -250,7 +250,7 @@ def scheduler_problem(saved: Any, built: Any) -> str | None:
     mine = built.state_dict()
     if not isinstance(saved, Mapping):
         return f"holds {holds(saved)}, not a scheduler's state_dict"
-    if problem := keys_problem(saved, mine, type(built).__name__):
+    if problem := _scheduler_keys_problem(saved, mine, type(built).__name__):
         return problem
     for key in sorted(_settings(built) & set(mine)):
         if saved[key] != mine[key] and not (_is_nan(saved[key]) and _is_nan(mine[key])):
@@ -259,6 +259,26 @@ def scheduler_problem(saved: Any, built: Any) -> str | None:
     for child_saved, child in scheduler_children(saved, built):  # SequentialLR's, ChainedScheduler's
         if problem := scheduler_problem(child_saved, child):
             return problem
+    return None
+
+
+def _scheduler_keys_problem(saved: Mapping[Any, Any], mine: Mapping[Any, Any], name: str) -> str | None:
+    """The scheduler's keys and the kinds of their values; a list's length is not compared: it follows the
+    param groups, which a callback may add after the config built them (``BaseFinetuning``), and torch's
+    ``load_state_dict`` takes it as it is."""
+    lists = {key for key, value in mine.items() if kind(value) == "a list"}
+    if problem := keys_problem(
+        {k: v for k, v in saved.items() if k not in lists or kind(v) != "a list"},
+        {k: v for k, v in mine.items() if k not in lists or kind(saved.get(k)) != "a list"},
+        name,
+    ):
+        return problem
+    for key in sorted(lists & set(saved)):
+        if not mine[key] or kind(mine[key][0]) == "a dict":  # children: scheduler_children's below
+            continue
+        for i, value in enumerate(saved[key]):  # each like the config's first: one per param group
+            if problem := value_problem(value, mine[key][0], f"{name}[{key!r}][{i}]", 1):
+                return problem
     return None
 
 

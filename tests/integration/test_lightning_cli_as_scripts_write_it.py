@@ -249,7 +249,6 @@ def test_a_swa_run_resumed_with_its_own_command_saves_no_changed_config(tmp_path
     ]
 
 
-@pytest.mark.xfail(strict=False, reason="lands with CKPT (the optimizer dry steps go: issue 63)")
 def test_a_swa_run_stopped_mid_averaging_resumes_with_its_own_command(tmp_path, cli_env):
     resumed = _swa_stop_and_resume(tmp_path, cli_env, start=1)  # averaging from epoch index 0, stopped in 2
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -60,11 +60,6 @@ def test_fine_tuning_fits_with_its_own_cli_subclass_and_linked_arguments(tmp_pat
     assert state["hyper_parameters"]["batch_size"] == 4  # data.batch_size -> model.batch_size
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="lands with RESUME/CKPT: MultiStepLR's _last_lr of the param group BaseFinetuning added is "
-    "refused by the optimizer dry steps (issue 63 drops them)",
-)
 def test_fine_tuning_stopped_by_sigterm_resumes_with_its_printed_command(tmp_path, cli_env):
     stopped = _script("fine_tuning", ["fit", *FINE_TUNING, STOP], tmp_path, dict(cli_env, **{ENV: "3"}))
     assert stopped.returncode == 143, stopped.stderr[-3000:]
