@@ -44,15 +44,13 @@ from lit_gpu.errors import LitGpuError
 from lit_gpu.explain import dataloader_worker_died
 from lit_gpu.messages import command_word, resume_command
 from lit_gpu.run.layout import CHECKPOINTS
-from lit_gpu.upstream.loops import (
+from lit_gpu.upstream import (
     cancel_sigterm_stop,
+    has_own_worker_start,
+    install_dataloader_sigchld_handler,
     open_accumulation,
     replace_restored_handler,
     request_sigterm_stop,
-)
-from lit_gpu.upstream.torch_hooks import (
-    has_own_worker_start,
-    install_dataloader_sigchld_handler,
     set_worker_start,
     worker_start_hook,
 )

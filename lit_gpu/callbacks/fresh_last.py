@@ -17,8 +17,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from lit_gpu import messages, numbering
-from lit_gpu.upstream.gate import stands_aside
-from lit_gpu.upstream.loops import open_accumulation
+from lit_gpu.upstream import open_accumulation, stands_aside
 
 
 class FreshLastCheckpoint(ModelCheckpoint):

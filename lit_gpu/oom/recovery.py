@@ -42,7 +42,7 @@ from lit_gpu import messages, numbering
 from lit_gpu.errors import LitGpuError
 from lit_gpu.explain import is_out_of_memory
 from lit_gpu.strategies.dp import DataParallelStrategy
-from lit_gpu.upstream.torch_hooks import set_allocator_settings
+from lit_gpu.upstream import set_allocator_settings
 
 __all__ = [
     "ALLOC_CONF_ENV",

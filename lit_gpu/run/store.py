@@ -59,7 +59,7 @@ from lit_gpu.run.layout import (
     runs_around,
 )
 from lit_gpu.textfiles import BadFileError, read_yaml
-from lit_gpu.upstream.loops import batches_that_stepped, recorded_class_path, saved_loop_counters
+from lit_gpu.upstream import batches_that_stepped, recorded_class_path, saved_loop_counters
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
