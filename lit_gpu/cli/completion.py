@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 from unittest import mock
 
-from lit_gpu import recipes
+from lit_gpu.cli import recipes
 from lit_gpu.cli.main import COMMANDS, LIGHTNING_SUBCOMMANDS
 from lit_gpu.upstream import parser_actions, subcommands_action
 

@@ -18,7 +18,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI, SaveConfigCallback
 from typing_extensions import override
 
-from lit_gpu import messages, recipes
+from lit_gpu import messages
 from lit_gpu import strategies as _strategies  # noqa: F401  (registers strategy: dp)
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.guarantees import GUARANTEES, install_guarantees
@@ -27,7 +27,7 @@ from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
 from lit_gpu.callbacks.progress import DEFAULT_INTERVAL, use_progress_log
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.checkpoints.io import install_atomic_checkpoint_io
-from lit_gpu.cli import config_files, quiet, run_folders
+from lit_gpu.cli import config_files, quiet, recipes, run_folders
 from lit_gpu.cli.errors import (
     check_has_data,
     check_has_step,

@@ -20,7 +20,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from lit_gpu import messages, numbering
+from lit_gpu import messages
 from lit_gpu.checkpoints import contracts as c
 from lit_gpu.errors import LitGpuError
 from lit_gpu.resume.loaders import GlobalPosition, position_contract
@@ -281,10 +281,10 @@ class RNGStateCallback(Callback):
         if trainer.ckpt_path is not None and trainable is not None:
             restore_trainable(pl_module, trainable)
         if trainer.ckpt_path is not None and (skipped := skipped_epoch_start_hooks(trainer)):
-            point = numbering.fit_point(trainer, trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+            point = messages.fit_point(trainer, trainer.fit_loop.epoch_loop.batch_progress.current.processed)
             messages.tell(EPOCH_START_SKIPPED.format(point=point, hooks=skipped))
         if trainer.ckpt_path is not None and (done := open_accumulation(trainer)):
-            point = numbering.fit_point(trainer, trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+            point = messages.fit_point(trainer, trainer.fit_loop.epoch_loop.batch_progress.current.processed)
             messages.tell(
                 messages.RESUMED_BETWEEN_MICRO_BATCHES.format(
                     point=point, done=done, every=trainer.accumulate_grad_batches
@@ -462,15 +462,15 @@ def _resume_plain_loaders(trainer: Any) -> None:
             batches = epoch_batches if isinstance(epoch_batches, int) else None
             why, changed = loader.resume_at(processed, batches), loader.changes()
             if why is None and changed is not None:  # an epoch-start resume with another loader
-                point = numbering.fit_point(trainer, done)
+                point = messages.fit_point(trainer, done)
                 messages.tell(messages.LOADER_CHANGED.format(point=point, what=changed))
                 return
             if why is None and loader.restarts_workers(done):
-                messages.tell(PERSISTENT_WORKERS.format(point=numbering.fit_point(trainer, done)))
+                messages.tell(PERSISTENT_WORKERS.format(point=messages.fit_point(trainer, done)))
         else:
             why = why_not_replayable(loader) if done else None
         if why is not None:
-            messages.tell(NOT_AT_THE_BATCH.format(point=numbering.fit_point(trainer, done), why=why))
+            messages.tell(NOT_AT_THE_BATCH.format(point=messages.fit_point(trainer, done), why=why))
             return
 
 
@@ -1031,7 +1031,7 @@ def finished_line(trainer: pl.Trainer) -> str | None:
     epoch = trainer.current_epoch  # the loop's count once done: max_epochs; the last epoch run is one less
     if trainer.max_epochs is not None and 0 < trainer.max_epochs <= epoch:
         epoch = trainer.max_epochs - 1
-    point = numbering.ckpt_point(numbering.logged_step(trainer), epoch)
+    point = messages.ckpt_point(messages.logged_step(trainer), epoch)
     max_steps = trainer.max_steps
     if max_steps is not None and max_steps >= 0 and trainer.global_step >= max_steps:
         limit, flag, example = f"max_steps={max_steps}", "--trainer.max_steps", max(2 * max_steps, 1)

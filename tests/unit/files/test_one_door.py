@@ -57,7 +57,7 @@ ALLOWED = {
         "lit_gpu/cli/config_files.py",
         "read_text",
     ): "textfiles.read_text: the door's bounded reader",
-    ("lit_gpu/recipes.py", "read_text"): "a recipe file shipped inside the lit_gpu package",
+    ("lit_gpu/cli/recipes.py", "read_text"): "a recipe file shipped inside the lit_gpu package",
     (
         "lit_gpu/commands/configs.py",
         "read_text",
