@@ -46,7 +46,7 @@ from typing import Any
 
 from lit_gpu import messages
 
-# ---- the table: every private upstream name lit_gpu reaches, by feature ----
+# ==== the table: every private upstream name lit_gpu reaches, by feature ====================================
 
 
 @dataclass(frozen=True)
@@ -583,8 +583,11 @@ FIT_PRIVATE_NAMES = (
 )
 
 
-# ---- the gate: the check at run time ----
-
+# ==== the gate: the check at run time =======================================================================
+# Each feature declares what it depends on: the Lightning functions whose behaviour it reproduces
+# (``mirrored``, a digest each in DIGESTS, so that a mismatch names the function that changed), the private
+# names it reads or overrides (``private``: a function's signature, an attribute's presence), the torch
+# releases it was verified on (``torch``), and for every feature a Lightning no newer than VERIFIED_UP_TO.
 #: the newest Lightning release lit_gpu was verified on (Lightning's own tests: .ci/lightning_tests.py)
 VERIFIED_UP_TO = "2.6.6"
 
@@ -736,13 +739,13 @@ def take_digests() -> dict[str, str]:
     return {where: digest(resolve(where)) for where in names}
 
 
-# ---- accessors shared across the house ----
+# ==== accessors several rooms share =========================================================================
 
 
 def __getattr__(name: str) -> Any:
     """``restricted_classmethod``: Lightning's class-only classmethod (``model.load_from_checkpoint(...)`` on
     an instance raises), which lit_gpu's LitModule.load_from_checkpoint keeps; loaded on first use, so that
-    the room's accessors import no Lightning (pinned by test_model_helpers__restricted_classmethod)."""
+    importing this module imports no Lightning (pinned by test_model_helpers__restricted_classmethod)."""
     if name == "restricted_classmethod":
         from lightning.pytorch.utilities.model_helpers import _restricted_classmethod
 
@@ -788,9 +791,7 @@ def detect_anomaly(trainer: Any) -> bool:
     return bool(getattr(trainer, "_detect_anomaly", False))
 
 
-# ---- Lightning's private loop, trainer and module state (what callbacks, modules and resume read) ----
-
-
+# ==== Lightning's private loop, trainer and module state (callbacks, modules, resume, run) ==================
 # ---- the fit loop's train loader (exact resume) ---------------------------------------------------
 def train_combined_loader(trainer: Any) -> Any:
     """The fit loop's ``CombinedLoader`` of train loaders (``_FitLoop._combined_loader``), or None."""
@@ -933,8 +934,9 @@ def recorded_class_path(hparams: Any) -> Any:
     return hparams.get("_class_path") if isinstance(hparams, Mapping) else None
 
 
-# ---- torch's private hooks: the DataLoader's worker start and SIGCHLD handler, the allocator
-# setting, the weights-only unpickler's rebuild functions, a chained scheduler's children ----
+# ==== torch's private hooks =================================================================================
+# the DataLoader's worker start and SIGCHLD handler, the allocator setting, the weights-only unpickler's
+# rebuild functions, a chained scheduler's children
 
 
 def install_dataloader_sigchld_handler() -> None:
@@ -999,8 +1001,8 @@ def scheduler_children(saved: Any, scheduler: Any) -> list[tuple[Any, Any]]:
     return list(zip(states, children, strict=False))
 
 
-# ---- the tools around Lightning: jsonargparse's (and argparse's) parser actions and YAML loader,
-# optuna's trial ids (importing this module imports none of them) ----
+# ==== the tools around Lightning ============================================================================
+# jsonargparse's (and argparse's) parser actions and YAML loader, optuna's trial ids
 
 
 def parser_actions(parser: Any) -> list[Any]:
