@@ -25,8 +25,8 @@ __version__ = "0.1.0"
 SUBMODULES = frozenset(
     {
         "callbacks", "checkpoints", "cli", "commands", "data", "demo", "devices", "errors",
-        "messages", "modules", "nets", "fastpath", "oom", "recipes", "textfiles",
-        "package_check", "run", "strategies", "explain", "upstream",
+        "messages", "modules", "nets", "fastpath", "oom", "textfiles", "run", "strategies",
+        "explain", "preemption", "resume", "upstream",
     }
 )  # fmt: skip
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lit_gpu.package_check import check_package
+from lit_gpu.cli.main import check_package
 
 check_package()  # a notebook started beside a clone named lit_gpu: one clear line, not a half-made package
 

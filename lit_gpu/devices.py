@@ -602,8 +602,8 @@ def requeue_problem(environ: Mapping[str, str]) -> str | None:
 # ---- the CLI's trainer settings: resolution before the Trainer is built, its errors as one line -----
 def allow_auto_precision(parser: Any) -> None:
     """Let ``--trainer.precision`` accept ``auto`` (the CLI resolves it); jsonargparse has no public way to
-    widen a signature argument's type: :func:`lit_gpu.upstream.tools.widen_type` (pinned) edits it."""
-    from lit_gpu.upstream.tools import widen_type
+    widen a signature argument's type: :func:`lit_gpu.upstream.widen_type` (pinned) edits it."""
+    from lit_gpu.upstream import widen_type
 
     widen_type(parser, "trainer.precision", lambda typehint: typehint | Literal["auto"] | None)
 

@@ -37,22 +37,20 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
-from lit_gpu import messages, numbering
+from lit_gpu import messages
 from lit_gpu.checkpoints.io import clean_stale_temp_files
 from lit_gpu.devices import requeue_problem
 from lit_gpu.errors import LitGpuError
 from lit_gpu.explain import dataloader_worker_died
 from lit_gpu.messages import command_word, resume_command
 from lit_gpu.run.layout import CHECKPOINTS
-from lit_gpu.upstream.loops import (
+from lit_gpu.upstream import (
     cancel_sigterm_stop,
+    has_own_worker_start,
+    install_dataloader_sigchld_handler,
     open_accumulation,
     replace_restored_handler,
     request_sigterm_stop,
-)
-from lit_gpu.upstream.torch_hooks import (
-    has_own_worker_start,
-    install_dataloader_sigchld_handler,
     set_worker_start,
     worker_start_hook,
 )
@@ -176,15 +174,15 @@ def save_stopped_run(trainer: pl.Trainer, signum: int, *, by_worker: bool = Fals
         trainer.save_checkpoint(path, weights_only=False)  # full: weights, optimizer, loops
     epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else None
     progress, batches = trainer.fit_loop.epoch_loop.batch_progress, trainer.num_training_batches
-    point = numbering.epoch_point(  # as metrics.csv and the bar name it: from 0, the batches done
+    point = messages.epoch_point(  # as metrics.csv and the bar name it: from 0, the batches done
         trainer.current_epoch,
         epochs,
         progress.current.processed,
         batches if batches != float("inf") else None,
     )
-    point += numbering.optimizer_steps_note(trainer.global_step, progress.total.processed)
+    point += messages.optimizer_steps_note(trainer.global_step, progress.total.processed)
     command = messages.shown(resume_with(trainer, path), limit=messages.LINE_MAX_CHARS)
-    step = numbering.logged_step(trainer)
+    step = messages.logged_step(trainer)
     messages.tell(STOPPED_BY_SIGNAL.format(signal=name, step=step, point=point, path=path, command=command))
 
 

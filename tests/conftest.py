@@ -116,8 +116,8 @@ def _restore_process_env(monkeypatch: pytest.MonkeyPatch):
 def _fast_path_gate():
     """The gate reads the installed Lightning once per process (``gate.problem`` is cached): read it for
     every feature before any test wraps a Lightning method, and put it back after a test that changed it."""
-    from lit_gpu.upstream import gate
-    from lit_gpu.upstream.table import FEATURES
+    from lit_gpu import upstream as gate
+    from lit_gpu.upstream import FEATURES
 
     if gate.problem.cache_info().currsize < len(FEATURES):
         for name in FEATURES:

@@ -16,9 +16,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import Tensor
 from typing_extensions import override
 
-from lit_gpu import messages, numbering
-from lit_gpu.upstream.gate import stands_aside
-from lit_gpu.upstream.loops import open_accumulation
+from lit_gpu import messages
+from lit_gpu.upstream import open_accumulation, stands_aside
 
 
 class FreshLastCheckpoint(ModelCheckpoint):
@@ -83,7 +82,7 @@ class FreshLastCheckpoint(ModelCheckpoint):
         global step - 1) and ``{epoch}`` Lightning's 0-based one: ``best-epoch03-step1719`` is metrics.csv's
         row at epoch 3, step 1719 (docs/runs.md, "What the numbers mean")."""
         if "step" in metrics and self._trainer is not None:
-            metrics = {**metrics, "step": torch.tensor(numbering.logged_step(self._trainer))}
+            metrics = {**metrics, "step": torch.tensor(messages.logged_step(self._trainer))}
         return super().format_checkpoint_name(metrics, filename=filename, ver=ver, prefix=prefix)
 
     def _fall_back_to_last(self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]) -> None:

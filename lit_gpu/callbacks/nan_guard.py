@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from typing_extensions import override
 
-from lit_gpu import numbering
+from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.upstream import detect_anomaly
 
@@ -188,7 +188,7 @@ class NaNGuard(Callback):
 
     def _raise(self, trainer: pl.Trainer, kind: str, where: tuple[int, int, int], deferred: bool) -> None:
         step, epoch, batch = where  # the batch in progress: 1-based, as the progress lines count batches done
-        point = numbering.fit_point(trainer, batch + 1, epoch)
+        point = messages.fit_point(trainer, batch + 1, epoch)
         kept = next(
             (
                 cb.last_model_path or cb.best_model_path
@@ -198,7 +198,7 @@ class NaNGuard(Callback):
             None,
         )
         stopped = (
-            f"stopped at step {numbering.logged_step(trainer)}, before any checkpoint held it,"
+            f"stopped at step {messages.logged_step(trainer)}, before any checkpoint held it,"
             if deferred
             else "stopped before the bad update"
         )

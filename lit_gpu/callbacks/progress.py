@@ -59,7 +59,7 @@ from lightning.pytorch.callbacks import (
 from lightning.pytorch.utilities.data import extract_batch_size
 from typing_extensions import override
 
-from lit_gpu import messages, numbering
+from lit_gpu import messages
 from lit_gpu.messages import resume_command, shown
 from lit_gpu.preemption import remember_command
 from lit_gpu.resume.state import finished_line
@@ -182,7 +182,7 @@ def point_line(
     if point.epoch is not None:
         epoch, epochs = point.epoch
         event.update(epoch=epoch, epochs=epochs)
-        parts.append(numbering.epoch_point(epoch, epochs) + (" end" if point.epoch_end else ""))
+        parts.append(messages.epoch_point(epoch, epochs) + (" end" if point.epoch_end else ""))
     finite = math.isfinite(point.batches)
     batches = int(point.batches) if finite else None
     event.update(batch=point.batch, batches=batches, step=point.step, global_step=point.global_step)
@@ -400,7 +400,7 @@ class ProgressLog(ProgressBar):
         done, total, step, logged = self._batches, steps, self._batches, None
         if stage == "fit":  # numbered as the bar and metrics.csv: epoch and step from 0 (messages.py)
             epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
-            epoch, step, logged = (trainer.current_epoch, epochs), self._step, numbering.logged_step(trainer)
+            epoch, step, logged = (trainer.current_epoch, epochs), self._step, messages.logged_step(trainer)
             done, total = self._run_progress(trainer, steps)
         percent = 100.0 * done / total if math.isfinite(total) and total > 0 else None
         # the rate of this process's own batches; the work left counts the whole run

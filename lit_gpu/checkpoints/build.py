@@ -24,7 +24,7 @@ from torch import nn
 
 from lit_gpu.errors import LitGpuError
 from lit_gpu.textfiles import BadFileError, hparams_loader, parse_yaml, read_yaml
-from lit_gpu.upstream.loops import pop_cli_instantiation
+from lit_gpu.upstream import pop_cli_instantiation
 
 __all__ = [
     "NESTED_KINDS",

@@ -18,7 +18,7 @@ import torch
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
-from lit_gpu.upstream.loops import saved_batches_that_stepped, saved_loop_counters
+from lit_gpu.upstream import saved_batches_that_stepped, saved_loop_counters
 
 __all__ = [
     "Contract",
@@ -615,7 +615,7 @@ def _loop_problem(loop: Any, plain_batches: bool = False) -> str | None:
 
 def counters_problem(checkpoint: Any) -> str | None:
     """How a checkpoint's top-level ``global_step`` / ``epoch`` disagree with its loops' own counters (what
-    the resumed fit continues at: :func:`~lit_gpu.upstream.loops.saved_loop_counters`), or None."""
+    the resumed fit continues at: :func:`~lit_gpu.upstream.saved_loop_counters`), or None."""
     if not isinstance(checkpoint, Mapping) or not isinstance(checkpoint.get("loops"), Mapping):
         return None
     counters = saved_loop_counters(checkpoint["loops"].get("fit_loop"))

@@ -32,7 +32,7 @@ from typing_extensions import override
 
 from lit_gpu import messages
 from lit_gpu.checkpoints.contracts import MAX_INT, ContractError, holds, keys_problem, kind, value_problem
-from lit_gpu.upstream.torch_hooks import scheduler_children
+from lit_gpu.upstream import scheduler_children
 
 __all__ = [
     "OptimizerFit",

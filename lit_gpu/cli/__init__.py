@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lit_gpu.package_check import check_package
+from lit_gpu.cli.main import check_package
 
 check_package()  # a folder named lit_gpu in the working folder taken for the package: one clear line
 

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 from unittest import mock
 
-from lit_gpu import recipes
+from lit_gpu.cli import recipes
 from lit_gpu.cli.main import COMMANDS, LIGHTNING_SUBCOMMANDS
-from lit_gpu.upstream.tools import parser_actions, subcommands_action
+from lit_gpu.upstream import parser_actions, subcommands_action
 
 SHELLS = ("bash", "zsh")
 #: class-typed settings whose value completes as free text (see _own_completions)

@@ -28,7 +28,7 @@ from typing import Any
 
 from lit_gpu.run import store as class_paths
 from lit_gpu.textfiles import BadFileError, Limits, parse_yaml, read_text
-from lit_gpu.upstream.tools import (
+from lit_gpu.upstream import (
     jsonargparse_bounded_reads,
     jsonargparse_config_contexts,
     jsonargparse_yaml_loader,

@@ -30,7 +30,7 @@ from lit_gpu.errors import LitGpuError
 from lit_gpu.explain import allocation_refused, host_memory_bytes, human_bytes
 from lit_gpu.messages import shown
 from lit_gpu.run.layout import config_value
-from lit_gpu.upstream.tools import parser_actions
+from lit_gpu.upstream import parser_actions
 
 # ---- texts (this module's alone) ------------------------------------------------------------------------
 MODULE_NOT_ON_PATH = (

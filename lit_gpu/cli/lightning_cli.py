@@ -5,6 +5,7 @@ Thin by design: it builds objects from configs and runs them; no training logic 
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
@@ -17,7 +18,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI, SaveConfigCallback
 from typing_extensions import override
 
-from lit_gpu import messages, recipes
+from lit_gpu import messages
 from lit_gpu import strategies as _strategies  # noqa: F401  (registers strategy: dp)
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.guarantees import GUARANTEES, install_guarantees
@@ -26,7 +27,7 @@ from lit_gpu.callbacks.prediction_writer import CSVPredictionWriter
 from lit_gpu.callbacks.progress import DEFAULT_INTERVAL, use_progress_log
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.checkpoints.io import install_atomic_checkpoint_io
-from lit_gpu.cli import config_files, quiet, run_folders
+from lit_gpu.cli import config_files, quiet, recipes, run_folders
 from lit_gpu.cli.errors import (
     check_has_data,
     check_has_step,
@@ -50,8 +51,7 @@ from lit_gpu.run.folder import RunConfigSaver, RunFolder
 from lit_gpu.run.layout import config_value, next_cluster_checkpoint
 from lit_gpu.run.store import Resolution, built_classes, clean_run_folders, hand_over, resolve_ckpt_path
 from lit_gpu.textfiles import BadFileError, read_yaml
-from lit_gpu.upstream.cli import CLIHooks
-from lit_gpu.upstream.cluster import no_cluster_resume, own_cluster_saves
+from lit_gpu.upstream import stands_aside
 
 # ---- texts (this module's alone) ------------------------------------------------------------------------
 PREDICT_OUT_IS_DIRECTORY = "--predict_out {path} is a directory; give a file name, e.g. {example}"
@@ -70,6 +70,154 @@ NOT_A_TRAINER = (
     "trainer_class {factory} returned {kind}, not a lightning.pytorch.Trainer: LightningCLI runs a Trainer's "
     "{subcommand}(), and lit_gpu's guarantees go on its callbacks; return a Trainer (or a subclass) from it"
 )
+
+# ---- LightningCLI's protected steps behind the gate (for LitGpuCLI) ------------------------------------
+# * ``_add_subcommands``: Lightning builds a parser for every subcommand (fit, validate, test, predict)
+#   before it knows which one runs; where the command line starts with one (:attr:`CLIHooks.only_subcommand`)
+#   only that one is built. Feature ``one-subcommand parse``: on another Lightning, every parser is built.
+# * ``_parse_ckpt_path``: Lightning re-parses a checkpoint's ``hyper_parameters`` (class included) over
+#   ``--config``; lit_gpu's config decides instead (the checkpoint was read weights-only and its class
+#   compared before). Feature ``config decides``: it cannot stand aside; on another Lightning one line says
+#   so, and the override stays.
+# * lit_gpu's own path (feature ``own CLI path``): every public ``LightningCLI`` hook
+#   (``add_arguments_to_parser``, ``before_instantiate_classes``, ``instantiate_trainer``, ``before_fit``...)
+#   is the user's to override without ``super()``. lit_gpu's steps run from Lightning's protected ones
+#   instead, each at the point of the public hook it accompanies: :meth:`CLIHooks._lit_gpu_arguments` just
+#   before ``add_arguments_to_parser`` (so that a subclass can change lit_gpu's defaults there),
+#   :meth:`~CLIHooks._lit_gpu_parsed` after the parse, :meth:`~CLIHooks._lit_gpu_before_instantiate` after the
+#   seed, :meth:`~CLIHooks._lit_gpu_trainer_config` / :meth:`~CLIHooks._lit_gpu_trainer_built` around the
+#   ``trainer_class(**config)`` call and :meth:`~CLIHooks._lit_gpu_before_run` after ``before_<subcommand>``.
+#   A trainer a subclass built without ``_instantiate_trainer`` (``instantiate_trainer`` overridden without
+#   ``super()``) gets :meth:`~CLIHooks._lit_gpu_trainer_built` just before the subcommand runs.
+
+
+class CLIHooks(LightningCLI):
+    """``LightningCLI`` building one subcommand's parser, never re-parsing a checkpoint's hparams, and running
+    lit_gpu's steps on its own path."""
+
+    #: the subcommand the command line starts with (set before ``LightningCLI.__init__``), or None
+    only_subcommand: str | None = None
+
+    # ---- lit_gpu's steps (LitGpuCLI overrides them; each defaults to nothing) -------------------------
+    def _lit_gpu_arguments(self, parser: LightningArgumentParser) -> None:
+        """lit_gpu's arguments: after Lightning's core ones, before ``add_arguments_to_parser``."""
+
+    def _lit_gpu_parsed(self) -> None:
+        """After the command line is parsed (``self.config``), before the seed is set."""
+
+    def _lit_gpu_before_instantiate(self) -> None:
+        """After the seed is set (``self.subcommand`` known), before ``before_instantiate_classes``."""
+
+    def _lit_gpu_trainer_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The keyword arguments of ``trainer_class`` (``instantiate_trainer``'s, merged), before the call."""
+        return config
+
+    def _lit_gpu_trainer_built(self, trainer: Any) -> None:
+        """The trainer ``trainer_class`` returned."""
+
+    def _lit_gpu_trainer_failed(self, err: Exception) -> None:
+        """``trainer_class(**config)`` raised ``err``: raise a clearer error, or return to re-raise it."""
+
+    def _lit_gpu_before_run(self, subcommand: str) -> None:
+        """After ``before_<subcommand>``, before the subcommand runs."""
+
+    # ---- Lightning's protected steps ----------------------------------------------------------------
+    @override
+    def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
+        only = self.only_subcommand
+        if only is None or stands_aside("one-subcommand parse"):
+            return super()._add_subcommands(parser, **kwargs)
+        every = LightningCLI.subcommands()
+        self.subcommands = lambda: {only: every[only]}  # type: ignore[method-assign]  # shadows the static one
+        try:
+            return super()._add_subcommands(parser, **kwargs)
+        finally:
+            del self.subcommands
+
+    @override
+    def _parse_ckpt_path(self) -> None:
+        stands_aside("config decides")  # cannot stand aside: on a mismatch the line says so
+        stands_aside("own CLI path")
+        self._lit_gpu_parsed()
+
+    @override
+    def _add_arguments(self, parser: LightningArgumentParser) -> None:
+        users = self.add_arguments_to_parser  # the subclass's hook, or LightningCLI's empty one
+
+        def add_arguments_to_parser(parser: LightningArgumentParser) -> None:
+            self._lit_gpu_arguments(parser)
+            users(parser)
+
+        self.add_arguments_to_parser = add_arguments_to_parser  # type: ignore[method-assign]  # this call only
+        try:
+            super()._add_arguments(parser)
+        finally:
+            del self.add_arguments_to_parser
+
+    @override
+    def _set_seed(self) -> None:
+        super()._set_seed()
+        self._lit_gpu_before_instantiate()
+
+    @override
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
+        config = self._lit_gpu_trainer_config(config)
+        try:
+            trainer = super()._instantiate_trainer(config, callbacks)
+        except Exception as err:
+            self._lit_gpu_trainer_failed(err)
+            raise
+        self._lit_gpu_trainer_built(trainer)
+        self._lit_gpu_seen_trainer = trainer
+        return trainer
+
+    @override
+    def _prepare_subcommand_kwargs(self, subcommand: str) -> dict[str, Any]:
+        # Lightning calls it after before_<subcommand>, right before the subcommand runs
+        if getattr(self, "_lit_gpu_seen_trainer", None) is not self.trainer:
+            # a subclass built the trainer itself (instantiate_trainer or instantiate_classes overridden
+            # without super()): lit_gpu's steps for a built trainer still run, its guarantees with them
+            self._lit_gpu_trainer_built(self.trainer)
+            self._lit_gpu_seen_trainer = self.trainer
+        self._lit_gpu_before_run(subcommand)
+        return super()._prepare_subcommand_kwargs(subcommand)
+
+
+# ---- Lightning's own resume from a cluster checkpoint, turned off for a trainer --------------------------
+# (``hpc_ckpt_N.ckpt``, SLURM)
+# Under SLURM with no ``ckpt_path``, Lightning's checkpoint connector takes the newest ``hpc_ckpt_N.ckpt`` in
+# ``default_root_dir`` whoever wrote it (``_hpc_resume_path``), and its numbering stops with a ``ValueError``
+# on a name such as ``hpc_ckpt_.ckpt``. The run store (:func:`lit_gpu.run.store.cluster_resolution`) chooses
+# by the owner rules instead; when it passed every one over, this tells the trainer's connector not to
+# look again. No public API does: pinned by ``test_checkpoint_connector__hpc_resume_path``.
+
+_NO_CLUSTER_RESUME: dict[type, type] = {}
+
+
+def no_cluster_resume(trainer: Any) -> None:
+    """This trainer's fit does not resume from a cluster checkpoint by itself (its own class otherwise)."""
+    connector = trainer._checkpoint_connector
+    base = type(connector)
+    if base in _NO_CLUSTER_RESUME.values():
+        return
+    if base not in _NO_CLUSTER_RESUME:
+        _NO_CLUSTER_RESUME[base] = type(
+            f"NoClusterResume{base.__name__}", (base,), {"_hpc_resume_path": property(lambda self: None)}
+        )
+    connector.__class__ = _NO_CLUSTER_RESUME[base]
+
+
+def _save_path_of(save_path: Callable[[str], str], folderpath: Any) -> str:
+    """``save_path`` for Lightning's folder argument (module level: the trainer pickles for ddp_spawn)."""
+    return save_path(str(folderpath))
+
+
+def own_cluster_saves(trainer: Any, save_path: Callable[[str], str]) -> None:
+    """Lightning's requeue save (SIGUSR1 under SLURM: ``hpc_save_path``) writes where ``save_path(root)``
+    says, not after the highest number of any name holding ``ckpt_`` in the root (a planted name without
+    digits stops that save with a ``ValueError``, and the checkpoint is lost)."""
+    trainer._checkpoint_connector.hpc_save_path = functools.partial(_save_path_of, save_path)
+
 
 # ---- parser ---------------------------------------------------------------------------------------
 # the --config file being read, so that a YAML syntax error can name it (jsonargparse says "<unicode string>")
@@ -459,7 +607,7 @@ class LitGpuCLI(CLIHooks):
 
     It takes LightningCLI's arguments with their meaning (``--optimizer``, ``trainer_class``,
     ``save_config_kwargs``...), and every public LightningCLI hook is a subclass's to override without
-    ``super()``: lit_gpu's steps run on their own path (:class:`~lit_gpu.upstream.cli.CLIHooks`).
+    ``super()``: lit_gpu's steps run on their own path (:class:`CLIHooks`).
     docs/lightning_cli.md lists where it differs from LightningCLI by design.
     """
 

@@ -18,6 +18,7 @@ import platform
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
@@ -59,6 +60,42 @@ USAGE = "usage: lit-gpu COMMAND [options]     (lit-gpu COMMAND --help: that comm
 UNKNOWN_COMMAND = "unknown command {name!r}{hint} (all commands are listed above)"
 DID_YOU_MEAN = "; did you mean {suggestion!r}?"
 NO_COMMAND = "no command given (all commands are listed above)"
+
+
+# ---- the package imported is this one ----------------------------------------------------------------
+# The ``lit_gpu`` Python imported is this package, not a folder that is only named like it.
+#
+# Python started in the folder that holds a clone named ``lit_gpu`` (Jupyter or a notebook's kernel whose
+# working folder is the clone's parent) finds the clone's folder first, through ``sys.path[0]``. That folder
+# has no ``__init__.py``, so it becomes a namespace package, and it wins over an editable install
+# (``pip install -e``: setuptools' finder is asked only after the path search). The submodules still load
+# through that finder, but the package's ``__init__`` never ran: no ``lit_gpu.__version__``, no lazy
+# ``lit_gpu.X`` attributes, no ``Trainer(strategy="dp")``. The entry points (:mod:`lit_gpu.cli`,
+# :mod:`lit_gpu.demo`, a notebook's first import) call :func:`check_package`, which says so in one line.
+PACKAGE_SHADOWED = (
+    "Python took the folder {folder} for the package lit_gpu (it is on the path through the working folder "
+    "{cwd}; no __init__.py there), not {package}: start Python or Jupyter in another folder (the clone "
+    "itself, or its notebooks/), or rename that folder"
+)
+
+#: lit_gpu's own folder (this module is lit_gpu/cli/main.py)
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+def shadowing_folder() -> str | None:
+    """The folder imported as ``lit_gpu`` instead of this package, or None when all is well."""
+    top = sys.modules.get("lit_gpu")
+    if top is None or getattr(top, "__file__", None) is not None:
+        return None  # not imported yet (a submodule loaded by path), or the real package
+    folders = [str(p) for p in getattr(top, "__path__", [])]
+    return folders[0] if folders and str(PACKAGE_DIR) not in folders else None
+
+
+def check_package() -> None:
+    """Raise ImportError naming the folder Python took for ``lit_gpu`` and the fix, if that happened."""
+    folder = shadowing_folder()
+    if folder is not None:
+        raise ImportError(PACKAGE_SHADOWED.format(folder=folder, cwd=os.getcwd(), package=PACKAGE_DIR))
 
 
 def help_text() -> str:

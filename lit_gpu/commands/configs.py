@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from lit_gpu import recipes
+from lit_gpu.cli import recipes
 
 
 def main(argv: Sequence[str]) -> int:

@@ -47,7 +47,7 @@ def own_hook(obj: object, hook: str, base: type) -> Any:
 
 
 def _hook_name_aside() -> bool:
-    from lit_gpu.upstream.gate import stands_aside
+    from lit_gpu.upstream import stands_aside
 
     return stands_aside("hook name")
 

@@ -35,8 +35,7 @@ from lightning.pytorch.profilers import PassThroughProfiler
 from typing_extensions import override
 
 from lit_gpu.fastpath import PlainHookName, own_hook
-from lit_gpu.upstream.gate import problem, stands_aside, tell_once
-from lit_gpu.upstream.table import FIT_PRIVATE_NAMES
+from lit_gpu.upstream import FIT_PRIVATE_NAMES, problem, stands_aside, tell_once
 
 #: the hooks Lightning calls once per batch (training, then evaluation and prediction)
 BATCH_HOOKS = (

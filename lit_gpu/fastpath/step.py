@@ -16,7 +16,7 @@ import torch
 from typing_extensions import override
 
 from lit_gpu import messages
-from lit_gpu.upstream.gate import stands_aside
+from lit_gpu.upstream import stands_aside
 
 if TYPE_CHECKING:
     from lit_gpu.fastpath.graph import StepGraph

@@ -16,9 +16,8 @@ from lit_gpu.checkpoints.build import NET_SPEC_KEY, net_spec
 from lit_gpu.errors import LitGpuError
 from lit_gpu.explain import beyond_float32, init_arg_error, net_input_mismatch
 from lit_gpu.fastpath import PlainHookName
-from lit_gpu.upstream import loggers_record_this_step, restricted_classmethod
-from lit_gpu.upstream.logging_state import LOGGING_STATE_KEY
-from lit_gpu.upstream.loops import attached_trainer
+from lit_gpu.resume.state import LOGGING_STATE_KEY
+from lit_gpu.upstream import attached_trainer, loggers_record_this_step, restricted_classmethod
 
 
 def _one_param() -> list[torch.nn.Parameter]:

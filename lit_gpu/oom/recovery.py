@@ -38,11 +38,11 @@ from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor, nn
 from typing_extensions import override
 
-from lit_gpu import messages, numbering
+from lit_gpu import messages
 from lit_gpu.errors import LitGpuError
 from lit_gpu.explain import is_out_of_memory
 from lit_gpu.strategies.dp import DataParallelStrategy
-from lit_gpu.upstream.torch_hooks import set_allocator_settings
+from lit_gpu.upstream import set_allocator_settings
 
 __all__ = [
     "ALLOC_CONF_ENV",
@@ -632,7 +632,7 @@ class OOMRecovery(OOMLoopName):
             )
         else:
             batch = trainer.fit_loop.epoch_loop.batch_idx + 1  # the batch in progress, counted from 1
-            point = numbering.fit_point(trainer, batch)
+            point = messages.fit_point(trainer, batch)
             line = OOM_ADAPTED.format(
                 step=trainer.global_step, point=point, was=was, micro=micro, count=count
             )

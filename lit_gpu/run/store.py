@@ -42,8 +42,7 @@ from lit_gpu import messages
 from lit_gpu.checkpoints.contracts import inside
 from lit_gpu.checkpoints.read import CheckpointFacts, inspect, not_lightning
 from lit_gpu.errors import LitGpuError
-from lit_gpu.messages import shown
-from lit_gpu.numbering import ckpt_point
+from lit_gpu.messages import ckpt_point, shown
 from lit_gpu.run import layout
 from lit_gpu.run.layout import (
     CKPT_SYMLINK_LEAVES_RUN,
@@ -59,7 +58,7 @@ from lit_gpu.run.layout import (
     runs_around,
 )
 from lit_gpu.textfiles import BadFileError, read_yaml
-from lit_gpu.upstream.loops import batches_that_stepped, recorded_class_path, saved_loop_counters
+from lit_gpu.upstream import batches_that_stepped, recorded_class_path, saved_loop_counters
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl

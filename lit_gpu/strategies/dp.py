@@ -20,12 +20,13 @@ import torch
 from lightning.fabric.plugins import CheckpointIO
 from lightning.fabric.utilities.distributed import ReduceOp
 from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.strategies import ParallelStrategy, StrategyRegistry
 from lightning.pytorch.strategies.strategy import TBroadcast
 from torch import Tensor, nn
 from typing_extensions import override
 
 from lit_gpu.errors import LitGpuError
-from lit_gpu.upstream.strategy import OneProcessStrategy, register_strategy
+from lit_gpu.upstream import stands_aside
 
 __all__ = ["DataParallelStrategy", "missing_net_message", "register", "unwrap_net", "wrap_net"]
 
@@ -38,6 +39,35 @@ DP_NO_SUB_MODULE = (
     "strategy 'dp' splits the batch over one sub-module of the model, but {model} has no "
     "sub-module with parameters; use --trainer.strategy ddp (one process per GPU) instead"
 )
+
+
+# ---- ParallelStrategy's protected set-up hooks behind public names (feature ``dp`` of lit_gpu.upstream:
+# it cannot stand aside, there is no stock ``dp``; on another Lightning one line says so) ------------
+class OneProcessStrategy(ParallelStrategy):
+    """A parallel strategy in one process: no launcher, the model set up by :meth:`setup_net`."""
+
+    def check_devices(self) -> None:
+        """Refuse what the strategy cannot do; called once the Trainer has set accelerator and devices."""
+
+    def setup_net(self, model: nn.Module) -> nn.Module:
+        """Set up the model before the optimizers are built (as ``Strategy._setup_model``)."""
+        return model
+
+    @override
+    def _configure_launcher(self) -> None:
+        stands_aside("dp")  # cannot stand aside: on a mismatch the line says so, and it runs
+        self.check_devices()
+        self._launcher = None
+
+    @override
+    def _setup_model(self, model: nn.Module) -> nn.Module:
+        return self.setup_net(model)
+
+
+def register_strategy(name: str, cls: type, description: str, registry: Any = StrategyRegistry) -> None:
+    """Register ``cls`` as ``Trainer(strategy=name)`` in Lightning's StrategyRegistry (idempotent)."""
+    if name not in registry:
+        registry.register(name, cls, description=description)
 
 
 class AutocastReplica(nn.Module):

@@ -1,5 +1,5 @@
 """The syntax-tree scan for private upstream names (Lightning's, torch's, torchmetrics', jsonargparse's,
-optuna's), and what the one table (lit_gpu/upstream/table.py) allows each module of lit_gpu to reach: shared
+optuna's), and what the one table (lit_gpu/upstream.py) allows each module of lit_gpu to reach: shared
 by tests/unit/upstream/test_declared.py and tests/unit/test_import_contracts.py. The rule holds wherever the
 code sits: a module may reach a private upstream name where a feature of the table declares the name and
 lists the module among its users."""
@@ -98,7 +98,7 @@ def is_user(module: str, users: tuple[str, ...]) -> bool:
 
 def allowed_names() -> dict[str, set[str]]:
     """Module -> the private upstream names the table lets it reach."""
-    from lit_gpu.upstream.table import FEATURES, FIT_PRIVATE_NAMES
+    from lit_gpu.upstream import FEATURES, FIT_PRIVATE_NAMES
 
     allowed: dict[str, set[str]] = {}
     for name, feature in FEATURES.items():

@@ -30,7 +30,7 @@ from lit_gpu.errors import LitGpuError
 from lit_gpu.explain import explain
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
-from lit_gpu.upstream.logging_state import LOGGING_STATE_KEY, _restore_metrics
+from lit_gpu.resume.state import LOGGING_STATE_KEY, _restore_metrics
 
 
 class ForeignModule(pl.LightningModule):

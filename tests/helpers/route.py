@@ -8,7 +8,7 @@ room above it in the import layers (``files`` -> ``run``, ``run`` -> ``cli``) is
 (none of its frames still running): a return to a room already left, not the unwinding of the calls.
 
 The leaves every room uses, and that call nothing of lit_gpu back, are not rooms: the text door
-(``lit_gpu.messages``, ``lit_gpu.numbering``), the error type (``lit_gpu.errors``) and ``lit_gpu.upstream``
+(``lit_gpu.messages``), the error type (``lit_gpu.errors``) and ``lit_gpu.upstream``
 (one-line accessors of Lightning's private names); time spent there counts to the room that called them, and
 :class:`Route` checks that they are leaves indeed (a leaf that calls into a room fails the recording).
 Code outside lit_gpu (torch, pathlib) also counts to the room that called it.
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: packages that are leaves of every route (see the module docstring)
-LEAVES = ("messages", "numbering", "errors", "upstream")
+LEAVES = ("messages", "errors", "upstream")
 #: the import layers, highest first: a call from a lower room into a higher one is a climb back up
 LAYERS = ("commands", "cli", "run", "checkpoints", "files", "textfiles")
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_gpu import recipes
+from lit_gpu.cli import recipes
 from lit_gpu.commands import init
 from tests.helpers.paths import REPO_ROOT
 

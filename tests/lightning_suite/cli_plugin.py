@@ -43,8 +43,7 @@ def _route() -> type:
     import lightning.pytorch.cli as cli
 
     from lit_gpu.cli.lightning_cli import ConciseErrorParser, LitGpuCLI
-    from lit_gpu.upstream.gate import problem
-    from lit_gpu.upstream.table import FEATURES
+    from lit_gpu.upstream import FEATURES, problem
 
     for name in FEATURES:  # the gate reads Lightning's own classes (cached), before they are replaced here
         problem(name)

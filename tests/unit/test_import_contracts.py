@@ -46,7 +46,7 @@ def _private_upstream_imports(path: Path) -> list[tuple[int, str]]:
 
 def test_private_upstream_apis_imported_only_where_the_table_declares_them():
     """Lightning/jsonargparse/Optuna/torch internals are imported only by a module the one table
-    (lit_gpu/upstream/table.py) lists as a user of a feature that declares the name, wherever it sits."""
+    (lit_gpu/upstream.py) lists as a user of a feature that declares the name, wherever it sits."""
     from tests.helpers.private_names import allowed_names, modules
 
     allowed = allowed_names()
@@ -55,9 +55,7 @@ def test_private_upstream_apis_imported_only_where_the_table_declares_them():
         module: [f"{line}: {name}" for line, name in hits if name not in allowed.get(module, set())]
         for module, hits in found.items()
     }
-    assert {m: hits for m, hits in undeclared.items() if hits} == {}, (
-        "declare it in lit_gpu/upstream/table.py"
-    )
+    assert {m: hits for m, hits in undeclared.items() if hits} == {}, "declare it in lit_gpu/upstream.py"
     assert any(found.values()), "the scan finds nothing at all: it is broken"
 
 

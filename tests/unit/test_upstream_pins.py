@@ -30,18 +30,18 @@ from lightning.pytorch.loggers import CSVLogger
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from lit_gpu import upstream as gate
 from lit_gpu.cli import LitGpuCLI
 from lit_gpu.devices import allow_auto_precision
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
 from lit_gpu.strategies import DataParallelStrategy
-from lit_gpu.upstream import gate
 from tests.helpers.dp import dp_data, dp_module
 from tests.helpers.paths import CONFIGS, REPO_ROOT
 from tests.helpers.trainers import quiet_trainer
 
 # the newest release of each package every pin here passed on; bump it after a green run on a newer one
-# (Lightning's: the fast path's gate enforces it at run time, lit_gpu.upstream.gate.VERIFIED_UP_TO)
+# (Lightning's: the fast path's gate enforces it at run time, lit_gpu.upstream.VERIFIED_UP_TO)
 VERIFIED_UP_TO = {
     "lightning": gate.VERIFIED_UP_TO,
     "jsonargparse": "4.53.0",
@@ -224,7 +224,7 @@ def test_lightning_cli__parse_ckpt_path(tmp_path, monkeypatch):
     from lightning.pytorch.cli import LightningCLI
 
     assert "self._parse_ckpt_path()" in inspect.getsource(LightningCLI.__init__)
-    assert "_parse_ckpt_path" in vars(LitGpuCLI.__mro__[1])  # upstream.cli.CLIHooks
+    assert "_parse_ckpt_path" in vars(LitGpuCLI.__mro__[1])  # lightning_cli.CLIHooks
     monkeypatch.setattr(sys, "argv", ["lit-gpu"])
     hparams = {
         "_class_path": "lit_gpu.modules.ClassificationModule",
@@ -340,7 +340,7 @@ def test_fit_loop_loader_state_internals_used_by_exact_resume():
 
 @pins("lightning")
 def test_fit_loop_restart_stage_after_a_save_at_an_epochs_last_batch():
-    """lit_gpu.upstream.loops.start_next_epoch_after_a_finished_one: ``_FitLoop.reset`` counts the epoch of a
+    """lit_gpu.upstream.start_next_epoch_after_a_finished_one: ``_FitLoop.reset`` counts the epoch of a
     save at its last batch done but keeps ``RESTARTED_MID_EPOCH``, which makes ``on_advance_start`` skip the
     next epoch's ready/started counts. Behaviour: tests/unit/resume/test_resume_property.py
     (test_a_second_resume_after_one_from_an_epochs_last_batch)."""
@@ -781,13 +781,13 @@ class _LogsEverything(pl.LightningModule):
 
 @pins("lightning")
 def test_result_collection__result_metric__metadata__sync__first_loop_iter(tmp_path):
-    """lit_gpu.upstream.logging_state rebuilds the training loop's ``_ResultCollection`` entries
+    """lit_gpu.resume.state rebuilds the training loop's ``_ResultCollection`` entries
     (``_ResultMetric(_Metadata, is_tensor)`` with ``_Sync``, its ``value``, ``cumulated_batch_size``,
     ``_forward_cache``, ``_update_count``, ``has_reset``) and sets the logger connector's
     ``_first_loop_iter``: a fit resumed mid-epoch logs the epoch aggregates of the uninterrupted one."""
     from lit_gpu.callbacks import LoggingStateCallback
     from lit_gpu.data import SyntheticRegressionDataModule
-    from lit_gpu.upstream.logging_state import LOGGING_STATE_KEY
+    from lit_gpu.resume.state import LOGGING_STATE_KEY
 
     def fit(root, ckpt_path=None) -> dict[str, float]:
         saves = ModelCheckpoint(dirpath=root, every_n_train_steps=11, save_top_k=-1, filename="{step}")
@@ -827,7 +827,7 @@ def test_dataloader_get_iterator__set_sigchld_handler():
 
 @pins("lightning")
 def test_fit_loop__setup_data__load_combined_loader_states():
-    """lit_gpu.upstream.train_loaders: setup_data builds the train loaders, then calls the loop's
+    """lit_gpu.resume.plain's train loaders: setup_data builds the train loaders, then calls the loop's
     ``_load_combined_loader_states`` (looked up on the instance), then creates their iterator."""
     from lightning.pytorch.loops.fit_loop import _FitLoop
 
@@ -841,7 +841,7 @@ def test_fit_loop__setup_data__load_combined_loader_states():
 
 @pins("lightning")
 def test_evaluation_loop__seen_batches_per_dataloader():
-    """lit_gpu.upstream.logging_state.val_steps: the step of per-step validation rows is this counter,
+    """lit_gpu.resume.state.val_steps: the step of per-step validation rows is this counter,
     zeroed when the loop builds its loaders, logged at and incremented after each batch."""
     from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
 
@@ -854,8 +854,8 @@ def test_evaluation_loop__seen_batches_per_dataloader():
 
 @pins("lightning")
 def test_checkpoint_connector__hpc_resume_path(tmp_path, monkeypatch):
-    """lit_gpu.upstream.cluster.no_cluster_resume turns ``_checkpoint_connector._hpc_resume_path`` off."""
-    from lit_gpu.upstream.cluster import no_cluster_resume
+    """lit_gpu.cli.lightning_cli.no_cluster_resume turns ``_checkpoint_connector._hpc_resume_path`` off."""
+    from lit_gpu.cli.lightning_cli import no_cluster_resume
 
     monkeypatch.setenv("SLURM_NTASKS", "1")
     monkeypatch.setenv("SLURM_JOB_NAME", "train")
@@ -872,11 +872,11 @@ def test_checkpoint_connector__hpc_resume_path(tmp_path, monkeypatch):
 
 @pins("torch")
 def test_torch_chained_schedulers_keep_their_children_in__schedulers():
-    """lit_gpu/upstream/torch_hooks.py (scheduler_children): SequentialLR and ChainedScheduler keep their
+    """lit_gpu/upstream.py (scheduler_children): SequentialLR and ChainedScheduler keep their
     children in ``_schedulers`` and their states under ``state_dict()["_schedulers"]``, in order."""
     from torch.optim import lr_scheduler as s
 
-    from lit_gpu.upstream.torch_hooks import scheduler_children
+    from lit_gpu.upstream import scheduler_children
 
     optimizer = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
     children = [s.StepLR(optimizer, 2), s.ExponentialLR(optimizer, 0.9)]
@@ -888,12 +888,12 @@ def test_torch_chained_schedulers_keep_their_children_in__schedulers():
 
 @pins("torch")
 def test_torch_pytorch_file_reader():
-    """lit_gpu/upstream/torch_reader.py: torch's zip reader over a buffer lists, sizes, places and reads
-    records as ``torch.load`` reads them, and finds a member by its name ignoring letter case."""
+    """lit_gpu/checkpoints/scan.py (torch_records): torch's zip reader over a buffer lists, sizes, places
+    and reads records as ``torch.load`` reads them, and finds a member by its name ignoring letter case."""
     import io
     import zipfile
 
-    from lit_gpu.upstream.torch_reader import torch_records
+    from lit_gpu.checkpoints.scan import torch_records
 
     buffer = io.BytesIO()
     torch.save({"w": torch.arange(3.0)}, buffer)
@@ -925,7 +925,7 @@ def test_loaders_dumpers__get_yaml_default_loader():
 
 @pins("jsonargparse")
 def test_core__parse_path_contexts():
-    """lit_gpu.upstream.tools.jsonargparse_config_contexts sets the two contexts jsonargparse's parse_path
+    """lit_gpu.upstream.jsonargparse_config_contexts sets the two contexts jsonargparse's parse_path
     sets around parsing a file's text (lit_gpu reads the text itself, once, with its bounded reader)."""
     import inspect
 
@@ -943,7 +943,7 @@ def test_core__parse_path_contexts():
 
 @pins("jsonargparse")
 def test_paths__path_read_text_and_std_io(tmp_path):
-    """lit_gpu.upstream.tools.jsonargparse_bounded_reads swaps ``Path.read_text`` (every sub-config read goes
+    """lit_gpu.upstream.jsonargparse_bounded_reads swaps ``Path.read_text`` (every sub-config read goes
     through it) and leaves standard input (``_std_io``), URLs and fsspec paths to it."""
     import inspect
 

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lit_gpu import messages, recipes
+from lit_gpu import messages
+from lit_gpu.cli import recipes
 from lit_gpu.errors import LitGpuError
 
 SWEEPS_ROOT = "runs/sweeps"

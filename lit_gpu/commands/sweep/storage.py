@@ -43,7 +43,7 @@ def read_space_file(path: str | os.PathLike) -> Any:
     # read as jsonargparse's loader reads a config (``1e-4`` is a float, a date stays a string), the
     # reader the same file's fixed values and every --config go through: PyYAML's own YAML 1.1 resolver
     # made ``low: 1e-4`` the string '1e-4' and the space was refused
-    from lit_gpu.upstream.tools import jsonargparse_yaml_loader
+    from lit_gpu.upstream import jsonargparse_yaml_loader
 
     try:
         fix = "fix the search space file"

@@ -59,7 +59,7 @@ from lit_gpu.devices import parse_free_request
 from lit_gpu.errors import LitGpuError
 from lit_gpu.run.layout import CHECKPOINTS, refuse_links_out_of
 from lit_gpu.textfiles import JSON_LIMITS, BadFileError, read_json
-from lit_gpu.upstream.tools import trial_id
+from lit_gpu.upstream import trial_id
 
 # ---- worker ----------------------------------------------------------------------------------------------
 # what lit-gpu sweep says as it runs (printed with messages.tell)

@@ -350,8 +350,8 @@ def test_anything_the_lean_batch_does_not_cover_runs_lightnings_loop(
 
 
 def test_another_lightning_loop_source_makes_it_stand_aside(tmp_path, monkeypatch):
-    from lit_gpu.upstream import gate
-    from lit_gpu.upstream.table import DIGESTS
+    from lit_gpu import upstream as gate
+    from lit_gpu.upstream import DIGESTS
 
     gate.reset()
     assert gate.problem("fast path") is None  # the installed Lightning is mirrored
@@ -370,7 +370,7 @@ def test_another_lightning_loop_source_makes_it_stand_aside(tmp_path, monkeypatc
 def test_a_step_scheduler_keeps_the_batch_end_lean(tmp_path, monkeypatch):
     from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 
-    from lit_gpu.upstream import gate
+    from lit_gpu import upstream as gate
 
     # the digests are checked (and cached) before the class method is wrapped below
     gate.reset()

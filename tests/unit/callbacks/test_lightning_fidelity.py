@@ -114,13 +114,13 @@ def test_with_spike_detection_lightning_sees_the_loss(tmp_path):
 def test_a_changed_lightning_source_makes_the_whole_fast_path_stand_aside_in_one_line(
     tmp_path, monkeypatch, capsys
 ):
-    """The gate (lit_gpu.upstream.gate): one mirrored Lightning function with another source, and the lean
+    """The gate (lit_gpu.upstream): one mirrored Lightning function with another source, and the lean
     step, the lean batch and the idle-hook hiding all stand aside; training is stock Lightning's exactly."""
     from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 
+    from lit_gpu import upstream as gate
     from lit_gpu.fastpath.batch import LeanTrainingBatch
     from lit_gpu.fastpath.step import LeanOptimizerStep, SkipIdleHooks
-    from lit_gpu.upstream import gate
 
     def fit(callbacks) -> RegressionModule:
         torch.manual_seed(0)
@@ -154,8 +154,8 @@ def test_a_changed_lightning_source_makes_the_whole_fast_path_stand_aside_in_one
 def test_a_lightning_newer_than_verified_never_runs_the_mirrored_code(tmp_path, monkeypatch, capsys):
     import lightning
 
+    from lit_gpu import upstream as gate
     from lit_gpu.fastpath.step import LeanOptimizerStep
-    from lit_gpu.upstream import gate
 
     monkeypatch.setattr(lightning, "__version__", "2.99.0")
     gate.reset()

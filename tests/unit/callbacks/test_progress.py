@@ -13,7 +13,7 @@ import lightning.pytorch as pl
 import pytest
 from lightning.pytorch.callbacks import ModelSummary, RichModelSummary
 
-from lit_gpu import numbering
+from lit_gpu import messages
 from lit_gpu.callbacks.progress import (
     LitProgressBar,
     ProgressLog,
@@ -102,7 +102,7 @@ def test_the_live_bar_and_the_lines_number_epochs_alike(tmp_path):
     trainer.fit(RegressionModule(SimpleModel(10, 10)), SyntheticRegressionDataModule(num_samples=128))
     shown = set(re.findall(r"Epoch (\d+/\d+)", screen.getvalue()))
     assert shown == {"0/1", "1/1"}, screen.getvalue()[-500:]
-    assert {numbering.epoch_point(e, trainer.max_epochs).removeprefix("epoch ") for e in (0, 1)} == shown
+    assert {messages.epoch_point(e, trainer.max_epochs).removeprefix("epoch ") for e in (0, 1)} == shown
 
 
 def test_interval_lines_are_written_only_when_due(monkeypatch):

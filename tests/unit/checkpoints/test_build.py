@@ -346,7 +346,7 @@ SIMPLE_TEST = ["test", "--config", str(CONFIGS / "simple.yaml"), "--config", str
 def test_litgpucli_keeps_the_config_and_refuses_another_class(hparams_ckpt, monkeypatch):
     """LitGpuCLI._parse_ckpt_path (Lightning's, pinned in test_upstream_pins.py, lets the file decide)."""
     monkeypatch.setattr(sys, "argv", ["lit-gpu"])
-    assert "_parse_ckpt_path" in vars(LitGpuCLI.__mro__[1])  # upstream.cli.CLIHooks
+    assert "_parse_ckpt_path" in vars(LitGpuCLI.__mro__[1])  # lightning_cli.CLIHooks
     same = hparams_ckpt("lit_gpu.modules.RegressionModule")
     with pytest.raises(_Stop) as stop:
         _stop_before_instantiation(LitGpuCLI)(args=[*SIMPLE_TEST, "--ckpt_path", same])

@@ -201,8 +201,7 @@ def test_the_states_of_torchs_schedulers_fit_the_schedulers_they_came_from():
 def test_the_validation_counters_in_the_logging_callbacks_own_state_are_checked(steps):
     """The per-step validation rows' counters live in LoggingStateCallback's own state (the checkpoint's top
     level stays Lightning's); forged ones are one line before any restore."""
-    from lit_gpu.resume.state import LoggingStateCallback
-    from lit_gpu.upstream.logging_state import VAL_STEPS_KEY
+    from lit_gpu.resume.state import VAL_STEPS_KEY, LoggingStateCallback
 
     callback = LoggingStateCallback()
     contracts = callback.restore_contract(torch.nn.Module())

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lit_gpu import recipes
-from lit_gpu.cli import main
+from lit_gpu.cli import main, recipes
 from lit_gpu.commands import configs
 from tests.helpers.paths import CONFIGS
 

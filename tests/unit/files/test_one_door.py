@@ -45,7 +45,7 @@ ALLOWED = {
     ("lit_gpu/__init__.py", "importlib.import_module"): "a name in lit_gpu's own SUBMODULES set (PEP 562)",
     ("lit_gpu/callbacks/__init__.py", "importlib.import_module"): "a module path from its own PUBLIC table",
     (
-        "lit_gpu/upstream/gate.py",
+        "lit_gpu/upstream.py",
         "importlib.import_module",
     ): "Lightning module paths: the gate's own table",
     ("lit_gpu/run/folder.py", "yaml.safe_load"): "the parser's own dump of this run's config",
@@ -57,7 +57,7 @@ ALLOWED = {
         "lit_gpu/cli/config_files.py",
         "read_text",
     ): "textfiles.read_text: the door's bounded reader",
-    ("lit_gpu/recipes.py", "read_text"): "a recipe file shipped inside the lit_gpu package",
+    ("lit_gpu/cli/recipes.py", "read_text"): "a recipe file shipped inside the lit_gpu package",
     (
         "lit_gpu/commands/configs.py",
         "read_text",

@@ -149,7 +149,7 @@ def test_a_resume_at_an_epoch_start_continues_the_loaders_own_generators(sampler
 def test_a_second_resume_after_one_from_an_epochs_last_batch(scheduler, folders):
     """Found by the property test: resumed from the save at epoch 1's last batch, the fit's own save in
     epoch 3 resumed with its rows logged one step lower (Lightning left the next epoch's counters unstarted:
-    lit_gpu.upstream.loops.start_next_epoch_after_a_finished_one)."""
+    lit_gpu.upstream.start_next_epoch_after_a_finished_one)."""
     from tests.helpers import resume_cases as rc
 
     loader = Loader(samples=12, batch_size=4, sampler="random", loader_generator=True)
@@ -164,7 +164,7 @@ def test_a_second_resume_after_one_from_an_epochs_last_batch(scheduler, folders)
 
 def test_a_save_with_the_older_unstarted_epoch_counters_resumes_at_its_steps(folders, monkeypatch):
     """A save written by a fit that resumed at an epoch's last batch before lit_gpu started the next epoch
-    (its epoch_progress one short) is repaired on load (lit_gpu.upstream.loops.repair_unstarted_epoch); it
+    (its epoch_progress one short) is repaired on load (lit_gpu.upstream.repair_unstarted_epoch); it
     holds no logged aggregates either, and the line says so."""
     from lit_gpu import messages
     from lit_gpu.resume import state as rng_state

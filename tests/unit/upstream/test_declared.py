@@ -1,4 +1,4 @@
-"""Every private upstream name lit_gpu reaches is declared in one table (``lit_gpu/upstream/table.py``): by
+"""Every private upstream name lit_gpu reaches is declared in one table (``lit_gpu/upstream.py``): by
 the feature that reaches it, with the module that reaches it among the feature's users, and pinned by a test.
 
 A lint over the declaration, wherever the code sits (a shim may move next to its user: the table says who
@@ -13,7 +13,7 @@ import inspect
 
 import pytest
 
-from lit_gpu.upstream.table import FEATURES, FIT_PRIVATE_NAMES
+from lit_gpu.upstream import FEATURES, FIT_PRIVATE_NAMES
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.private_names import (
     METACLASS_SET,
@@ -53,7 +53,7 @@ def _undeclared() -> dict[str, list[str]]:
 
 def test_every_private_upstream_name_reached_is_declared_for_the_module_that_reaches_it():
     assert _undeclared() == {}, (
-        "declare it in lit_gpu/upstream/table.py: the feature that reaches it, with this module in its users"
+        "declare it in lit_gpu/upstream.py: the feature that reaches it, with this module in its users"
     )
 
 
@@ -167,7 +167,7 @@ def test_pyproject_s_lightning_range_leaves_a_newer_release_to_the_gate():
     from packaging.requirements import Requirement
     from packaging.version import Version
 
-    from lit_gpu.upstream.gate import VERIFIED_UP_TO
+    from lit_gpu.upstream import VERIFIED_UP_TO
 
     with open(REPO_ROOT / "pyproject.toml", "rb") as f:
         deps = [Requirement(d) for d in tomllib.load(f)["project"]["dependencies"]]
@@ -180,8 +180,8 @@ def test_pyproject_s_lightning_range_leaves_a_newer_release_to_the_gate():
 def test_an_earlier_release_s_digest_is_accepted_for_its_function_alone(monkeypatch):
     """A digest in EARLIER (a release in pyproject.toml's range that differs outside what lit_gpu mirrors) is
     accepted for its function; any other source still is not."""
-    from lit_gpu.upstream import gate
-    from lit_gpu.upstream.table import DIGESTS, EARLIER
+    from lit_gpu import upstream as gate
+    from lit_gpu.upstream import DIGESTS, EARLIER
 
     assert set(EARLIER) <= set(DIGESTS)  # only functions lit_gpu mirrors
     for where, releases in EARLIER.items():

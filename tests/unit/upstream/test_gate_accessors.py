@@ -11,13 +11,12 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from lit_gpu import upstream as gate
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
-from lit_gpu.resume.state import LoggingStateCallback
-from lit_gpu.upstream import detect_anomaly, gate
-from lit_gpu.upstream.logging_state import VAL_STEPS_KEY
-from lit_gpu.upstream.table import FEATURES
+from lit_gpu.resume.state import VAL_STEPS_KEY, LoggingStateCallback
+from lit_gpu.upstream import FEATURES, detect_anomaly
 
 
 def _fit(tmp_path, callbacks: list[pl.Callback]) -> RegressionModule:
@@ -108,7 +107,7 @@ def test_the_anomaly_check_stands_aside_without_the_trainer_flag(monkeypatch, ca
 
 
 def test_the_allocator_setting_stands_aside_without_torch_s_setter(monkeypatch, capsys):
-    from lit_gpu.upstream.torch_hooks import set_allocator_settings
+    from lit_gpu.upstream import set_allocator_settings
 
     calls: list[str] = []
     monkeypatch.delattr(torch._C, "_accelerator_setAllocatorSettings")

@@ -11,14 +11,14 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from lit_gpu import upstream as gate
 from lit_gpu.callbacks.fresh_last import FreshLastCheckpoint
 from lit_gpu.callbacks.speed import SpeedLevers
 from lit_gpu.cli.lightning_cli import DEFAULT_CALLBACKS
 from lit_gpu.data import SyntheticRegressionDataModule
 from lit_gpu.modules import RegressionModule
 from lit_gpu.nets import SimpleModel
-from lit_gpu.upstream import gate
-from lit_gpu.upstream.table import FEATURES
+from lit_gpu.upstream import FEATURES
 
 _EPOCH = "lightning.pytorch.loops.training_epoch_loop"
 _LOGGER = "lightning.pytorch.trainer.connectors.logger_connector.logger_connector"

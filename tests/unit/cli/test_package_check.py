@@ -1,5 +1,5 @@
 """A folder named ``lit_gpu`` in the working folder (a clone's, seen from its parent) is named, not imported
-as a half-made package (lit_gpu/package_check.py)."""
+as a half-made package (lit_gpu/cli/main.py: check_package)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import types
 
 import pytest
 
-from lit_gpu import package_check
+from lit_gpu.cli.main import PACKAGE_DIR, check_package, shadowing_folder
 
 
 def test_the_real_package_passes():
-    assert package_check.shadowing_folder() is None
-    package_check.check_package()
+    assert shadowing_folder() is None
+    check_package()
 
 
 def test_a_namespace_folder_taken_for_lit_gpu_is_one_line_with_the_fix(monkeypatch, tmp_path):
@@ -25,10 +25,10 @@ def test_a_namespace_folder_taken_for_lit_gpu_is_one_line_with_the_fix(monkeypat
     monkeypatch.setitem(sys.modules, "lit_gpu", fake)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ImportError) as info:
-        package_check.check_package()
+        check_package()
     text = str(info.value)
     assert text.startswith(f"Python took the folder {folder} for the package lit_gpu ")
-    assert f"not {package_check.PACKAGE_DIR}" in text and "start Python or Jupyter in another folder" in text
+    assert f"not {PACKAGE_DIR}" in text and "start Python or Jupyter in another folder" in text
     assert "\n" not in text
 
 

@@ -7,8 +7,7 @@ import sys
 import pytest
 import yaml
 
-from lit_gpu import recipes
-from lit_gpu.cli import main
+from lit_gpu.cli import main, recipes
 from lit_gpu.errors import LitGpuError
 from tests.helpers.paths import CONFIGS, REPO_ROOT
 

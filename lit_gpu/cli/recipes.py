@@ -24,7 +24,7 @@ __all__ = ["PREFIX", "ROOT", "describe", "names", "path", "resolve", "resolve_ar
 NO_SUCH_RECIPE = "no shipped config named {name}{suggestion}; lit-gpu configs lists them"
 
 PREFIX = "lit_gpu:"
-ROOT = Path(__file__).resolve().with_name("configs")
+ROOT = Path(__file__).resolve().parent.parent / "configs"  # lit_gpu/configs/
 # the flags whose value is a config file: LightningCLI's --config/-c, and lit-gpu sweep's --search
 FILE_FLAGS = ("--config", "-c", "--search")
 
