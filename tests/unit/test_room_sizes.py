@@ -46,28 +46,28 @@ TOTAL_LINES = 21_000
 TOTAL_FILES = 90
 TOP_ENTRIES = 22
 
-#: budgets today's tree does not meet yet: the moves of issue 63 land them (the integrator removes each entry)
-NOT_YET = {
-    "checkpoints",
-    "resume",
-    "preemption",
-    "callbacks",
-    "cli",
-    "commands",
-    "run",
-    "upstream",
-    "messages",
-    "explain",
-    "data",
+#: packages over their budget after the moves of issue 63 (lines on 2026-12-07): the cut that remains; an
+#: entry goes when its package is within budget
+OVER_BUDGET = {
+    "checkpoints": 4_107,
+    "resume": 2_153,
+    "preemption": 519,
+    "run": 2_775,
+    "callbacks": 1_661,
+    "cli": 2_179,
+    "commands": 3_685,
+    "upstream": 1_124,
+    "messages": 393,
+    "explain": 429,
 }
-_WAIT = "issue 63: the package's moves have not all landed yet"
+_OVER = "issue 63 (open): the package is over its budget; the line cut remains"
 
 
 def _files(name: str) -> list[Path]:
     folder, module = PACKAGE / name, PACKAGE / f"{name}.py"
-    if folder.is_dir():
+    if folder.is_dir() and any(folder.rglob("*.py")):
         return sorted(folder.rglob("*.py"))
-    return [module] if module.is_file() else []
+    return [module] if module.is_file() else []  # a folder left with caches only is no package
 
 
 def _lines(paths: list[Path]) -> int:
@@ -86,7 +86,7 @@ def _entries() -> list[str]:
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(n, marks=pytest.mark.xfail(strict=False, reason=_WAIT)) if n in NOT_YET else n
+        pytest.param(n, marks=pytest.mark.xfail(strict=False, reason=_OVER)) if n in OVER_BUDGET else n
         for n in BUDGETS
     ],
 )
@@ -95,20 +95,20 @@ def test_each_package_is_within_its_budget(name):
     assert lines <= BUDGETS[name], f"lit_gpu/{name}: {lines} lines, budget {BUDGETS[name]}"
 
 
-@pytest.mark.xfail(strict=False, reason=_WAIT)
 def test_every_entry_at_the_top_has_a_budget():
     unbudgeted = [e for e in _entries() if e.removesuffix(".py") not in BUDGETS]
     assert unbudgeted == []
 
 
-@pytest.mark.xfail(strict=False, reason=_WAIT)
+def test_few_files():
+    assert len(sorted(PACKAGE.rglob("*.py"))) <= TOTAL_FILES
+
+
+@pytest.mark.xfail(strict=False, reason=_OVER)
 def test_the_whole_package_is_within_its_total():
-    files = sorted(PACKAGE.rglob("*.py"))
-    assert _lines(files) <= TOTAL_LINES
-    assert len(files) <= TOTAL_FILES
+    assert _lines(sorted(PACKAGE.rglob("*.py"))) <= TOTAL_LINES
 
 
-@pytest.mark.xfail(strict=False, reason=_WAIT)
 def test_few_entries_at_the_top():
     assert len(_entries()) <= TOP_ENTRIES, _entries()
 
