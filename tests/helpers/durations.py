@@ -9,7 +9,13 @@ per file) of the README's command (the default tier); only the order matters, so
 """
 
 SECONDS: dict[str, int] = {  # the default tier on 2 idle cores (the README's `pytest`, 261 s)
+    "tests/integration/test_lightning_example_scripts.py": 60,
+    "tests/integration/test_lightning_cli_as_scripts_write_it.py": 45,
     "tests/integration/test_preemption.py": 34,
+    "tests/integration/test_model_class_runs.py": 25,
+    "tests/integration/test_true_lines.py": 15,
+    "tests/integration/test_optimizer_observed.py": 15,
+    "tests/integration/test_old_files.py": 10,
     "tests/integration/test_sweep.py": 27,
     "tests/integration/test_resume_exact.py": 27,
     "tests/integration/test_resume_processes.py": 30,

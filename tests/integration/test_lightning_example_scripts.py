@@ -88,6 +88,7 @@ def test_imagenet_fits_with_its_trainer_defaults_bar_and_checkpoint(tmp_path, cl
     assert saved == ["epoch=0-step=3.ckpt"] or len(saved) == 1, saved  # its ModelCheckpoint: the best one
 
 
+@pytest.mark.full
 @pytest.mark.xfail(
     strict=False,
     reason="RUN: trainer_defaults' logger: False puts last.ckpt in runs/checkpoints, config.yaml in runs/; "
@@ -108,6 +109,7 @@ def test_imagenet_stopped_by_sigterm_resumes_and_tests_its_last_checkpoint(tmp_p
 QNET = ["--trainer.max_steps", "12", "--model.warm_start_steps", "50", "--model.episode_length", "8", *QUIET]
 
 
+@pytest.mark.full  # the stop-and-resume test below fits the same script in the default tier
 def test_qnet_fits_on_its_iterable_dataset(tmp_path, cli_env):
     done = _script("qnet", ["fit", *QNET], tmp_path, cli_env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -132,6 +134,7 @@ GENUINE_BEST = pytest.mark.xfail(
 
 
 # ---- backbone_image_classifier.py: LightningCLI(Model, DataModule, ..., run=False), then fit/test/predict -
+@pytest.mark.full
 @GENUINE_BEST
 def test_backbone_classifier_runs_its_run_false_script(tmp_path, cli_env):
     argv = [
@@ -149,6 +152,7 @@ def test_backbone_classifier_runs_its_run_false_script(tmp_path, cli_env):
 
 
 # ---- export ----------------------------------------------------------------------------------------------
+@pytest.mark.full
 @pytest.mark.xfail(
     strict=False,
     reason="genuine (export, RUN/CKPT): a script's classes live in __main__ ('__main__.DQNLightning'), which "
