@@ -26,6 +26,7 @@ from lit_gpu import messages
 from lit_gpu.checkpoints import read
 from lit_gpu.checkpoints.contracts import check_restored_state
 from lit_gpu.checkpoints.optimizer import check_at_fit_start
+from lit_gpu.checkpoints.scan import size_text
 from lit_gpu.errors import LitGpuError
 
 __all__ = [
@@ -70,11 +71,7 @@ STALE_AFTER_S = 3600.0
 
 
 def _size(nbytes: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if nbytes < 1000 or unit == "GB":
-            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1000
-    return f"{nbytes:.1f} TB"
+    return size_text(nbytes, binary=False)  # disk sizes in KB/MB/GB, as df -H says them
 
 
 def clean_stale_temp_files(folder: str | os.PathLike, now: float | None = None) -> list[str]:

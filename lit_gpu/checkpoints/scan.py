@@ -237,12 +237,14 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _size(nbytes: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if nbytes < 1024 or unit == "GiB":
+def size_text(nbytes: float, binary: bool = True) -> str:
+    """``nbytes`` for a reader: KiB/MiB/GiB (``binary``) or KB/MB/GB."""
+    step, units = (1024, ("B", "KiB", "MiB", "GiB")) if binary else (1000, ("B", "KB", "MB", "GB"))
+    for unit in units[:-1]:
+        if nbytes < step:
             return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    return f"{nbytes:.1f} GiB"
+        nbytes /= step
+    return f"{nbytes:.1f} {units[-1]}"
 
 
 # ---- numpy globals --------------------------------------------------------------------------------
@@ -645,11 +647,11 @@ class TorchRebuilds:
             return
         if nbytes > VIEW_FACTOR * stored + VIEW_SLACK:
             raise self.refuse(
-                f"a tensor of size {tuple(size)} and stride {tuple(stride)} exposes {_size(nbytes)} from a "
-                f"storage of {_size(stored)} (its strides repeat stored values); using it would cost far "
-                "more than the file holds; torch.save of a checkpoint writes no such view"
+                f"a tensor of size {tuple(size)} and stride {tuple(stride)} exposes {size_text(nbytes)} "
+                f"from a storage of {size_text(stored)} (its strides repeat stored values); using it would "
+                "cost far more than the file holds; torch.save of a checkpoint writes no such view"
             )
-        self.charge(nbytes - stored, f"views exposing {_size(nbytes)} of {_size(stored)} stored")
+        self.charge(nbytes - stored, f"views exposing {size_text(nbytes)} of {size_text(stored)} stored")
 
     def storage(self, pid: Any) -> _Box:
         items = pid.items if _has(pid, "tuple") else ()
@@ -699,7 +701,7 @@ class Scan(TorchRebuilds):
         self.used += nbytes
         if self.used > self.budget:
             raise self.refuse(
-                f"reading it would build more than {_size(self.budget)} of objects ({what}), more than a "
+                f"reading it would build more than {size_text(self.budget)} of objects ({what}), more than a "
                 "file of its size can hold; it is not a checkpoint torch.save wrote; use another file"
             )
 
@@ -944,7 +946,7 @@ class Scan(TorchRebuilds):
                 )
             if is_str:
                 n *= 4
-            self.charge(_INT + n, f"a bytearray of {_size(n)}")
+            self.charge(_INT + n, f"a bytearray of {size_text(n)}")
             return _Box("bytes", n)
         if name == "torch.Size" and len(a) == 1:
             dims = self.ints(a[0], "torch.Size")
@@ -988,7 +990,7 @@ class Scan(TorchRebuilds):
             if not _has(a[0], "tensor"):
                 raise self.refuse(f"a device tensor from {_kind(a[0])}; torch.save writes no such pickle")
             itemsize = self.itemsize(a[1], only_dtype=True)
-            self.charge(a[0].n * itemsize, f"a converted tensor of {_size(a[0].n * itemsize)}")
+            self.charge(a[0].n * itemsize, f"a converted tensor of {size_text(a[0].n * itemsize)}")
             return self.new_tensor(a[0].n, itemsize, 0)
         if (
             name == DTYPE_NAME
