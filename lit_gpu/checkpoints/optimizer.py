@@ -266,19 +266,26 @@ def _scheduler_keys_problem(saved: Mapping[Any, Any], mine: Mapping[Any, Any], n
     """The scheduler's keys and the kinds of their values; a list's length is not compared: it follows the
     param groups, which a callback may add after the config built them (``BaseFinetuning``), and torch's
     ``load_state_dict`` takes it as it is."""
-    lists = {key for key, value in mine.items() if kind(value) == "a list"}
-    if problem := keys_problem(
-        {k: v for k, v in saved.items() if k not in lists or kind(v) != "a list"},
-        {k: v for k, v in mine.items() if k not in lists or kind(saved.get(k)) != "a list"},
-        name,
-    ):
-        return problem
-    for key in sorted(lists & set(saved)):
-        if not mine[key] or kind(mine[key][0]) == "a dict":  # children: scheduler_children's below
-            continue
-        for i, value in enumerate(saved[key]):  # each like the config's first: one per param group
-            if problem := value_problem(value, mine[key][0], f"{name}[{key!r}][{i}]", 1):
-                return problem
+    if set(saved) != set(mine):
+        return keys_problem(saved, mine, name)  # the line naming the keys held and lacked
+    for key, built in mine.items():
+        where = f"{name}[{key!r}]"
+        if kind(built) != "a list" or kind(saved[key]) != "a list":
+            problem = value_problem(saved[key], built, where)
+        elif built and kind(built[0]) != "a dict":  # a list of children is scheduler_children's, below
+            problem = _each_like(saved[key], built[0], where)
+        else:
+            problem = None
+        if problem:
+            return problem
+    return None
+
+
+def _each_like(values: list[Any], first: Any, where: str) -> str | None:
+    """Each of ``values`` (one per param group) of the kind of the config's ``first``."""
+    for i, value in enumerate(values):
+        if problem := value_problem(value, first, f"{where}[{i}]", 1):
+            return problem
     return None
 
 
